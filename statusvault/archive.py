@@ -1,0 +1,252 @@
+"""Archive format v1: a gzip'd tar of one JSON file per object plus manifest.json (see docs/archive-format.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import io
+import tarfile
+import tempfile
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+import orjson
+
+from statusvault.errors import ArchiveError
+from statusvault.model import ObjectKey
+from statusvault.storage.base import Writer
+
+FORMAT_VERSION = "1.0"
+SUPPORTED_MAJOR = 1
+MANIFEST_MEMBER = "manifest.json"
+RESOURCES_DIR = "resources"
+
+
+def member_path(key: ObjectKey) -> str:
+    """Velero's layout: resources/<resource>.<group>/namespaces/<ns>/<name>.json or .../cluster/<name>.json."""
+    if key.namespace:
+        return f"{RESOURCES_DIR}/{key.qualified}/namespaces/{key.namespace}/{key.name}.json"
+    return f"{RESOURCES_DIR}/{key.qualified}/cluster/{key.name}.json"
+
+
+def parse_member_path(path: str) -> ObjectKey:
+    """The inverse of member_path; refuses anything that escapes the archive root or the layout."""
+    p = PurePosixPath(path)
+    if p.is_absolute() or ".." in p.parts or "" in p.parts or not path.endswith(".json"):
+        raise ArchiveError(f"archive member {path!r} is outside the archive layout")
+    parts = p.parts
+    if len(parts) == 5 and parts[0] == RESOURCES_DIR and parts[2] == "namespaces":
+        return ObjectKey(parts[1], parts[3], parts[4][:-5])
+    if len(parts) == 4 and parts[0] == RESOURCES_DIR and parts[2] == "cluster":
+        return ObjectKey(parts[1], "", parts[3][:-5])
+    raise ArchiveError(f"archive member {path!r} is outside the archive layout")
+
+
+def check_format(manifest: dict[str, Any]) -> None:
+    version = str(manifest.get("formatVersion", ""))
+    try:
+        major = int(version.split(".")[0])
+    except ValueError:
+        raise ArchiveError(f"manifest has no valid formatVersion ({version!r})") from None
+    if major != SUPPORTED_MAJOR:
+        raise ArchiveError(f"archive format {version} is not supported by this statusvault "
+                           f"(reads {SUPPORTED_MAJOR}.x); upgrade statusvault")
+
+
+class _HashingSink:
+    """Counts and hashes the compressed bytes on their way to the store."""
+
+    def __init__(self, sink: Writer):
+        self.sink = sink
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        self.sink.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+class ArchiveWriter:
+    """Streams object files into a tar.gz; the per-file SHA-256 list is spooled to disk, not memory."""
+
+    def __init__(self, sink: Writer, compresslevel: int = 3, mtime: float | None = None):
+        self._out = _HashingSink(sink)
+        self.mtime = int(mtime if mtime is not None else time.time())
+        self._gz = gzip.GzipFile(fileobj=self._out, mode="wb", compresslevel=compresslevel,  # type: ignore[arg-type]
+                                 mtime=self.mtime)
+        self._tar = tarfile.open(fileobj=self._gz, mode="w|", format=tarfile.PAX_FORMAT)
+        self._spool: IO[bytes] = tempfile.TemporaryFile()
+        self.files = 0
+        self.raw_bytes = 0
+
+    def add(self, path: str, data: bytes) -> None:
+        info = tarfile.TarInfo(path)
+        info.size = len(data)
+        info.mtime = self.mtime
+        info.mode = 0o644
+        self._tar.addfile(info, io.BytesIO(data))
+        digest = hashlib.sha256(data).hexdigest()
+        self._spool.write(orjson.dumps(path) + b":" + orjson.dumps(digest) + b",")
+        self.files += 1
+        self.raw_bytes += len(data)
+
+    def finish(self, manifest: dict[str, Any]) -> tuple[int, str]:
+        """Write manifest.json (with every file's SHA-256) as the last member; return (size, sha256)."""
+        with tempfile.TemporaryFile() as mf:
+            head = orjson.dumps({k: v for k, v in manifest.items() if k != "files"}, option=orjson.OPT_SORT_KEYS)
+            mf.write(head[:-1] + (b',"files":{' if len(head) > 2 else b'{"files":{'))
+            self._spool.seek(0)
+            prev = b""
+            for chunk in iter(lambda: self._spool.read(1 << 20), b""):
+                mf.write(prev)
+                prev = chunk
+            mf.write(prev[:-1] if prev.endswith(b",") else prev)
+            mf.write(b"}}")
+            size = mf.tell()
+            mf.seek(0)
+            info = tarfile.TarInfo(MANIFEST_MEMBER)
+            info.size = size
+            info.mtime = self.mtime
+            info.mode = 0o644
+            self._tar.addfile(info, mf)
+        self._tar.close()
+        self._gz.close()
+        self._spool.close()
+        return self._out.size, self._out.sha.hexdigest()
+
+    def abort(self) -> None:
+        self._spool.close()
+
+
+@dataclasses.dataclass
+class VerifyReport:
+    files_checked: int = 0
+    mismatched: list[str] = dataclasses.field(default_factory=list)
+    missing: list[str] = dataclasses.field(default_factory=list)
+    unexpected: list[str] = dataclasses.field(default_factory=list)
+    archive_sha_ok: bool | None = None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not (self.mismatched or self.missing or self.unexpected or self.error) and \
+            self.archive_sha_ok is not False
+
+
+def _open_stream(path: Path) -> tarfile.TarFile:
+    try:
+        return tarfile.open(path, mode="r|gz")
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+        raise ArchiveError(f"{path.name} is not a statusvault archive (tar.gz): {e}") from e
+
+
+READ_ERRORS = (tarfile.TarError, OSError, EOFError, zlib.error, gzip.BadGzipFile)
+
+
+class ArchiveReader:
+    """Reads an archive file; every object file is checked against the manifest's SHA-256."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._manifest: dict[str, Any] | None = None
+
+    def manifest(self) -> dict[str, Any]:
+        if self._manifest is None:
+            self._manifest = self._read_manifest()
+        return self._manifest
+
+    def _read_manifest(self) -> dict[str, Any]:
+        tar = _open_stream(self.path)
+        try:
+            for member in tar:
+                if member.name == MANIFEST_MEMBER and member.isfile():
+                    f = tar.extractfile(member)
+                    assert f is not None
+                    try:
+                        manifest = orjson.loads(f.read())
+                    except orjson.JSONDecodeError as e:
+                        raise ArchiveError(f"manifest.json in {self.path.name} is not valid JSON: {e}") from e
+                    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+                        raise ArchiveError("manifest.json has no file list")
+                    check_format(manifest)
+                    return manifest
+        except READ_ERRORS as e:
+            raise ArchiveError(f"archive {self.path.name} is corrupt: {e}") from e
+        finally:
+            tar.close()
+        raise ArchiveError(f"archive {self.path.name} has no manifest.json: the backup is incomplete")
+
+    def objects(self, want: Callable[[str], bool] | None = None) -> Iterator[tuple[str, bytes]]:
+        """Yield (member path, JSON bytes) of object files in archive order; raise on any tampering."""
+        files: dict[str, str] = self.manifest()["files"]
+        tar = _open_stream(self.path)
+        try:
+            for member in tar:
+                if member.name == MANIFEST_MEMBER:
+                    continue
+                parse_member_path(member.name)
+                if not member.isfile():
+                    raise ArchiveError(f"archive member {member.name!r} is not a regular file")
+                expected = files.get(member.name)
+                if expected is None:
+                    raise ArchiveError(f"archive member {member.name!r} is not listed in the manifest")
+                if want is not None and not want(member.name):
+                    continue
+                f = tar.extractfile(member)
+                assert f is not None
+                data = f.read()
+                if hashlib.sha256(data).hexdigest() != expected:
+                    raise ArchiveError(f"checksum mismatch for {member.name}: the archive was modified")
+                yield member.name, data
+        except READ_ERRORS as e:
+            raise ArchiveError(f"archive {self.path.name} is corrupt: {e}") from e
+        finally:
+            tar.close()
+
+    def verify(self, expected_sha256: str | None = None) -> VerifyReport:
+        """Check the whole archive: format, every file's hash, nothing missing or extra."""
+        report = VerifyReport()
+        if expected_sha256 is not None:
+            report.archive_sha_ok = _file_sha256(self.path) == expected_sha256
+        try:
+            files = dict(self.manifest()["files"])
+            tar = _open_stream(self.path)
+            try:
+                for member in tar:
+                    if member.name == MANIFEST_MEMBER:
+                        continue
+                    expected = files.pop(member.name, None)
+                    if expected is None or not member.isfile():
+                        report.unexpected.append(member.name)
+                        continue
+                    parse_member_path(member.name)
+                    f = tar.extractfile(member)
+                    assert f is not None
+                    report.files_checked += 1
+                    if hashlib.sha256(f.read()).hexdigest() != expected:
+                        report.mismatched.append(member.name)
+            finally:
+                tar.close()
+            report.missing = sorted(files)
+        except ArchiveError as e:
+            report.error = str(e)
+        except READ_ERRORS as e:
+            report.error = f"archive {self.path.name} is corrupt: {e}"
+        return report
+
+
+def _file_sha256(path: Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            sha.update(chunk)
+    return sha.hexdigest()

@@ -1,0 +1,155 @@
+"""Backups in a store: list, describe, verify, download, delete."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from statusvault.archive import ArchiveReader, VerifyReport, check_format
+from statusvault.errors import ArchiveError, BackupNotFoundError
+from statusvault.storage.base import (ARCHIVE_FILE, BACKUPS_DIR, MANIFEST_FILE, ObjectStore, archive_key,
+                                      backup_name_of, backup_prefix, manifest_key)
+from statusvault.storage.local import LocalStore
+
+
+@dataclasses.dataclass
+class BackupInfo:
+    name: str
+    complete: bool
+    size: int
+    created: str
+    objects: int | None = None
+    with_status: int | None = None
+    resources: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def phase(self) -> str:
+        return "Completed" if self.complete else "Incomplete"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "phase": self.phase, "created": self.created, "objects": self.objects,
+                "withStatus": self.with_status, "sizeBytes": self.size}
+
+
+def read_manifest(store: ObjectStore, name: str) -> dict[str, Any]:
+    """The stored summary manifest of a complete backup; its absence means missing or incomplete."""
+    if not store.exists(manifest_key(name)):
+        if store.exists(archive_key(name)):
+            raise ArchiveError(f"backup {name!r} is incomplete (no manifest): it cannot be used")
+        raise BackupNotFoundError(f"backup {name!r} not found in {store.url}")
+    try:
+        manifest = orjson.loads(store.get(manifest_key(name)))
+    except orjson.JSONDecodeError as e:
+        raise ArchiveError(f"manifest of backup {name!r} is not valid JSON: {e}") from e
+    if not isinstance(manifest, dict):
+        raise ArchiveError(f"manifest of backup {name!r} is not a JSON object")
+    check_format(manifest)
+    return manifest
+
+
+def list_backups(store: ObjectStore) -> list[BackupInfo]:
+    found: dict[str, dict[str, Any]] = {}
+    for obj in store.list(f"{BACKUPS_DIR}/"):
+        name = backup_name_of(obj.key)
+        if name is None:
+            continue
+        entry = found.setdefault(name, {"files": set(), "size": 0, "modified": obj.modified})
+        entry["files"].add(obj.key.rsplit("/", 1)[1])
+        entry["size"] += obj.size
+        entry["modified"] = min(entry["modified"], obj.modified)
+    out = []
+    for name, entry in sorted(found.items()):
+        complete = {ARCHIVE_FILE, MANIFEST_FILE} <= entry["files"]
+        info = BackupInfo(name, complete, entry["size"], entry["modified"].strftime("%Y-%m-%dT%H:%M:%SZ"))
+        if complete:
+            with contextlib.suppress(ArchiveError):
+                _fill(info, read_manifest(store, name))
+        out.append(info)
+    return sorted(out, key=lambda b: (b.created, b.name))
+
+
+def _fill(info: BackupInfo, manifest: dict[str, Any]) -> None:
+    info.created = manifest.get("createdAt", info.created)
+    totals = manifest.get("totals") or {}
+    info.objects = totals.get("objects")
+    info.with_status = totals.get("withStatus")
+    info.resources = manifest.get("resources") or {}
+
+
+def describe(store: ObjectStore, name: str) -> dict[str, Any]:
+    manifest = read_manifest(store, name)
+    return {"name": name, "phase": "Completed", "storage": store.url, **{
+        k: manifest.get(k) for k in ("createdAt", "completedAt", "formatVersion", "tool", "server", "selection",
+                                     "resources", "totals", "archive")}}
+
+
+@contextlib.contextmanager
+def local_archive(store: ObjectStore, name: str) -> Iterator[Path]:
+    """A local path to the backup's archive: the file itself for a directory store, else a temp copy."""
+    key = archive_key(name)
+    if isinstance(store, LocalStore):
+        path = store.local_path(key)
+        if not path.exists():
+            raise BackupNotFoundError(f"archive of backup {name!r} not found in {store.url}")
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="statusvault-") as tmp:
+        dest = Path(tmp) / ARCHIVE_FILE
+        store.fetch(key, dest)
+        yield dest
+
+
+def verify(store: ObjectStore, name: str) -> VerifyReport:
+    manifest = read_manifest(store, name)
+    with local_archive(store, name) as path:
+        report = ArchiveReader(path).verify(expected_sha256=(manifest.get("archive") or {}).get("sha256"))
+    return report
+
+
+def open_verified(store: ObjectStore, name: str, path: Path) -> ArchiveReader:
+    """An ArchiveReader over a fully verified archive; raises ArchiveError on any problem."""
+    manifest = read_manifest(store, name)
+    report = ArchiveReader(path).verify(expected_sha256=(manifest.get("archive") or {}).get("sha256"))
+    if not report.ok:
+        raise ArchiveError(f"backup {name!r} failed verification: {describe_problems(report)}")
+    return ArchiveReader(path)
+
+
+def describe_problems(report: VerifyReport) -> str:
+    if report.error:
+        return report.error
+    parts = []
+    if report.archive_sha_ok is False:
+        parts.append("archive checksum differs from its manifest")
+    if report.mismatched:
+        parts.append(f"{len(report.mismatched)} file(s) with a wrong checksum, e.g. {report.mismatched[0]}")
+    if report.missing:
+        parts.append(f"{len(report.missing)} file(s) missing, e.g. {report.missing[0]}")
+    if report.unexpected:
+        parts.append(f"{len(report.unexpected)} unexpected member(s), e.g. {report.unexpected[0]}")
+    return "; ".join(parts)
+
+
+def download(store: ObjectStore, name: str, dest: Path) -> int:
+    read_manifest(store, name)
+    with local_archive(store, name) as path:
+        shutil.copyfile(path, dest)
+    return dest.stat().st_size
+
+
+def delete(store: ObjectStore, name: str) -> list[str]:
+    keys = [o.key for o in store.list(backup_prefix(name))]
+    if not keys:
+        raise BackupNotFoundError(f"backup {name!r} not found in {store.url}")
+    # the manifest goes first, so a half-finished delete leaves an incomplete backup, never a broken one
+    keys.sort(key=lambda k: not k.endswith(MANIFEST_FILE))
+    for key in keys:
+        store.delete(key)
+    return keys

@@ -1,0 +1,100 @@
+"""The `statusvault` command group and the one error boundary that maps failures to exit codes."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import click
+
+from statusvault import __version__
+from statusvault.cli.app import App
+from statusvault.cli.output import emit, setup_logging, table
+from statusvault.errors import ExitStatus, StatusVaultError
+
+log = logging.getLogger("statusvault")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="statusvault")
+@click.option("--kubeconfig", envvar="STATUSVAULT_KUBECONFIG", type=click.Path(dir_okay=False),
+              help="Kubeconfig file. [default: $KUBECONFIG, ~/.kube/config, or in-cluster]")
+@click.option("--context", envvar="STATUSVAULT_CONTEXT", help="Kubeconfig context.")
+@click.option("--debug", is_flag=True, envvar="STATUSVAULT_DEBUG", help="Debug logs and tracebacks.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", envvar="STATUSVAULT_LOG_FORMAT",
+              show_default=True, help="Log line format (stderr).")
+@click.pass_context
+def cli(ctx: click.Context, kubeconfig: str | None, context: str | None, debug: bool, log_format: str) -> None:
+    """Back up Kubernetes custom resources with their status; restore them in two passes."""
+    setup_logging(log_format, debug)
+    if ctx.obj is None:
+        ctx.obj = App(kubeconfig, context, debug, log_format)
+    else:  # a test supplied its own App: keep it, take the flags
+        ctx.obj.kubeconfig = kubeconfig or ctx.obj.kubeconfig
+        ctx.obj.context = context or ctx.obj.context
+        ctx.obj.debug, ctx.obj.log_format = debug, log_format
+    ctx.call_on_close(ctx.obj.close)
+
+
+@cli.command("cluster-info")
+@click.option("-o", "--output", type=click.Choice(["text", "json", "yaml"]), default="text", show_default=True)
+@click.pass_obj
+def cluster_info(app: App, output: str) -> None:
+    """Show the server version and which served resources have a /status subresource."""
+    version = app.client().server_version()
+    resources = sorted(app.discovery().preferred, key=lambda r: r.qualified)
+    data = {
+        "server": app.client().transport.host,
+        "version": version.get("gitVersion"),
+        "resources": [{"name": r.qualified, "version": r.version, "kind": r.kind, "namespaced": r.namespaced,
+                       "statusSubresource": r.has_status, "custom": r.custom} for r in resources],
+    }
+    rows = [(r.qualified, r.version, r.kind, "yes" if r.namespaced else "no", "yes" if r.has_status else "no",
+             "yes" if r.custom else "no") for r in resources]
+    text = f"Server:  {data['server']}\nVersion: {data['version']}\n\n" + table(
+        ["RESOURCE", "VERSION", "KIND", "NAMESPACED", "STATUS-SUBRESOURCE", "CUSTOM"], rows)
+    emit(data, output, text)
+
+
+def _register() -> None:
+    from statusvault.cli import backups, restore
+
+    for command in (*backups.COMMANDS, restore.restore_cmd):
+        cli.add_command(command)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None, obj: Any = None) -> int:
+    """Run the CLI; every failure becomes one line on stderr and an ExitStatus."""
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        cli.main(args=argv, prog_name="statusvault", standalone_mode=False, obj=obj)
+    except click.exceptions.Exit as e:
+        return int(e.exit_code)
+    except click.UsageError as e:
+        click.echo(f"error: {e.format_message()}", err=True)
+        return ExitStatus.USAGE
+    except (click.Abort, KeyboardInterrupt):
+        click.echo("error: interrupted", err=True)
+        return ExitStatus.INTERRUPTED
+    except click.ClickException as e:
+        click.echo(f"error: {e.format_message()}", err=True)
+        return ExitStatus.ERROR
+    except StatusVaultError as e:
+        if debug:
+            log.exception("failed")
+        click.echo(f"error: {e}", err=True)
+        return e.exit_status
+    except Exception as e:
+        if debug:
+            log.exception("unexpected error")
+        click.echo(f"error: unexpected {type(e).__name__}: {e} (run with --debug for a traceback)", err=True)
+        return ExitStatus.ERROR
+    return ExitStatus.SUCCESS
+
+
+def entry() -> None:
+    sys.exit(main())

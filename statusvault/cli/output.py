@@ -1,0 +1,121 @@
+"""Rendering: plain tables for people, JSON/YAML for machines; logging setup; progress on a terminal."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import click
+import yaml
+
+FORMATS = ("text", "json", "yaml")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+
+
+def emit(data: Any, fmt: str, text: str) -> None:
+    """Print `data` as JSON/YAML, or the prepared `text`."""
+    if fmt == "json":
+        click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+    elif fmt == "yaml":
+        click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
+    else:
+        click.echo(text)
+
+
+def human_size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname.lower(),
+                 "logger": record.name, "msg": record.getMessage()}
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def setup_logging(log_format: str, debug: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    root = logging.getLogger("statusvault")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    root.propagate = False
+
+
+class LogProgress:
+    """Progress as log lines (no terminal): one line per finished step and at most one every 10 s."""
+
+    def __init__(self, interval: float = 10.0):
+        self.log = logging.getLogger("statusvault.progress")
+        self.interval = interval
+        self.label = ""
+        self.done = 0
+        self.started = self.last = time.monotonic()
+
+    def start(self, label: str, total: int | None = None) -> None:
+        self.label, self.done = label, 0
+        self.started = self.last = time.monotonic()
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self.last >= self.interval:
+            self.last = now
+            self.log.info("%s: %d objects (%.0f/s)", self.label, self.done, self.done / max(now - self.started, 1e-9))
+
+    def finish(self) -> None:
+        pass
+
+
+class RichProgress:
+    """A live bar on a terminal: items per step and objects/s."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
+                            console=Console(stderr=True), transient=False)
+        self.task: Any = None
+        self.done = 0
+        self.started = 0.0
+        self.bar.start()
+
+    def start(self, label: str, total: int | None = None) -> None:
+        self.task = self.bar.add_task(label, total=total, rate="")
+        self.done = 0
+        self.started = time.monotonic()
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        rate = self.done / max(time.monotonic() - self.started, 1e-9)
+        self.bar.update(self.task, advance=n, rate=f"{rate:.0f} obj/s")
+
+    def finish(self) -> None:
+        if self.task is not None:
+            self.bar.update(self.task, total=self.done)
+
+    def close(self) -> None:
+        self.bar.stop()

@@ -1,0 +1,100 @@
+"""restore: plan, (optionally) dry-run, execute; report per object."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from statusvault.cli.app import App
+from statusvault.cli.options import output_option, s3_options, selection_options, split_csv, storage_options
+from statusvault.cli.output import emit, table
+from statusvault.errors import ConfigError, PartialFailure
+from statusvault.restore.plan import RestoreOptions
+from statusvault.restore.results import RestoreReport, StatusOutcome
+from statusvault.restore.service import open_backup, plan_restore, restore
+
+
+def parse_mapping(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in split_csv(values):
+        old, sep, new = item.partition(":")
+        if not sep or not old or not new:
+            raise ConfigError(f"invalid --namespace-mapping entry {item!r}: expected OLD:NEW")
+        pairs.append((old, new))
+    return tuple(pairs)
+
+
+@click.command("restore")
+@click.argument("backup_name", metavar="BACKUP")
+@storage_options
+@selection_options
+@click.option("--namespace-mapping", multiple=True, metavar="OLD:NEW,...", help="Restore into other namespaces.")
+@click.option("--status-include-resources", multiple=True, metavar="R,...|'*'",
+              help="Restore status only for these resources ('*' = all, built-ins included). "
+                   "[default: every custom resource]")
+@click.option("--status-exclude-resources", multiple=True, metavar="R,...", help="Never restore their status.")
+@click.option("--no-status", is_flag=True, help="Do not restore any status.")
+@click.option("--existing-resource-policy", type=click.Choice(["none", "update"]), default="none",
+              show_default=True, help="What to do with objects that already exist.")
+@click.option("--dry-run", type=click.Choice(["none", "client", "server"]), default="none", show_default=True,
+              help="client: print the plan, change nothing; server: send every write with dryRun=All.")
+@click.option("--parallel", type=click.IntRange(1, 128), default=16, show_default=True,
+              envvar="STATUSVAULT_PARALLEL", help="Concurrent workers.")
+@click.option("--qps", type=click.FloatRange(0), default=0.0, show_default=True, envvar="STATUSVAULT_QPS",
+              help="Client-side request rate limit (0 = none; the server's 429s are always honoured).")
+@click.option("--burst", type=click.IntRange(1), default=100, show_default=True, envvar="STATUSVAULT_BURST")
+@output_option
+@click.pass_obj
+def restore_cmd(app: App, backup_name: str, output: str, **kw: Any) -> None:
+    """Restore a backup: create each object, then write its saved status through /status."""
+    store = app.store(kw.pop("storage"), s3_options(kw))
+    opts = RestoreOptions(
+        namespaces=split_csv(kw["namespaces"]), include_resources=split_csv(kw["include_resources"]),
+        exclude_resources=split_csv(kw["exclude_resources"]), label_selector=kw["selector"],
+        namespace_mapping=parse_mapping(kw["namespace_mapping"]),
+        status_include=split_csv(kw["status_include_resources"]),
+        status_exclude=split_csv(kw["status_exclude_resources"]), no_status=kw["no_status"],
+        existing_policy=kw["existing_resource_policy"], dry_run=kw["dry_run"])
+    client = app.client(pool_size=kw["parallel"] + 4, qps=kw["qps"], burst=kw["burst"])
+    with open_backup(store, backup_name) as reader:
+        plan = plan_restore(client, app.discovery(), reader, backup_name, opts)
+        report = restore(client, app.discovery(), lambda: app.discovery(refresh=True), reader, plan, opts,
+                         app.progress(), kw["parallel"])
+    emit(report.to_dict(), output, render(report))
+    if report.interrupted:
+        raise KeyboardInterrupt
+    if report.failures:
+        lacking = len(report.missing_status)
+        raise PartialFailure(f"restore of {backup_name} finished with {len(report.failures)} failed object(s); "
+                             f"{lacking} object(s) lack their saved status")
+
+
+def render(report: RestoreReport) -> str:
+    lines = []
+    if report.dry_run == "client":
+        lines.append(f"Plan for restoring {report.backup} (dry run, nothing changed):")
+        lines += [f"  {r.outcome:<13} {r.display}  status: {r.status}" for r in report.results]
+        lines.append("")
+    rows = []
+    for resource, c in report.by_resource():
+        done = c["created"] + c["would-create"]
+        updated = c["updated"] + c["would-update"]
+        status = c["status:" + StatusOutcome.WRITTEN] + c["status:" + StatusOutcome.IN_BODY] + \
+            c["status:" + StatusOutcome.WOULD_WRITE]
+        rows.append((resource, done, updated, c["skipped"], c["failed"], status,
+                     c["status:" + StatusOutcome.FAILED] + c["status:" + StatusOutcome.MISMATCH]))
+    lines.append(table(["RESOURCE", "CREATED", "UPDATED", "SKIPPED", "FAILED", "STATUS RESTORED",
+                        "STATUS FAILED"], rows))
+    problems = [r for r in report.results if r.failed or r.notes]
+    if problems and report.dry_run != "client":
+        lines.append("")
+        for r in problems:
+            detail = r.message or "; ".join(r.notes)
+            lines.append(f"{'FAILED' if r.failed else 'note'}: {r.display}: {detail}")
+    lacking = report.missing_status
+    verb = "Dry run of restore" if report.dry_run != "none" else "Restore"
+    lines.append("")
+    lines.append(f"{verb} of {report.backup}: {len(report.results)} objects, {len(report.failures)} failed, "
+                 f"{len(lacking)} without their saved status, in {report.duration:.1f}s")
+    return "\n".join(lines)

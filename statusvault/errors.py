@@ -1,0 +1,70 @@
+"""The error hierarchy and the process exit codes."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+
+class ExitStatus(enum.IntEnum):
+    """Process exit codes; pinned by tests, documented in docs/cli.md."""
+
+    SUCCESS = 0
+    ERROR = 1
+    USAGE = 2
+    PARTIAL_FAILURE = 3
+    INTERRUPTED = 130
+
+
+class StatusVaultError(Exception):
+    """Base of every error statusvault raises on purpose; its message is shown to the user."""
+
+    exit_status = ExitStatus.ERROR
+
+
+class ConfigError(StatusVaultError):
+    """Bad command-line input or configuration (unknown resource, bad URL, bad option)."""
+
+    exit_status = ExitStatus.USAGE
+
+
+class KubeApiError(StatusVaultError):
+    """The API server answered with an error Status; `code` and `reason` carry its facts."""
+
+    def __init__(self, message: str, code: int = 0, reason: str = "", status: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.status = status or {}
+
+    @property
+    def retry_after(self) -> float | None:
+        details = self.status.get("details") or {}
+        seconds = details.get("retryAfterSeconds")
+        return float(seconds) if seconds is not None else None
+
+
+class KubeConnectionError(StatusVaultError):
+    """The API server could not be reached (refused, timeout, TLS)."""
+
+
+class StorageError(StatusVaultError):
+    """The backup store failed: missing bucket, denied, unreachable, missing backup."""
+
+
+class BackupNotFoundError(StorageError):
+    """The named backup does not exist in the store."""
+
+
+class BackupExistsError(StorageError):
+    """A backup of that name already exists."""
+
+
+class ArchiveError(StatusVaultError):
+    """The archive is malformed, tampered with, incomplete or of an unknown format version."""
+
+
+class PartialFailure(StatusVaultError):
+    """The run finished but some items failed; the report says which."""
+
+    exit_status = ExitStatus.PARTIAL_FAILURE

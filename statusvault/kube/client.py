@@ -1,0 +1,133 @@
+"""Typed verbs over the transport: paginated LIST, GET, create, status writes, patches. Raw dicts only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from statusvault.errors import KubeApiError
+from statusvault.kube.transport import JSON, METADATA_LIST, KubeTransport, Request
+from statusvault.model import KubeObject, ResourceType
+
+
+def _dry(dry_run: bool) -> tuple[tuple[str, str], ...]:
+    return (("dryRun", "All"),) if dry_run else ()
+
+
+def _sort_key(obj: KubeObject) -> str:
+    """The order etcd returns a LIST in: by `namespace/name`."""
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))
+
+
+class KubeClient:
+    """The verbs statusvault needs, over plain JSON dicts."""
+
+    def __init__(self, transport: KubeTransport):
+        self.transport = transport
+
+    def request_json(self, req: Request) -> Any:
+        return orjson.loads(self.transport.send(req))
+
+    def get_path(self, path: str) -> Any:
+        return self.request_json(Request("GET", path))
+
+    def server_version(self) -> dict[str, Any]:
+        version: dict[str, Any] = self.get_path("/version")
+        return version
+
+    def list_pages(self, rt: ResourceType, namespace: str | None = None, label_selector: str = "",
+                   limit: int = 500) -> Iterator[list[KubeObject]]:
+        """Yield pages of a LIST following `metadata.continue`.
+
+        An expired continue token (410 Gone) restarts the list and skips what was already yielded,
+        using the key order the API server lists in.
+        """
+        last_key: str | None = None
+        token = ""
+        while True:
+            params: list[tuple[str, str]] = [("limit", str(limit))]
+            if label_selector:
+                params.append(("labelSelector", label_selector))
+            if token:
+                params.append(("continue", token))
+            try:
+                page = self.request_json(Request("GET", rt.path(namespace), tuple(params)))
+            except KubeApiError as e:
+                if e.code == 410 and token:
+                    token = ""  # restart from a fresh snapshot
+                    continue
+                raise
+            items: list[KubeObject] = page.get("items") or []
+            if last_key is not None:
+                items = [o for o in items if _sort_key(o) > last_key]
+            if items:
+                last_key = _sort_key(items[-1])
+                kind = rt.kind
+                api_version = rt.api_version
+                for obj in items:  # LIST items omit kind/apiVersion
+                    obj.setdefault("kind", kind)
+                    obj.setdefault("apiVersion", api_version)
+                yield items
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return
+
+    def list_names(self, rt: ResourceType, namespace: str | None, limit: int = 1000) -> set[str]:
+        """Names of the existing objects, from a metadata-only LIST; empty when the resource is not served."""
+        names: set[str] = set()
+        token = ""
+        while True:
+            params: tuple[tuple[str, str], ...] = (("limit", str(limit)),) + ((("continue", token),) if token else ())
+            try:
+                page = self.request_json(Request("GET", rt.path(namespace), params, accept=METADATA_LIST))
+            except KubeApiError as e:
+                if e.code == 404:
+                    return names
+                if e.code == 410 and token:
+                    names.clear()
+                    token = ""
+                    continue
+                raise
+            names.update((o.get("metadata") or {}).get("name", "") for o in page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return names
+
+    def get(self, rt: ResourceType, namespace: str | None, name: str) -> KubeObject | None:
+        """GET one object; None when it does not exist."""
+        try:
+            obj: KubeObject = self.get_path(rt.path(namespace, name))
+        except KubeApiError as e:
+            if e.code == 404:
+                return None
+            raise
+        return obj
+
+    def create(self, rt: ResourceType, namespace: str | None, body: KubeObject,
+               dry_run: bool = False) -> KubeObject:
+        req = Request("POST", rt.path(namespace), _dry(dry_run), orjson.dumps(body))
+        created: KubeObject = self.request_json(req)
+        return created
+
+    def replace(self, rt: ResourceType, namespace: str | None, name: str, body: KubeObject,
+                dry_run: bool = False, sub: str | None = None) -> KubeObject:
+        req = Request("PUT", rt.path(namespace, name, sub), _dry(dry_run), orjson.dumps(body))
+        replaced: KubeObject = self.request_json(req)
+        return replaced
+
+    def patch(self, rt: ResourceType, namespace: str | None, name: str, patch: Any, content_type: str,
+              dry_run: bool = False, sub: str | None = None) -> KubeObject:
+        req = Request("PATCH", rt.path(namespace, name, sub), _dry(dry_run), orjson.dumps(patch), content_type)
+        patched: KubeObject = self.request_json(req)
+        return patched
+
+    def delete(self, rt: ResourceType, namespace: str | None, name: str) -> None:
+        try:
+            self.transport.send(Request("DELETE", rt.path(namespace, name), body=b"{}", content_type=JSON))
+        except KubeApiError as e:
+            if e.code != 404:
+                raise

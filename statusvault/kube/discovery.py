@@ -1,0 +1,114 @@
+"""Discovery: which resources the server serves, their preferred version, scope and `/status` subresource."""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from statusvault.errors import ConfigError, KubeApiError
+from statusvault.kube.client import KubeClient
+from statusvault.model import CRD_GROUP, CRD_RESOURCE, ResourceType
+
+CRD_TYPE = ResourceType(CRD_GROUP, "v1", CRD_RESOURCE, "CustomResourceDefinition", namespaced=False,
+                        has_status=True, verbs=("create", "get", "list"), singular="customresourcedefinition")
+
+
+def parse_resource_list(group: str, version: str, body: dict[str, Any],
+                        custom: frozenset[tuple[str, str]] = frozenset()) -> list[ResourceType]:
+    """Build ResourceTypes from one APIResourceList; `<plural>/status` entries mark has_status."""
+    entries = body.get("resources") or []
+    with_status = {e["name"].split("/")[0] for e in entries if e["name"].endswith("/status")}
+    out = []
+    for e in entries:
+        if "/" in e["name"]:
+            continue
+        out.append(ResourceType(
+            group=group, version=version, resource=e["name"], kind=e["kind"],
+            namespaced=bool(e.get("namespaced")), has_status=e["name"] in with_status,
+            custom=(group, e["name"]) in custom, verbs=tuple(e.get("verbs") or ()),
+            short_names=tuple(e.get("shortNames") or ()), singular=e.get("singularName") or "",
+        ))
+    return out
+
+
+@dataclasses.dataclass
+class Discovery:
+    """The server's resources in their preferred versions, plus every served version for lookups."""
+
+    preferred: list[ResourceType]
+    all_versions: list[ResourceType]
+
+    def resolve(self, name: str) -> ResourceType:
+        """Resolve `resource.group`, `kind.group`, a plural, singular, Kind or short name."""
+        wanted = name.strip().lower()
+        matches = [rt for rt in self.preferred if wanted in _names(rt)]
+        if not matches:
+            raise ConfigError(f"unknown resource {name!r}: not served by this cluster "
+                              "(use resource.group, e.g. kubernetesclusters.xyz.example.com)")
+        if len(matches) > 1:
+            exact = [rt for rt in matches if wanted == rt.qualified]
+            if len(exact) == 1:
+                return exact[0]
+            options = ", ".join(sorted(rt.qualified for rt in matches))
+            raise ConfigError(f"resource name {name!r} is ambiguous: {options}")
+        return matches[0]
+
+    def find(self, group: str, version: str, kind: str) -> ResourceType | None:
+        """The resource for an apiVersion/kind, preferring the exact served version."""
+        for rt in self.all_versions:
+            if rt.group == group and rt.version == version and rt.kind == kind:
+                return rt
+        for rt in self.preferred:
+            if rt.group == group and rt.kind == kind:
+                return rt
+        return None
+
+    def by_qualified(self, qualified: str) -> ResourceType | None:
+        for rt in self.preferred:
+            if rt.qualified == qualified:
+                return rt
+        return None
+
+    def custom(self) -> list[ResourceType]:
+        return [rt for rt in self.preferred if rt.custom]
+
+
+def _names(rt: ResourceType) -> set[str]:
+    names = {rt.resource, rt.kind.lower(), rt.singular, *rt.short_names}
+    names.discard("")
+    qualified = {f"{n}.{rt.group}" for n in names} if rt.group else set()
+    return names | qualified | {rt.qualified}
+
+
+def _custom_resources(client: KubeClient) -> frozenset[tuple[str, str]]:
+    body = client.get_path(CRD_TYPE.path())
+    return frozenset((c["spec"]["group"], c["spec"]["names"]["plural"]) for c in body.get("items") or [])
+
+
+def discover(client: KubeClient, workers: int = 8) -> Discovery:
+    """Read /api and /apis and every group version, in parallel; mark CRD-defined resources."""
+    core = client.get_path("/api")
+    groups = client.get_path("/apis").get("groups") or []
+    wanted: list[tuple[str, str, bool]] = [("", v, v == "v1") for v in core.get("versions") or []]
+    for g in groups:
+        preferred = (g.get("preferredVersion") or {}).get("groupVersion")
+        for v in g.get("versions") or []:
+            wanted.append((g["name"], v["version"], v["groupVersion"] == preferred))
+    custom = _custom_resources(client)
+
+    def fetch(item: tuple[str, str, bool]) -> list[ResourceType]:
+        group, version, _ = item
+        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        try:
+            return parse_resource_list(group, version, client.get_path(path), custom)
+        except KubeApiError as e:
+            if e.code in (404, 503):  # an aggregated API that is down: skip it, as kubectl does
+                return []
+            raise
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        lists = list(pool.map(fetch, wanted))
+    preferred = [rt for item, rts in zip(wanted, lists, strict=True) if item[2] for rt in rts]
+    everything = [rt for rts in lists for rt in rts]
+    return Discovery(preferred, everything)

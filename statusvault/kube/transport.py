@@ -1,0 +1,182 @@
+"""One adapter that sends requests to the API server: auth from kubeconfig, pooling, retries, QPS."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import orjson
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes.config.config_exception import ConfigException
+
+from statusvault.errors import ConfigError, KubeApiError, KubeConnectionError
+from statusvault.throttle import Backoff, TokenBucket
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_CODES = frozenset({429, 500, 502, 503, 504})
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Request:
+    """A request to the API server, built without I/O."""
+
+    method: str
+    path: str
+    params: tuple[tuple[str, str], ...] = ()
+    body: bytes | None = None
+    content_type: str = JSON
+    accept: str = JSON
+
+    def url_path(self) -> str:
+        if not self.params:
+            return self.path
+        from urllib.parse import urlencode
+
+        return f"{self.path}?{urlencode(self.params)}"
+
+
+@dataclasses.dataclass
+class TransportStats:
+    requests: int = 0
+    retries: int = 0
+    throttled_seconds: float = 0.0
+
+
+class KubeTransport:
+    """Sends `Request`s with connection reuse, a client-side token bucket and bounded retries."""
+
+    def __init__(self, configuration: k8s_client.Configuration, *, pool_size: int = 16, qps: float = 0.0,
+                 burst: int = 100, backoff: Backoff | None = None, timeout: float = 60.0):
+        self.configuration = configuration
+        self.host = configuration.host.rstrip("/")
+        self.bucket = TokenBucket(qps, burst)
+        self.backoff = backoff or Backoff()
+        self.timeout = urllib3.Timeout(connect=10.0, read=timeout)
+        self.stats = TransportStats()
+        self._stats_lock = threading.Lock()
+        pool_args: dict[str, Any] = {"num_pools": 4, "maxsize": max(1, pool_size), "block": False}
+        if configuration.verify_ssl:
+            pool_args.update(cert_reqs="CERT_REQUIRED", ca_certs=configuration.ssl_ca_cert)
+        else:
+            pool_args["cert_reqs"] = "CERT_NONE"
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+        if configuration.cert_file:
+            pool_args.update(cert_file=configuration.cert_file, key_file=configuration.key_file)
+        if getattr(configuration, "tls_server_name", None):
+            pool_args["server_hostname"] = configuration.tls_server_name
+        if configuration.proxy:
+            self.pool: urllib3.PoolManager = urllib3.ProxyManager(configuration.proxy, **pool_args)
+        else:
+            self.pool = urllib3.PoolManager(**pool_args)
+
+    def _headers(self, req: Request) -> dict[str, str]:
+        cfg = self.configuration
+        if cfg.refresh_api_key_hook is not None:
+            cfg.refresh_api_key_hook(cfg)
+        headers = {"Accept": req.accept, "User-Agent": "statusvault"}
+        if req.body is not None:
+            headers["Content-Type"] = req.content_type
+        # the client stores the token under "BearerToken" (newer) or "authorization" (older releases)
+        token = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
+        if token:
+            headers["Authorization"] = token
+        elif cfg.username and cfg.password:
+            headers.update(urllib3.make_headers(basic_auth=f"{cfg.username}:{cfg.password}"))
+        return headers
+
+    def send(self, req: Request) -> bytes:
+        """Send `req`; return the response body, or raise KubeApiError / KubeConnectionError."""
+        attempt = 0
+        while True:
+            waited = self.bucket.acquire()
+            try:
+                resp = self.pool.request(req.method, self.host + req.url_path(), body=req.body,
+                                         headers=self._headers(req), timeout=self.timeout,
+                                         retries=False, preload_content=True)
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                error: Exception = KubeConnectionError(
+                    f"cannot reach the API server at {self.host}: {type(e).__name__}: {e}")
+                retry_after = None
+                code = 0
+            else:
+                if resp.status < 400:
+                    self._count(waited, retried=attempt > 0)
+                    return bytes(resp.data)
+                error = api_error(req, resp.status, resp.data)
+                retry_after = _retry_after(resp.headers.get("Retry-After"))
+                code = resp.status
+            if (code and code not in RETRYABLE_CODES) or attempt >= self.backoff.max_retries:
+                raise error
+            delay = retry_after if retry_after is not None else self.backoff.delay(attempt)
+            log.debug("retrying %s %s in %.2fs after %s", req.method, req.path, delay, error)
+            self._count(waited + delay, retried=True)
+            time.sleep(delay)
+            attempt += 1
+
+    def _count(self, throttled: float, retried: bool) -> None:
+        with self._stats_lock:
+            self.stats.requests += 1
+            self.stats.retries += int(retried)
+            self.stats.throttled_seconds += throttled
+
+    def close(self) -> None:
+        self.pool.clear()
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def api_error(req: Request, code: int, data: bytes) -> KubeApiError:
+    """Turn an error response into a KubeApiError carrying the server's Status."""
+    status: dict[str, Any] = {}
+    try:
+        parsed = orjson.loads(data)
+        if isinstance(parsed, dict):
+            status = parsed
+    except orjson.JSONDecodeError:
+        pass
+    reason = str(status.get("reason") or "")
+    message = str(status.get("message") or data[:200].decode("utf-8", "replace").strip() or f"HTTP {code}")
+    return KubeApiError(f"{req.method} {req.path}: {message} ({code} {reason})".rstrip(), code, reason, status)
+
+
+def load_configuration(kubeconfig: str | None = None, context: str | None = None) -> k8s_client.Configuration:
+    """Load client configuration: --kubeconfig/KUBECONFIG/~/.kube/config, else in-cluster."""
+    cfg = k8s_client.Configuration()
+    explicit = kubeconfig or os.environ.get("KUBECONFIG")
+    default_path = os.path.expanduser("~/.kube/config")
+    try:
+        if explicit or os.path.exists(default_path) or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            path = explicit or default_path
+            if not explicit and not os.path.exists(path):
+                raise ConfigError("no kubeconfig found: pass --kubeconfig or set KUBECONFIG")
+            k8s_config.load_kube_config(config_file=path, context=context, client_configuration=cfg,
+                                        persist_config=False)
+        else:
+            k8s_config.load_incluster_config(client_configuration=cfg)
+    except ConfigException as e:
+        raise ConfigError(f"cannot load Kubernetes configuration: {e}") from e
+    except OSError as e:
+        raise ConfigError(f"cannot read kubeconfig: {e}") from e
+    return cfg
+
+
+def load_transport(kubeconfig: str | None = None, context: str | None = None, **kwargs: Any) -> KubeTransport:
+    return KubeTransport(load_configuration(kubeconfig, context), **kwargs)

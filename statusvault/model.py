@@ -1,0 +1,98 @@
+"""Plain values shared by the engines and adapters: resource types, object identities, selections."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+KubeObject = dict[str, Any]
+
+CRD_GROUP = "apiextensions.k8s.io"
+CRD_RESOURCE = "customresourcedefinitions"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ResourceType:
+    """One served resource, as discovery describes it."""
+
+    group: str  # "" for the core group
+    version: str
+    resource: str  # plural
+    kind: str
+    namespaced: bool
+    has_status: bool = False  # discovery lists "<plural>/status"
+    custom: bool = False  # defined by a CustomResourceDefinition
+    verbs: tuple[str, ...] = ()
+    short_names: tuple[str, ...] = ()
+    singular: str = ""
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def qualified(self) -> str:
+        """Velero-style name: `resource.group`, or the bare plural for the core group."""
+        return f"{self.resource}.{self.group}" if self.group else self.resource
+
+    @property
+    def is_crd(self) -> bool:
+        return self.group == CRD_GROUP and self.resource == CRD_RESOURCE
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+        """The REST path of the collection, an object, or an object's subresource."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.resource}"
+        if name:
+            base += f"/{name}"
+            if sub:
+                base += f"/{sub}"
+        return base
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ObjectKey:
+    """Identity of one object in an archive or a cluster."""
+
+    qualified: str  # resource.group
+    namespace: str  # "" when cluster-scoped
+    name: str
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.qualified} {where}{self.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """What a backup or a restore takes: namespaces, resources, label selector."""
+
+    namespaces: tuple[str, ...] = ()  # empty: all namespaces
+    include_resources: tuple[str, ...] = ()  # empty: every custom resource
+    exclude_resources: tuple[str, ...] = ()
+    label_selector: str = ""
+    include_cluster_resources: bool | None = None  # None: on when no namespace filter is given
+    include_crds: bool = True
+
+    @property
+    def cluster_resources(self) -> bool:
+        if self.include_cluster_resources is None:
+            return not self.namespaces
+        return self.include_cluster_resources
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "namespaces": list(self.namespaces),
+            "includeResources": list(self.include_resources),
+            "excludeResources": list(self.exclude_resources),
+            "labelSelector": self.label_selector,
+            "includeClusterResources": self.cluster_resources,
+            "includeCRDs": self.include_crds,
+        }
+
+
+def object_key(rt: ResourceType, obj: KubeObject) -> ObjectKey:
+    meta = obj.get("metadata") or {}
+    return ObjectKey(rt.qualified, meta.get("namespace", "") if rt.namespaced else "", meta.get("name", ""))

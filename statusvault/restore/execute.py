@@ -1,0 +1,298 @@
+"""Execute a RestorePlan: per object, create (pass 1) then write the saved status (pass 2)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import orjson
+
+from statusvault.archive import ArchiveReader
+from statusvault.errors import KubeApiError, StatusVaultError
+from statusvault.kube.client import KubeClient
+from statusvault.kube.discovery import Discovery
+from statusvault.kube.transport import JSON_PATCH
+from statusvault.model import KubeObject, ResourceType
+from statusvault.progress import NullProgress, Progress
+from statusvault.restore.owners import OwnerResolver
+from statusvault.restore.plan import Action, Category, PlanItem, RestoreOptions, RestorePlan, StatusMode
+from statusvault.restore.results import ItemResult, Outcome, RestoreReport, StatusOutcome
+from statusvault.transforms import remap_owner_refs, sanitize, status_body, update_patch
+
+log = logging.getLogger(__name__)
+STATUS_WRITE_ATTEMPTS = 5
+
+
+class RestoreEngine:
+    def __init__(self, client: KubeClient, discovery: Discovery, discover: Callable[[], Discovery],
+                 progress: Progress | None = None, parallel: int = 8, establish_timeout: float = 60.0):
+        self.client = client
+        self.discovery = discovery
+        self.discover = discover
+        self.progress = progress or NullProgress()
+        self.parallel = max(1, parallel)
+        self.establish_timeout = establish_timeout
+
+    def run(self, reader: ArchiveReader, plan: RestorePlan, opts: RestoreOptions) -> RestoreReport:
+        started = time.monotonic()
+        report = RestoreReport(plan.backup, opts.dry_run, warnings=list(plan.warnings))
+        run = _Run(self, reader, opts, report)
+        self.progress.start("restore", total=len(plan.items))
+        try:
+            for wave in plan.waves():
+                run.wave(wave)
+                if wave[0].category == Category.CRD and opts.dry_run == "none":
+                    run.owners.refresh(self._after_crds(wave, plan))
+        except KeyboardInterrupt:
+            report.interrupted = True
+        finally:
+            self.progress.finish()
+            report.results.sort(key=lambda r: (r.resource, r.namespace, r.name))
+            report.duration = time.monotonic() - started
+        return report
+
+    def _after_crds(self, wave: list[PlanItem], plan: RestorePlan) -> Discovery:
+        """Wait until the restored CRDs are Established and served, then retarget the items that use them."""
+        names = [i.name for i in wave if i.action in (Action.CREATE, Action.UPDATE)]
+        deadline = time.monotonic() + self.establish_timeout
+        for name in names:
+            while not _established(self.client.get(wave[0].rt, None, name)):
+                if time.monotonic() > deadline:
+                    raise StatusVaultError(f"CRD {name} did not become Established within "
+                                           f"{self.establish_timeout:.0f}s")
+                time.sleep(0.2)
+        # a CRD's name is <plural>.<group>: the qualified name of the resource it defines
+        pending = {i.rt.qualified for i in plan.items if i.category != Category.CRD} & set(names)
+        while True:
+            live = self.discover()
+            if all(live.by_qualified(q) is not None for q in pending):
+                break
+            if time.monotonic() > deadline:
+                raise StatusVaultError("restored CRDs are Established but not yet served by discovery")
+            time.sleep(0.3)
+        for item in plan.items:
+            served = live.by_qualified(item.rt.qualified)
+            if served is not None and item.category != Category.CRD:
+                item.rt = served
+                if item.status_mode != StatusMode.NONE:
+                    item.status_mode = StatusMode.SUBRESOURCE if served.has_status else StatusMode.IN_BODY
+        return live
+
+
+def _established(crd: KubeObject | None) -> bool:
+    conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
+class _Run:
+    """State of one restore run: results, the old->new UID map, the worker pool."""
+
+    def __init__(self, engine: RestoreEngine, reader: ArchiveReader, opts: RestoreOptions, report: RestoreReport):
+        self.engine = engine
+        self.client = engine.client
+        self.reader = reader
+        self.opts = opts
+        self.report = report
+        self.server_dry = opts.dry_run == "server"
+        self.owners = OwnerResolver(engine.client, engine.discovery)
+        self.lock = threading.Lock()
+
+    def record(self, result: ItemResult) -> None:
+        with self.lock:
+            self.report.results.append(result)
+            self.engine.progress.advance(1)
+        if result.failed:
+            log.warning("%s: %s (%s)", result.display, result.outcome, result.message or result.status)
+
+    def wave(self, items: list[PlanItem]) -> None:
+        if self.opts.dry_run == "client":
+            for item in items:
+                self.record(_client_dry_run(item))
+            return
+        todo = {}
+        for item in items:
+            if item.action in (Action.CREATE, Action.UPDATE):
+                todo[item.path] = item
+            else:
+                self.record(_not_attempted(item))
+        if not todo:
+            return
+        slots = threading.BoundedSemaphore(self.engine.parallel * 4)  # objects in flight stay bounded
+
+        def submit(pool: ThreadPoolExecutor, item: PlanItem, data: bytes | None) -> None:
+            slots.acquire()
+            fut: Future[ItemResult] = pool.submit(self.restore_one, item, data)
+            fut.add_done_callback(lambda f: (slots.release(), self.record(f.result())))
+
+        with ThreadPoolExecutor(self.engine.parallel, thread_name_prefix="restore") as pool:
+            try:
+                if "" in todo:
+                    for item in items:
+                        if not item.path and item.action == Action.CREATE:
+                            submit(pool, item, None)
+                for path, data in self.reader.objects(lambda p: p in todo):
+                    submit(pool, todo[path], data)
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+
+    def restore_one(self, item: PlanItem, data: bytes | None) -> ItemResult:
+        obj: KubeObject = orjson.loads(data) if data is not None else \
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": item.name}}
+        result = ItemResult(item.rt.qualified, item.namespace, item.name, Outcome.FAILED,
+                            StatusOutcome.NOT_WRITTEN, old_uid=item.old_uid)
+        try:
+            self._restore(item, obj, result)
+        except StatusVaultError as e:
+            result.message = str(e)
+        except Exception as e:  # one object's surprise must not end the run
+            log.debug("unexpected error restoring %s", item.display, exc_info=True)
+            result.message = f"{type(e).__name__}: {e}"
+        return result
+
+    def _restore(self, item: PlanItem, obj: KubeObject, result: ItemResult) -> None:
+        saved_status = obj.get("status")
+        rt = self._request_type(item, obj)
+        body = sanitize(obj, keep_status=item.status_mode == StatusMode.IN_BODY)
+        body["apiVersion"] = rt.api_version
+        if rt.namespaced:
+            body["metadata"]["namespace"] = item.namespace
+        notes = self._remap_owners(item, body)
+        if item.action == Action.CREATE:
+            live, outcome = self._create(rt, item, body)
+        else:
+            live, outcome = self._update(rt, item, body)
+        if live is None:
+            result.outcome, result.notes = Outcome.SKIPPED, (*notes, "already exists (policy none)")
+            return
+        result.outcome = outcome
+        meta = live.get("metadata") or {}
+        result.new_uid = meta.get("uid", "")
+        if item.old_uid and result.new_uid:
+            self.owners.learn(item.old_uid, result.new_uid)
+        result.status = self._status(rt, item, live, saved_status)
+        notes += _generation_notes(saved_status, meta.get("generation"))
+        result.notes = tuple(notes)
+        if result.status == StatusOutcome.MISMATCH:
+            result.message = "the server changed the restored status (pruned or defaulted fields?)"
+
+    def _request_type(self, item: PlanItem, obj: KubeObject) -> ResourceType:
+        """The archived apiVersion when still served, else the preferred version."""
+        group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
+        exact = self.owners.find_type(group, version, str(obj.get("kind", "")))
+        return exact if exact is not None and exact.qualified == item.rt.qualified else item.rt
+
+    def _remap_owners(self, item: PlanItem, body: KubeObject) -> list[str]:
+        refs = body["metadata"].get("ownerReferences")
+        if not refs:
+            return []
+        kept, dropped = remap_owner_refs(refs, lambda ref: self.owners.resolve(ref, item.namespace))
+        if kept:
+            body["metadata"]["ownerReferences"] = kept
+        else:
+            body["metadata"].pop("ownerReferences")
+        notes = [f"ownerReference to {r.get('kind')} {r.get('name')} dropped: owner not found" for r in dropped]
+        for note in notes:
+            log.warning("%s: %s", item.display, note)
+        return notes
+
+    def _create(self, rt: ResourceType, item: PlanItem, body: KubeObject) -> tuple[KubeObject | None, str]:
+        try:
+            created = self.client.create(rt, item.namespace or None, body, dry_run=self.server_dry)
+        except KubeApiError as e:
+            if e.code != 409 or e.reason != "AlreadyExists":
+                raise
+            if self.opts.existing_policy != "update":
+                return None, Outcome.SKIPPED
+            return self._update(rt, item, body)  # appeared since the plan was made
+        return created, Outcome.WOULD_CREATE if self.server_dry else Outcome.CREATED
+
+    def _update(self, rt: ResourceType, item: PlanItem, body: KubeObject) -> tuple[KubeObject | None, str]:
+        outcome = Outcome.WOULD_UPDATE if self.server_dry else Outcome.UPDATED
+        for _ in range(STATUS_WRITE_ATTEMPTS):
+            live = self.client.get(rt, item.namespace or None, item.name)
+            if live is None:
+                raise StatusVaultError(f"{item.display} disappeared during the restore")
+            patch = update_patch(live, body)
+            if not patch:
+                return live, outcome
+            try:
+                return self.client.patch(rt, item.namespace or None, item.name, patch, JSON_PATCH,
+                                         dry_run=self.server_dry), outcome
+            except KubeApiError as e:
+                lost_race = e.code == 409 or (e.code == 422 and "test" in str(e).lower())
+                if not lost_race:
+                    raise
+        raise StatusVaultError(f"{item.display}: update kept conflicting with another writer")
+
+    def _status(self, rt: ResourceType, item: PlanItem, live: KubeObject, saved: Any) -> str:
+        if item.status_mode == StatusMode.NONE:
+            return StatusOutcome.NOT_NEEDED
+        if item.status_mode == StatusMode.IN_BODY:
+            if item.action == Action.UPDATE:  # the JSON patch never touches status: send it with a PUT
+                return self._put_status(rt, item, live, saved, sub=None)
+            return _compare(live.get("status"), saved, StatusOutcome.IN_BODY)
+        if self.server_dry and item.action == Action.CREATE:
+            return StatusOutcome.WOULD_WRITE  # nothing was persisted to write it on
+        return self._put_status(rt, item, live, saved, sub="status")
+
+    def _put_status(self, rt: ResourceType, item: PlanItem, live: KubeObject, saved: Any, sub: str | None) -> str:
+        ns = item.namespace or None
+        for _ in range(STATUS_WRITE_ATTEMPTS):
+            try:
+                out = self.client.replace(rt, ns, item.name, status_body(live, saved), dry_run=self.server_dry,
+                                          sub=sub)
+            except KubeApiError as e:
+                if e.code != 409:
+                    raise StatusWriteError(f"status write failed: {e}") from e
+                fresh = self.client.get(rt, ns, item.name)
+                if fresh is None:
+                    raise StatusWriteError("status write failed: the object was deleted") from e
+                live = fresh
+                continue
+            done = StatusOutcome.WOULD_WRITE if self.server_dry else StatusOutcome.WRITTEN
+            return _compare(out.get("status"), saved, done)
+        raise StatusWriteError("status write kept conflicting (409) with another writer")
+
+
+class StatusWriteError(StatusVaultError):
+    pass
+
+
+def _compare(actual: Any, saved: Any, ok: str) -> str:
+    return ok if actual == saved else StatusOutcome.MISMATCH
+
+
+def _generation_notes(status: Any, generation: Any) -> list[str]:
+    if not isinstance(status, dict) or "observedGeneration" not in status or generation is None:
+        return []
+    observed = status["observedGeneration"]
+    if observed == generation:
+        return []
+    return [f"status.observedGeneration is {observed} but the restored object's generation is {generation}"]
+
+
+def _not_attempted(item: PlanItem) -> ItemResult:
+    reasons = {
+        Action.SKIP_EXISTS: (Outcome.SKIPPED, "already exists (policy none): status not written"),
+        Action.SKIP_TERMINATING: (Outcome.SKIPPED, "was being deleted when backed up"),
+        Action.UNAVAILABLE: (Outcome.FAILED, f"{item.rt.qualified} is not served by this cluster and the "
+                                             "backup has no CRD for it"),
+    }
+    outcome, message = reasons[item.action]
+    return ItemResult(item.rt.qualified, item.namespace, item.name, outcome, StatusOutcome.NOT_WRITTEN,
+                      message=message if outcome == Outcome.FAILED else "", notes=(message,)
+                      if outcome != Outcome.FAILED else (), old_uid=item.old_uid)
+
+
+def _client_dry_run(item: PlanItem) -> ItemResult:
+    if item.action in (Action.CREATE, Action.UPDATE):
+        outcome = Outcome.WOULD_CREATE if item.action == Action.CREATE else Outcome.WOULD_UPDATE
+        status = {StatusMode.NONE: StatusOutcome.NOT_NEEDED, StatusMode.IN_BODY: StatusOutcome.IN_BODY,
+                  StatusMode.SUBRESOURCE: StatusOutcome.WOULD_WRITE}[item.status_mode]
+        return ItemResult(item.rt.qualified, item.namespace, item.name, outcome, status, old_uid=item.old_uid)
+    return _not_attempted(item)

@@ -1,0 +1,255 @@
+"""Plan a restore: filter the archive's objects, decide each one, and order them into waves. No writes."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+
+from statusvault.archive import ArchiveReader, parse_member_path
+from statusvault.errors import ArchiveError, ConfigError
+from statusvault.kube.discovery import Discovery
+from statusvault.labels import parse_selector
+from statusvault.model import ResourceType
+from statusvault.transforms import map_namespace, status_annotation
+
+STATUS_ALL = "*"
+
+
+class Category(enum.IntEnum):
+    """Restore order: CRDs, namespaces, other cluster-scoped objects, namespaced objects."""
+
+    CRD = 0
+    NAMESPACE = 1
+    CLUSTER = 2
+    NAMESPACED = 3
+
+
+class Action(enum.StrEnum):
+    CREATE = "create"
+    SKIP_EXISTS = "skip"  # exists, policy none
+    UPDATE = "update"  # exists, policy update
+    SKIP_TERMINATING = "skip-terminating"  # was being deleted at backup time
+    UNAVAILABLE = "unavailable"  # the cluster does not serve the resource and the backup has no CRD for it
+
+
+class StatusMode(enum.StrEnum):
+    SUBRESOURCE = "subresource"  # PUT .../status after the create
+    IN_BODY = "in-body"  # no /status subresource: the status travels in the create body
+    NONE = "none"  # no saved status, or status restore is off for this object
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreOptions:
+    namespaces: tuple[str, ...] = ()
+    include_resources: tuple[str, ...] = ()
+    exclude_resources: tuple[str, ...] = ()
+    label_selector: str = ""
+    namespace_mapping: tuple[tuple[str, str], ...] = ()
+    status_include: tuple[str, ...] = ()  # empty: every custom resource; ("*",): everything
+    status_exclude: tuple[str, ...] = ()
+    no_status: bool = False
+    existing_policy: str = "none"  # none | update
+    dry_run: str = "none"  # none | client | server
+
+    @property
+    def mapping(self) -> dict[str, str]:
+        return dict(self.namespace_mapping)
+
+
+@dataclasses.dataclass(slots=True)
+class PlanItem:
+    path: str  # archive member, "" for a namespace the plan adds
+    rt: ResourceType
+    namespace: str  # target namespace ("" when cluster-scoped)
+    name: str
+    old_uid: str
+    owner_uids: tuple[str, ...]
+    category: Category
+    action: Action
+    status_mode: StatusMode
+    depth: int = 0
+
+    @property
+    def display(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.rt.qualified} {where}{self.name}"
+
+
+@dataclasses.dataclass
+class RestorePlan:
+    backup: str
+    items: list[PlanItem]
+    manifest: dict[str, Any]
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    def waves(self) -> list[list[PlanItem]]:
+        """Groups to run in order: by category, then by owner depth (owners before dependents)."""
+        groups: dict[tuple[int, int], list[PlanItem]] = {}
+        for item in self.items:
+            groups.setdefault((item.category, item.depth), []).append(item)
+        return [groups[k] for k in sorted(groups)]
+
+
+def manifest_types(manifest: dict[str, Any]) -> list[ResourceType]:
+    """The resource types as recorded at backup time."""
+    out = []
+    for qualified, r in (manifest.get("resources") or {}).items():
+        rt = ResourceType(r["group"], r["version"], r["resource"], r["kind"], bool(r["namespaced"]),
+                          bool(r.get("hasStatusSubresource")), bool(r.get("custom")), ("list",))
+        if rt.qualified != qualified:
+            raise ArchiveError(f"manifest entry {qualified!r} does not match its group/resource")
+        out.append(rt)
+    return out
+
+
+def _category(rt: ResourceType) -> Category:
+    if rt.is_crd:
+        return Category.CRD
+    if rt.group == "" and rt.resource == "namespaces":
+        return Category.NAMESPACE
+    return Category.CLUSTER if not rt.namespaced else Category.NAMESPACED
+
+
+class _Decider:
+    """Per-object decisions that depend only on the options and the backup's resource types."""
+
+    def __init__(self, opts: RestoreOptions, types: list[ResourceType], live: Discovery):
+        in_backup = Discovery(types, types)
+        self.opts = opts
+        self.live = live
+        self.include = {rt.qualified for rt in _resolve(in_backup, opts.include_resources)}
+        self.exclude = {rt.qualified for rt in _resolve(in_backup, opts.exclude_resources)}
+        self.status_all = STATUS_ALL in opts.status_include
+        names = tuple(n for n in opts.status_include if n != STATUS_ALL)
+        self.status_include = {rt.qualified for rt in _resolve(in_backup, names)}
+        self.status_exclude = {rt.qualified for rt in _resolve(in_backup, opts.status_exclude)}
+        self.selector = parse_selector(opts.label_selector)
+        self.mapping = opts.mapping
+        crds = {(rt.group, rt.resource) for rt in types if rt.custom}
+        self.backup_types = {rt.qualified: rt for rt in types}
+        self.target: dict[str, ResourceType | None] = {}
+        for rt in types:
+            served = live.by_qualified(rt.qualified)
+            if served is not None:
+                self.target[rt.qualified] = dataclasses.replace(served, custom=served.custom or rt.custom)
+            else:  # its CRD may come with the backup; discovery is refreshed after CRDs are created
+                self.target[rt.qualified] = rt if (rt.group, rt.resource) in crds else None
+
+    def resource_selected(self, qualified: str) -> bool:
+        return (not self.include or qualified in self.include) and qualified not in self.exclude
+
+    def wants_status(self, rt: ResourceType, obj: dict[str, Any]) -> bool:
+        override = status_annotation(obj)
+        if override is not None:
+            return override
+        if self.opts.no_status or rt.is_crd or rt.qualified in self.status_exclude:
+            return False
+        if self.status_all:
+            return True
+        if self.status_include:
+            return rt.qualified in self.status_include
+        return rt.custom
+
+    def status_mode(self, rt: ResourceType, obj: dict[str, Any]) -> StatusMode:
+        if not obj.get("status") or not self.wants_status(rt, obj):
+            return StatusMode.NONE
+        return StatusMode.SUBRESOURCE if rt.has_status else StatusMode.IN_BODY
+
+
+def _resolve(discovery: Discovery, names: Iterable[str]) -> list[ResourceType]:
+    out = []
+    for n in names:
+        try:
+            out.append(discovery.resolve(n))
+        except ConfigError:
+            raise ConfigError(f"resource {n!r} is not in this backup") from None
+    return out
+
+
+def build_plan(reader: ArchiveReader, opts: RestoreOptions, live: Discovery,
+               exists: Callable[[ResourceType, str, str], bool], backup: str = "") -> RestorePlan:
+    """Read every object (verifying each hash), filter, decide and order. Raises before any write."""
+    manifest = reader.manifest()
+    types = manifest_types(manifest)
+    decider = _Decider(opts, types, live)
+    by_qualified = {rt.qualified: rt for rt in types}
+    plan = RestorePlan(backup, [], manifest)
+    namespaces_needed: set[str] = set()
+    seen = 0
+    for path, data in reader.objects():
+        seen += 1
+        key = parse_member_path(path)
+        if key.qualified not in by_qualified:
+            raise ArchiveError(f"{path} belongs to a resource the manifest does not describe")
+        if not decider.resource_selected(key.qualified):
+            continue
+        if opts.namespaces and key.namespace and key.namespace not in opts.namespaces:
+            continue
+        obj = orjson.loads(data)
+        meta = obj.get("metadata") or {}
+        cat = _category(by_qualified[key.qualified])
+        if cat not in (Category.CRD, Category.NAMESPACE) and not decider.selector(meta.get("labels") or {}):
+            continue
+        item = _plan_item(path, key.qualified, obj, cat, decider, exists)
+        if item.rt.namespaced and item.action != Action.UNAVAILABLE:
+            namespaces_needed.add(item.namespace)
+        plan.items.append(item)
+    expected = len(manifest["files"])
+    if seen != expected:
+        raise ArchiveError(f"archive holds {seen} object files but its manifest lists {expected}")
+    _add_namespaces(plan, namespaces_needed, exists)
+    _assign_depths(plan.items)
+    return plan
+
+
+def _plan_item(path: str, qualified: str, obj: dict[str, Any], cat: Category, decider: _Decider,
+               exists: Callable[[ResourceType, str, str], bool]) -> PlanItem:
+    meta = obj.get("metadata") or {}
+    target = decider.target[qualified]
+    rt = target if target is not None else decider.backup_types[qualified]
+    ns = map_namespace(meta.get("namespace", ""), decider.mapping) if rt.namespaced else ""
+    owners = tuple(r.get("uid", "") for r in meta.get("ownerReferences") or [])
+    if target is None:
+        action = Action.UNAVAILABLE
+    elif "deletionTimestamp" in meta:
+        action = Action.SKIP_TERMINATING
+    elif exists(rt, ns, meta["name"]):
+        action = Action.UPDATE if decider.opts.existing_policy == "update" else Action.SKIP_EXISTS
+    else:
+        action = Action.CREATE
+    return PlanItem(path, rt, ns, meta["name"], meta.get("uid", ""), owners, cat, action,
+                    decider.status_mode(rt, obj))
+
+
+NAMESPACE_TYPE = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, has_status=True)
+
+
+def _add_namespaces(plan: RestorePlan, needed: set[str], exists: Callable[[ResourceType, str, str], bool]) -> None:
+    """Target namespaces that neither exist nor come from the backup are created bare."""
+    from_backup = {i.name for i in plan.items if i.category == Category.NAMESPACE}
+    for ns in sorted(needed - from_backup):
+        if not exists(NAMESPACE_TYPE, "", ns):
+            plan.items.append(PlanItem("", NAMESPACE_TYPE, "", ns, "", (), Category.NAMESPACE, Action.CREATE,
+                                       StatusMode.NONE))
+
+
+def _assign_depths(items: list[PlanItem]) -> None:
+    """depth = 1 + the deepest owner that is also in the plan; cycles are cut."""
+    by_uid = {i.old_uid: i for i in items if i.old_uid}
+    done: dict[str, int] = {}
+
+    def depth(item: PlanItem, trail: frozenset[str]) -> int:
+        if item.old_uid in done:
+            return done[item.old_uid]
+        owners = [by_uid[u] for u in item.owner_uids if u in by_uid and u not in trail]
+        d = 1 + max((depth(o, trail | {item.old_uid}) for o in owners), default=-1)
+        if item.old_uid:
+            done[item.old_uid] = d
+        return d
+
+    for item in items:
+        item.depth = depth(item, frozenset())

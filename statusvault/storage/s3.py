@@ -1,0 +1,193 @@
+"""An S3-compatible bucket as an ObjectStore: streamed multipart writes, clear errors."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+
+import boto3
+import botocore.config
+import botocore.exceptions
+from boto3.s3.transfer import TransferConfig
+
+from statusvault.errors import StorageError
+from statusvault.storage.base import S3Options, StoredObject, Writer
+
+PART_SIZE = 8 * 1024 * 1024  # S3 needs >= 5 MiB for every part but the last
+T = TypeVar("T")
+
+
+class S3Store:
+    def __init__(self, bucket: str, prefix: str, options: S3Options, client: Any = None):
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.options = options
+        self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
+        self.client = client or _make_client(options)
+        self.transfer = TransferConfig(multipart_threshold=PART_SIZE, multipart_chunksize=PART_SIZE)
+
+    def _key(self, key: str) -> str:
+        return self.prefix + key
+
+    def _sse_args(self) -> dict[str, str]:
+        args: dict[str, str] = {}
+        if self.options.sse:
+            args["ServerSideEncryption"] = self.options.sse
+            if self.options.kms_key_id:
+                args["SSEKMSKeyId"] = self.options.kms_key_id
+        return args
+
+    def _call(self, what: str, fn: Callable[..., T], **kwargs: Any) -> T:
+        try:
+            return fn(**kwargs)
+        except botocore.exceptions.ClientError as e:
+            raise _client_error(self, what, e) from e
+        except botocore.exceptions.NoCredentialsError as e:
+            raise StorageError(f"no S3 credentials found for {self.url}: set AWS_ACCESS_KEY_ID/"
+                               "AWS_SECRET_ACCESS_KEY or AWS_PROFILE") from e
+        except botocore.exceptions.BotoCoreError as e:
+            raise StorageError(f"cannot {what} {self.url}: {e}") from e
+
+    def put(self, key: str, data: bytes) -> None:
+        self._call("write to", self.client.put_object, Bucket=self.bucket, Key=self._key(key), Body=data,
+                   **self._sse_args())
+
+    @contextmanager
+    def open_write(self, key: str) -> Iterator[Writer]:
+        writer = _MultipartWriter(self, self._key(key))
+        try:
+            yield writer
+            writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+
+    def get(self, key: str) -> bytes:
+        resp = self._call("read from", self.client.get_object, Bucket=self.bucket, Key=self._key(key))
+        data: bytes = resp["Body"].read()
+        return data
+
+    @contextmanager
+    def open_read(self, key: str) -> Iterator[BinaryIO]:
+        resp = self._call("read from", self.client.get_object, Bucket=self.bucket, Key=self._key(key))
+        body = resp["Body"]
+        try:
+            yield body
+        finally:
+            body.close()
+
+    def fetch(self, key: str, dest: Path) -> None:
+        self._call("download from", self.client.download_file, Bucket=self.bucket, Key=self._key(key),
+                   Filename=str(dest), Config=self.transfer)
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+        except botocore.exceptions.ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise _client_error(self, "read from", e) from e
+        except botocore.exceptions.BotoCoreError as e:
+            raise StorageError(f"cannot read from {self.url}: {e}") from e
+        return True
+
+    def list(self, prefix: str) -> Iterator[StoredObject]:
+        paginator = self.client.get_paginator("list_objects_v2")
+        pages = paginator.paginate(Bucket=self.bucket, Prefix=self._key(prefix))
+        try:
+            for page in pages:
+                for item in page.get("Contents") or []:
+                    yield StoredObject(item["Key"][len(self.prefix):], item["Size"], item["LastModified"])
+        except botocore.exceptions.ClientError as e:
+            raise _client_error(self, "list", e) from e
+        except botocore.exceptions.BotoCoreError as e:
+            raise StorageError(f"cannot list {self.url}: {e}") from e
+
+    def delete(self, key: str) -> None:
+        self._call("delete from", self.client.delete_object, Bucket=self.bucket, Key=self._key(key))
+
+
+class _MultipartWriter:
+    """Buffers one part at a time and uploads it; memory stays at one part whatever the size."""
+
+    def __init__(self, store: S3Store, key: str):
+        self.store = store
+        self.key = key
+        self.buffer = io.BytesIO()
+        self.upload_id: str | None = None
+        self.parts: list[dict[str, Any]] = []
+
+    def write(self, data: bytes) -> int:
+        self.buffer.write(data)
+        if self.buffer.tell() >= PART_SIZE:
+            self._flush_part()
+        return len(data)
+
+    def _flush_part(self) -> None:
+        s = self.store
+        if self.upload_id is None:
+            resp = s._call("write to", s.client.create_multipart_upload, Bucket=s.bucket, Key=self.key,
+                           **s._sse_args())
+            self.upload_id = resp["UploadId"]
+        number = len(self.parts) + 1
+        resp = s._call("write to", s.client.upload_part, Bucket=s.bucket, Key=self.key,
+                       UploadId=self.upload_id, PartNumber=number, Body=self.buffer.getvalue())
+        self.parts.append({"PartNumber": number, "ETag": resp["ETag"]})
+        self.buffer = io.BytesIO()
+
+    def finish(self) -> None:
+        s = self.store
+        if self.upload_id is None:  # small: one PUT
+            s._call("write to", s.client.put_object, Bucket=s.bucket, Key=self.key,
+                    Body=self.buffer.getvalue(), **s._sse_args())
+            return
+        if self.buffer.tell():
+            self._flush_part()
+        s._call("write to", s.client.complete_multipart_upload, Bucket=s.bucket, Key=self.key,
+                UploadId=self.upload_id, MultipartUpload={"Parts": self.parts})
+
+    def abort(self) -> None:
+        if self.upload_id is not None:
+            try:
+                self.store.client.abort_multipart_upload(Bucket=self.store.bucket, Key=self.key,
+                                                         UploadId=self.upload_id)
+            except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError):
+                pass  # the bucket's lifecycle rule for incomplete uploads cleans up the rest
+
+
+def _client_error(store: S3Store, what: str, e: botocore.exceptions.ClientError) -> StorageError:
+    err = e.response.get("Error", {})
+    code = str(err.get("Code", ""))
+    if code in ("NoSuchBucket",):
+        return StorageError(f"bucket {store.bucket!r} does not exist ({store.url})")
+    if code in ("AccessDenied", "403", "Forbidden"):
+        return StorageError(f"access denied to {store.url}: check the credentials and the bucket policy")
+    if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"):
+        return StorageError(f"S3 rejected the credentials for {store.url} ({code})")
+    if code in ("NoSuchKey", "404", "NotFound"):
+        return StorageError(f"{store.url}: object not found")
+    return StorageError(f"cannot {what} {store.url}: {code or 'error'}: {err.get('Message', e)}")
+
+
+def _make_client(o: S3Options) -> Any:
+    config = botocore.config.Config(
+        s3={"addressing_style": o.addressing_style},
+        request_checksum_calculation=o.checksum,
+        response_checksum_validation=o.checksum,
+        retries={"max_attempts": 5, "mode": "standard"},
+        connect_timeout=10,
+        read_timeout=60,
+    )
+    verify: bool | str | None = None
+    if o.insecure_skip_tls_verify:
+        verify = False
+    elif o.ca_bundle:
+        verify = o.ca_bundle
+    try:
+        session = boto3.session.Session(profile_name=o.profile, region_name=o.region)
+    except botocore.exceptions.ProfileNotFound as e:
+        raise StorageError(f"AWS profile not found: {o.profile}") from e
+    return session.client("s3", endpoint_url=o.endpoint_url, config=config, verify=verify)

@@ -1,0 +1,1 @@
+"""A real local kube-apiserver + etcd for tests and demos (not used by the CLI at run time)."""

@@ -1,0 +1,53 @@
+"""Client-side rate limiting (token bucket) and retry backoff (exponential with full jitter)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+import time
+from collections.abc import Callable
+
+
+class TokenBucket:
+    """A thread-safe token bucket: `qps` tokens per second, at most `burst` saved up.
+
+    `qps <= 0` disables limiting.
+    """
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.qps = qps
+        self.burst = max(1, burst)
+        self._tokens = float(self.burst)
+        self._clock = clock
+        self._sleep = sleep
+        self._last = clock()
+        self._lock = threading.Lock()
+
+    def acquire(self) -> float:
+        """Take one token, sleeping until one is available; returns the seconds waited."""
+        if self.qps <= 0:
+            return 0.0
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            self._tokens -= 1.0
+            wait = -self._tokens / self.qps if self._tokens < 0 else 0.0
+        if wait > 0:
+            self._sleep(wait)
+        return wait
+
+
+@dataclasses.dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with full jitter, capped, for a bounded number of retries."""
+
+    base: float = 0.2
+    cap: float = 10.0
+    max_retries: int = 6
+
+    def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
+        """Seconds to wait before retry number `attempt` (0-based)."""
+        return rng() * min(self.cap, self.base * (2**attempt))

@@ -1,0 +1,93 @@
+"""Pure object transforms for restore: strip, split status, remap namespaces and owners, build patches."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jsonpatch
+
+from statusvault.model import KubeObject
+
+SERVER_SET_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "selfLink", "managedFields",
+                       "deletionTimestamp", "deletionGracePeriodSeconds")
+RESTORE_STATUS_ANNOTATION = "statusvault.io/restore-status"
+# Top-level fields that are not user-owned content: never patched on update.
+NOT_CONTENT = ("apiVersion", "kind", "metadata", "status")
+
+
+def sanitize(obj: KubeObject, keep_status: bool = False) -> KubeObject:
+    """A create body: server-set metadata removed, labels/annotations/finalizers kept; status only if asked."""
+    out = {k: copy.deepcopy(v) for k, v in obj.items() if keep_status or k != "status"}
+    meta = out.setdefault("metadata", {})
+    for field in SERVER_SET_METADATA:
+        meta.pop(field, None)
+    if out.get("kind") == "Service" and out.get("apiVersion") == "v1":
+        _reset_cluster_ip(out)
+    return out
+
+
+def _reset_cluster_ip(svc: KubeObject) -> None:
+    """A Service's cluster IP belongs to the old cluster's range; let the server allocate one (not headless)."""
+    spec = svc.get("spec") or {}
+    if spec.get("clusterIP") not in (None, "None"):
+        spec.pop("clusterIP", None)
+        spec.pop("clusterIPs", None)
+
+
+def split_status(obj: KubeObject) -> tuple[KubeObject, Any]:
+    """(object without status, the status or None)."""
+    body = {k: v for k, v in obj.items() if k != "status"}
+    return body, obj.get("status")
+
+
+def map_namespace(namespace: str, mapping: Mapping[str, str]) -> str:
+    return mapping.get(namespace, namespace)
+
+
+def remap_owner_refs(refs: list[dict[str, Any]], resolve: Callable[[dict[str, Any]], str | None]
+                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Rewrite each ownerReference's uid via `resolve(ref)`; return (kept refs, dropped refs)."""
+    kept, dropped = [], []
+    for ref in refs:
+        uid = resolve(ref)
+        if uid is None:
+            dropped.append(ref)
+        else:
+            kept.append({**ref, "uid": uid})
+    return kept, dropped
+
+
+def status_annotation(obj: KubeObject) -> bool | None:
+    """The per-object override: statusvault.io/restore-status "true"/"false", else None."""
+    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(RESTORE_STATUS_ANNOTATION)
+    if value is None:
+        return None
+    return str(value).strip().lower() in ("true", "yes", "1")
+
+
+def _content(obj: KubeObject) -> KubeObject:
+    meta = obj.get("metadata") or {}
+    return {
+        "metadata": {k: meta[k] for k in ("labels", "annotations", "finalizers", "ownerReferences") if k in meta},
+        **{k: v for k, v in obj.items() if k not in NOT_CONTENT},
+    }
+
+
+def update_patch(live: KubeObject, desired: KubeObject) -> list[dict[str, Any]]:
+    """A JSON patch turning the live object's user content (spec, data, labels, ...) into the desired one.
+
+    Guarded by a `test` of resourceVersion, so a concurrent writer makes it fail instead of being overwritten.
+    Returns [] when nothing differs.
+    """
+    ops: list[dict[str, Any]] = jsonpatch.make_patch(_content(live), _content(desired)).patch
+    if not ops:
+        return []
+    rv = (live.get("metadata") or {}).get("resourceVersion")
+    return [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}, *ops]
+
+
+def status_body(live: KubeObject, status: Any) -> KubeObject:
+    """The body of a PUT to /status: the live object (its resourceVersion) carrying the saved status."""
+    return {**live, "status": status}
