@@ -92,6 +92,7 @@ class BackupEngine:
         created_at = dt.datetime.now(dt.UTC)
         types = select_resources(self.discovery, selection)  # unknown names fail here, before any write
         _check_namespaces(self.client, selection.namespaces)
+        self.store.check()
         if self.store.exists(manifest_key(name)) or self.store.exists(archive_key(name)):
             raise BackupExistsError(f"backup {name!r} already exists in {self.store.url}")
         explicit_crds = any(self.discovery.resolve(n).is_crd for n in selection.include_resources)

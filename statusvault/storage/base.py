@@ -45,6 +45,10 @@ class ObjectStore(Protocol):
 
     url: str
 
+    def check(self) -> None:
+        """Fail fast (StorageError) when the store is missing, unreachable or denies access."""
+        ...
+
     def put(self, key: str, data: bytes) -> None: ...
 
     def open_write(self, key: str) -> AbstractContextManager[Writer]:

@@ -25,6 +25,14 @@ class LocalStore:
             raise StorageError(f"key {key!r} escapes the storage root {self.root}")
         return path
 
+    def check(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StorageError(f"cannot use {self.root} as backup storage: {e.strerror}") from e
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            raise StorageError(f"backup storage {self.root} is not writable")
+
     def put(self, key: str, data: bytes) -> None:
         with self.open_write(key) as w:
             w.write(data)

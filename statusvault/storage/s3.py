@@ -51,6 +51,10 @@ class S3Store:
         except botocore.exceptions.BotoCoreError as e:
             raise StorageError(f"cannot {what} {self.url}: {e}") from e
 
+    def check(self) -> None:
+        # a GET, not HEAD: its error body tells a missing bucket, bad keys and a denial apart
+        self._call("reach", self.client.list_objects_v2, Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+
     def put(self, key: str, data: bytes) -> None:
         self._call("write to", self.client.put_object, Bucket=self.bucket, Key=self._key(key), Body=data,
                    **self._sse_args())
@@ -161,7 +165,7 @@ class _MultipartWriter:
 def _client_error(store: S3Store, what: str, e: botocore.exceptions.ClientError) -> StorageError:
     err = e.response.get("Error", {})
     code = str(err.get("Code", ""))
-    if code in ("NoSuchBucket",):
+    if code == "NoSuchBucket" or (code in ("404", "NotFound") and what == "reach"):
         return StorageError(f"bucket {store.bucket!r} does not exist ({store.url})")
     if code in ("AccessDenied", "403", "Forbidden"):
         return StorageError(f"access denied to {store.url}: check the credentials and the bucket policy")

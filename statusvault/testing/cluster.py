@@ -45,10 +45,16 @@ def ensure_binaries() -> Path:
     return bindir
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports (all held open while choosing, so none repeats)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def kubeconfig_yaml(server: str, user: str, token: str) -> str:
@@ -89,13 +95,20 @@ class LocalCluster:
         owned = workdir is None
         wd = Path(workdir or tempfile.mkdtemp(prefix="statusvault-cluster-"))
         wd.mkdir(parents=True, exist_ok=True)
-        cluster = cls(wd, _free_port(), _owned_workdir=owned)
-        try:
-            cluster._start(bindir, detach)
-        except BaseException:
-            cluster.stop()
-            raise
-        return cluster
+        for attempt in range(3):  # a port taken between choosing and binding: try again with new ones
+            cluster = cls(wd, _owned_workdir=owned)
+            try:
+                cluster._start(bindir, detach)
+                return cluster
+            except BaseException as e:
+                cluster.stop(keep_workdir=True)
+                if attempt == 2 or "address already in use" not in str(e):
+                    if owned:
+                        shutil.rmtree(wd, ignore_errors=True)
+                    raise
+                for child in ("etcd", "certs"):
+                    shutil.rmtree(wd / child, ignore_errors=True)
+        raise AssertionError("unreachable")
 
     def _spawn(self, name: str, argv: list[str], detach: bool) -> None:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
@@ -106,7 +119,7 @@ class LocalCluster:
 
     def _start(self, bindir: Path, detach: bool) -> None:
         wd = self.workdir
-        etcd_port, peer_port = _free_port(), _free_port()
+        self.port, etcd_port, peer_port = _free_ports(3)
         self._spawn("etcd", [
             shutil.which("etcd") or "etcd", "--data-dir", str(wd / "etcd"),
             "--listen-client-urls", f"http://127.0.0.1:{etcd_port}",
@@ -161,12 +174,12 @@ class LocalCluster:
             time.sleep(0.3)
         raise RuntimeError(f"kube-apiserver not ready after {timeout:.0f}s: {last}")
 
-    def stop(self) -> None:
+    def stop(self, keep_workdir: bool = False) -> None:
         for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
             pid = self.pids.pop(name, None)
             if pid is not None:
                 _terminate(pid)
-        if self._owned_workdir:
+        if self._owned_workdir and not keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> LocalCluster:

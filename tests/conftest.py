@@ -1,0 +1,113 @@
+"""Shared fixtures: a real kube-apiserver + etcd (session), a moto S3 server (session), per-test namespaces."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from statusvault.backup import NAMESPACES
+from statusvault.cli.main import main
+from statusvault.kube.client import KubeClient
+from statusvault.kube.discovery import Discovery, discover
+from statusvault.kube.transport import load_transport
+from statusvault.testing.cluster import LocalCluster, _free_ports
+from statusvault.testing.fixtures import create_with_status, ensure_namespace, fixture_crds, install_crds
+from tests.builders import unique
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    """A real control plane. Never skipped: a missing cluster is a failure."""
+    with LocalCluster.start() as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def kube(cluster: LocalCluster) -> KubeClient:
+    return KubeClient(load_transport(str(cluster.kubeconfig)))
+
+
+@pytest.fixture(scope="session")
+def crds(kube: KubeClient) -> Discovery:
+    """The fixture CRDs, installed once; returns discovery that serves them."""
+    return install_crds(kube, fixture_crds())
+
+
+@pytest.fixture
+def namespace(kube: KubeClient) -> Iterator[str]:
+    name = unique("t")
+    ensure_namespace(kube, name)
+    yield name
+    kube.delete(NAMESPACES, None, name)
+
+
+@pytest.fixture
+def make(kube: KubeClient, crds: Discovery) -> Callable[..., dict[str, Any]]:
+    """Create an object with its status as an operator would leave it."""
+
+    def _make(obj: dict[str, Any], namespace: str | None = None, discovery: Discovery | None = None) -> Any:
+        return create_with_status(kube, discovery or crds, obj, namespace)
+
+    return _make
+
+
+@pytest.fixture
+def fresh_discovery(kube: KubeClient) -> Callable[[], Discovery]:
+    return lambda: discover(kube)
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def run(cluster: LocalCluster, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Callable[..., CliResult]:
+    """Run the CLI in-process against the test cluster; storage defaults to a per-test directory."""
+    storage = tmp_path / "store"
+
+    def _run(*args: str, kubeconfig: Path | None = None) -> CliResult:
+        capsys.readouterr()
+        env_storage = os.environ.get("STATUSVAULT_STORAGE")
+        os.environ["STATUSVAULT_STORAGE"] = str(storage)
+        try:
+            code = main(["--kubeconfig", str(kubeconfig or cluster.kubeconfig), *args])
+        finally:
+            if env_storage is None:
+                os.environ.pop("STATUSVAULT_STORAGE", None)
+            else:
+                os.environ["STATUSVAULT_STORAGE"] = env_storage
+        out, err = capsys.readouterr()
+        return CliResult(int(code), out, err)
+
+    _run.storage = storage  # type: ignore[attr-defined]
+    return _run
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A real HTTP S3 endpoint (moto's ThreadedMotoServer)."""
+    from moto.server import ThreadedMotoServer
+
+    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+    os.environ.pop("AWS_PROFILE", None)
+    (port,) = _free_ports(1)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def bucket(s3_endpoint: str) -> str:
+    name = unique("bkt")
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+    return name
