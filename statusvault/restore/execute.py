@@ -51,7 +51,8 @@ class RestoreEngine:
             report.interrupted = True
         finally:
             self.progress.finish()
-            report.results.sort(key=lambda r: (r.resource, r.namespace, r.name))
+            if opts.dry_run != "client":  # a client dry run already lists the plan in execution order
+                report.results.sort(key=lambda r: (r.resource, r.namespace, r.name))
             report.duration = time.monotonic() - started
         return report
 
@@ -174,9 +175,13 @@ class _Run:
         result.new_uid = meta.get("uid", "")
         if item.old_uid and result.new_uid:
             self.owners.learn(item.old_uid, result.new_uid)
-        result.status = self._status(rt, item, live, saved_status)
         notes += _generation_notes(saved_status, meta.get("generation"))
         result.notes = tuple(notes)
+        try:
+            result.status = self._status(rt, item, live, saved_status)
+        except StatusVaultError as e:  # the object is there, its status is not: a failure, never a warning
+            result.status, result.message = StatusOutcome.FAILED, str(e)
+            return
         if result.status == StatusOutcome.MISMATCH:
             result.message = "the server changed the restored status (pruned or defaulted fields?)"
 
@@ -248,19 +253,15 @@ class _Run:
                                           sub=sub)
             except KubeApiError as e:
                 if e.code != 409:
-                    raise StatusWriteError(f"status write failed: {e}") from e
+                    raise StatusVaultError(f"status write failed: {e}") from e
                 fresh = self.client.get(rt, ns, item.name)
                 if fresh is None:
-                    raise StatusWriteError("status write failed: the object was deleted") from e
+                    raise StatusVaultError("status write failed: the object was deleted") from e
                 live = fresh
                 continue
             done = StatusOutcome.WOULD_WRITE if self.server_dry else StatusOutcome.WRITTEN
             return _compare(out.get("status"), saved, done)
-        raise StatusWriteError("status write kept conflicting (409) with another writer")
-
-
-class StatusWriteError(StatusVaultError):
-    pass
+        raise StatusVaultError("status write kept conflicting (409) with another writer")
 
 
 def _compare(actual: Any, saved: Any, ok: str) -> str:

@@ -1,0 +1,324 @@
+"""`statusvault restore` against the real API server: two passes, exact status, owners, policies, dry runs."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from statusvault.backup import NAMESPACES
+from statusvault.errors import ExitStatus
+from statusvault.kube.discovery import CRD_TYPE
+from statusvault.testing.fixtures import FIXTURES, ensure_namespace, install_crds, load_objects
+from tests.builders import cr, crd, kc_status, owner_ref, unique
+
+KC = "xyz.example.com/v1"
+
+
+def wait_gone(kube, rt, ns, name, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while kube.get(rt, ns, name) is not None:
+        assert time.monotonic() < deadline, f"{name} still exists"
+        time.sleep(0.2)
+
+
+def delete_namespace(kube, ns):
+    kube.delete(NAMESPACES, None, ns)
+    wait_gone(kube, NAMESPACES, None, ns)
+
+
+def items(report: dict) -> dict[str, dict]:
+    return {f"{i['resource']} {i['namespace']}/{i['name']}": i for i in report["items"]}
+
+
+def test_seeds_kubernetescluster_deleted_then_restored_with_exact_status(run, kube, crds, namespace):
+    """The user's story: the namespace is gone; every status comes back exactly as it was."""
+    before = {o["metadata"]["name"]: o for o in
+              load_objects(kube, crds, FIXTURES / "objects" / "team-a.yaml", namespace) if o["kind"] != "ClusterPool"}
+    assert run("backup", "seeds", "-n", namespace).code == 0
+    prod = kube.get(crds.resolve("kc"), namespace, "prod-eu")
+    prod["metadata"]["finalizers"] = []  # the operator would release its finalizer on delete
+    kube.replace(crds.resolve("kc"), namespace, "prod-eu", prod)
+    delete_namespace(kube, namespace)
+
+    result = run("restore", "seeds", "--status-include-resources", "kubernetesclusters.xyz.example.com", "-o", "json")
+    assert result.code == 0, result.err
+    for name, old in before.items():
+        group, _, version = old["apiVersion"].rpartition("/")
+        rt = crds.find(group, version, old["kind"])
+        if rt.resource == "kubernetesclusters":
+            new = kube.get(rt, namespace, name)
+            assert new["status"] == old["status"]
+            assert new["spec"] == old["spec"]
+            assert new["metadata"]["labels"] == old["metadata"]["labels"]
+            assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    restored = kube.get(crds.resolve("kc"), namespace, "prod-eu")
+    assert restored["metadata"]["finalizers"] == ["xyz.example.com/deprovision"]
+    assert restored["metadata"]["annotations"] == {"example.com/owner": "platform"}
+    # --status-include-resources narrowed status restore to KubernetesClusters
+    assert "status" not in kube.get(crds.resolve("databases.db.example.com"), namespace, "orders")
+    report = items(json.loads(result.out))
+    assert report[f"kubernetesclusters.xyz.example.com {namespace}/prod-eu"]["status"] == "written"
+    assert report[f"databases.db.example.com {namespace}/orders"]["status"] == "not-needed"
+    assert any("observedGeneration is 4" in n for n in report[f"kubernetesclusters.xyz.example.com {namespace}/prod-eu"]["notes"])
+
+
+def test_default_restores_every_custom_status_and_respects_exclude_and_annotation(run, kube, crds, make, namespace):
+    make(cr(KC, "KubernetesCluster", "a", status=kc_status(1)), namespace)
+    make(cr(KC, "KubernetesCluster", "optout", status=kc_status(2),
+            annotations={"statusvault.io/restore-status": "false"}), namespace)
+    make(cr("db.example.com/v1", "Database", "d", status={"externalID": "db-1"}), namespace)
+    make(cr("example.com/v1", "Widget", "w", status={"state": "On"},
+            annotations={"statusvault.io/restore-status": "true"}), namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    delete_namespace(kube, namespace)
+
+    result = run("restore", "b", "--status-exclude-resources", "widgets.example.com,databases.db.example.com")
+    assert result.code == 0, result.err
+    assert kube.get(crds.resolve("kc"), namespace, "a")["status"] == kc_status(1)
+    assert "status" not in kube.get(crds.resolve("kc"), namespace, "optout"), "annotation false wins"
+    assert "status" not in kube.get(crds.resolve("databases.db.example.com"), namespace, "d"), "excluded"
+    assert kube.get(crds.resolve("widgets.example.com"), namespace, "w")["status"] == {"state": "On"}, \
+        "annotation true beats the exclude"
+
+
+def test_no_status_restores_objects_only(run, kube, crds, make, namespace):
+    make(cr(KC, "KubernetesCluster", "a", status=kc_status(1)), namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    delete_namespace(kube, namespace)
+    assert run("restore", "b", "--no-status").code == 0
+    obj = kube.get(crds.resolve("kc"), namespace, "a")
+    assert obj is not None and "status" not in obj
+
+
+def test_crd_without_status_subresource_gets_status_in_the_create_body(run, kube, crds, make, namespace):
+    make(cr("legacy.example.com/v1", "LegacyApp", "l", spec={"replicas": 2}, status={"externalRef": "app-7"}),
+         namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    delete_namespace(kube, namespace)
+    result = run("restore", "b", "-o", "json")
+    assert result.code == 0, result.err
+    assert kube.get(crds.resolve("legacyapps.legacy.example.com"), namespace, "l")["status"] == {"externalRef": "app-7"}
+    assert items(json.loads(result.out))[f"legacyapps.legacy.example.com {namespace}/l"]["status"] == "in-body"
+
+
+def test_cluster_scoped_crs_and_their_crd_into_an_empty_cluster(run, kube, fresh_discovery):
+    group = f"{unique('g')}.example.com"
+    definition = crd(group, "Pool", scope="Cluster")
+    d = install_crds(kube, [definition])
+    rt = d.resolve(f"pools.{group}")
+    obj = kube.create(rt, None, cr(f"{group}/v1", "Pool", "p1", spec={"size": 3}))
+    obj["status"] = {"allocated": 2, "poolID": "pool-1"}
+    kube.replace(rt, None, "p1", obj, sub="status")
+    assert run("backup", "cl", "--include-resources", f"pools.{group}").code == 0
+
+    kube.delete(rt, None, "p1")
+    kube.delete(CRD_TYPE, None, f"pools.{group}")
+    wait_gone(kube, CRD_TYPE, None, f"pools.{group}")
+    result = run("restore", "cl", "-o", "json")
+    assert result.code == 0, result.err
+    live = fresh_discovery().resolve(f"pools.{group}")
+    assert kube.get(live, None, "p1")["status"] == {"allocated": 2, "poolID": "pool-1"}
+    report = items(json.loads(result.out))
+    assert report[f"customresourcedefinitions.apiextensions.k8s.io /pools.{group}"]["result"] == "created"
+
+
+def test_owner_references_are_remapped_and_dependents_survive_gc(run, kube, crds, make, namespace):
+    owner = make(cr(KC, "KubernetesCluster", "parent", status=kc_status(1)), namespace)
+    make(cr("db.example.com/v1", "Database", "child", status={"externalID": "db-9"}, owners=[owner_ref(owner)]),
+         namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    delete_namespace(kube, namespace)
+
+    result = run("restore", "b", "-o", "json")
+    assert result.code == 0, result.err
+    new_owner = kube.get(crds.resolve("kc"), namespace, "parent")
+    time.sleep(6)  # the garbage collector removes dependents of a missing owner within ~5 s
+    child = kube.get(crds.resolve("databases.db.example.com"), namespace, "child")
+    assert child is not None, "the dependent was garbage-collected: its owner UID was not remapped"
+    assert child["metadata"]["ownerReferences"][0]["uid"] == new_owner["metadata"]["uid"]
+    assert child["metadata"]["ownerReferences"][0]["uid"] != owner["metadata"]["uid"]
+    assert child["status"] == {"externalID": "db-9"}
+
+
+def test_owner_absent_reference_is_dropped_with_a_warning(run, kube, crds, make, namespace):
+    owner = make(cr(KC, "KubernetesCluster", "parent"), namespace)
+    make(cr("db.example.com/v1", "Database", "child", status={"externalID": "db-9"}, owners=[owner_ref(owner)]),
+         namespace)
+    assert run("backup", "b", "-n", namespace, "--include-resources", "databases.db.example.com").code == 0
+    delete_namespace(kube, namespace)
+    result = run("restore", "b", "-o", "json")
+    assert result.code == 0, result.err
+    child = kube.get(crds.resolve("databases.db.example.com"), namespace, "child")
+    assert "ownerReferences" not in child["metadata"]
+    notes = items(json.loads(result.out))[f"databases.db.example.com {namespace}/child"]["notes"]
+    assert notes == ["ownerReference to KubernetesCluster parent dropped: owner not found"]
+    assert "dropped: owner not found" in result.err
+
+
+def test_namespace_mapping(run, kube, crds, make, namespace):
+    owner = make(cr(KC, "KubernetesCluster", "parent", status=kc_status(5)), namespace)
+    make(cr("db.example.com/v1", "Database", "child", status={"externalID": "x"}, owners=[owner_ref(owner)]),
+         namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    target = unique("mapped")
+    result = run("restore", "b", "--namespace-mapping", f"{namespace}:{target}")
+    assert result.code == 0, result.err
+    try:
+        moved = kube.get(crds.resolve("kc"), target, "parent")
+        assert moved["status"] == kc_status(5)
+        child = kube.get(crds.resolve("databases.db.example.com"), target, "child")
+        assert child["metadata"]["ownerReferences"][0]["uid"] == moved["metadata"]["uid"]
+        assert kube.get(crds.resolve("kc"), namespace, "parent")["metadata"]["uid"] == owner["metadata"]["uid"]
+    finally:
+        kube.delete(NAMESPACES, None, target)
+
+
+def test_existing_policy_none_skips_and_update_writes_spec_and_status(run, kube, crds, make, namespace):
+    make(cr(KC, "KubernetesCluster", "c", spec={"region": "eu"}, status=kc_status(1), labels={"v": "1"}), namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    rt = crds.resolve("kc")
+    live = kube.get(rt, namespace, "c")
+    live["spec"]["region"] = "drifted"
+    live["metadata"]["labels"] = {"v": "2"}
+    live = kube.replace(rt, namespace, "c", live)
+    live["status"] = {"phase": "Reprovisioning"}
+    kube.replace(rt, namespace, "c", live, sub="status")
+
+    skipped = run("restore", "b", "-o", "json")
+    assert skipped.code == 0, skipped.err
+    entry = items(json.loads(skipped.out))[f"kubernetesclusters.xyz.example.com {namespace}/c"]
+    assert (entry["result"], entry["status"]) == ("skipped", "not-written")
+    assert kube.get(rt, namespace, "c")["spec"]["region"] == "drifted"
+
+    updated = run("restore", "b", "--existing-resource-policy", "update", "-o", "json")
+    assert updated.code == 0, updated.err
+    entry = items(json.loads(updated.out))[f"kubernetesclusters.xyz.example.com {namespace}/c"]
+    assert (entry["result"], entry["status"]) == ("updated", "written")
+    after = kube.get(rt, namespace, "c")
+    assert after["spec"]["region"] == "eu"
+    assert after["metadata"]["labels"] == {"v": "1"}
+    assert after["status"] == kc_status(1)
+    assert after["metadata"]["uid"] == live["metadata"]["uid"]
+
+
+def _snapshot(kube, crds, namespace):
+    rt = crds.resolve("kc")
+    return sorted((o["metadata"]["name"], o["metadata"]["resourceVersion"])
+                  for page in kube.list_pages(rt, namespace) for o in page)
+
+
+@pytest.mark.parametrize("mode", ["client", "server"])
+def test_dry_runs_write_nothing(run, kube, crds, make, namespace, mode):
+    make(cr(KC, "KubernetesCluster", "keep", spec={"region": "eu"}, status=kc_status(1)), namespace)
+    make(cr(KC, "KubernetesCluster", "gone", status=kc_status(2)), namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    kube.delete(crds.resolve("kc"), namespace, "gone")
+    wait_gone(kube, crds.resolve("kc"), namespace, "gone")
+    live = kube.get(crds.resolve("kc"), namespace, "keep")
+    live["spec"]["region"] = "drifted"
+    kube.replace(crds.resolve("kc"), namespace, "keep", live)
+    before = _snapshot(kube, crds, namespace)
+
+    result = run("restore", "b", "--dry-run", mode, "--existing-resource-policy", "update", "-o", "json")
+    assert result.code == 0, result.err
+    assert _snapshot(kube, crds, namespace) == before
+    report = items(json.loads(result.out))
+    assert report[f"kubernetesclusters.xyz.example.com {namespace}/gone"]["result"] == "would-create"
+    assert report[f"kubernetesclusters.xyz.example.com {namespace}/keep"]["result"] == "would-update"
+    assert report[f"kubernetesclusters.xyz.example.com {namespace}/gone"]["status"] == "would-write"
+
+
+def test_dry_run_client_prints_the_plan(run, kube, make, namespace):
+    make(cr(KC, "KubernetesCluster", "p", status=kc_status(1)), namespace)
+    make(cr(KC, "KubernetesCluster", "q", status=kc_status(2)), namespace)
+    make(cr("legacy.example.com/v1", "LegacyApp", "l", status={"x": 1}), namespace)
+    assert run("backup", "b", "-n", namespace, "--no-include-crds").code == 0
+    result = run("restore", "b", "--dry-run", "client")
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[:4] == [
+        "Plan for restoring b (dry run, nothing changed):",
+        f"  skipped       kubernetesclusters.xyz.example.com {namespace}/p  status: not-written",
+        f"  skipped       kubernetesclusters.xyz.example.com {namespace}/q  status: not-written",
+        f"  skipped       legacyapps.legacy.example.com {namespace}/l  status: not-written",
+    ]
+    delete_namespace(kube, namespace)
+    result = run("restore", "b", "--dry-run", "client")
+    assert result.out.splitlines()[:5] == [
+        "Plan for restoring b (dry run, nothing changed):",
+        f"  would-create  namespaces {namespace}  status: not-needed",
+        f"  would-create  kubernetesclusters.xyz.example.com {namespace}/p  status: would-write",
+        f"  would-create  kubernetesclusters.xyz.example.com {namespace}/q  status: would-write",
+        f"  would-create  legacyapps.legacy.example.com {namespace}/l  status: in-body",
+    ]
+    assert kube.get(NAMESPACES, None, namespace) is None
+
+
+def test_service_load_balancer_status_restored_when_included(run, kube, crds, namespace):
+    services = crds.resolve("services")
+    svc = kube.create(services, namespace, {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "lb"},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "targetPort": 8080}], "selector": {"app": "x"}}})
+    svc["status"] = {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
+    kube.replace(services, namespace, "lb", svc, sub="status")
+    assert run("backup", "b", "-n", namespace, "--include-resources", "services").code == 0
+    delete_namespace(kube, namespace)
+
+    assert run("restore", "b").code == 0
+    assert kube.get(services, namespace, "lb")["status"] == {"loadBalancer": {}}, "built-ins are opt-in"
+    kube.delete(services, namespace, "lb")
+    wait_gone(kube, services, namespace, "lb")
+    result = run("restore", "b", "--status-include-resources", "*")
+    assert result.code == 0, result.err
+    assert kube.get(services, namespace, "lb")["status"] == {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
+
+
+def test_tampered_backup_is_refused_before_any_write(run, kube, crds, make, namespace):
+    make(cr(KC, "KubernetesCluster", "t", status=kc_status(1)), namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    delete_namespace(kube, namespace)
+    archive = run.storage / "backups" / "b" / "archive.tar.gz"
+    data = bytearray(archive.read_bytes())
+    data[-30] ^= 0xFF
+    archive.write_bytes(bytes(data))
+    result = run("restore", "b")
+    assert result.code == ExitStatus.ERROR
+    assert result.err.strip() == "error: backup 'b' was modified: the archive checksum differs from its manifest"
+    assert kube.get(NAMESPACES, None, namespace) is None, "nothing was created"
+
+
+@pytest.mark.parametrize(("saved", "outcome", "message"), [
+    ({"size": "big"}, "failed", "status write failed"),  # rejected by the new schema
+    ({"size": 1, "note": "x"}, "mismatch", "the server changed the restored status"),  # pruned
+])
+def test_failed_or_changed_status_write_is_a_partial_failure(run, kube, saved, outcome, message):
+    """A status the server rejects or alters ends the run with exit 3, naming the object."""
+    group = f"{unique('g')}.example.com"
+    loose = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    strict = {"type": "object", "properties": {
+        "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        "status": {"type": "object", "properties": {"size": {"type": "integer"}}}}}
+    ns = unique("pf")
+    ensure_namespace(kube, ns)
+    d = install_crds(kube, [crd(group, "Thing", schema=loose)])
+    rt = d.resolve(f"things.{group}")
+    obj = kube.create(rt, ns, cr(f"{group}/v1", "Thing", "t1"))
+    obj["status"] = saved
+    kube.replace(rt, ns, "t1", obj, sub="status")
+    assert run("backup", "b", "-n", ns, "--include-resources", f"things.{group}", "--no-include-crds").code == 0
+    kube.delete(NAMESPACES, None, ns)
+    wait_gone(kube, NAMESPACES, None, ns)
+    live_crd = kube.get(CRD_TYPE, None, f"things.{group}")
+    live_crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = strict
+    kube.replace(CRD_TYPE, None, f"things.{group}", live_crd)
+    time.sleep(1)
+
+    result = run("restore", "b", "-o", "json")
+    assert result.code == ExitStatus.PARTIAL_FAILURE, result.out
+    entry = items(json.loads(result.out))[f"things.{group} {ns}/t1"]
+    assert (entry["result"], entry["status"]) == ("created", outcome)
+    assert message in entry["message"]
+    assert result.err.strip().splitlines()[-1] == \
+        "error: restore of b finished with 1 failed object(s); 1 object(s) lack their saved status"
+    kube.delete(NAMESPACES, None, ns)
