@@ -53,8 +53,10 @@ def check_format(manifest: dict[str, Any]) -> None:
     except ValueError:
         raise ArchiveError(f"manifest has no valid formatVersion ({version!r})") from None
     if major != SUPPORTED_MAJOR:
-        raise ArchiveError(f"archive format {version} is not supported by this statusvault "
-                           f"(reads {SUPPORTED_MAJOR}.x); upgrade statusvault")
+        raise ArchiveError(
+            f"archive format {version} is not supported by this statusvault "
+            f"(reads {SUPPORTED_MAJOR}.x); upgrade statusvault"
+        )
 
 
 class _HashingSink:
@@ -81,10 +83,14 @@ class ArchiveWriter:
     def __init__(self, sink: Writer, compresslevel: int = 3, mtime: float | None = None):
         self._out = _HashingSink(sink)
         self.mtime = int(mtime if mtime is not None else time.time())
-        self._gz = gzip.GzipFile(fileobj=self._out, mode="wb", compresslevel=compresslevel,  # type: ignore[arg-type]
-                                 mtime=self.mtime)
-        self._tar = tarfile.open(fileobj=self._gz, mode="w|", format=tarfile.PAX_FORMAT)
-        self._spool: IO[bytes] = tempfile.TemporaryFile()
+        self._gz = gzip.GzipFile(
+            fileobj=self._out,
+            mode="wb",
+            compresslevel=compresslevel,
+            mtime=self.mtime,
+        )
+        self._tar = tarfile.open(fileobj=self._gz, mode="w|", format=tarfile.PAX_FORMAT)  # noqa: SIM115
+        self._spool: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by finish()/abort()
         self.files = 0
         self.raw_bytes = 0
 
@@ -138,8 +144,9 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return not (self.mismatched or self.missing or self.unexpected or self.error) and \
-            self.archive_sha_ok is not False
+        return (
+            not (self.mismatched or self.missing or self.unexpected or self.error) and self.archive_sha_ok is not False
+        )
 
 
 def _open_stream(path: Path) -> tarfile.TarFile:

@@ -33,9 +33,18 @@ class ResourceSummary:
 
     def to_dict(self) -> dict[str, Any]:
         rt = self.rt
-        return {"group": rt.group, "version": rt.version, "resource": rt.resource, "kind": rt.kind,
-                "namespaced": rt.namespaced, "hasStatusSubresource": rt.has_status, "custom": rt.custom,
-                "count": self.count, "withStatus": self.with_status, "terminating": self.terminating}
+        return {
+            "group": rt.group,
+            "version": rt.version,
+            "resource": rt.resource,
+            "kind": rt.kind,
+            "namespaced": rt.namespaced,
+            "hasStatusSubresource": rt.has_status,
+            "custom": rt.custom,
+            "count": self.count,
+            "withStatus": self.with_status,
+            "terminating": self.terminating,
+        }
 
 
 @dataclasses.dataclass
@@ -50,8 +59,12 @@ class BackupResult:
         return int(self.manifest["totals"]["objects"])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "storage": self.storage, "durationSeconds": round(self.duration, 3),
-                **{k: self.manifest[k] for k in ("totals", "resources", "archive")}}
+        return {
+            "name": self.name,
+            "storage": self.storage,
+            "durationSeconds": round(self.duration, 3),
+            **{k: self.manifest[k] for k in ("totals", "resources", "archive")},
+        }
 
 
 def default_backup_name(prefix: str = "backup", now: dt.datetime | None = None) -> str:
@@ -77,8 +90,15 @@ def _check_namespaces(client: KubeClient, namespaces: tuple[str, ...]) -> None:
 
 
 class BackupEngine:
-    def __init__(self, client: KubeClient, discovery: Discovery, store: ObjectStore,
-                 progress: Progress | None = None, page_size: int = 500, compresslevel: int = 3):
+    def __init__(
+        self,
+        client: KubeClient,
+        discovery: Discovery,
+        store: ObjectStore,
+        progress: Progress | None = None,
+        page_size: int = 500,
+        compresslevel: int = 3,
+    ):
         self.client = client
         self.discovery = discovery
         self.store = store
@@ -118,8 +138,9 @@ class BackupEngine:
             raise
         return BackupResult(name, self.store.url, manifest, time.monotonic() - started)
 
-    def _backup_type(self, writer: ArchiveWriter, rt: ResourceType, sel: Selection,
-                     crd_filter: set[tuple[str, str]] | None) -> ResourceSummary:
+    def _backup_type(
+        self, writer: ArchiveWriter, rt: ResourceType, sel: Selection, crd_filter: set[tuple[str, str]] | None
+    ) -> ResourceSummary:
         summary = ResourceSummary(rt)
         self.progress.start(rt.qualified)
         scopes: tuple[str | None, ...] = sel.namespaces if (rt.namespaced and sel.namespaces) else (None,)
@@ -138,8 +159,14 @@ class BackupEngine:
         log.info("backed up %d %s", summary.count, rt.qualified)
         return summary
 
-    def _manifest(self, name: str, sel: Selection, summaries: list[ResourceSummary], writer: ArchiveWriter,
-                  created_at: dt.datetime) -> dict[str, Any]:
+    def _manifest(
+        self,
+        name: str,
+        sel: Selection,
+        summaries: list[ResourceSummary],
+        writer: ArchiveWriter,
+        created_at: dt.datetime,
+    ) -> dict[str, Any]:
         version = self.client.server_version()
         return {
             "formatVersion": FORMAT_VERSION,
@@ -150,10 +177,12 @@ class BackupEngine:
             "server": {"gitVersion": version.get("gitVersion", ""), "host": self.client.transport.host},
             "selection": sel.to_dict(),
             "resources": {s.rt.qualified: s.to_dict() for s in summaries},
-            "totals": {"objects": sum(s.count for s in summaries),
-                       "withStatus": sum(s.with_status for s in summaries),
-                       "terminating": sum(s.terminating for s in summaries),
-                       "uncompressedBytes": writer.raw_bytes},
+            "totals": {
+                "objects": sum(s.count for s in summaries),
+                "withStatus": sum(s.with_status for s in summaries),
+                "terminating": sum(s.terminating for s in summaries),
+                "uncompressedBytes": writer.raw_bytes,
+            },
         }
 
 

@@ -14,8 +14,16 @@ import orjson
 
 from statusvault.archive import ArchiveReader, VerifyReport, check_format
 from statusvault.errors import ArchiveError, BackupNotFoundError
-from statusvault.storage.base import (ARCHIVE_FILE, BACKUPS_DIR, MANIFEST_FILE, ObjectStore, archive_key,
-                                      backup_name_of, backup_prefix, manifest_key)
+from statusvault.storage.base import (
+    ARCHIVE_FILE,
+    BACKUPS_DIR,
+    MANIFEST_FILE,
+    ObjectStore,
+    archive_key,
+    backup_name_of,
+    backup_prefix,
+    manifest_key,
+)
 from statusvault.storage.local import LocalStore
 
 
@@ -34,8 +42,14 @@ class BackupInfo:
         return "Completed" if self.complete else "Incomplete"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "phase": self.phase, "created": self.created, "objects": self.objects,
-                "withStatus": self.with_status, "sizeBytes": self.size}
+        return {
+            "name": self.name,
+            "phase": self.phase,
+            "created": self.created,
+            "objects": self.objects,
+            "withStatus": self.with_status,
+            "sizeBytes": self.size,
+        }
 
 
 def read_manifest(store: ObjectStore, name: str) -> dict[str, Any]:
@@ -85,9 +99,25 @@ def _fill(info: BackupInfo, manifest: dict[str, Any]) -> None:
 
 def describe(store: ObjectStore, name: str) -> dict[str, Any]:
     manifest = read_manifest(store, name)
-    return {"name": name, "phase": "Completed", "storage": store.url, **{
-        k: manifest.get(k) for k in ("createdAt", "completedAt", "formatVersion", "tool", "server", "selection",
-                                     "resources", "totals", "archive")}}
+    return {
+        "name": name,
+        "phase": "Completed",
+        "storage": store.url,
+        **{
+            k: manifest.get(k)
+            for k in (
+                "createdAt",
+                "completedAt",
+                "formatVersion",
+                "tool",
+                "server",
+                "selection",
+                "resources",
+                "totals",
+                "archive",
+            )
+        },
+    }
 
 
 @contextlib.contextmanager

@@ -15,8 +15,13 @@ class TokenBucket:
     `qps <= 0` disables limiting.
     """
 
-    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.qps = qps
         self.burst = max(1, burst)
         self._tokens = float(self.burst)
@@ -50,4 +55,4 @@ class Backoff:
 
     def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
         """Seconds to wait before retry number `attempt` (0-based)."""
-        return rng() * min(self.cap, self.base * (2**attempt))
+        return float(rng() * min(self.cap, self.base * (2**attempt)))

@@ -10,8 +10,16 @@ import jsonpatch
 
 from statusvault.model import KubeObject
 
-SERVER_SET_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "selfLink", "managedFields",
-                       "deletionTimestamp", "deletionGracePeriodSeconds")
+SERVER_SET_METADATA = (
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "selfLink",
+    "managedFields",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)
 RESTORE_STATUS_ANNOTATION = "statusvault.io/restore-status"
 # Top-level fields that are not user-owned content: never patched on update.
 NOT_CONTENT = ("apiVersion", "kind", "metadata", "status")
@@ -46,8 +54,9 @@ def map_namespace(namespace: str, mapping: Mapping[str, str]) -> str:
     return mapping.get(namespace, namespace)
 
 
-def remap_owner_refs(refs: list[dict[str, Any]], resolve: Callable[[dict[str, Any]], str | None]
-                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def remap_owner_refs(
+    refs: list[dict[str, Any]], resolve: Callable[[dict[str, Any]], str | None]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Rewrite each ownerReference's uid via `resolve(ref)`; return (kept refs, dropped refs)."""
     kept, dropped = [], []
     for ref in refs:

@@ -10,25 +10,50 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def crd(group: str, kind: str, *, scope: str = "Namespaced", status: bool = True,
-        versions: tuple[str, ...] = ("v1",), schema: dict[str, Any] | None = None) -> dict[str, Any]:
+def crd(
+    group: str,
+    kind: str,
+    *,
+    scope: str = "Namespaced",
+    status: bool = True,
+    versions: tuple[str, ...] = ("v1",),
+    schema: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     plural = kind.lower() + "s"
     schema = schema or {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{plural}.{group}"},
         "spec": {
-            "group": group, "scope": scope,
+            "group": group,
+            "scope": scope,
             "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
-            "versions": [{"name": v, "served": True, "storage": i == 0, "schema": {"openAPIV3Schema": schema},
-                          **({"subresources": {"status": {}}} if status else {})} for i, v in enumerate(versions)],
+            "versions": [
+                {
+                    "name": v,
+                    "served": True,
+                    "storage": i == 0,
+                    "schema": {"openAPIV3Schema": schema},
+                    **({"subresources": {"status": {}}} if status else {}),
+                }
+                for i, v in enumerate(versions)
+            ],
         },
     }
 
 
-def cr(api_version: str, kind: str, name: str, *, spec: dict[str, Any] | None = None,
-       status: dict[str, Any] | None = None, labels: dict[str, str] | None = None,
-       annotations: dict[str, str] | None = None, owners: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def cr(
+    api_version: str,
+    kind: str,
+    name: str,
+    *,
+    spec: dict[str, Any] | None = None,
+    status: dict[str, Any] | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    owners: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name}
     if labels:
         meta["labels"] = labels
@@ -43,13 +68,30 @@ def cr(api_version: str, kind: str, name: str, *, spec: dict[str, Any] | None = 
 
 
 def owner_ref(owner: dict[str, Any], controller: bool = True) -> dict[str, Any]:
-    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
-            "uid": owner["metadata"]["uid"], "controller": controller, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
 
 
 def kc_status(n: int = 1) -> dict[str, Any]:
     """A KubernetesCluster status as the operator writes it."""
-    return {"apiServerURL": f"https://c{n}.k8s.example.net:6443", "masterVersion": "1.29.4",
-            "clusterID": f"kc-{n:06d}", "phase": "Running", "observedGeneration": 3,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned",
-                            "lastTransitionTime": "2025-11-02T10:00:00Z"}]}
+    return {
+        "apiServerURL": f"https://c{n}.k8s.example.net:6443",
+        "masterVersion": "1.29.4",
+        "clusterID": f"kc-{n:06d}",
+        "phase": "Running",
+        "observedGeneration": 3,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Provisioned",
+                "lastTransitionTime": "2025-11-02T10:00:00Z",
+            }
+        ],
+    }

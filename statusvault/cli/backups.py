@@ -22,24 +22,42 @@ from statusvault.model import Selection
 @storage_options
 @selection_options
 @click.option("-A", "--all-namespaces", is_flag=True, help="Every namespace (the default without -n).")
-@click.option("--include-cluster-resources/--no-include-cluster-resources", default=None,
-              help="Cluster-scoped custom resources. [default: on unless -n is given]")
-@click.option("--include-crds/--no-include-crds", default=True, show_default=True,
-              help="The CRDs that define the selected custom resources.")
-@click.option("--page-size", type=click.IntRange(1, 10000), default=500, show_default=True,
-              envvar="STATUSVAULT_PAGE_SIZE", help="LIST page size (limit).")
+@click.option(
+    "--include-cluster-resources/--no-include-cluster-resources",
+    default=None,
+    help="Cluster-scoped custom resources. [default: on unless -n is given]",
+)
+@click.option(
+    "--include-crds/--no-include-crds",
+    default=True,
+    show_default=True,
+    help="The CRDs that define the selected custom resources.",
+)
+@click.option(
+    "--page-size",
+    type=click.IntRange(1, 10000),
+    default=500,
+    show_default=True,
+    envvar="STATUSVAULT_PAGE_SIZE",
+    help="LIST page size (limit).",
+)
 @output_option
 @click.pass_obj
-def backup(app: App, name: str | None, output: str, **kw: Any) -> None:
+def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
     """Back up custom resources, status included, to a directory or S3.
 
     NAME defaults to backup-YYYYMMDDhhmmss (UTC).
     """
     s3 = s3_options(kw)
     namespaces = () if kw["all_namespaces"] else split_csv(kw["namespaces"])
-    selection = Selection(namespaces=namespaces, include_resources=split_csv(kw["include_resources"]),
-                          exclude_resources=split_csv(kw["exclude_resources"]), label_selector=kw["selector"],
-                          include_cluster_resources=kw["include_cluster_resources"], include_crds=kw["include_crds"])
+    selection = Selection(
+        namespaces=namespaces,
+        include_resources=split_csv(kw["include_resources"]),
+        exclude_resources=split_csv(kw["exclude_resources"]),
+        label_selector=kw["selector"],
+        include_cluster_resources=kw["include_cluster_resources"],
+        include_crds=kw["include_crds"],
+    )
     store = app.store(kw["storage"], s3)
     engine = BackupEngine(app.client(), app.discovery(), store, app.progress(), page_size=kw["page_size"])
     result = engine.run(name or default_backup_name(), selection)
@@ -47,7 +65,8 @@ def backup(app: App, name: str | None, output: str, **kw: Any) -> None:
     totals = result.manifest["totals"]
     text = table(["RESOURCE", "OBJECTS", "WITH STATUS"], rows) + (
         f"\n\nBackup {result.name} completed: {totals['objects']} objects ({totals['withStatus']} with status), "
-        f"{human_size(result.manifest['archive']['size'])} in {result.duration:.1f}s -> {result.storage}")
+        f"{human_size(result.manifest['archive']['size'])} in {result.duration:.1f}s -> {result.storage}"
+    )
     emit(result.to_dict(), output, text)
 
 
@@ -55,14 +74,26 @@ def backup(app: App, name: str | None, output: str, **kw: Any) -> None:
 @storage_options
 @output_option
 @click.pass_obj
-def list_cmd(app: App, output: str, **kw: Any) -> None:
+def list_cmd(app: App, /, output: str, **kw: Any) -> None:
     """List backups; a backup without its manifest is Incomplete and cannot be restored."""
     store = app.store(kw.pop("storage"), s3_options(kw))
     infos = catalog.list_backups(store)
-    rows = [(b.name, b.phase, b.created, "-" if b.objects is None else b.objects,
-             "-" if b.with_status is None else b.with_status, human_size(b.size)) for b in infos]
-    text = table(["NAME", "PHASE", "CREATED", "OBJECTS", "WITH STATUS", "SIZE"], rows) if infos else \
-        f"No backups in {store.url}"
+    rows = [
+        (
+            b.name,
+            b.phase,
+            b.created,
+            "-" if b.objects is None else b.objects,
+            "-" if b.with_status is None else b.with_status,
+            human_size(b.size),
+        )
+        for b in infos
+    ]
+    text = (
+        table(["NAME", "PHASE", "CREATED", "OBJECTS", "WITH STATUS", "SIZE"], rows)
+        if infos
+        else f"No backups in {store.url}"
+    )
     emit([b.to_dict() for b in infos], output, text)
 
 
@@ -71,20 +102,29 @@ def list_cmd(app: App, output: str, **kw: Any) -> None:
 @storage_options
 @output_option
 @click.pass_obj
-def describe(app: App, name: str, output: str, **kw: Any) -> None:
+def describe(app: App, /, name: str, output: str, **kw: Any) -> None:
     """Show a backup's per-resource counts, how many objects carry status, and its size."""
     store = app.store(kw.pop("storage"), s3_options(kw))
     data = catalog.describe(store, name)
-    rows = [(q, r["kind"], "yes" if r["hasStatusSubresource"] else "no", r["count"], r["withStatus"])
-            for q, r in (data["resources"] or {}).items()]
+    rows = [
+        (q, r["kind"], "yes" if r["hasStatusSubresource"] else "no", r["count"], r["withStatus"])
+        for q, r in (data["resources"] or {}).items()
+    ]
     totals, archive = data["totals"] or {}, data["archive"] or {}
-    text = "\n".join([
-        f"Name:       {name}", "Phase:      Completed", f"Created:    {data['createdAt']}",
-        f"Server:     {(data['server'] or {}).get('gitVersion', '')}", f"Format:     {data['formatVersion']}",
-        f"Objects:    {totals.get('objects')} ({totals.get('withStatus')} with status)",
-        f"Size:       {human_size(archive.get('size'))} compressed, "
-        f"{human_size(totals.get('uncompressedBytes'))} uncompressed",
-        "", table(["RESOURCE", "KIND", "STATUS-SUBRESOURCE", "OBJECTS", "WITH STATUS"], rows)])
+    text = "\n".join(
+        [
+            f"Name:       {name}",
+            "Phase:      Completed",
+            f"Created:    {data['createdAt']}",
+            f"Server:     {(data['server'] or {}).get('gitVersion', '')}",
+            f"Format:     {data['formatVersion']}",
+            f"Objects:    {totals.get('objects')} ({totals.get('withStatus')} with status)",
+            f"Size:       {human_size(archive.get('size'))} compressed, "
+            f"{human_size(totals.get('uncompressedBytes'))} uncompressed",
+            "",
+            table(["RESOURCE", "KIND", "STATUS-SUBRESOURCE", "OBJECTS", "WITH STATUS"], rows),
+        ]
+    )
     emit(data, output, text)
 
 
@@ -93,15 +133,25 @@ def describe(app: App, name: str, output: str, **kw: Any) -> None:
 @storage_options
 @output_option
 @click.pass_obj
-def verify(app: App, name: str, output: str, **kw: Any) -> None:
+def verify(app: App, /, name: str, output: str, **kw: Any) -> None:
     """Re-read a backup and check its format and every file's SHA-256; non-zero exit on any mismatch."""
     store = app.store(kw.pop("storage"), s3_options(kw))
     report = catalog.verify(store, name)
-    data = {"name": name, "ok": report.ok, "filesChecked": report.files_checked,
-            "archiveChecksumOk": report.archive_sha_ok, "mismatched": report.mismatched,
-            "missing": report.missing, "unexpected": report.unexpected, "error": report.error}
-    text = f"Backup {name}: OK ({report.files_checked} files checked)" if report.ok else \
-        f"Backup {name}: FAILED: {catalog.describe_problems(report)}"
+    data = {
+        "name": name,
+        "ok": report.ok,
+        "filesChecked": report.files_checked,
+        "archiveChecksumOk": report.archive_sha_ok,
+        "mismatched": report.mismatched,
+        "missing": report.missing,
+        "unexpected": report.unexpected,
+        "error": report.error,
+    }
+    text = (
+        f"Backup {name}: OK ({report.files_checked} files checked)"
+        if report.ok
+        else f"Backup {name}: FAILED: {catalog.describe_problems(report)}"
+    )
     emit(data, output, text)
     if not report.ok:
         raise ArchiveError(f"backup {name!r} failed verification")
@@ -109,17 +159,26 @@ def verify(app: App, name: str, output: str, **kw: Any) -> None:
 
 @click.command()
 @click.argument("name")
-@click.option("-f", "--file", "dest", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the archive (.tar.gz).")
+@click.option(
+    "-f",
+    "--file",
+    "dest",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the archive (.tar.gz).",
+)
 @storage_options
 @output_option
 @click.pass_obj
-def download(app: App, name: str, dest: Path, output: str, **kw: Any) -> None:
+def download(app: App, /, name: str, dest: Path, output: str, **kw: Any) -> None:
     """Download a backup's archive to a local file."""
     store = app.store(kw.pop("storage"), s3_options(kw))
     size = catalog.download(store, name, dest)
-    emit({"name": name, "file": str(dest), "sizeBytes": size}, output,
-         f"Downloaded backup {name} to {dest} ({human_size(size)})")
+    emit(
+        {"name": name, "file": str(dest), "sizeBytes": size},
+        output,
+        f"Downloaded backup {name} to {dest} ({human_size(size)})",
+    )
 
 
 @click.command()
@@ -128,7 +187,7 @@ def download(app: App, name: str, dest: Path, output: str, **kw: Any) -> None:
 @storage_options
 @output_option
 @click.pass_obj
-def delete(app: App, name: str, yes: bool, output: str, **kw: Any) -> None:
+def delete(app: App, /, name: str, yes: bool, output: str, **kw: Any) -> None:
     """Delete a backup (its manifest first, then its archive)."""
     store = app.store(kw.pop("storage"), s3_options(kw))
     if not yes and sys.stdin.isatty():

@@ -18,12 +18,22 @@ log = logging.getLogger("statusvault")
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", prog_name="statusvault")
-@click.option("--kubeconfig", envvar="STATUSVAULT_KUBECONFIG", type=click.Path(dir_okay=False),
-              help="Kubeconfig file. [default: $KUBECONFIG, ~/.kube/config, or in-cluster]")
+@click.option(
+    "--kubeconfig",
+    envvar="STATUSVAULT_KUBECONFIG",
+    type=click.Path(dir_okay=False),
+    help="Kubeconfig file. [default: $KUBECONFIG, ~/.kube/config, or in-cluster]",
+)
 @click.option("--context", envvar="STATUSVAULT_CONTEXT", help="Kubeconfig context.")
 @click.option("--debug", is_flag=True, envvar="STATUSVAULT_DEBUG", help="Debug logs and tracebacks.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", envvar="STATUSVAULT_LOG_FORMAT",
-              show_default=True, help="Log line format (stderr).")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    envvar="STATUSVAULT_LOG_FORMAT",
+    show_default=True,
+    help="Log line format (stderr).",
+)
 @click.pass_context
 def cli(ctx: click.Context, kubeconfig: str | None, context: str | None, debug: bool, log_format: str) -> None:
     """Back up Kubernetes custom resources with their status; restore them in two passes."""
@@ -47,13 +57,32 @@ def cluster_info(app: App, output: str) -> None:
     data = {
         "server": app.client().transport.host,
         "version": version.get("gitVersion"),
-        "resources": [{"name": r.qualified, "version": r.version, "kind": r.kind, "namespaced": r.namespaced,
-                       "statusSubresource": r.has_status, "custom": r.custom} for r in resources],
+        "resources": [
+            {
+                "name": r.qualified,
+                "version": r.version,
+                "kind": r.kind,
+                "namespaced": r.namespaced,
+                "statusSubresource": r.has_status,
+                "custom": r.custom,
+            }
+            for r in resources
+        ],
     }
-    rows = [(r.qualified, r.version, r.kind, "yes" if r.namespaced else "no", "yes" if r.has_status else "no",
-             "yes" if r.custom else "no") for r in resources]
+    rows = [
+        (
+            r.qualified,
+            r.version,
+            r.kind,
+            "yes" if r.namespaced else "no",
+            "yes" if r.has_status else "no",
+            "yes" if r.custom else "no",
+        )
+        for r in resources
+    ]
     text = f"Server:  {data['server']}\nVersion: {data['version']}\n\n" + table(
-        ["RESOURCE", "VERSION", "KIND", "NAMESPACED", "STATUS-SUBRESOURCE", "CUSTOM"], rows)
+        ["RESOURCE", "VERSION", "KIND", "NAMESPACED", "STATUS-SUBRESOURCE", "CUSTOM"], rows
+    )
     emit(data, output, text)
 
 

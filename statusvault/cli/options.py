@@ -25,51 +25,115 @@ def split_csv(values: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def output_option(f: F) -> F:
-    return click.option("-o", "--output", "output", type=click.Choice(FORMATS), default="text",
-                        show_default=True, help="Output format.")(f)
+    return click.option(
+        "-o",
+        "--output",
+        "output",
+        type=click.Choice(FORMATS),
+        default="text",
+        show_default=True,
+        help="Output format.",
+    )(f)
 
 
 def storage_options(f: F) -> F:
-    return _apply(f, [
-        click.option("--storage", envvar="STATUSVAULT_STORAGE", metavar="URL",
-                     help="Directory, file://PATH or s3://bucket/prefix. [default: $XDG_DATA_HOME/statusvault]"),
-        click.option("--s3-endpoint-url", envvar=["STATUSVAULT_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL"],
-                     help="S3 endpoint for MinIO, Ceph, ... (env AWS_ENDPOINT_URL)."),
-        click.option("--s3-region", envvar=["STATUSVAULT_S3_REGION", "AWS_REGION", "AWS_DEFAULT_REGION"],
-                     help="Bucket region."),
-        click.option("--s3-addressing-style", envvar="STATUSVAULT_S3_ADDRESSING_STYLE", default="auto",
-                     type=click.Choice(["auto", "path", "virtual"]), show_default=True),
-        click.option("--s3-ca-bundle", envvar="STATUSVAULT_S3_CA_BUNDLE", type=click.Path(dir_okay=False),
-                     help="CA bundle for the S3 endpoint's TLS certificate."),
-        click.option("--s3-insecure-skip-tls-verify", envvar="STATUSVAULT_S3_INSECURE_SKIP_TLS_VERIFY",
-                     is_flag=True, help="Do not verify the S3 endpoint's certificate."),
-        click.option("--s3-sse", envvar="STATUSVAULT_S3_SSE", type=click.Choice(["AES256", "aws:kms"]),
-                     help="Server-side encryption."),
-        click.option("--s3-kms-key-id", envvar="STATUSVAULT_S3_KMS_KEY_ID", help="KMS key for --s3-sse aws:kms."),
-        click.option("--s3-checksum", envvar="STATUSVAULT_S3_CHECKSUM", default="when_supported",
-                     type=click.Choice(["when_supported", "when_required"]), show_default=True,
-                     help="Request checksums; non-AWS stores need when_required."),
-        click.option("--s3-profile", envvar=["STATUSVAULT_S3_PROFILE", "AWS_PROFILE"], help="AWS profile."),
-    ])
+    return _apply(
+        f,
+        [
+            click.option(
+                "--storage",
+                envvar="STATUSVAULT_STORAGE",
+                metavar="URL",
+                help="Directory, file://PATH or s3://bucket/prefix. [default: $XDG_DATA_HOME/statusvault]",
+            ),
+            click.option(
+                "--s3-endpoint-url",
+                envvar=["STATUSVAULT_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL"],
+                help="S3 endpoint for MinIO, Ceph, ... (env AWS_ENDPOINT_URL).",
+            ),
+            click.option(
+                "--s3-region",
+                envvar=["STATUSVAULT_S3_REGION", "AWS_REGION", "AWS_DEFAULT_REGION"],
+                help="Bucket region.",
+            ),
+            click.option(
+                "--s3-addressing-style",
+                envvar="STATUSVAULT_S3_ADDRESSING_STYLE",
+                default="auto",
+                type=click.Choice(["auto", "path", "virtual"]),
+                show_default=True,
+            ),
+            click.option(
+                "--s3-ca-bundle",
+                envvar="STATUSVAULT_S3_CA_BUNDLE",
+                type=click.Path(dir_okay=False),
+                help="CA bundle for the S3 endpoint's TLS certificate.",
+            ),
+            click.option(
+                "--s3-insecure-skip-tls-verify",
+                envvar="STATUSVAULT_S3_INSECURE_SKIP_TLS_VERIFY",
+                is_flag=True,
+                help="Do not verify the S3 endpoint's certificate.",
+            ),
+            click.option(
+                "--s3-sse",
+                envvar="STATUSVAULT_S3_SSE",
+                type=click.Choice(["AES256", "aws:kms"]),
+                help="Server-side encryption.",
+            ),
+            click.option("--s3-kms-key-id", envvar="STATUSVAULT_S3_KMS_KEY_ID", help="KMS key for --s3-sse aws:kms."),
+            click.option(
+                "--s3-checksum",
+                envvar="STATUSVAULT_S3_CHECKSUM",
+                default="when_supported",
+                type=click.Choice(["when_supported", "when_required"]),
+                show_default=True,
+                help="Request checksums; non-AWS stores need when_required.",
+            ),
+            click.option("--s3-profile", envvar=["STATUSVAULT_S3_PROFILE", "AWS_PROFILE"], help="AWS profile."),
+        ],
+    )
 
 
 def s3_options(kw: dict[str, Any]) -> S3Options:
     """Pop the --s3-* options out of a command's kwargs."""
     return S3Options(
-        endpoint_url=kw.pop("s3_endpoint_url"), region=kw.pop("s3_region"),
-        addressing_style=kw.pop("s3_addressing_style"), ca_bundle=kw.pop("s3_ca_bundle"),
-        insecure_skip_tls_verify=kw.pop("s3_insecure_skip_tls_verify"), sse=kw.pop("s3_sse"),
-        kms_key_id=kw.pop("s3_kms_key_id"), checksum=kw.pop("s3_checksum"), profile=kw.pop("s3_profile"),
+        endpoint_url=kw.pop("s3_endpoint_url"),
+        region=kw.pop("s3_region"),
+        addressing_style=kw.pop("s3_addressing_style"),
+        ca_bundle=kw.pop("s3_ca_bundle"),
+        insecure_skip_tls_verify=kw.pop("s3_insecure_skip_tls_verify"),
+        sse=kw.pop("s3_sse"),
+        kms_key_id=kw.pop("s3_kms_key_id"),
+        checksum=kw.pop("s3_checksum"),
+        profile=kw.pop("s3_profile"),
     )
 
 
 def selection_options(f: F) -> F:
-    return _apply(f, [
-        click.option("-n", "--namespace", "namespaces", multiple=True, envvar="STATUSVAULT_NAMESPACE",
-                     help="Namespace to take (repeatable, or comma-separated)."),
-        click.option("--include-resources", multiple=True, envvar="STATUSVAULT_INCLUDE_RESOURCES",
-                     help="resource.group names to take (comma-separated)."),
-        click.option("--exclude-resources", multiple=True, envvar="STATUSVAULT_EXCLUDE_RESOURCES",
-                     help="resource.group names to leave out (comma-separated)."),
-        click.option("-l", "--selector", default="", envvar="STATUSVAULT_SELECTOR", help="Label selector."),
-    ])
+    return _apply(
+        f,
+        [
+            click.option(
+                "-n",
+                "--namespace",
+                "namespaces",
+                multiple=True,
+                envvar="STATUSVAULT_NAMESPACE",
+                help="Namespace to take (repeatable, or comma-separated).",
+            ),
+            click.option(
+                "--include-resources",
+                multiple=True,
+                envvar="STATUSVAULT_INCLUDE_RESOURCES",
+                help="resource.group names to take (comma-separated).",
+            ),
+            click.option(
+                "--exclude-resources",
+                multiple=True,
+                envvar="STATUSVAULT_EXCLUDE_RESOURCES",
+                help="resource.group names to leave out (comma-separated).",
+            ),
+            click.option("-l", "--selector", default="", envvar="STATUSVAULT_SELECTOR", help="Label selector."),
+        ],
+    )

@@ -30,44 +30,84 @@ def parse_mapping(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @storage_options
 @selection_options
 @click.option("--namespace-mapping", multiple=True, metavar="OLD:NEW,...", help="Restore into other namespaces.")
-@click.option("--status-include-resources", multiple=True, metavar="R,...|'*'",
-              help="Restore status only for these resources ('*' = all, built-ins included). "
-                   "[default: every custom resource]")
+@click.option(
+    "--status-include-resources",
+    multiple=True,
+    metavar="R,...|'*'",
+    help="Restore status only for these resources ('*' = all, built-ins included). [default: every custom resource]",
+)
 @click.option("--status-exclude-resources", multiple=True, metavar="R,...", help="Never restore their status.")
 @click.option("--no-status", is_flag=True, help="Do not restore any status.")
-@click.option("--existing-resource-policy", type=click.Choice(["none", "update"]), default="none",
-              show_default=True, help="What to do with objects that already exist.")
-@click.option("--dry-run", type=click.Choice(["none", "client", "server"]), default="none", show_default=True,
-              help="client: print the plan, change nothing; server: send every write with dryRun=All.")
-@click.option("--parallel", type=click.IntRange(1, 128), default=16, show_default=True,
-              envvar="STATUSVAULT_PARALLEL", help="Concurrent workers.")
-@click.option("--qps", type=click.FloatRange(0), default=0.0, show_default=True, envvar="STATUSVAULT_QPS",
-              help="Client-side request rate limit (0 = none; the server's 429s are always honoured).")
+@click.option(
+    "--existing-resource-policy",
+    type=click.Choice(["none", "update"]),
+    default="none",
+    show_default=True,
+    help="What to do with objects that already exist.",
+)
+@click.option(
+    "--dry-run",
+    type=click.Choice(["none", "client", "server"]),
+    default="none",
+    show_default=True,
+    help="client: print the plan, change nothing; server: send every write with dryRun=All.",
+)
+@click.option(
+    "--parallel",
+    type=click.IntRange(1, 128),
+    default=16,
+    show_default=True,
+    envvar="STATUSVAULT_PARALLEL",
+    help="Concurrent workers.",
+)
+@click.option(
+    "--qps",
+    type=click.FloatRange(0),
+    default=0.0,
+    show_default=True,
+    envvar="STATUSVAULT_QPS",
+    help="Client-side request rate limit (0 = none; the server's 429s are always honoured).",
+)
 @click.option("--burst", type=click.IntRange(1), default=100, show_default=True, envvar="STATUSVAULT_BURST")
 @output_option
 @click.pass_obj
-def restore_cmd(app: App, backup_name: str, output: str, **kw: Any) -> None:
+def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
     """Restore a backup: create each object, then write its saved status through /status."""
     store = app.store(kw.pop("storage"), s3_options(kw))
     opts = RestoreOptions(
-        namespaces=split_csv(kw["namespaces"]), include_resources=split_csv(kw["include_resources"]),
-        exclude_resources=split_csv(kw["exclude_resources"]), label_selector=kw["selector"],
+        namespaces=split_csv(kw["namespaces"]),
+        include_resources=split_csv(kw["include_resources"]),
+        exclude_resources=split_csv(kw["exclude_resources"]),
+        label_selector=kw["selector"],
         namespace_mapping=parse_mapping(kw["namespace_mapping"]),
         status_include=split_csv(kw["status_include_resources"]),
-        status_exclude=split_csv(kw["status_exclude_resources"]), no_status=kw["no_status"],
-        existing_policy=kw["existing_resource_policy"], dry_run=kw["dry_run"])
+        status_exclude=split_csv(kw["status_exclude_resources"]),
+        no_status=kw["no_status"],
+        existing_policy=kw["existing_resource_policy"],
+        dry_run=kw["dry_run"],
+    )
     client = app.client(pool_size=kw["parallel"] + 4, qps=kw["qps"], burst=kw["burst"])
     with open_backup(store, backup_name) as reader:
         plan = plan_restore(client, app.discovery(), reader, backup_name, opts)
-        report = restore(client, app.discovery(), lambda: app.discovery(refresh=True), reader, plan, opts,
-                         app.progress(), kw["parallel"])
+        report = restore(
+            client,
+            app.discovery(),
+            lambda: app.discovery(refresh=True),
+            reader,
+            plan,
+            opts,
+            app.progress(),
+            kw["parallel"],
+        )
     emit(report.to_dict(), output, render(report))
     if report.interrupted:
         raise KeyboardInterrupt
     if report.failures:
         lacking = len(report.missing_status)
-        raise PartialFailure(f"restore of {backup_name} finished with {len(report.failures)} failed object(s); "
-                             f"{lacking} object(s) lack their saved status")
+        raise PartialFailure(
+            f"restore of {backup_name} finished with {len(report.failures)} failed object(s); "
+            f"{lacking} object(s) lack their saved status"
+        )
 
 
 def render(report: RestoreReport) -> str:
@@ -80,12 +120,25 @@ def render(report: RestoreReport) -> str:
     for resource, c in report.by_resource():
         done = c["created"] + c["would-create"]
         updated = c["updated"] + c["would-update"]
-        status = c["status:" + StatusOutcome.WRITTEN] + c["status:" + StatusOutcome.IN_BODY] + \
-            c["status:" + StatusOutcome.WOULD_WRITE]
-        rows.append((resource, done, updated, c["skipped"], c["failed"], status,
-                     c["status:" + StatusOutcome.FAILED] + c["status:" + StatusOutcome.MISMATCH]))
-    lines.append(table(["RESOURCE", "CREATED", "UPDATED", "SKIPPED", "FAILED", "STATUS RESTORED",
-                        "STATUS FAILED"], rows))
+        status = (
+            c["status:" + StatusOutcome.WRITTEN]
+            + c["status:" + StatusOutcome.IN_BODY]
+            + c["status:" + StatusOutcome.WOULD_WRITE]
+        )
+        rows.append(
+            (
+                resource,
+                done,
+                updated,
+                c["skipped"],
+                c["failed"],
+                status,
+                c["status:" + StatusOutcome.FAILED] + c["status:" + StatusOutcome.MISMATCH],
+            )
+        )
+    lines.append(
+        table(["RESOURCE", "CREATED", "UPDATED", "SKIPPED", "FAILED", "STATUS RESTORED", "STATUS FAILED"], rows)
+    )
     problems = [r for r in report.results if r.failed or r.notes]
     if problems and report.dry_run != "client":
         lines.append("")
@@ -95,6 +148,8 @@ def render(report: RestoreReport) -> str:
     lacking = report.missing_status
     verb = "Dry run of restore" if report.dry_run != "none" else "Restore"
     lines.append("")
-    lines.append(f"{verb} of {report.backup}: {len(report.results)} objects, {len(report.failures)} failed, "
-                 f"{len(lacking)} without their saved status, in {report.duration:.1f}s")
+    lines.append(
+        f"{verb} of {report.backup}: {len(report.results)} objects, {len(report.failures)} failed, "
+        f"{len(lacking)} without their saved status, in {report.duration:.1f}s"
+    )
     return "\n".join(lines)

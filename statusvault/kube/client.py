@@ -39,8 +39,9 @@ class KubeClient:
         version: dict[str, Any] = self.get_path("/version")
         return version
 
-    def list_pages(self, rt: ResourceType, namespace: str | None = None, label_selector: str = "",
-                   limit: int = 500) -> Iterator[list[KubeObject]]:
+    def list_pages(
+        self, rt: ResourceType, namespace: str | None = None, label_selector: str = "", limit: int = 500
+    ) -> Iterator[list[KubeObject]]:
         """Yield pages of a LIST following `metadata.continue`.
 
         An expired continue token (410 Gone) restarts the list and skips what was already yielded,
@@ -107,20 +108,34 @@ class KubeClient:
             raise
         return obj
 
-    def create(self, rt: ResourceType, namespace: str | None, body: KubeObject,
-               dry_run: bool = False) -> KubeObject:
+    def create(self, rt: ResourceType, namespace: str | None, body: KubeObject, dry_run: bool = False) -> KubeObject:
         req = Request("POST", rt.path(namespace), _dry(dry_run), orjson.dumps(body))
         created: KubeObject = self.request_json(req)
         return created
 
-    def replace(self, rt: ResourceType, namespace: str | None, name: str, body: KubeObject,
-                dry_run: bool = False, sub: str | None = None) -> KubeObject:
+    def replace(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: KubeObject,
+        dry_run: bool = False,
+        sub: str | None = None,
+    ) -> KubeObject:
         req = Request("PUT", rt.path(namespace, name, sub), _dry(dry_run), orjson.dumps(body))
         replaced: KubeObject = self.request_json(req)
         return replaced
 
-    def patch(self, rt: ResourceType, namespace: str | None, name: str, patch: Any, content_type: str,
-              dry_run: bool = False, sub: str | None = None) -> KubeObject:
+    def patch(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        patch: Any,
+        content_type: str,
+        dry_run: bool = False,
+        sub: str | None = None,
+    ) -> KubeObject:
         req = Request("PATCH", rt.path(namespace, name, sub), _dry(dry_run), orjson.dumps(patch), content_type)
         patched: KubeObject = self.request_json(req)
         return patched

@@ -10,12 +10,21 @@ from statusvault.errors import ConfigError, KubeApiError
 from statusvault.kube.client import KubeClient
 from statusvault.model import CRD_GROUP, CRD_RESOURCE, ResourceType
 
-CRD_TYPE = ResourceType(CRD_GROUP, "v1", CRD_RESOURCE, "CustomResourceDefinition", namespaced=False,
-                        has_status=True, verbs=("create", "get", "list"), singular="customresourcedefinition")
+CRD_TYPE = ResourceType(
+    CRD_GROUP,
+    "v1",
+    CRD_RESOURCE,
+    "CustomResourceDefinition",
+    namespaced=False,
+    has_status=True,
+    verbs=("create", "get", "list"),
+    singular="customresourcedefinition",
+)
 
 
-def parse_resource_list(group: str, version: str, body: dict[str, Any],
-                        custom: frozenset[tuple[str, str]] = frozenset()) -> list[ResourceType]:
+def parse_resource_list(
+    group: str, version: str, body: dict[str, Any], custom: frozenset[tuple[str, str]] = frozenset()
+) -> list[ResourceType]:
     """Build ResourceTypes from one APIResourceList; `<plural>/status` entries mark has_status."""
     entries = body.get("resources") or []
     with_status = {e["name"].split("/")[0] for e in entries if e["name"].endswith("/status")}
@@ -23,12 +32,20 @@ def parse_resource_list(group: str, version: str, body: dict[str, Any],
     for e in entries:
         if "/" in e["name"]:
             continue
-        out.append(ResourceType(
-            group=group, version=version, resource=e["name"], kind=e["kind"],
-            namespaced=bool(e.get("namespaced")), has_status=e["name"] in with_status,
-            custom=(group, e["name"]) in custom, verbs=tuple(e.get("verbs") or ()),
-            short_names=tuple(e.get("shortNames") or ()), singular=e.get("singularName") or "",
-        ))
+        out.append(
+            ResourceType(
+                group=group,
+                version=version,
+                resource=e["name"],
+                kind=e["kind"],
+                namespaced=bool(e.get("namespaced")),
+                has_status=e["name"] in with_status,
+                custom=(group, e["name"]) in custom,
+                verbs=tuple(e.get("verbs") or ()),
+                short_names=tuple(e.get("shortNames") or ()),
+                singular=e.get("singularName") or "",
+            )
+        )
     return out
 
 
@@ -44,8 +61,10 @@ class Discovery:
         wanted = name.strip().lower()
         matches = [rt for rt in self.preferred if wanted in _names(rt)]
         if not matches:
-            raise ConfigError(f"unknown resource {name!r}: not served by this cluster "
-                              "(use resource.group, e.g. kubernetesclusters.xyz.example.com)")
+            raise ConfigError(
+                f"unknown resource {name!r}: not served by this cluster "
+                "(use resource.group, e.g. kubernetesclusters.xyz.example.com)"
+            )
         if len(matches) > 1:
             exact = [rt for rt in matches if wanted == rt.qualified]
             if len(exact) == 1:

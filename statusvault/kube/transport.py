@@ -56,8 +56,16 @@ class TransportStats:
 class KubeTransport:
     """Sends `Request`s with connection reuse, a client-side token bucket and bounded retries."""
 
-    def __init__(self, configuration: k8s_client.Configuration, *, pool_size: int = 16, qps: float = 0.0,
-                 burst: int = 100, backoff: Backoff | None = None, timeout: float = 60.0):
+    def __init__(
+        self,
+        configuration: k8s_client.Configuration,
+        *,
+        pool_size: int = 16,
+        qps: float = 0.0,
+        burst: int = 100,
+        backoff: Backoff | None = None,
+        timeout: float = 60.0,
+    ):
         self.configuration = configuration
         self.host = configuration.host.rstrip("/")
         self.bucket = TokenBucket(qps, burst)
@@ -101,12 +109,19 @@ class KubeTransport:
         while True:
             waited = self.bucket.acquire()
             try:
-                resp = self.pool.request(req.method, self.host + req.url_path(), body=req.body,
-                                         headers=self._headers(req), timeout=self.timeout,
-                                         retries=False, preload_content=True)
+                resp = self.pool.request(
+                    req.method,
+                    self.host + req.url_path(),
+                    body=req.body,
+                    headers=self._headers(req),
+                    timeout=self.timeout,
+                    retries=False,
+                    preload_content=True,
+                )
             except (urllib3.exceptions.HTTPError, OSError) as e:
                 error: Exception = KubeConnectionError(
-                    f"cannot reach the API server at {self.host}: {type(e).__name__}: {e}")
+                    f"cannot reach the API server at {self.host}: {type(e).__name__}: {e}"
+                )
                 retry_after = None
                 code = 0
             else:
@@ -167,10 +182,11 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
             path = explicit or default_path
             if not explicit and not os.path.exists(path):
                 raise ConfigError("no kubeconfig found: pass --kubeconfig or set KUBECONFIG")
-            k8s_config.load_kube_config(config_file=path, context=context, client_configuration=cfg,
-                                        persist_config=False)
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path, context=context, client_configuration=cfg, persist_config=False
+            )
         else:
-            k8s_config.load_incluster_config(client_configuration=cfg)
+            k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
     except ConfigException as e:
         raise ConfigError(f"cannot load Kubernetes configuration: {e}") from e
     except OSError as e:

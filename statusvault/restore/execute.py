@@ -28,8 +28,15 @@ STATUS_WRITE_ATTEMPTS = 5
 
 
 class RestoreEngine:
-    def __init__(self, client: KubeClient, discovery: Discovery, discover: Callable[[], Discovery],
-                 progress: Progress | None = None, parallel: int = 8, establish_timeout: float = 60.0):
+    def __init__(
+        self,
+        client: KubeClient,
+        discovery: Discovery,
+        discover: Callable[[], Discovery],
+        progress: Progress | None = None,
+        parallel: int = 8,
+        establish_timeout: float = 60.0,
+    ):
         self.client = client
         self.discovery = discovery
         self.discover = discover
@@ -63,8 +70,9 @@ class RestoreEngine:
         for name in names:
             while not _established(self.client.get(wave[0].rt, None, name)):
                 if time.monotonic() > deadline:
-                    raise StatusVaultError(f"CRD {name} did not become Established within "
-                                           f"{self.establish_timeout:.0f}s")
+                    raise StatusVaultError(
+                        f"CRD {name} did not become Established within {self.establish_timeout:.0f}s"
+                    )
                 time.sleep(0.2)
         # a CRD's name is <plural>.<group>: the qualified name of the resource it defines
         pending = {i.rt.qualified for i in plan.items if i.category != Category.CRD} & set(names)
@@ -127,7 +135,7 @@ class _Run:
         def submit(pool: ThreadPoolExecutor, item: PlanItem, data: bytes | None) -> None:
             slots.acquire()
             fut: Future[ItemResult] = pool.submit(self.restore_one, item, data)
-            fut.add_done_callback(lambda f: (slots.release(), self.record(f.result())))
+            fut.add_done_callback(lambda f: self._done(slots, f))
 
         with ThreadPoolExecutor(self.engine.parallel, thread_name_prefix="restore") as pool:
             try:
@@ -141,11 +149,25 @@ class _Run:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
 
+    def _done(self, slots: threading.BoundedSemaphore, fut: Future[ItemResult]) -> None:
+        slots.release()
+        if not fut.cancelled():
+            self.record(fut.result())
+
     def restore_one(self, item: PlanItem, data: bytes | None) -> ItemResult:
-        obj: KubeObject = orjson.loads(data) if data is not None else \
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": item.name}}
-        result = ItemResult(item.rt.qualified, item.namespace, item.name, Outcome.FAILED,
-                            StatusOutcome.NOT_WRITTEN, old_uid=item.old_uid)
+        obj: KubeObject = (
+            orjson.loads(data)
+            if data is not None
+            else {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": item.name}}
+        )
+        result = ItemResult(
+            item.rt.qualified,
+            item.namespace,
+            item.name,
+            Outcome.FAILED,
+            StatusOutcome.NOT_WRITTEN,
+            old_uid=item.old_uid,
+        )
         try:
             self._restore(item, obj, result)
         except StatusVaultError as e:
@@ -226,8 +248,9 @@ class _Run:
             if not patch:
                 return live, outcome
             try:
-                return self.client.patch(rt, item.namespace or None, item.name, patch, JSON_PATCH,
-                                         dry_run=self.server_dry), outcome
+                return self.client.patch(
+                    rt, item.namespace or None, item.name, patch, JSON_PATCH, dry_run=self.server_dry
+                ), outcome
             except KubeApiError as e:
                 lost_race = e.code == 409 or (e.code == 422 and "test" in str(e).lower())
                 if not lost_race:
@@ -249,8 +272,7 @@ class _Run:
         ns = item.namespace or None
         for _ in range(STATUS_WRITE_ATTEMPTS):
             try:
-                out = self.client.replace(rt, ns, item.name, status_body(live, saved), dry_run=self.server_dry,
-                                          sub=sub)
+                out = self.client.replace(rt, ns, item.name, status_body(live, saved), dry_run=self.server_dry, sub=sub)
             except KubeApiError as e:
                 if e.code != 409:
                     raise StatusVaultError(f"status write failed: {e}") from e
@@ -281,19 +303,31 @@ def _not_attempted(item: PlanItem) -> ItemResult:
     reasons = {
         Action.SKIP_EXISTS: (Outcome.SKIPPED, "already exists (policy none): status not written"),
         Action.SKIP_TERMINATING: (Outcome.SKIPPED, "was being deleted when backed up"),
-        Action.UNAVAILABLE: (Outcome.FAILED, f"{item.rt.qualified} is not served by this cluster and the "
-                                             "backup has no CRD for it"),
+        Action.UNAVAILABLE: (
+            Outcome.FAILED,
+            f"{item.rt.qualified} is not served by this cluster and the backup has no CRD for it",
+        ),
     }
     outcome, message = reasons[item.action]
-    return ItemResult(item.rt.qualified, item.namespace, item.name, outcome, StatusOutcome.NOT_WRITTEN,
-                      message=message if outcome == Outcome.FAILED else "", notes=(message,)
-                      if outcome != Outcome.FAILED else (), old_uid=item.old_uid)
+    return ItemResult(
+        item.rt.qualified,
+        item.namespace,
+        item.name,
+        outcome,
+        StatusOutcome.NOT_WRITTEN,
+        message=message if outcome == Outcome.FAILED else "",
+        notes=(message,) if outcome != Outcome.FAILED else (),
+        old_uid=item.old_uid,
+    )
 
 
 def _client_dry_run(item: PlanItem) -> ItemResult:
     if item.action in (Action.CREATE, Action.UPDATE):
         outcome = Outcome.WOULD_CREATE if item.action == Action.CREATE else Outcome.WOULD_UPDATE
-        status = {StatusMode.NONE: StatusOutcome.NOT_NEEDED, StatusMode.IN_BODY: StatusOutcome.IN_BODY,
-                  StatusMode.SUBRESOURCE: StatusOutcome.WOULD_WRITE}[item.status_mode]
+        status = {
+            StatusMode.NONE: StatusOutcome.NOT_NEEDED,
+            StatusMode.IN_BODY: StatusOutcome.IN_BODY,
+            StatusMode.SUBRESOURCE: StatusOutcome.WOULD_WRITE,
+        }[item.status_mode]
         return ItemResult(item.rt.qualified, item.namespace, item.name, outcome, status, old_uid=item.old_uid)
     return _not_attempted(item)

@@ -98,8 +98,16 @@ def manifest_types(manifest: dict[str, Any]) -> list[ResourceType]:
     """The resource types as recorded at backup time."""
     out = []
     for qualified, r in (manifest.get("resources") or {}).items():
-        rt = ResourceType(r["group"], r["version"], r["resource"], r["kind"], bool(r["namespaced"]),
-                          bool(r.get("hasStatusSubresource")), bool(r.get("custom")), ("list",))
+        rt = ResourceType(
+            r["group"],
+            r["version"],
+            r["resource"],
+            r["kind"],
+            bool(r["namespaced"]),
+            bool(r.get("hasStatusSubresource")),
+            bool(r.get("custom")),
+            ("list",),
+        )
         if rt.qualified != qualified:
             raise ArchiveError(f"manifest entry {qualified!r} does not match its group/resource")
         out.append(rt)
@@ -170,8 +178,13 @@ def _resolve(discovery: Discovery, names: Iterable[str]) -> list[ResourceType]:
     return out
 
 
-def build_plan(reader: ArchiveReader, opts: RestoreOptions, live: Discovery,
-               exists: Callable[[ResourceType, str, str], bool], backup: str = "") -> RestorePlan:
+def build_plan(
+    reader: ArchiveReader,
+    opts: RestoreOptions,
+    live: Discovery,
+    exists: Callable[[ResourceType, str, str], bool],
+    backup: str = "",
+) -> RestorePlan:
     """Read every object (verifying each hash), filter, decide and order. Raises before any write."""
     manifest = reader.manifest()
     types = manifest_types(manifest)
@@ -206,8 +219,14 @@ def build_plan(reader: ArchiveReader, opts: RestoreOptions, live: Discovery,
     return plan
 
 
-def _plan_item(path: str, qualified: str, obj: dict[str, Any], cat: Category, decider: _Decider,
-               exists: Callable[[ResourceType, str, str], bool]) -> PlanItem:
+def _plan_item(
+    path: str,
+    qualified: str,
+    obj: dict[str, Any],
+    cat: Category,
+    decider: _Decider,
+    exists: Callable[[ResourceType, str, str], bool],
+) -> PlanItem:
     meta = obj.get("metadata") or {}
     target = decider.target[qualified]
     rt = target if target is not None else decider.backup_types[qualified]
@@ -221,8 +240,7 @@ def _plan_item(path: str, qualified: str, obj: dict[str, Any], cat: Category, de
         action = Action.UPDATE if decider.opts.existing_policy == "update" else Action.SKIP_EXISTS
     else:
         action = Action.CREATE
-    return PlanItem(path, rt, ns, meta["name"], meta.get("uid", ""), owners, cat, action,
-                    decider.status_mode(rt, obj))
+    return PlanItem(path, rt, ns, meta["name"], meta.get("uid", ""), owners, cat, action, decider.status_mode(rt, obj))
 
 
 NAMESPACE_TYPE = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, has_status=True)
@@ -233,8 +251,9 @@ def _add_namespaces(plan: RestorePlan, needed: set[str], exists: Callable[[Resou
     from_backup = {i.name for i in plan.items if i.category == Category.NAMESPACE}
     for ns in sorted(needed - from_backup):
         if not exists(NAMESPACE_TYPE, "", ns):
-            plan.items.append(PlanItem("", NAMESPACE_TYPE, "", ns, "", (), Category.NAMESPACE, Action.CREATE,
-                                       StatusMode.NONE))
+            plan.items.append(
+                PlanItem("", NAMESPACE_TYPE, "", ns, "", (), Category.NAMESPACE, Action.CREATE, StatusMode.NONE)
+            )
 
 
 def _assign_depths(items: list[PlanItem]) -> None:

@@ -51,8 +51,13 @@ class ItemResult:
         return self.outcome == Outcome.FAILED or self.status in STATUS_PROBLEMS
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"resource": self.resource, "namespace": self.namespace, "name": self.name,
-                             "result": self.outcome, "status": self.status}
+        d: dict[str, Any] = {
+            "resource": self.resource,
+            "namespace": self.namespace,
+            "name": self.name,
+            "result": self.outcome,
+            "status": self.status,
+        }
         if self.message:
             d["message"] = self.message
         if self.notes:
@@ -77,12 +82,17 @@ class RestoreReport:
 
     @property
     def missing_status(self) -> list[ItemResult]:
-        return [r for r in self.results if r.status in STATUS_PROBLEMS
-                or (r.outcome == Outcome.FAILED and r.status == StatusOutcome.NOT_WRITTEN)]
+        return [
+            r
+            for r in self.results
+            if r.status in STATUS_PROBLEMS or (r.outcome == Outcome.FAILED and r.status == StatusOutcome.NOT_WRITTEN)
+        ]
 
     def counts(self) -> dict[str, dict[str, int]]:
-        return {"results": dict(Counter(r.outcome for r in self.results)),
-                "status": dict(Counter(r.status for r in self.results))}
+        return {
+            "results": dict(Counter(r.outcome for r in self.results)),
+            "status": dict(Counter(r.status for r in self.results)),
+        }
 
     def by_resource(self) -> list[tuple[str, Counter[str]]]:
         table: dict[str, Counter[str]] = {}
@@ -93,6 +103,12 @@ class RestoreReport:
         return sorted(table.items())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backup": self.backup, "dryRun": self.dry_run, "durationSeconds": round(self.duration, 3),
-                "interrupted": self.interrupted, "summary": self.counts(), "warnings": self.warnings,
-                "items": [r.to_dict() for r in self.results]}
+        return {
+            "backup": self.backup,
+            "dryRun": self.dry_run,
+            "durationSeconds": round(self.duration, 3),
+            "interrupted": self.interrupted,
+            "summary": self.counts(),
+            "warnings": self.warnings,
+            "items": [r.to_dict() for r in self.results],
+        }

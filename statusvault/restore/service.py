@@ -58,14 +58,22 @@ def open_backup(store: ObjectStore, name: str) -> Iterator[ArchiveReader]:
         yield ArchiveReader(path)
 
 
-def plan_restore(client: KubeClient, discovery: Discovery, reader: ArchiveReader, name: str,
-                 opts: RestoreOptions) -> RestorePlan:
+def plan_restore(
+    client: KubeClient, discovery: Discovery, reader: ArchiveReader, name: str, opts: RestoreOptions
+) -> RestorePlan:
     """Verify every object file and build the plan; nothing is written."""
     return build_plan(reader, opts, discovery, ExistenceIndex(client), backup=name)
 
 
-def restore(client: KubeClient, discovery: Discovery, discover: Callable[[], Discovery], reader: ArchiveReader,
-            plan: RestorePlan, opts: RestoreOptions, progress: Progress | None = None,
-            parallel: int = 8) -> RestoreReport:
+def restore(
+    client: KubeClient,
+    discovery: Discovery,
+    discover: Callable[[], Discovery],
+    reader: ArchiveReader,
+    plan: RestorePlan,
+    opts: RestoreOptions,
+    progress: Progress | None = None,
+    parallel: int = 8,
+) -> RestoreReport:
     engine = RestoreEngine(client, discovery, discover, progress, parallel)
     return engine.run(reader, plan, opts)

@@ -10,8 +10,15 @@ from statusvault.errors import ConfigError
 from statusvault.storage.base import ObjectStore, S3Options, archive_key, manifest_key
 from statusvault.storage.local import LocalStore
 
-__all__ = ["LocalStore", "ObjectStore", "S3Options", "archive_key", "default_storage_url", "manifest_key",
-           "open_store"]
+__all__ = [
+    "LocalStore",
+    "ObjectStore",
+    "S3Options",
+    "archive_key",
+    "default_storage_url",
+    "manifest_key",
+    "open_store",
+]
 
 
 def default_storage_url() -> str:

@@ -94,8 +94,11 @@ class LocalStore:
                     continue  # in-flight partial writes
                 full = Path(dirpath) / fname
                 st = full.stat()
-                yield StoredObject(full.relative_to(self.root).as_posix(), st.st_size,
-                                   dt.datetime.fromtimestamp(st.st_mtime, dt.UTC))
+                yield StoredObject(
+                    full.relative_to(self.root).as_posix(),
+                    st.st_size,
+                    dt.datetime.fromtimestamp(st.st_mtime, dt.UTC),
+                )
 
     def delete(self, key: str) -> None:
         path = self._path(key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,8 +47,9 @@ class S3Store:
         except botocore.exceptions.ClientError as e:
             raise _client_error(self, what, e) from e
         except botocore.exceptions.NoCredentialsError as e:
-            raise StorageError(f"no S3 credentials found for {self.url}: set AWS_ACCESS_KEY_ID/"
-                               "AWS_SECRET_ACCESS_KEY or AWS_PROFILE") from e
+            raise StorageError(
+                f"no S3 credentials found for {self.url}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE"
+            ) from e
         except botocore.exceptions.BotoCoreError as e:
             raise StorageError(f"cannot {what} {self.url}: {e}") from e
 
@@ -56,8 +58,14 @@ class S3Store:
         self._call("reach", self.client.list_objects_v2, Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
 
     def put(self, key: str, data: bytes) -> None:
-        self._call("write to", self.client.put_object, Bucket=self.bucket, Key=self._key(key), Body=data,
-                   **self._sse_args())
+        self._call(
+            "write to",
+            self.client.put_object,
+            Bucket=self.bucket,
+            Key=self._key(key),
+            Body=data,
+            **self._sse_args(),
+        )
 
     @contextmanager
     def open_write(self, key: str) -> Iterator[Writer]:
@@ -84,8 +92,14 @@ class S3Store:
             body.close()
 
     def fetch(self, key: str, dest: Path) -> None:
-        self._call("download from", self.client.download_file, Bucket=self.bucket, Key=self._key(key),
-                   Filename=str(dest), Config=self.transfer)
+        self._call(
+            "download from",
+            self.client.download_file,
+            Bucket=self.bucket,
+            Key=self._key(key),
+            Filename=str(dest),
+            Config=self.transfer,
+        )
 
     def exists(self, key: str) -> bool:
         try:
@@ -104,7 +118,7 @@ class S3Store:
         try:
             for page in pages:
                 for item in page.get("Contents") or []:
-                    yield StoredObject(item["Key"][len(self.prefix):], item["Size"], item["LastModified"])
+                    yield StoredObject(item["Key"][len(self.prefix) :], item["Size"], item["LastModified"])
         except botocore.exceptions.ClientError as e:
             raise _client_error(self, "list", e) from e
         except botocore.exceptions.BotoCoreError as e:
@@ -133,33 +147,51 @@ class _MultipartWriter:
     def _flush_part(self) -> None:
         s = self.store
         if self.upload_id is None:
-            resp = s._call("write to", s.client.create_multipart_upload, Bucket=s.bucket, Key=self.key,
-                           **s._sse_args())
+            resp = s._call("write to", s.client.create_multipart_upload, Bucket=s.bucket, Key=self.key, **s._sse_args())
             self.upload_id = resp["UploadId"]
         number = len(self.parts) + 1
-        resp = s._call("write to", s.client.upload_part, Bucket=s.bucket, Key=self.key,
-                       UploadId=self.upload_id, PartNumber=number, Body=self.buffer.getvalue())
+        resp = s._call(
+            "write to",
+            s.client.upload_part,
+            Bucket=s.bucket,
+            Key=self.key,
+            UploadId=self.upload_id,
+            PartNumber=number,
+            Body=self.buffer.getvalue(),
+        )
         self.parts.append({"PartNumber": number, "ETag": resp["ETag"]})
         self.buffer = io.BytesIO()
 
     def finish(self) -> None:
         s = self.store
         if self.upload_id is None:  # small: one PUT
-            s._call("write to", s.client.put_object, Bucket=s.bucket, Key=self.key,
-                    Body=self.buffer.getvalue(), **s._sse_args())
+            s._call(
+                "write to",
+                s.client.put_object,
+                Bucket=s.bucket,
+                Key=self.key,
+                Body=self.buffer.getvalue(),
+                **s._sse_args(),
+            )
             return
         if self.buffer.tell():
             self._flush_part()
-        s._call("write to", s.client.complete_multipart_upload, Bucket=s.bucket, Key=self.key,
-                UploadId=self.upload_id, MultipartUpload={"Parts": self.parts})
+        s._call(
+            "write to",
+            s.client.complete_multipart_upload,
+            Bucket=s.bucket,
+            Key=self.key,
+            UploadId=self.upload_id,
+            MultipartUpload={"Parts": self.parts},
+        )
 
     def abort(self) -> None:
         if self.upload_id is not None:
-            try:
-                self.store.client.abort_multipart_upload(Bucket=self.store.bucket, Key=self.key,
-                                                         UploadId=self.upload_id)
-            except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError):
-                pass  # the bucket's lifecycle rule for incomplete uploads cleans up the rest
+            # if this fails too, the bucket's lifecycle rule for incomplete uploads cleans up the rest
+            with contextlib.suppress(botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError):
+                self.store.client.abort_multipart_upload(
+                    Bucket=self.store.bucket, Key=self.key, UploadId=self.upload_id
+                )
 
 
 def _client_error(store: S3Store, what: str, e: botocore.exceptions.ClientError) -> StorageError:
@@ -177,10 +209,13 @@ def _client_error(store: S3Store, what: str, e: botocore.exceptions.ClientError)
 
 
 def _make_client(o: S3Options) -> Any:
+    settings: dict[str, Any] = {
+        "s3": {"addressing_style": o.addressing_style},
+        "request_checksum_calculation": o.checksum,
+        "response_checksum_validation": o.checksum,
+    }
     config = botocore.config.Config(
-        s3={"addressing_style": o.addressing_style},
-        request_checksum_calculation=o.checksum,
-        response_checksum_validation=o.checksum,
+        **settings,
         retries={"max_attempts": 5, "mode": "standard"},
         connect_timeout=10,
         read_timeout=60,

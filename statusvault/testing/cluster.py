@@ -1,13 +1,14 @@
 """Build (once, cached) and run a real etcd + kube-apiserver + kube-controller-manager on loopback.
 
-    python -m statusvault.testing.cluster up     # start in the background, print the kubeconfig path
-    python -m statusvault.testing.cluster down   # stop it by PID
-    python -m statusvault.testing.cluster run    # start, print the kubeconfig path, stay in the foreground
+python -m statusvault.testing.cluster up     # start in the background, print the kubeconfig path
+python -m statusvault.testing.cluster down   # stop it by PID
+python -m statusvault.testing.cluster run    # start, print the kubeconfig path, stay in the foreground
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -58,12 +59,16 @@ def _free_ports(n: int) -> list[int]:
 
 
 def kubeconfig_yaml(server: str, user: str, token: str) -> str:
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "statusvault-test",
-        "clusters": [{"name": "statusvault-test", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": "statusvault-test", "context": {"cluster": "statusvault-test", "user": user}}],
-    })
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "statusvault-test",
+            "clusters": [{"name": "statusvault-test", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "statusvault-test", "context": {"cluster": "statusvault-test", "user": user}}],
+        }
+    )
 
 
 @dataclass
@@ -112,44 +117,74 @@ class LocalCluster:
 
     def _spawn(self, name: str, argv: list[str], detach: bool) -> None:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=detach)
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=detach
+        )
         log.close()
         self.pids[name] = proc.pid
 
     def _start(self, bindir: Path, detach: bool) -> None:
         wd = self.workdir
         self.port, etcd_port, peer_port = _free_ports(3)
-        self._spawn("etcd", [
-            shutil.which("etcd") or "etcd", "--data-dir", str(wd / "etcd"),
-            "--listen-client-urls", f"http://127.0.0.1:{etcd_port}",
-            "--advertise-client-urls", f"http://127.0.0.1:{etcd_port}",
-            "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
-            "--initial-cluster", f"default=http://127.0.0.1:{peer_port}",
-        ], detach)
-        subprocess.run(["openssl", "genrsa", "-out", str(wd / "sa.key"), "2048"], check=True,
-                       capture_output=True)
+        self._spawn(
+            "etcd",
+            [
+                shutil.which("etcd") or "etcd",
+                "--data-dir",
+                str(wd / "etcd"),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{etcd_port}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{etcd_port}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer_port}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer_port}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{peer_port}",
+            ],
+            detach,
+        )
+        subprocess.run(["openssl", "genrsa", "-out", str(wd / "sa.key"), "2048"], check=True, capture_output=True)
         lines = [f'{ADMIN_TOKEN},admin,admin,"system:masters"']
         lines += [f"{token},{user},{user}" for user, token in TEST_USERS.items()]
         (wd / "tokens.csv").write_text("\n".join(lines) + "\n")
-        self._spawn("kube-apiserver", [
-            str(bindir / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-            f"--secure-port={self.port}", "--bind-address=127.0.0.1", f"--cert-dir={wd / 'certs'}",
-            f"--service-account-key-file={wd / 'sa.key'}", f"--service-account-signing-key-file={wd / 'sa.key'}",
-            "--service-account-issuer=https://kubernetes.default.svc", f"--token-auth-file={wd / 'tokens.csv'}",
-            "--authorization-mode=RBAC", "--service-cluster-ip-range=10.0.0.0/24",
-            "--disable-admission-plugins=ServiceAccount", "--max-requests-inflight=800",
-            "--max-mutating-requests-inflight=400",
-        ], detach)
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(bindir / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                f"--secure-port={self.port}",
+                "--bind-address=127.0.0.1",
+                f"--cert-dir={wd / 'certs'}",
+                f"--service-account-key-file={wd / 'sa.key'}",
+                f"--service-account-signing-key-file={wd / 'sa.key'}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--token-auth-file={wd / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--disable-admission-plugins=ServiceAccount",
+                "--max-requests-inflight=800",
+                "--max-mutating-requests-inflight=400",
+            ],
+            detach,
+        )
         self.kubeconfig.write_text(kubeconfig_yaml(self.server, "admin", ADMIN_TOKEN))
         self._wait_ready()
-        self._spawn("kube-controller-manager", [
-            str(bindir / "kube-controller-manager"), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
-            "--controllers=namespace,garbagecollector,deployment,replicaset,serviceaccount-token",
-            f"--service-account-private-key-file={wd / 'sa.key'}", "--bind-address=127.0.0.1",
-            "--secure-port=0", "--port=0",
-        ], detach)
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(bindir / "kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--controllers=namespace,garbagecollector,deployment,replicaset,serviceaccount-token",
+                f"--service-account-private-key-file={wd / 'sa.key'}",
+                "--bind-address=127.0.0.1",
+                "--secure-port=0",
+                "--port=0",
+            ],
+            detach,
+        )
         (wd / "cluster.json").write_text(json.dumps({"port": self.port, "pids": self.pids}))
 
     def _wait_ready(self, timeout: float = 90.0) -> None:
@@ -163,8 +198,7 @@ class LocalCluster:
                 if not _alive(pid):
                     tail = (self.workdir / f"{name}.log").read_text(errors="replace")[-2000:]
                     raise RuntimeError(f"{name} exited during start-up:\n{tail}")
-            req = urllib.request.Request(f"{self.server}/readyz",
-                                         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+            req = urllib.request.Request(f"{self.server}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
             try:
                 with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
                     if resp.status == 200:
@@ -211,10 +245,8 @@ def _terminate(pid: int, grace: float = 10.0) -> None:
         time.sleep(0.1)
     if _alive(pid):
         os.kill(pid, signal.SIGKILL)
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
 
 
 def _state_dir(arg: str | None) -> Path:

@@ -53,8 +53,9 @@ def _established(crd: KubeObject | None) -> bool:
     return any(c.get("type") == "Established" and c.get("status") == "True" for c in conds)
 
 
-def create_with_status(client: KubeClient, discovery: Discovery, obj: KubeObject,
-                       namespace: str | None = None) -> KubeObject:
+def create_with_status(
+    client: KubeClient, discovery: Discovery, obj: KubeObject, namespace: str | None = None
+) -> KubeObject:
     """Create `obj` and give it its status as an operator would: via /status when the CRD has it."""
     obj = copy.deepcopy(obj)
     group, _, version = obj["apiVersion"].rpartition("/")

@@ -30,12 +30,31 @@ def members(storage: Path, name: str) -> dict[str, dict]:
 @pytest.fixture
 def seeded(make, namespace):
     """Two KubernetesClusters, a Database, a LegacyApp (no /status), a Widget and a ConfigMap."""
-    make(cr(KC, "KubernetesCluster", "prod", spec={"region": "eu"}, status=kc_status(1), labels={"env": "prod"}),
-         namespace)
-    make(cr(KC, "KubernetesCluster", "dev", spec={"region": "us"}, status=kc_status(2), labels={"env": "dev"}),
-         namespace)
-    make(cr("db.example.com/v1", "Database", "orders", spec={"engine": "postgres"},
-            status={"externalID": "db-123", "conditions": [{"type": "Ready", "status": "True"}]}), namespace)
+    make(
+        cr(
+            KC,
+            "KubernetesCluster",
+            "prod",
+            spec={"region": "eu"},
+            status=kc_status(1),
+            labels={"env": "prod"},
+        ),
+        namespace,
+    )
+    make(
+        cr(KC, "KubernetesCluster", "dev", spec={"region": "us"}, status=kc_status(2), labels={"env": "dev"}),
+        namespace,
+    )
+    make(
+        cr(
+            "db.example.com/v1",
+            "Database",
+            "orders",
+            spec={"engine": "postgres"},
+            status={"externalID": "db-123", "conditions": [{"type": "Ready", "status": "True"}]},
+        ),
+        namespace,
+    )
     make(cr("legacy.example.com/v1", "LegacyApp", "billing", status={"externalRef": "app-1"}), namespace)
     make(cr("example.com/v1", "Widget", "gear", status={"state": "Spinning"}), namespace)
     make({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "b"}}, namespace)
@@ -51,12 +70,17 @@ def test_default_selection_takes_custom_resources_with_status_and_their_crds(run
     assert prod["status"] == kc_status(1)
     assert prod["metadata"]["labels"] == {"env": "prod"}
     assert "managedFields" not in prod["metadata"]
-    assert files[f"resources/legacyapps.legacy.example.com/namespaces/{ns}/billing.json"]["status"] == \
-        {"externalRef": "app-1"}
+    assert files[f"resources/legacyapps.legacy.example.com/namespaces/{ns}/billing.json"]["status"] == {
+        "externalRef": "app-1"
+    }
     assert not any(p.startswith("resources/configmaps") for p in files), "built-ins only when named"
     crd_names = {p.rsplit("/", 1)[1] for p in files if p.startswith("resources/customresourcedefinitions")}
-    assert crd_names == {"kubernetesclusters.xyz.example.com.json", "databases.db.example.com.json",
-                         "legacyapps.legacy.example.com.json", "widgets.example.com.json"}
+    assert crd_names == {
+        "kubernetesclusters.xyz.example.com.json",
+        "databases.db.example.com.json",
+        "legacyapps.legacy.example.com.json",
+        "widgets.example.com.json",
+    }
     assert not any("clusterpools" in p and "/cluster/" in p and "customresource" not in p for p in files)
     report = json.loads(result.out)
     assert report["resources"]["kubernetesclusters.xyz.example.com"]["count"] == 2
@@ -132,7 +156,8 @@ def test_unknown_resource_is_an_error_and_nothing_is_written(run, namespace):
     assert result.code == ExitStatus.USAGE
     assert result.err.strip().splitlines() == [
         "error: unknown resource 'nosuchthings.example.com': not served by this cluster "
-        "(use resource.group, e.g. kubernetesclusters.xyz.example.com)"]
+        "(use resource.group, e.g. kubernetesclusters.xyz.example.com)"
+    ]
     assert not run.storage.exists() or not any(run.storage.rglob("*"))
 
 
@@ -217,8 +242,7 @@ def test_s3_backup_list_verify_download_delete(run, seeded, s3_endpoint, bucket,
     assert result.code == 0, result.err
     import boto3
 
-    keys = {o["Key"] for o in boto3.client("s3", endpoint_url=s3_endpoint).list_objects_v2(
-        Bucket=bucket)["Contents"]}
+    keys = {o["Key"] for o in boto3.client("s3", endpoint_url=s3_endpoint).list_objects_v2(Bucket=bucket)["Contents"]}
     assert keys == {"team/prod/backups/s1/archive.tar.gz", "team/prod/backups/s1/manifest.json"}
     listed = json.loads(run("list", "--storage", storage, *s3_args(s3_endpoint), "-o", "json").out)
     assert [(b["name"], b["phase"], b["objects"]) for b in listed] == [("s1", "Completed", 9)]
@@ -252,7 +276,8 @@ def test_missing_bucket_is_a_clean_error(run, seeded, s3_endpoint):
     result = run("backup", "x", "-n", seeded, "--storage", "s3://no-such-bucket-zz", *s3_args(s3_endpoint))
     assert result.code == ExitStatus.ERROR
     assert result.err.strip().splitlines() == [
-        "error: bucket 'no-such-bucket-zz' does not exist (s3://no-such-bucket-zz)"]
+        "error: bucket 'no-such-bucket-zz' does not exist (s3://no-such-bucket-zz)"
+    ]
 
 
 @pytest.mark.parametrize("who", ["unknown-key", "no-permission"])

@@ -9,9 +9,13 @@ from statusvault.kube.discovery import Discovery
 
 def test_create_drops_status_and_status_write_sets_it(kube, crds: Discovery, namespace):
     rt = crds.resolve("kubernetesclusters.xyz.example.com")
-    body = {"apiVersion": "xyz.example.com/v1", "kind": "KubernetesCluster",
-            "metadata": {"name": "c1", "namespace": namespace}, "spec": {"region": "eu"},
-            "status": {"apiServerURL": "https://c1:6443", "masterVersion": "1.29.4"}}
+    body = {
+        "apiVersion": "xyz.example.com/v1",
+        "kind": "KubernetesCluster",
+        "metadata": {"name": "c1", "namespace": namespace},
+        "spec": {"region": "eu"},
+        "status": {"apiServerURL": "https://c1:6443", "masterVersion": "1.29.4"},
+    }
     created = kube.create(rt, namespace, body)
     assert "status" not in created
     assert created["metadata"]["generation"] == 1
@@ -26,8 +30,12 @@ def test_create_drops_status_and_status_write_sets_it(kube, crds: Discovery, nam
 def test_without_status_subresource_status_travels_in_the_body(kube, crds: Discovery, namespace):
     rt = crds.resolve("legacyapps.legacy.example.com")
     assert not rt.has_status
-    body = {"apiVersion": "legacy.example.com/v1", "kind": "LegacyApp", "metadata": {"name": "l1"},
-            "status": {"externalRef": "x-1"}}
+    body = {
+        "apiVersion": "legacy.example.com/v1",
+        "kind": "LegacyApp",
+        "metadata": {"name": "l1"},
+        "status": {"externalRef": "x-1"},
+    }
     assert kube.create(rt, namespace, body)["status"] == {"externalRef": "x-1"}
 
 

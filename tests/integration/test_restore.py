@@ -34,8 +34,11 @@ def items(report: dict) -> dict[str, dict]:
 
 def test_seeds_kubernetescluster_deleted_then_restored_with_exact_status(run, kube, crds, namespace):
     """The user's story: the namespace is gone; every status comes back exactly as it was."""
-    before = {o["metadata"]["name"]: o for o in
-              load_objects(kube, crds, FIXTURES / "objects" / "team-a.yaml", namespace) if o["kind"] != "ClusterPool"}
+    before = {
+        o["metadata"]["name"]: o
+        for o in load_objects(kube, crds, FIXTURES / "objects" / "team-a.yaml", namespace)
+        if o["kind"] != "ClusterPool"
+    }
     assert run("backup", "seeds", "-n", namespace).code == 0
     prod = kube.get(crds.resolve("kc"), namespace, "prod-eu")
     prod["metadata"]["finalizers"] = []  # the operator would release its finalizer on delete
@@ -61,16 +64,35 @@ def test_seeds_kubernetescluster_deleted_then_restored_with_exact_status(run, ku
     report = items(json.loads(result.out))
     assert report[f"kubernetesclusters.xyz.example.com {namespace}/prod-eu"]["status"] == "written"
     assert report[f"databases.db.example.com {namespace}/orders"]["status"] == "not-needed"
-    assert any("observedGeneration is 4" in n for n in report[f"kubernetesclusters.xyz.example.com {namespace}/prod-eu"]["notes"])
+    assert any(
+        "observedGeneration is 4" in n
+        for n in report[f"kubernetesclusters.xyz.example.com {namespace}/prod-eu"]["notes"]
+    )
 
 
 def test_default_restores_every_custom_status_and_respects_exclude_and_annotation(run, kube, crds, make, namespace):
     make(cr(KC, "KubernetesCluster", "a", status=kc_status(1)), namespace)
-    make(cr(KC, "KubernetesCluster", "optout", status=kc_status(2),
-            annotations={"statusvault.io/restore-status": "false"}), namespace)
+    make(
+        cr(
+            KC,
+            "KubernetesCluster",
+            "optout",
+            status=kc_status(2),
+            annotations={"statusvault.io/restore-status": "false"},
+        ),
+        namespace,
+    )
     make(cr("db.example.com/v1", "Database", "d", status={"externalID": "db-1"}), namespace)
-    make(cr("example.com/v1", "Widget", "w", status={"state": "On"},
-            annotations={"statusvault.io/restore-status": "true"}), namespace)
+    make(
+        cr(
+            "example.com/v1",
+            "Widget",
+            "w",
+            status={"state": "On"},
+            annotations={"statusvault.io/restore-status": "true"},
+        ),
+        namespace,
+    )
     assert run("backup", "b", "-n", namespace).code == 0
     delete_namespace(kube, namespace)
 
@@ -79,8 +101,9 @@ def test_default_restores_every_custom_status_and_respects_exclude_and_annotatio
     assert kube.get(crds.resolve("kc"), namespace, "a")["status"] == kc_status(1)
     assert "status" not in kube.get(crds.resolve("kc"), namespace, "optout"), "annotation false wins"
     assert "status" not in kube.get(crds.resolve("databases.db.example.com"), namespace, "d"), "excluded"
-    assert kube.get(crds.resolve("widgets.example.com"), namespace, "w")["status"] == {"state": "On"}, \
+    assert kube.get(crds.resolve("widgets.example.com"), namespace, "w")["status"] == {"state": "On"}, (
         "annotation true beats the exclude"
+    )
 
 
 def test_no_status_restores_objects_only(run, kube, crds, make, namespace):
@@ -93,8 +116,10 @@ def test_no_status_restores_objects_only(run, kube, crds, make, namespace):
 
 
 def test_crd_without_status_subresource_gets_status_in_the_create_body(run, kube, crds, make, namespace):
-    make(cr("legacy.example.com/v1", "LegacyApp", "l", spec={"replicas": 2}, status={"externalRef": "app-7"}),
-         namespace)
+    make(
+        cr("legacy.example.com/v1", "LegacyApp", "l", spec={"replicas": 2}, status={"externalRef": "app-7"}),
+        namespace,
+    )
     assert run("backup", "b", "-n", namespace).code == 0
     delete_namespace(kube, namespace)
     result = run("restore", "b", "-o", "json")
@@ -126,8 +151,10 @@ def test_cluster_scoped_crs_and_their_crd_into_an_empty_cluster(run, kube, fresh
 
 def test_owner_references_are_remapped_and_dependents_survive_gc(run, kube, crds, make, namespace):
     owner = make(cr(KC, "KubernetesCluster", "parent", status=kc_status(1)), namespace)
-    make(cr("db.example.com/v1", "Database", "child", status={"externalID": "db-9"}, owners=[owner_ref(owner)]),
-         namespace)
+    make(
+        cr("db.example.com/v1", "Database", "child", status={"externalID": "db-9"}, owners=[owner_ref(owner)]),
+        namespace,
+    )
     assert run("backup", "b", "-n", namespace).code == 0
     delete_namespace(kube, namespace)
 
@@ -144,8 +171,10 @@ def test_owner_references_are_remapped_and_dependents_survive_gc(run, kube, crds
 
 def test_owner_absent_reference_is_dropped_with_a_warning(run, kube, crds, make, namespace):
     owner = make(cr(KC, "KubernetesCluster", "parent"), namespace)
-    make(cr("db.example.com/v1", "Database", "child", status={"externalID": "db-9"}, owners=[owner_ref(owner)]),
-         namespace)
+    make(
+        cr("db.example.com/v1", "Database", "child", status={"externalID": "db-9"}, owners=[owner_ref(owner)]),
+        namespace,
+    )
     assert run("backup", "b", "-n", namespace, "--include-resources", "databases.db.example.com").code == 0
     delete_namespace(kube, namespace)
     result = run("restore", "b", "-o", "json")
@@ -159,8 +188,10 @@ def test_owner_absent_reference_is_dropped_with_a_warning(run, kube, crds, make,
 
 def test_namespace_mapping(run, kube, crds, make, namespace):
     owner = make(cr(KC, "KubernetesCluster", "parent", status=kc_status(5)), namespace)
-    make(cr("db.example.com/v1", "Database", "child", status={"externalID": "x"}, owners=[owner_ref(owner)]),
-         namespace)
+    make(
+        cr("db.example.com/v1", "Database", "child", status={"externalID": "x"}, owners=[owner_ref(owner)]),
+        namespace,
+    )
     assert run("backup", "b", "-n", namespace).code == 0
     target = unique("mapped")
     result = run("restore", "b", "--namespace-mapping", f"{namespace}:{target}")
@@ -176,7 +207,10 @@ def test_namespace_mapping(run, kube, crds, make, namespace):
 
 
 def test_existing_policy_none_skips_and_update_writes_spec_and_status(run, kube, crds, make, namespace):
-    make(cr(KC, "KubernetesCluster", "c", spec={"region": "eu"}, status=kc_status(1), labels={"v": "1"}), namespace)
+    make(
+        cr(KC, "KubernetesCluster", "c", spec={"region": "eu"}, status=kc_status(1), labels={"v": "1"}),
+        namespace,
+    )
     assert run("backup", "b", "-n", namespace).code == 0
     rt = crds.resolve("kc")
     live = kube.get(rt, namespace, "c")
@@ -205,8 +239,11 @@ def test_existing_policy_none_skips_and_update_writes_spec_and_status(run, kube,
 
 def _snapshot(kube, crds, namespace):
     rt = crds.resolve("kc")
-    return sorted((o["metadata"]["name"], o["metadata"]["resourceVersion"])
-                  for page in kube.list_pages(rt, namespace) for o in page)
+    return sorted(
+        (o["metadata"]["name"], o["metadata"]["resourceVersion"])
+        for page in kube.list_pages(rt, namespace)
+        for o in page
+    )
 
 
 @pytest.mark.parametrize("mode", ["client", "server"])
@@ -257,9 +294,20 @@ def test_dry_run_client_prints_the_plan(run, kube, make, namespace):
 
 def test_service_load_balancer_status_restored_when_included(run, kube, crds, namespace):
     services = crds.resolve("services")
-    svc = kube.create(services, namespace, {
-        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "lb"},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "targetPort": 8080}], "selector": {"app": "x"}}})
+    svc = kube.create(
+        services,
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "lb"},
+            "spec": {
+                "type": "LoadBalancer",
+                "ports": [{"port": 80, "targetPort": 8080}],
+                "selector": {"app": "x"},
+            },
+        },
+    )
     svc["status"] = {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
     kube.replace(services, namespace, "lb", svc, sub="status")
     assert run("backup", "b", "-n", namespace, "--include-resources", "services").code == 0
@@ -288,17 +336,24 @@ def test_tampered_backup_is_refused_before_any_write(run, kube, crds, make, name
     assert kube.get(NAMESPACES, None, namespace) is None, "nothing was created"
 
 
-@pytest.mark.parametrize(("saved", "outcome", "message"), [
-    ({"size": "big"}, "failed", "status write failed"),  # rejected by the new schema
-    ({"size": 1, "note": "x"}, "mismatch", "the server changed the restored status"),  # pruned
-])
+@pytest.mark.parametrize(
+    ("saved", "outcome", "message"),
+    [
+        ({"size": "big"}, "failed", "status write failed"),  # rejected by the new schema
+        ({"size": 1, "note": "x"}, "mismatch", "the server changed the restored status"),  # pruned
+    ],
+)
 def test_failed_or_changed_status_write_is_a_partial_failure(run, kube, saved, outcome, message):
     """A status the server rejects or alters ends the run with exit 3, naming the object."""
     group = f"{unique('g')}.example.com"
     loose = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-    strict = {"type": "object", "properties": {
-        "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-        "status": {"type": "object", "properties": {"size": {"type": "integer"}}}}}
+    strict = {
+        "type": "object",
+        "properties": {
+            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            "status": {"type": "object", "properties": {"size": {"type": "integer"}}},
+        },
+    }
     ns = unique("pf")
     ensure_namespace(kube, ns)
     d = install_crds(kube, [crd(group, "Thing", schema=loose)])
@@ -319,6 +374,8 @@ def test_failed_or_changed_status_write_is_a_partial_failure(run, kube, saved, o
     entry = items(json.loads(result.out))[f"things.{group} {ns}/t1"]
     assert (entry["result"], entry["status"]) == ("created", outcome)
     assert message in entry["message"]
-    assert result.err.strip().splitlines()[-1] == \
-        "error: restore of b finished with 1 failed object(s); 1 object(s) lack their saved status"
+    assert (
+        result.err.strip().splitlines()[-1]
+        == "error: restore of b finished with 1 failed object(s); 1 object(s) lack their saved status"
+    )
     kube.delete(NAMESPACES, None, ns)
