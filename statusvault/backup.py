@@ -41,6 +41,8 @@ class ResourceSummary:
             "namespaced": rt.namespaced,
             "hasStatusSubresource": rt.has_status,
             "custom": rt.custom,
+            "shortNames": list(rt.short_names),
+            "singular": rt.singular,
             "count": self.count,
             "withStatus": self.with_status,
             "terminating": self.terminating,

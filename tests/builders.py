@@ -95,3 +95,46 @@ def kc_status(n: int = 1) -> dict[str, Any]:
             }
         ],
     }
+
+
+def resource_type(
+    group: str, kind: str, *, namespaced: bool = True, status: bool = True, custom: bool = True, version: str = "v1"
+):
+    from statusvault.model import ResourceType
+
+    return ResourceType(
+        group, version, kind.lower() + "s", kind, namespaced, status, custom, ("list", "create"), singular=kind.lower()
+    )
+
+
+def write_archive(path, entries, *, format_version: str = "1.0"):
+    """Write an archive of (ResourceType, object) pairs the way a backup does; return the path."""
+    import orjson
+
+    from statusvault.archive import ArchiveWriter, member_path
+    from statusvault.backup import ResourceSummary
+    from statusvault.model import object_key
+
+    summaries: dict[str, ResourceSummary] = {}
+    with open(path, "wb") as sink:
+        writer = ArchiveWriter(sink)
+        for rt, obj in entries:
+            writer.add(member_path(object_key(rt, obj)), orjson.dumps(obj, option=orjson.OPT_SORT_KEYS))
+            s = summaries.setdefault(rt.qualified, ResourceSummary(rt))
+            s.count += 1
+        writer.finish(
+            {
+                "formatVersion": format_version,
+                "name": "t",
+                "resources": {q: s.to_dict() for q, s in summaries.items()},
+                "totals": {"objects": sum(s.count for s in summaries.values())},
+            }
+        )
+    return path
+
+
+def with_meta(obj: dict[str, Any], namespace: str = "", uid: str = "") -> dict[str, Any]:
+    obj["metadata"]["uid"] = uid or unique("uid")
+    if namespace:
+        obj["metadata"]["namespace"] = namespace
+    return obj

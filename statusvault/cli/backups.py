@@ -15,6 +15,7 @@ from statusvault.cli.options import output_option, s3_options, selection_options
 from statusvault.cli.output import emit, human_size, table
 from statusvault.errors import ArchiveError
 from statusvault.model import Selection
+from statusvault.storage.base import validate_backup_name
 
 
 @click.command()
@@ -49,6 +50,7 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
     NAME defaults to backup-YYYYMMDDhhmmss (UTC).
     """
     s3 = s3_options(kw)
+    name = validate_backup_name(name or default_backup_name())
     namespaces = () if kw["all_namespaces"] else split_csv(kw["namespaces"])
     selection = Selection(
         namespaces=namespaces,
@@ -60,7 +62,7 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
     )
     store = app.store(kw["storage"], s3)
     engine = BackupEngine(app.client(), app.discovery(), store, app.progress(), page_size=kw["page_size"])
-    result = engine.run(name or default_backup_name(), selection)
+    result = engine.run(name, selection)
     rows = [(q, r["count"], r["withStatus"]) for q, r in result.manifest["resources"].items()]
     totals = result.manifest["totals"]
     text = table(["RESOURCE", "OBJECTS", "WITH STATUS"], rows) + (

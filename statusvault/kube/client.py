@@ -11,9 +11,12 @@ from statusvault.errors import KubeApiError
 from statusvault.kube.transport import JSON, METADATA_LIST, KubeTransport, Request
 from statusvault.model import KubeObject, ResourceType
 
+FIELD_MANAGER = "statusvault"
+
 
 def _dry(dry_run: bool) -> tuple[tuple[str, str], ...]:
-    return (("dryRun", "All"),) if dry_run else ()
+    """Write parameters: our field manager name (so managedFields show who wrote), and dryRun when asked."""
+    return (("fieldManager", FIELD_MANAGER), ("dryRun", "All")) if dry_run else (("fieldManager", FIELD_MANAGER),)
 
 
 def _sort_key(obj: KubeObject) -> str:

@@ -13,7 +13,7 @@ import orjson
 
 from statusvault.archive import ArchiveReader
 from statusvault.errors import KubeApiError, StatusVaultError
-from statusvault.kube.client import KubeClient
+from statusvault.kube.client import FIELD_MANAGER, KubeClient
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import JSON_PATCH
 from statusvault.model import KubeObject, ResourceType
@@ -108,6 +108,7 @@ class _Run:
         self.report = report
         self.server_dry = opts.dry_run == "server"
         self.owners = OwnerResolver(engine.client, engine.discovery)
+        self.started = time.time()
         self.lock = threading.Lock()
 
     def record(self, result: ItemResult) -> None:
@@ -233,6 +234,9 @@ class _Run:
         except KubeApiError as e:
             if e.code != 409 or e.reason != "AlreadyExists":
                 raise
+            live = self.client.get(rt, item.namespace or None, item.name)
+            if live is not None and _created_by_us(live, self.started):  # a retried POST that had succeeded
+                return live, Outcome.CREATED
             if self.opts.existing_policy != "update":
                 return None, Outcome.SKIPPED
             return self._update(rt, item, body)  # appeared since the plan was made
@@ -284,6 +288,17 @@ class _Run:
             done = StatusOutcome.WOULD_WRITE if self.server_dry else StatusOutcome.WRITTEN
             return _compare(out.get("status"), saved, done)
         raise StatusVaultError("status write kept conflicting (409) with another writer")
+
+
+def _created_by_us(live: KubeObject, since: float) -> bool:
+    """True when statusvault created this object during this run (its managedFields say so)."""
+    import datetime as dt
+
+    for entry in (live.get("metadata") or {}).get("managedFields") or []:
+        if entry.get("manager") == FIELD_MANAGER and entry.get("operation") == "Create":
+            when = dt.datetime.strptime(entry.get("time", "1970-01-01T00:00:00Z"), "%Y-%m-%dT%H:%M:%SZ")
+            return when.replace(tzinfo=dt.UTC).timestamp() >= since - 1.0
+    return False
 
 
 def _compare(actual: Any, saved: Any, ok: str) -> str:

@@ -13,10 +13,11 @@ from statusvault.archive import ArchiveReader, parse_member_path
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.kube.discovery import Discovery
 from statusvault.labels import parse_selector
-from statusvault.model import ResourceType
+from statusvault.model import CRD_GROUP, CRD_RESOURCE, ResourceType
 from statusvault.transforms import map_namespace, status_annotation
 
 STATUS_ALL = "*"
+CRD_QUALIFIED = f"{CRD_RESOURCE}.{CRD_GROUP}"
 
 
 class Category(enum.IntEnum):
@@ -107,6 +108,8 @@ def manifest_types(manifest: dict[str, Any]) -> list[ResourceType]:
             bool(r.get("hasStatusSubresource")),
             bool(r.get("custom")),
             ("list",),
+            tuple(r.get("shortNames") or ()),
+            r.get("singular") or "",
         )
         if rt.qualified != qualified:
             raise ArchiveError(f"manifest entry {qualified!r} does not match its group/resource")
@@ -125,19 +128,18 @@ def _category(rt: ResourceType) -> Category:
 class _Decider:
     """Per-object decisions that depend only on the options and the backup's resource types."""
 
-    def __init__(self, opts: RestoreOptions, types: list[ResourceType], live: Discovery):
-        in_backup = Discovery(types, types)
+    def __init__(self, opts: RestoreOptions, types: list[ResourceType], live: Discovery, crds_in_backup: set[str]):
         self.opts = opts
         self.live = live
-        self.include = {rt.qualified for rt in _resolve(in_backup, opts.include_resources)}
-        self.exclude = {rt.qualified for rt in _resolve(in_backup, opts.exclude_resources)}
+        self.backup_types = {rt.qualified: rt for rt in types}
+        self.include = self._resolve(opts.include_resources)
+        self.exclude = self._resolve(opts.exclude_resources)
         self.status_all = STATUS_ALL in opts.status_include
-        names = tuple(n for n in opts.status_include if n != STATUS_ALL)
-        self.status_include = {rt.qualified for rt in _resolve(in_backup, names)}
-        self.status_exclude = {rt.qualified for rt in _resolve(in_backup, opts.status_exclude)}
+        self.status_include = self._resolve(tuple(n for n in opts.status_include if n != STATUS_ALL))
+        self.status_exclude = self._resolve(opts.status_exclude)
         self.selector = parse_selector(opts.label_selector)
         self.mapping = opts.mapping
-        crds = {(rt.group, rt.resource) for rt in types if rt.custom}
+        restorable_crds = crds_in_backup if self.resource_selected(CRD_QUALIFIED) else set()
         self.backup_types = {rt.qualified: rt for rt in types}
         self.target: dict[str, ResourceType | None] = {}
         for rt in types:
@@ -145,7 +147,26 @@ class _Decider:
             if served is not None:
                 self.target[rt.qualified] = dataclasses.replace(served, custom=served.custom or rt.custom)
             else:  # its CRD may come with the backup; discovery is refreshed after CRDs are created
-                self.target[rt.qualified] = rt if (rt.group, rt.resource) in crds else None
+                self.target[rt.qualified] = rt if rt.qualified in restorable_crds else None
+
+    def _resolve(self, names: Iterable[str]) -> set[str]:
+        """Qualified names of user-given resources: as the backup recorded them, or via live discovery."""
+        in_backup = Discovery(list(self.backup_types.values()), [])
+        out = set()
+        for n in names:
+            try:
+                out.add(in_backup.resolve(n).qualified)
+                continue
+            except ConfigError:
+                pass
+            try:
+                qualified = self.live.resolve(n).qualified
+            except ConfigError:
+                qualified = ""
+            if qualified not in self.backup_types:
+                raise ConfigError(f"resource {n!r} is not in this backup") from None
+            out.add(qualified)
+        return out
 
     def resource_selected(self, qualified: str) -> bool:
         return (not self.include or qualified in self.include) and qualified not in self.exclude
@@ -168,16 +189,6 @@ class _Decider:
         return StatusMode.SUBRESOURCE if rt.has_status else StatusMode.IN_BODY
 
 
-def _resolve(discovery: Discovery, names: Iterable[str]) -> list[ResourceType]:
-    out = []
-    for n in names:
-        try:
-            out.append(discovery.resolve(n))
-        except ConfigError:
-            raise ConfigError(f"resource {n!r} is not in this backup") from None
-    return out
-
-
 def build_plan(
     reader: ArchiveReader,
     opts: RestoreOptions,
@@ -188,7 +199,10 @@ def build_plan(
     """Read every object (verifying each hash), filter, decide and order. Raises before any write."""
     manifest = reader.manifest()
     types = manifest_types(manifest)
-    decider = _Decider(opts, types, live)
+    crds_in_backup = {
+        parse_member_path(p).name for p in manifest["files"] if p.startswith(f"resources/{CRD_QUALIFIED}/")
+    }
+    decider = _Decider(opts, types, live, crds_in_backup)
     by_qualified = {rt.qualified: rt for rt in types}
     plan = RestorePlan(backup, [], manifest)
     namespaces_needed: set[str] = set()

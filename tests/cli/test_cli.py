@@ -1,0 +1,134 @@
+"""CLI behaviour that needs no cluster: exact output and exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+
+from statusvault import __version__
+from statusvault.cli.main import main
+from statusvault.errors import ExitStatus
+from tests.builders import cr, resource_type, with_meta, write_archive
+
+
+@pytest.fixture
+def cli(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("STATUSVAULT_STORAGE", str(tmp_path / "store"))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+
+    def run(*args):
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    run.store = tmp_path / "store"
+    return run
+
+
+def stored_backup(store, name="b1"):
+    """A complete backup in the store layout, as `statusvault backup` leaves it."""
+    import hashlib
+
+    kc = resource_type("xyz.example.com", "KubernetesCluster")
+    d = store / "backups" / name
+    d.mkdir(parents=True)
+    archive = write_archive(
+        d / "archive.tar.gz",
+        [(kc, with_meta(cr("xyz.example.com/v1", "KubernetesCluster", "k1", status={"a": 1}), "ns"))],
+    )
+    manifest = {
+        "formatVersion": "1.0",
+        "name": name,
+        "createdAt": "2026-01-02T03:04:05Z",
+        "completedAt": "2026-01-02T03:04:06Z",
+        "server": {"gitVersion": "v1.20.2"},
+        "selection": {},
+        "tool": {},
+        "resources": {
+            "kubernetesclusters.xyz.example.com": {
+                "kind": "KubernetesCluster",
+                "hasStatusSubresource": True,
+                "count": 1,
+                "withStatus": 1,
+            }
+        },
+        "totals": {"objects": 1, "withStatus": 1, "uncompressedBytes": 100},
+        "archive": {"size": archive.stat().st_size, "sha256": hashlib.sha256(archive.read_bytes()).hexdigest()},
+    }
+    (d / "manifest.json").write_bytes(orjson.dumps(manifest))
+    return archive
+
+
+def test_version(cli):
+    assert cli("--version") == (0, f"statusvault, version {__version__}\n", "")
+
+
+def test_unknown_option_is_a_usage_error(cli):
+    code, out, err = cli("backup", "--no-such-flag")
+    assert code == ExitStatus.USAGE
+    assert err.startswith("error: No such option") and "--no-such-flag" in err and err.count("\n") == 1
+
+
+def test_list_on_an_empty_store(cli):
+    code, out, err = cli("list")
+    assert (code, out) == (0, f"No backups in file://{cli.store}\n")
+    assert json.loads(cli("list", "-o", "json")[1]) == []
+
+
+def test_describe_missing_backup(cli):
+    assert cli("describe", "nope") == (ExitStatus.ERROR, "", f"error: backup 'nope' not found in file://{cli.store}\n")
+
+
+def test_list_describe_and_verify_a_stored_backup(cli):
+    stored_backup(cli.store)
+    code, out, _ = cli("list")
+    assert code == 0
+    assert out.splitlines()[0].split() == ["NAME", "PHASE", "CREATED", "OBJECTS", "WITH", "STATUS", "SIZE"]
+    assert out.splitlines()[1].split()[:5] == ["b1", "Completed", "2026-01-02T03:04:05Z", "1", "1"]
+    code, out, _ = cli("describe", "b1")
+    assert out.splitlines()[:2] == ["Name:       b1", "Phase:      Completed"]
+    assert cli("verify", "b1") == (0, "Backup b1: OK (1 files checked)\n", "")
+
+
+def test_verify_tampered_backup_exits_non_zero(cli):
+    archive = stored_backup(cli.store)
+    data = bytearray(archive.read_bytes())
+    data[-20] ^= 0x55
+    archive.write_bytes(bytes(data))
+    code, out, err = cli("verify", "b1")
+    assert code == ExitStatus.ERROR
+    assert out.startswith("Backup b1: FAILED: ")
+    assert err == "error: backup 'b1' failed verification\n"
+
+
+def test_invalid_backup_name(cli):
+    code, _, err = cli("backup", "../evil")
+    assert code == ExitStatus.USAGE
+    assert err == "error: invalid backup name '../evil': use letters, digits, '-', '_' and '.'\n"
+
+
+def test_bad_namespace_mapping(cli):
+    stored_backup(cli.store)
+    code, _, err = cli("restore", "b1", "--namespace-mapping", "nocolon")
+    assert code == ExitStatus.USAGE
+    assert err == "error: invalid --namespace-mapping entry 'nocolon': expected OLD:NEW\n"
+
+
+def test_missing_kubeconfig_is_a_clear_error(cli, tmp_path):
+    code, _, err = cli("--kubeconfig", str(tmp_path / "nope.yaml"), "cluster-info")
+    assert code == ExitStatus.USAGE
+    assert err.startswith("error: ") and len(err.splitlines()) == 1
+
+
+def test_unreachable_api_server_is_a_clear_error(cli, tmp_path):
+    from statusvault.testing.cluster import kubeconfig_yaml
+
+    kc = tmp_path / "kc.yaml"
+    kc.write_text(kubeconfig_yaml("https://127.0.0.1:1", "u", "t"))
+    code, _, err = cli("--kubeconfig", str(kc), "cluster-info")
+    assert code == ExitStatus.ERROR
+    assert err.startswith("error: cannot reach the API server at https://127.0.0.1:1")
+    assert len(err.splitlines()) == 1

@@ -1,0 +1,151 @@
+"""The restore plan is a value: decisions and order computed from the archive, options and cluster facts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from statusvault.archive import ArchiveReader
+from statusvault.errors import ConfigError
+from statusvault.kube.discovery import CRD_TYPE, Discovery
+from statusvault.restore.plan import Action, Category, RestoreOptions, StatusMode, build_plan
+from tests.builders import cr, resource_type, with_meta, write_archive
+
+KC = dataclasses.replace(resource_type("xyz.example.com", "KubernetesCluster"), short_names=("kc",))
+DB = resource_type("db.example.com", "Database")
+LEGACY = resource_type("legacy.example.com", "LegacyApp", status=False)
+POOL = resource_type("infra.example.com", "Pool", namespaced=False)
+SVC = resource_type("", "Service", custom=False)
+
+
+def obj(rt, name, ns="team-a", status=None, owners=None, **kw):
+    o = cr(f"{rt.group}/v1" if rt.group else "v1", rt.kind, name, status=status, **kw)
+    if owners:
+        o["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "X", "name": n, "uid": u} for n, u in owners]
+    return with_meta(o, ns if rt.namespaced else "")
+
+
+def crd_obj(rt):
+    return with_meta(
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": rt.qualified},
+            "spec": {"group": rt.group},
+        }
+    )
+
+
+@pytest.fixture
+def archive(tmp_path):
+    owner = obj(KC, "parent", status={"a": 1})
+    owner["metadata"]["uid"] = "uid-parent"
+    child = obj(DB, "child", status={"externalID": "x"}, owners=[("parent", "uid-parent")])
+    child["metadata"]["uid"] = "uid-child"
+    grandchild = obj(DB, "grandchild", status={"externalID": "y"}, owners=[("child", "uid-child")])
+    entries = [
+        (CRD_TYPE, crd_obj(KC)),
+        (POOL, obj(POOL, "p1", status={"allocated": 1})),
+        (DB, grandchild),
+        (DB, child),
+        (KC, owner),
+        (KC, obj(KC, "optout", status={"a": 2}, annotations={"statusvault.io/restore-status": "false"})),
+        (KC, obj(KC, "nostatus", labels={"env": "dev"})),
+        (LEGACY, obj(LEGACY, "billing", status={"ref": 1})),
+        (SVC, obj(SVC, "web", status={"loadBalancer": {}})),
+    ]
+    return ArchiveReader(write_archive(tmp_path / "a.tar.gz", entries))
+
+
+def live_discovery(*types):
+    return Discovery(list(types), list(types))
+
+
+def plan(archive, exists=lambda rt, ns, name: False, live=None, **opts):
+    live = live or live_discovery(CRD_TYPE, KC, DB, LEGACY, POOL, SVC)
+    return build_plan(archive, RestoreOptions(**opts), live, exists, backup="b")
+
+
+def by_name(p):
+    return {i.name: i for i in p.items}
+
+
+def test_status_modes_default_to_custom_resources(archive):
+    items = by_name(plan(archive))
+    assert items["parent"].status_mode == StatusMode.SUBRESOURCE
+    assert items["billing"].status_mode == StatusMode.IN_BODY
+    assert items["optout"].status_mode == StatusMode.NONE, "annotation false"
+    assert items["nostatus"].status_mode == StatusMode.NONE, "nothing saved"
+    assert items["web"].status_mode == StatusMode.NONE, "built-ins are opt-in"
+    assert items[KC.qualified].status_mode == StatusMode.NONE, "a CRD's status belongs to the API server"
+
+
+def test_status_star_includes_builtins_and_exclude_wins(archive):
+    items = by_name(plan(archive, status_include=("*",), status_exclude=("databases.db.example.com",)))
+    assert items["web"].status_mode == StatusMode.SUBRESOURCE
+    assert items["child"].status_mode == StatusMode.NONE
+
+
+def test_status_include_narrows(archive):
+    items = by_name(plan(archive, status_include=("kubernetesclusters.xyz.example.com",)))
+    assert items["parent"].status_mode == StatusMode.SUBRESOURCE
+    assert items["child"].status_mode == StatusMode.NONE
+    assert items["p1"].status_mode == StatusMode.NONE
+
+
+def test_no_status(archive):
+    assert {i.status_mode for i in plan(archive, no_status=True).items} == {StatusMode.NONE}
+
+
+def test_waves_put_crds_namespaces_cluster_then_owners_before_dependents(archive):
+    waves = plan(archive).waves()
+    order = [[i.name for i in w] for w in waves]
+    assert order[0] == [KC.qualified]
+    assert order[1] == ["team-a"] and waves[1][0].category == Category.NAMESPACE
+    assert order[2] == ["p1"]
+    flat = [n for w in order for n in w]
+    assert flat.index("parent") < flat.index("child") < flat.index("grandchild")
+
+
+def test_existing_objects_follow_the_policy(archive):
+    def exists(rt, ns, name):
+        return name in ("parent", "team-a")
+
+    assert by_name(plan(archive, exists))["parent"].action == Action.SKIP_EXISTS
+    assert by_name(plan(archive, exists, existing_policy="update"))["parent"].action == Action.UPDATE
+    assert "team-a" not in by_name(plan(archive, exists)), "an existing namespace is not planned"
+
+
+def test_namespace_mapping_moves_objects_and_adds_the_target_namespace(archive):
+    items = by_name(plan(archive, namespace_mapping=(("team-a", "team-b"),)))
+    assert items["parent"].namespace == "team-b"
+    assert items["team-b"].category == Category.NAMESPACE
+    assert items["p1"].namespace == ""
+
+
+def test_filters(archive):
+    names = set(by_name(plan(archive, include_resources=("kc",), label_selector="env=dev")))
+    assert names == {"nostatus", "team-a"}
+    names = set(by_name(plan(archive, exclude_resources=("databases.db.example.com", "Service"))))
+    assert "child" not in names and "web" not in names and "parent" in names
+
+
+def test_unknown_resource_name_is_an_error_before_anything(archive):
+    with pytest.raises(ConfigError, match="resource 'gizmos.example.com' is not in this backup"):
+        plan(archive, include_resources=("gizmos.example.com",))
+
+
+def test_resource_without_crd_in_backup_and_not_served_is_unavailable(archive):
+    items = by_name(
+        plan(
+            archive,
+            live=live_discovery(
+                CRD_TYPE, DB, LEGACY, POOL, SVC, KC.__class__("other.io", "v1", "things", "Thing", True)
+            ),
+        )
+    )
+    assert items["child"].action == Action.CREATE
+    items = by_name(plan(archive, live=live_discovery(CRD_TYPE, KC, LEGACY, POOL, SVC)))
+    assert items["child"].action == Action.UNAVAILABLE, "databases: no CRD in the backup, not served"
+    assert items["parent"].action == Action.CREATE

@@ -1,0 +1,82 @@
+"""Project rules: exit codes, module boundaries, documented commands."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from statusvault.errors import ExitStatus
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = ROOT / "statusvault"
+
+
+def test_exit_codes_are_pinned():
+    assert {s.name: s.value for s in ExitStatus} == {
+        "SUCCESS": 0,
+        "ERROR": 1,
+        "USAGE": 2,
+        "PARTIAL_FAILURE": 3,
+        "INTERRUPTED": 130,
+    }
+
+
+def imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+    return out
+
+
+def modules():
+    for path in PKG.rglob("*.py"):
+        yield path.relative_to(PKG).as_posix(), imports(path)
+
+
+def test_only_the_kube_adapter_imports_the_kubernetes_client():
+    offenders = [
+        m for m, imps in modules() if any(i.split(".")[0] == "kubernetes" for i in imps) and not m.startswith("kube/")
+    ]
+    assert offenders == []
+
+
+def test_only_the_s3_backend_imports_boto():
+    offenders = [
+        m
+        for m, imps in modules()
+        if any(i.split(".")[0] in ("boto3", "botocore") for i in imps) and m != "storage/s3.py"
+    ]
+    assert offenders == []
+
+
+def test_nothing_imports_the_cli():
+    offenders = [
+        m
+        for m, imps in modules()
+        if any(i.startswith("statusvault.cli") for i in imps) and not m.startswith("cli/") and m != "testing/clidoc.py"
+    ]
+    assert offenders == []
+
+
+def test_adapters_do_not_import_engines():
+    engines = ("statusvault.backup", "statusvault.restore", "statusvault.catalog")
+    offenders = [
+        m
+        for m, imps in modules()
+        if m.startswith(("kube/", "storage/", "archive")) and any(i.startswith(engines) for i in imps)
+    ]
+    assert offenders == []
+
+
+def test_modules_stay_small():
+    big = [(m, n) for m in PKG.rglob("*.py") if (n := len(m.read_text().splitlines())) > 420]
+    assert big == []
+
+
+def test_cli_reference_is_current():
+    from statusvault.testing.clidoc import render
+
+    assert (ROOT / "docs" / "cli.md").read_text() == render(), "run `make docs`"

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import pytest
+
+from statusvault.transforms import (
+    RESTORE_STATUS_ANNOTATION,
+    map_namespace,
+    remap_owner_refs,
+    sanitize,
+    split_status,
+    status_annotation,
+    status_body,
+    update_patch,
+)
+from tests.builders import cr
+
+
+def live(**meta):
+    obj = cr("x.example.com/v1", "Thing", "a", spec={"n": 1}, status={"s": 1}, labels={"l": "1"})
+    obj["metadata"].update(
+        uid="u1",
+        resourceVersion="42",
+        generation=7,
+        creationTimestamp="2025-01-01T00:00:00Z",
+        selfLink="/x",
+        managedFields=[{"manager": "m"}],
+        deletionTimestamp="2025-01-02T00:00:00Z",
+        deletionGracePeriodSeconds=0,
+        finalizers=["f"],
+        annotations={"a": "b"},
+        **meta,
+    )
+    return obj
+
+
+def test_sanitize_strips_server_set_metadata_and_keeps_user_metadata():
+    out = sanitize(live())
+    assert out["metadata"] == {"name": "a", "labels": {"l": "1"}, "finalizers": ["f"], "annotations": {"a": "b"}}
+    assert "status" not in out
+    assert out["spec"] == {"n": 1}
+
+
+def test_sanitize_keeps_status_when_asked_and_does_not_mutate_its_input():
+    obj = live()
+    out = sanitize(obj, keep_status=True)
+    out["spec"]["n"] = 2
+    assert out["status"] == {"s": 1}
+    assert obj["spec"] == {"n": 1} and obj["metadata"]["uid"] == "u1"
+
+
+@pytest.mark.parametrize(("cluster_ip", "kept"), [("10.0.0.5", False), ("None", True), (None, False)])
+def test_sanitize_resets_service_cluster_ip_unless_headless(cluster_ip, kept):
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "s"},
+        "spec": {"clusterIP": cluster_ip, "clusterIPs": [cluster_ip]},
+    }
+    if cluster_ip is None:
+        del svc["spec"]["clusterIP"]
+    out = sanitize(svc)
+    assert ("clusterIP" in out["spec"]) is kept
+
+
+def test_split_status():
+    body, status = split_status({"spec": {}, "status": {"a": 1}})
+    assert body == {"spec": {}} and status == {"a": 1}
+    assert split_status({"spec": {}})[1] is None
+
+
+@pytest.mark.parametrize(
+    ("ns", "mapping", "expected"),
+    [
+        ("a", {"a": "b"}, "b"),
+        ("c", {"a": "b"}, "c"),
+        ("", {"a": "b"}, ""),
+    ],
+)
+def test_map_namespace(ns, mapping, expected):
+    assert map_namespace(ns, mapping) == expected
+
+
+def test_remap_owner_refs_rewrites_known_and_drops_unknown():
+    refs = [{"kind": "A", "name": "a", "uid": "old-a", "controller": True}, {"kind": "B", "name": "b", "uid": "old-b"}]
+    kept, dropped = remap_owner_refs(refs, lambda ref: {"old-a": "new-a"}.get(ref["uid"]))
+    assert kept == [{"kind": "A", "name": "a", "uid": "new-a", "controller": True}]
+    assert dropped == [{"kind": "B", "name": "b", "uid": "old-b"}]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("true", True), ("True", True), ("false", False), ("no", False), (None, None)]
+)
+def test_status_annotation(value, expected):
+    obj = cr("v1", "X", "x", annotations={RESTORE_STATUS_ANNOTATION: value} if value is not None else None)
+    assert status_annotation(obj) is expected
+
+
+def test_update_patch_is_guarded_and_covers_spec_and_labels_not_status():
+    current = live()
+    desired = sanitize(live())
+    desired["spec"] = {"n": 2}
+    desired["metadata"]["labels"] = {"l": "2"}
+    patch = update_patch(current, desired)
+    assert patch[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "42"}
+    paths = {op["path"] for op in patch[1:]}
+    assert paths == {"/spec/n", "/metadata/labels/l"}
+
+
+def test_update_patch_empty_when_nothing_differs():
+    assert update_patch(live(), sanitize(live())) == []
+
+
+def test_status_body_carries_the_live_resource_version():
+    body = status_body(live(), {"new": True})
+    assert body["metadata"]["resourceVersion"] == "42" and body["status"] == {"new": True}
