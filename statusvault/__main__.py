@@ -1,0 +1,3 @@
+from statusvault.cli.main import entry
+
+entry()
