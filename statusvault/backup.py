@@ -108,7 +108,7 @@ class BackupEngine:
         self.page_size = page_size
         self.compresslevel = compresslevel
 
-    def run(self, name: str, selection: Selection) -> BackupResult:
+    def run(self, name: str, selection: Selection, schedule: str = "") -> BackupResult:
         validate_backup_name(name)
         started = time.monotonic()
         created_at = dt.datetime.now(dt.UTC)
@@ -127,6 +127,7 @@ class BackupEngine:
                     crd_filter = None if (not rt.is_crd or explicit_crds) else defined
                     summaries.append(self._backup_type(writer, rt, selection, crd_filter))
                 manifest = self._manifest(name, selection, summaries, writer, created_at)
+                manifest["schedule"] = schedule
                 size, sha = writer.finish(manifest)
             except BaseException:
                 writer.abort()

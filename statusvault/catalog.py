@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import orjson
 
 from statusvault.archive import ArchiveReader, VerifyReport, check_format
 from statusvault.errors import ArchiveError, BackupNotFoundError
+from statusvault.retention import Candidate, Decision, RetentionPolicy, decide
 from statusvault.storage.base import (
     ARCHIVE_FILE,
     BACKUPS_DIR,
@@ -34,6 +36,7 @@ class BackupInfo:
     size: int
     created: str
     objects: int | None = None
+    schedule: str = ""
     with_status: int | None = None
     resources: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -46,6 +49,7 @@ class BackupInfo:
             "name": self.name,
             "phase": self.phase,
             "created": self.created,
+            "schedule": self.schedule,
             "objects": self.objects,
             "withStatus": self.with_status,
             "sizeBytes": self.size,
@@ -95,6 +99,7 @@ def _fill(info: BackupInfo, manifest: dict[str, Any]) -> None:
     info.objects = totals.get("objects")
     info.with_status = totals.get("withStatus")
     info.resources = manifest.get("resources") or {}
+    info.schedule = manifest.get("schedule") or ""
 
 
 def describe(store: ObjectStore, name: str) -> dict[str, Any]:
@@ -183,3 +188,29 @@ def delete(store: ObjectStore, name: str) -> list[str]:
     for key in keys:
         store.delete(key)
     return keys
+
+
+def _created(info: BackupInfo) -> dt.datetime:
+    return dt.datetime.strptime(info.created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+
+
+def prune(
+    store: ObjectStore,
+    policy: RetentionPolicy,
+    schedule: str = "",
+    dry_run: bool = False,
+    now: dt.datetime | None = None,
+) -> list[Decision]:
+    """Apply a retention policy to the backups of one schedule (or all backups); return every decision."""
+    infos = [
+        b
+        for b in list_backups(store)
+        if not schedule or b.schedule == schedule or (not b.complete and b.name.startswith(f"{schedule}-"))
+    ]
+    candidates = [Candidate(b.name, _created(b), b.complete) for b in infos]
+    decisions = decide(candidates, policy, now or dt.datetime.now(dt.UTC))
+    if not dry_run:
+        for d in decisions:
+            if d.delete:
+                delete(store, d.name)
+    return decisions

@@ -11,9 +11,17 @@ import click
 from statusvault import catalog
 from statusvault.backup import BackupEngine, default_backup_name
 from statusvault.cli.app import App
-from statusvault.cli.options import output_option, s3_options, selection_options, split_csv, storage_options
+from statusvault.cli.options import (
+    metrics_options,
+    output_option,
+    s3_options,
+    selection_options,
+    split_csv,
+    storage_options,
+)
 from statusvault.cli.output import emit, human_size, table
 from statusvault.errors import ArchiveError
+from statusvault.metrics import RunMetrics, publish
 from statusvault.model import Selection
 from statusvault.storage.base import validate_backup_name
 
@@ -44,13 +52,23 @@ from statusvault.storage.base import validate_backup_name
 )
 @output_option
 @click.pass_obj
+@click.option(
+    "--schedule",
+    default="",
+    envvar="STATUSVAULT_SCHEDULE",
+    help="Name of the schedule this run belongs to (names the backup, labels metrics).",
+)
+@metrics_options
 def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
     """Back up custom resources, status included, to a directory or S3.
 
-    NAME defaults to backup-YYYYMMDDhhmmss (UTC).
+    NAME defaults to backup-YYYYMMDDhhmmss (UTC), or SCHEDULE-YYYYMMDDhhmmss with --schedule.
     """
     s3 = s3_options(kw)
-    name = validate_backup_name(name or default_backup_name())
+    schedule = kw["schedule"] or ""
+    if schedule:
+        validate_backup_name(schedule)
+    name = validate_backup_name(name or default_backup_name(schedule or "backup"))
     namespaces = () if kw["all_namespaces"] else split_csv(kw["namespaces"])
     selection = Selection(
         namespaces=namespaces,
@@ -61,8 +79,17 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
         include_crds=kw["include_crds"],
     )
     store = app.store(kw["storage"], s3)
-    engine = BackupEngine(app.client(), app.discovery(), store, app.progress(), page_size=kw["page_size"])
-    result = engine.run(name, selection)
+    run = RunMetrics("backup", schedule)
+    try:
+        engine = BackupEngine(app.client(), app.discovery(), store, app.progress(), page_size=kw["page_size"])
+        result = engine.run(name, selection, schedule)
+    except Exception:
+        run.errors = 1
+        publish(run, kw["metrics_textfile"], kw["metrics_pushgateway"])
+        raise
+    run.success, run.duration, run.objects = True, result.duration, result.objects
+    run.bytes = int(result.manifest["archive"]["size"])
+    publish(run, kw["metrics_textfile"], kw["metrics_pushgateway"])
     rows = [(q, r["count"], r["withStatus"]) for q, r in result.manifest["resources"].items()]
     totals = result.manifest["totals"]
     text = table(["RESOURCE", "OBJECTS", "WITH STATUS"], rows) + (

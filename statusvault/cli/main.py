@@ -87,9 +87,9 @@ def cluster_info(app: App, output: str) -> None:
 
 
 def _register() -> None:
-    from statusvault.cli import backups, restore
+    from statusvault.cli import backups, restore, schedule
 
-    for command in (*backups.COMMANDS, restore.restore_cmd):
+    for command in (*backups.COMMANDS, restore.restore_cmd, *schedule.COMMANDS):
         cli.add_command(command)
 
 

@@ -137,3 +137,23 @@ def selection_options(f: F) -> F:
             click.option("-l", "--selector", default="", envvar="STATUSVAULT_SELECTOR", help="Label selector."),
         ],
     )
+
+
+def metrics_options(f: F) -> F:
+    return _apply(
+        f,
+        [
+            click.option(
+                "--metrics-textfile",
+                type=click.Path(dir_okay=False),
+                envvar="STATUSVAULT_METRICS_TEXTFILE",
+                help="Write run metrics to this file (node-exporter textfile collector).",
+            ),
+            click.option(
+                "--metrics-pushgateway",
+                metavar="URL",
+                envvar="STATUSVAULT_METRICS_PUSHGATEWAY",
+                help="Push run metrics to this Prometheus Pushgateway (add semantics).",
+            ),
+        ],
+    )

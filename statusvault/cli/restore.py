@@ -7,9 +7,17 @@ from typing import Any
 import click
 
 from statusvault.cli.app import App
-from statusvault.cli.options import output_option, s3_options, selection_options, split_csv, storage_options
+from statusvault.cli.options import (
+    metrics_options,
+    output_option,
+    s3_options,
+    selection_options,
+    split_csv,
+    storage_options,
+)
 from statusvault.cli.output import emit, table
 from statusvault.errors import ConfigError, PartialFailure
+from statusvault.metrics import RunMetrics, publish
 from statusvault.restore.plan import RestoreOptions
 from statusvault.restore.results import RestoreReport, StatusOutcome
 from statusvault.restore.service import open_backup, plan_restore, restore
@@ -69,6 +77,7 @@ def parse_mapping(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     help="Client-side request rate limit (0 = none; the server's 429s are always honoured).",
 )
 @click.option("--burst", type=click.IntRange(1), default=100, show_default=True, envvar="STATUSVAULT_BURST")
+@metrics_options
 @output_option
 @click.pass_obj
 def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
@@ -87,18 +96,27 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
         dry_run=kw["dry_run"],
     )
     client = app.client(pool_size=kw["parallel"] + 4, qps=kw["qps"], burst=kw["burst"])
-    with open_backup(store, backup_name) as reader:
-        plan = plan_restore(client, app.discovery(), reader, backup_name, opts)
-        report = restore(
-            client,
-            app.discovery(),
-            lambda: app.discovery(refresh=True),
-            reader,
-            plan,
-            opts,
-            app.progress(),
-            kw["parallel"],
-        )
+    run = RunMetrics("restore")
+    try:
+        with open_backup(store, backup_name) as reader:
+            plan = plan_restore(client, app.discovery(), reader, backup_name, opts)
+            report = restore(
+                client,
+                app.discovery(),
+                lambda: app.discovery(refresh=True),
+                reader,
+                plan,
+                opts,
+                app.progress(),
+                kw["parallel"],
+            )
+    except Exception:
+        run.errors = 1
+        publish(run, kw["metrics_textfile"], kw["metrics_pushgateway"])
+        raise
+    run.success, run.duration = not report.failures, report.duration
+    run.objects, run.errors = len(report.results), len(report.failures)
+    publish(run, kw["metrics_textfile"], kw["metrics_pushgateway"])
     emit(report.to_dict(), output, render(report))
     if report.interrupted:
         raise KeyboardInterrupt

@@ -138,8 +138,10 @@ class KubeClient:
         content_type: str,
         dry_run: bool = False,
         sub: str | None = None,
+        params: tuple[tuple[str, str], ...] = (),
     ) -> KubeObject:
-        req = Request("PATCH", rt.path(namespace, name, sub), _dry(dry_run), orjson.dumps(patch), content_type)
+        query = _dry(dry_run) + params
+        req = Request("PATCH", rt.path(namespace, name, sub), query, orjson.dumps(patch), content_type)
         patched: KubeObject = self.request_json(req)
         return patched
 

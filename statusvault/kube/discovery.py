@@ -100,8 +100,21 @@ def _names(rt: ResourceType) -> set[str]:
     return names | qualified | {rt.qualified}
 
 
-def _custom_resources(client: KubeClient) -> frozenset[tuple[str, str]]:
-    body = client.get_path(CRD_TYPE.path())
+BUILTIN_GROUPS = frozenset({"", "apps", "batch", "autoscaling", "policy", "extensions"})
+
+
+def _builtin_group(group: str) -> bool:
+    return group in BUILTIN_GROUPS or group == "k8s.io" or group.endswith(".k8s.io")
+
+
+def _custom_resources(client: KubeClient) -> frozenset[tuple[str, str]] | None:
+    """(group, plural) of every CRD; None when this identity may not list CRDs (a namespaced Role)."""
+    try:
+        body = client.get_path(CRD_TYPE.path())
+    except KubeApiError as e:
+        if e.code == 403:
+            return None
+        raise
     return frozenset((c["spec"]["group"], c["spec"]["names"]["plural"]) for c in body.get("items") or [])
 
 
@@ -114,17 +127,22 @@ def discover(client: KubeClient, workers: int = 8) -> Discovery:
         preferred = (g.get("preferredVersion") or {}).get("groupVersion")
         for v in g.get("versions") or []:
             wanted.append((g["name"], v["version"], v["groupVersion"] == preferred))
-    custom = _custom_resources(client)
+    crds = _custom_resources(client)
 
     def fetch(item: tuple[str, str, bool]) -> list[ResourceType]:
         group, version, _ = item
         path = f"/apis/{group}/{version}" if group else f"/api/{version}"
         try:
-            return parse_resource_list(group, version, client.get_path(path), custom)
+            body = client.get_path(path)
         except KubeApiError as e:
             if e.code in (404, 503):  # an aggregated API that is down: skip it, as kubectl does
                 return []
             raise
+        if crds is None:  # cannot read CRDs: every resource of a non-Kubernetes group counts as custom
+            custom = frozenset((group, r["name"]) for r in body.get("resources") or [] if not _builtin_group(group))
+        else:
+            custom = crds
+        return parse_resource_list(group, version, body, custom)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         lists = list(pool.map(fetch, wanted))

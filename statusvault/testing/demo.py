@@ -70,8 +70,9 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> bool:
         new = after.get(key)
         same = new is not None and new.get("status") == old.get("status")
         ok &= same
-        rows.append((key, _brief(old.get("status")), _brief((new or {}).get("status", "(missing)")),
-                     "yes" if same else "NO"))
+        rows.append(
+            (key, _brief(old.get("status")), _brief((new or {}).get("status", "(missing)")), "yes" if same else "NO")
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))

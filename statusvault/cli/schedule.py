@@ -1,0 +1,226 @@
+"""schedule render (CronJob + RBAC manifests) and prune (retention)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import click
+import yaml
+
+from statusvault import catalog
+from statusvault.cli.app import App
+from statusvault.cli.options import (
+    metrics_options,
+    output_option,
+    s3_options,
+    selection_options,
+    split_csv,
+    storage_options,
+)
+from statusvault.cli.output import emit, table
+from statusvault.errors import ConfigError, KubeConnectionError
+from statusvault.kube.discovery import Discovery
+from statusvault.kube.transport import APPLY_PATCH
+from statusvault.metrics import RunMetrics, publish
+from statusvault.model import Selection
+from statusvault.retention import RetentionPolicy, parse_duration
+from statusvault.schedule import DEFAULT_IMAGE, ScheduleSpec, cronjob_api_for, offline_types, render
+from statusvault.selection import select_resources
+from statusvault.storage.base import validate_backup_name
+
+log = logging.getLogger(__name__)
+
+
+def retention_options(f: Any) -> Any:
+    for option in reversed(
+        [
+            click.option("--keep-last", type=click.IntRange(1), help="Keep the N newest complete backups."),
+            click.option("--ttl", help="Keep backups younger than this (e.g. 720h, 30d); delete older ones."),
+            click.option(
+                "--keep-daily", type=click.IntRange(1), help="Keep the newest backup of each of the last D days."
+            ),
+            click.option(
+                "--keep-weekly", type=click.IntRange(1), help="Keep the newest backup of each of the last W weeks."
+            ),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+@click.group()
+def schedule() -> None:
+    """Scheduled in-cluster backups (CronJob, least-privilege RBAC)."""
+
+
+@schedule.command("render")
+@click.argument("name")
+@click.option("--schedule", "cron", required=True, metavar="CRON", help="Cron schedule, e.g. '0 2 * * *'.")
+@storage_options
+@selection_options
+@click.option(
+    "--include-cluster-resources/--no-include-cluster-resources",
+    default=None,
+    help="Cluster-scoped custom resources. [default: on unless -n is given]",
+)
+@click.option(
+    "--include-crds/--no-include-crds",
+    default=None,
+    help="Back up the defining CRDs (needs a ClusterRole). [default: on unless -n is given]",
+)
+@click.option("--namespace-of-job", default="statusvault", show_default=True, help="Namespace of the CronJob.")
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="statusvault container image.")
+@click.option("--credentials-secret", default="", help="Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY.")
+@retention_options
+@click.option("--metrics-pushgateway", default="", metavar="URL", help="Push run metrics to this Pushgateway.")
+@click.option(
+    "--kube-version",
+    default="",
+    help="Render for this Kubernetes version (default: the cluster's, or batch/v1 when no cluster is reachable).",
+)
+@click.option("--apply", "apply_", is_flag=True, help="Apply the manifests (server-side apply) instead of printing.")
+@click.option(
+    "--dry-run",
+    type=click.Choice(["none", "server"]),
+    default="none",
+    show_default=True,
+    help="With --apply: server sends every write with dryRun=All.",
+)
+@click.pass_obj
+def render_cmd(app: App, /, name: str, cron: str, **kw: Any) -> None:
+    """Print (or --apply) the ServiceAccount, RBAC and CronJob for backups named NAME-YYYYMMDDhhmmss."""
+    validate_backup_name(name)
+    s3 = s3_options(kw)
+    if not str(kw["storage"] or "").startswith("s3://"):
+        raise ConfigError("a scheduled backup needs --storage s3://bucket/prefix: a pod's filesystem does not last")
+    if kw["ttl"]:
+        parse_duration(kw["ttl"])
+    selection = _selection(kw)
+    try:
+        discovery: Discovery | None = app.discovery()
+    except (ConfigError, KubeConnectionError) as e:
+        log.info("no cluster reachable (%s): rendering from the resource names", e)
+        discovery = None
+    spec = ScheduleSpec(
+        name,
+        cron,
+        selection,
+        kw["storage"],
+        s3,
+        kw["namespace_of_job"],
+        kw["image"],
+        kw["credentials_secret"],
+        kw["keep_last"],
+        kw["ttl"] or "",
+        kw["keep_daily"],
+        kw["keep_weekly"],
+        kw["metrics_pushgateway"],
+        _cronjob_api(kw["kube_version"], discovery),
+    )
+    types = select_resources(discovery, selection) if discovery is not None else offline_types(selection)
+    manifests = render(spec, types)
+    if not kw["apply_"]:
+        click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
+        return
+    if discovery is None:
+        raise ConfigError("--apply needs a reachable cluster")
+    _apply(app, discovery, manifests, kw["dry_run"] == "server")
+
+
+def _selection(kw: dict[str, Any]) -> Selection:
+    """A schedule for namespaces stays namespaced: CRDs (cluster-wide) only when asked for."""
+    namespaces = split_csv(kw["namespaces"])
+    return Selection(
+        namespaces=namespaces,
+        include_resources=split_csv(kw["include_resources"]),
+        exclude_resources=split_csv(kw["exclude_resources"]),
+        label_selector=kw["selector"],
+        include_cluster_resources=kw["include_cluster_resources"],
+        include_crds=kw["include_crds"] if kw["include_crds"] is not None else not namespaces,
+    )
+
+
+def _cronjob_api(kube_version: str, discovery: Discovery | None) -> str:
+    if kube_version:
+        return cronjob_api_for(kube_version)
+    if discovery is not None and not discovery.find("batch", "v1", "CronJob"):
+        return "batch/v1beta1"
+    return "batch/v1"
+
+
+def _apply(app: App, discovery: Discovery, manifests: list[dict[str, Any]], dry_run: bool) -> None:
+    """Server-side apply, in order; with dry_run every write is sent with dryRun=All."""
+    client = app.client()
+    for m in manifests:
+        rt = discovery.find(*_gv(m["apiVersion"]), m["kind"])
+        if rt is None:
+            raise ConfigError(f"{m['apiVersion']} {m['kind']} is not served by this cluster")
+        client.patch(
+            rt,
+            m["metadata"].get("namespace"),
+            m["metadata"]["name"],
+            m,
+            APPLY_PATCH,
+            dry_run=dry_run,
+            params=(("force", "true"),),
+        )
+        click.echo(f"{m['kind'].lower()}/{m['metadata']['name']} applied" + (" (server dry run)" if dry_run else ""))
+
+
+def _gv(api_version: str) -> tuple[str, str]:
+    group, _, version = api_version.rpartition("/")
+    return group, version
+
+
+@click.command()
+@storage_options
+@click.option("--schedule", default="", help="Only backups made by this schedule.")
+@retention_options
+@click.option(
+    "--incomplete-grace",
+    default="6h",
+    show_default=True,
+    help="Delete incomplete backups older than this (a younger one may still be running).",
+)
+@click.option("--dry-run", is_flag=True, help="Show what would be deleted; delete nothing.")
+@metrics_options
+@output_option
+@click.pass_obj
+def prune(app: App, /, output: str, **kw: Any) -> None:
+    """Apply retention: keep-last/daily/weekly and TTL; never deletes the newest complete backup."""
+    store = app.store(kw.pop("storage"), s3_options(kw))
+    policy = RetentionPolicy(
+        kw["keep_last"],
+        parse_duration(kw["ttl"]) if kw["ttl"] else None,
+        kw["keep_daily"],
+        kw["keep_weekly"],
+        parse_duration(kw["incomplete_grace"]),
+    )
+    run = RunMetrics("prune", kw["schedule"])
+    try:
+        decisions = catalog.prune(store, policy, kw["schedule"], kw["dry_run"])
+    except Exception:
+        run.errors = 1
+        publish(run, kw["metrics_textfile"], kw["metrics_pushgateway"])
+        raise
+    deleted = [d for d in decisions if d.delete]
+    run.success, run.objects = True, len(deleted)
+    publish(run, kw["metrics_textfile"], kw["metrics_pushgateway"])
+    verb = "would delete" if kw["dry_run"] else "deleted"
+    rows = [(d.name, (verb if d.delete else "keep"), d.reason) for d in decisions]
+    text = (
+        table(["BACKUP", "ACTION", "REASON"], rows) + "\n\n" if rows else ""
+    ) + f"{len(deleted)} backup(s) {verb}, {len(decisions) - len(deleted)} kept"
+    emit(
+        {
+            "policy": policy.to_dict(),
+            "dryRun": kw["dry_run"],
+            "decisions": [{"name": d.name, "delete": d.delete, "reason": d.reason} for d in decisions],
+        },
+        output,
+        text,
+    )
+
+
+COMMANDS = (schedule, prune)

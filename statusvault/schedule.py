@@ -1,0 +1,255 @@
+"""Render the manifests of a scheduled in-cluster backup: ServiceAccount, least-privilege RBAC, CronJob."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from typing import Any
+
+from statusvault.errors import ConfigError
+from statusvault.model import CRD_GROUP, CRD_RESOURCE, KubeObject, ResourceType, Selection
+from statusvault.storage.base import S3Options
+
+LABELS = {"app.kubernetes.io/name": "statusvault", "app.kubernetes.io/component": "scheduled-backup"}
+DEFAULT_IMAGE = "ghcr.io/statusvault/statusvault:0.1.0"
+READ_VERBS = ["get", "list"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleSpec:
+    name: str
+    cron: str
+    selection: Selection
+    storage: str
+    s3: S3Options = dataclasses.field(default_factory=S3Options)
+    job_namespace: str = "statusvault"
+    image: str = DEFAULT_IMAGE
+    credentials_secret: str = ""
+    keep_last: int | None = None
+    ttl: str = ""
+    keep_daily: int | None = None
+    keep_weekly: int | None = None
+    metrics_pushgateway: str = ""
+    cronjob_api: str = "batch/v1"  # batch/v1beta1 before Kubernetes 1.21
+
+    @property
+    def account(self) -> str:
+        return f"statusvault-{self.name}"
+
+    @property
+    def retention(self) -> bool:
+        return any(v for v in (self.keep_last, self.ttl, self.keep_daily, self.keep_weekly))
+
+
+def cronjob_api_for(version: str) -> str:
+    """CronJob is batch/v1 from Kubernetes 1.21; older servers only serve batch/v1beta1."""
+    parts = version.lstrip("v").split(".")
+    try:
+        major, minor = int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+    except (IndexError, ValueError):
+        return "batch/v1"
+    return "batch/v1" if (major, minor) >= (1, 21) else "batch/v1beta1"
+
+
+def offline_types(sel: Selection) -> list[ResourceType]:
+    """Resource types from `resource.group` names alone, for rendering without a cluster."""
+    if not sel.include_resources:
+        raise ConfigError(
+            "no cluster is reachable to list the custom resources: pass --include-resources "
+            "resource.group,... (or --kubeconfig)"
+        )
+    out = []
+    for name in sel.include_resources:
+        resource, _, group = name.partition(".")
+        if not group or not resource.islower():
+            raise ConfigError(f"without a cluster, name resources as resource.group (got {name!r})")
+        out.append(ResourceType(group, "", resource, "", namespaced=bool(sel.namespaces)))
+    if sel.include_crds:
+        out.insert(0, ResourceType(CRD_GROUP, "v1", CRD_RESOURCE, "CustomResourceDefinition", namespaced=False))
+    return out
+
+
+def rules_for(types: list[ResourceType]) -> list[dict[str, Any]]:
+    """get/list on exactly these resources, one rule per API group."""
+    groups: dict[str, set[str]] = {}
+    for rt in types:
+        groups.setdefault(rt.group, set()).add(rt.resource)
+    return [{"apiGroups": [g], "resources": sorted(r), "verbs": list(READ_VERBS)} for g, r in sorted(groups.items())]
+
+
+def _meta(name: str, namespace: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": dict(LABELS)}
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+def rbac(spec: ScheduleSpec, types: list[ResourceType]) -> list[KubeObject]:
+    """Roles in each selected namespace for namespaced types; a ClusterRole only for what is cluster-wide."""
+    subject = [{"kind": "ServiceAccount", "name": spec.account, "namespace": spec.job_namespace}]
+    namespaced = [rt for rt in types if rt.namespaced]
+    cluster_scoped = [rt for rt in types if not rt.namespaced]
+    out: list[KubeObject] = []
+    if spec.selection.namespaces:
+        for ns in spec.selection.namespaces:
+            out.append(
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "Role",
+                    "metadata": _meta(spec.account, ns),
+                    "rules": rules_for(namespaced),
+                }
+            )
+            out.append(
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": _meta(spec.account, ns),
+                    "subjects": subject,
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": spec.account},
+                }
+            )
+        cluster_types = cluster_scoped
+    else:
+        cluster_types = types
+    if cluster_types:
+        out.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": _meta(spec.account),
+                "rules": rules_for(cluster_types),
+            }
+        )
+        out.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": _meta(spec.account),
+                "subjects": subject,
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": spec.account},
+            }
+        )
+    return out
+
+
+def storage_args(spec: ScheduleSpec) -> list[str]:
+    args = ["--storage", spec.storage]
+    s3 = spec.s3
+    for flag, value in (
+        ("--s3-endpoint-url", s3.endpoint_url),
+        ("--s3-region", s3.region),
+        ("--s3-ca-bundle", s3.ca_bundle),
+        ("--s3-sse", s3.sse),
+        ("--s3-kms-key-id", s3.kms_key_id),
+    ):
+        if value:
+            args += [flag, value]
+    if s3.addressing_style != "auto":
+        args += ["--s3-addressing-style", s3.addressing_style]
+    if s3.checksum != "when_supported":
+        args += ["--s3-checksum", s3.checksum]
+    if s3.insecure_skip_tls_verify:
+        args.append("--s3-insecure-skip-tls-verify")
+    return args
+
+
+def backup_args(spec: ScheduleSpec) -> list[str]:
+    sel = spec.selection
+    args = ["backup", "--schedule", spec.name, *storage_args(spec)]
+    for ns in sel.namespaces:
+        args += ["-n", ns]
+    if sel.include_resources:
+        args += ["--include-resources", ",".join(sel.include_resources)]
+    if sel.exclude_resources:
+        args += ["--exclude-resources", ",".join(sel.exclude_resources)]
+    if sel.label_selector:
+        args += ["-l", sel.label_selector]
+    args.append("--include-crds" if sel.include_crds else "--no-include-crds")
+    args.append("--include-cluster-resources" if sel.cluster_resources else "--no-include-cluster-resources")
+    if spec.metrics_pushgateway:
+        args += ["--metrics-pushgateway", spec.metrics_pushgateway]
+    return args
+
+
+def prune_args(spec: ScheduleSpec) -> list[str]:
+    args = ["prune", "--schedule", spec.name, *storage_args(spec)]
+    for flag, value in (
+        ("--keep-last", spec.keep_last),
+        ("--ttl", spec.ttl),
+        ("--keep-daily", spec.keep_daily),
+        ("--keep-weekly", spec.keep_weekly),
+    ):
+        if value:
+            args += [flag, str(value)]
+    return args
+
+
+def command(spec: ScheduleSpec) -> list[str]:
+    """The container command: back up, then (when retention is set) prune."""
+    run = "statusvault --log-format json " + shlex.join(backup_args(spec))
+    if spec.retention:
+        run += " && statusvault --log-format json " + shlex.join(prune_args(spec))
+    return ["/bin/sh", "-c", run]
+
+
+def cronjob(spec: ScheduleSpec) -> KubeObject:
+    container: dict[str, Any] = {
+        "name": "backup",
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command(spec),
+        "env": [{"name": "HOME", "value": "/tmp"}, {"name": "TMPDIR", "value": "/tmp"}],
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
+        "securityContext": {
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    if spec.credentials_secret:
+        container["envFrom"] = [{"secretRef": {"name": spec.credentials_secret}}]
+    pod = {
+        "metadata": {"labels": dict(LABELS)},
+        "spec": {
+            "serviceAccountName": spec.account,
+            "restartPolicy": "Never",
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65532,
+                "runAsGroup": 65532,
+                "fsGroup": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [container],
+            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
+        },
+    }
+    return {
+        "apiVersion": spec.cronjob_api,
+        "kind": "CronJob",
+        "metadata": _meta(spec.account, spec.job_namespace),
+        "spec": {
+            "schedule": spec.cron,
+            "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": 600,
+            "successfulJobsHistoryLimit": 3,
+            "failedJobsHistoryLimit": 3,
+            "jobTemplate": {
+                "metadata": {"labels": dict(LABELS)},
+                "spec": {"backoffLimit": 1, "activeDeadlineSeconds": 6 * 3600, "template": pod},
+            },
+        },
+    }
+
+
+def render(spec: ScheduleSpec, types: list[ResourceType]) -> list[KubeObject]:
+    """Every manifest of the schedule, in apply order."""
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(spec.job_namespace)},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(spec.account, spec.job_namespace)},
+        *rbac(spec, types),
+        cronjob(spec),
+    ]
