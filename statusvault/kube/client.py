@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -45,40 +46,46 @@ class KubeClient:
     def list_pages(
         self, rt: ResourceType, namespace: str | None = None, label_selector: str = "", limit: int = 500
     ) -> Iterator[list[KubeObject]]:
-        """Yield pages of a LIST following `metadata.continue`.
+        """Yield pages of a LIST following `metadata.continue`; the next page is fetched while the caller works.
 
         An expired continue token (410 Gone) restarts the list and skips what was already yielded,
         using the key order the API server lists in.
         """
         last_key: str | None = None
         token = ""
-        while True:
-            params: list[tuple[str, str]] = [("limit", str(limit))]
-            if label_selector:
-                params.append(("labelSelector", label_selector))
-            if token:
-                params.append(("continue", token))
-            try:
-                page = self.request_json(Request("GET", rt.path(namespace), tuple(params)))
-            except KubeApiError as e:
-                if e.code == 410 and token:
-                    token = ""  # restart from a fresh snapshot
-                    continue
-                raise
-            items: list[KubeObject] = page.get("items") or []
-            if last_key is not None:
-                items = [o for o in items if _sort_key(o) > last_key]
-            if items:
-                last_key = _sort_key(items[-1])
-                kind = rt.kind
-                api_version = rt.api_version
-                for obj in items:  # LIST items omit kind/apiVersion
-                    obj.setdefault("kind", kind)
-                    obj.setdefault("apiVersion", api_version)
-                yield items
-            token = (page.get("metadata") or {}).get("continue") or ""
-            if not token:
-                return
+        with ThreadPoolExecutor(1, thread_name_prefix="list-prefetch") as prefetch:
+            pending = prefetch.submit(self._list_page, rt, namespace, label_selector, limit, token)
+            while True:
+                try:
+                    page = pending.result()
+                except KubeApiError as e:
+                    if e.code == 410 and token:  # restart from a fresh snapshot
+                        token = ""
+                        pending = prefetch.submit(self._list_page, rt, namespace, label_selector, limit, token)
+                        continue
+                    raise
+                token = (page.get("metadata") or {}).get("continue") or ""
+                if token:
+                    pending = prefetch.submit(self._list_page, rt, namespace, label_selector, limit, token)
+                items: list[KubeObject] = page.get("items") or []
+                if last_key is not None:
+                    items = [o for o in items if _sort_key(o) > last_key]
+                if items:
+                    last_key = _sort_key(items[-1])
+                    for obj in items:  # LIST items omit kind/apiVersion
+                        obj.setdefault("kind", rt.kind)
+                        obj.setdefault("apiVersion", rt.api_version)
+                    yield items
+                if not token:
+                    return
+
+    def _list_page(self, rt: ResourceType, namespace: str | None, selector: str, limit: int, token: str) -> Any:
+        params: list[tuple[str, str]] = [("limit", str(limit))]
+        if selector:
+            params.append(("labelSelector", selector))
+        if token:
+            params.append(("continue", token))
+        return self.request_json(Request("GET", rt.path(namespace), tuple(params)))
 
     def list_names(self, rt: ResourceType, namespace: str | None, limit: int = 1000) -> set[str]:
         """Names of the existing objects, from a metadata-only LIST; empty when the resource is not served."""

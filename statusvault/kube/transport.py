@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 import time
 from typing import Any
 
 import orjson
 import urllib3
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-from kubernetes.config.config_exception import ConfigException
 
-from statusvault.errors import ConfigError, KubeApiError, KubeConnectionError
+from statusvault.errors import KubeApiError, KubeConnectionError
+from statusvault.kube.kubeconfig import ClientConfig, load
 from statusvault.throttle import Backoff, TokenBucket
 
 log = logging.getLogger(__name__)
@@ -59,7 +56,7 @@ class KubeTransport:
 
     def __init__(
         self,
-        configuration: k8s_client.Configuration,
+        config: ClientConfig,
         *,
         pool_size: int = 16,
         qps: float = 0.0,
@@ -67,41 +64,37 @@ class KubeTransport:
         backoff: Backoff | None = None,
         timeout: float = 60.0,
     ):
-        self.configuration = configuration
-        self.host = configuration.host.rstrip("/")
+        self.config = config
+        self.host = config.host
         self.bucket = TokenBucket(qps, burst)
         self.backoff = backoff or Backoff()
         self.timeout = urllib3.Timeout(connect=10.0, read=timeout)
         self.stats = TransportStats()
         self._stats_lock = threading.Lock()
         pool_args: dict[str, Any] = {"num_pools": 4, "maxsize": max(1, pool_size), "block": False}
-        if configuration.verify_ssl:
-            pool_args.update(cert_reqs="CERT_REQUIRED", ca_certs=configuration.ssl_ca_cert)
+        if config.verify:
+            pool_args.update(cert_reqs="CERT_REQUIRED", ca_certs=config.ca_file)
         else:
             pool_args["cert_reqs"] = "CERT_NONE"
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-        if configuration.cert_file:
-            pool_args.update(cert_file=configuration.cert_file, key_file=configuration.key_file)
-        if getattr(configuration, "tls_server_name", None):
-            pool_args["server_hostname"] = configuration.tls_server_name
-        if configuration.proxy:
-            self.pool: urllib3.PoolManager = urllib3.ProxyManager(configuration.proxy, **pool_args)
+        if config.cert_file:
+            pool_args.update(cert_file=config.cert_file, key_file=config.key_file)
+        if config.server_hostname:
+            pool_args["server_hostname"] = config.server_hostname
+        if config.proxy:
+            self.pool: urllib3.PoolManager = urllib3.ProxyManager(config.proxy, **pool_args)
         else:
             self.pool = urllib3.PoolManager(**pool_args)
 
     def _headers(self, req: Request) -> dict[str, str]:
-        cfg = self.configuration
-        if cfg.refresh_api_key_hook is not None:
-            cfg.refresh_api_key_hook(cfg)
         headers = {"Accept": req.accept, "User-Agent": "statusvault"}
         if req.body is not None:
             headers["Content-Type"] = req.content_type
-        # the client stores the token under "BearerToken" (newer) or "authorization" (older releases)
-        token = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
+        token = self.config.token()
         if token:
-            headers["Authorization"] = token
-        elif cfg.username and cfg.password:
-            headers.update(urllib3.make_headers(basic_auth=f"{cfg.username}:{cfg.password}"))
+            headers["Authorization"] = f"Bearer {token}"
+        elif self.config.basic_auth:
+            headers.update(urllib3.make_headers(basic_auth=self.config.basic_auth))
         return headers
 
     def send(self, req: Request) -> bytes:
@@ -173,27 +166,5 @@ def api_error(req: Request, code: int, data: bytes) -> KubeApiError:
     return KubeApiError(f"{req.method} {req.path}: {message} ({code} {reason})".rstrip(), code, reason, status)
 
 
-def load_configuration(kubeconfig: str | None = None, context: str | None = None) -> k8s_client.Configuration:
-    """Load client configuration: --kubeconfig/KUBECONFIG/~/.kube/config, else in-cluster."""
-    cfg = k8s_client.Configuration()
-    explicit = kubeconfig or os.environ.get("KUBECONFIG")
-    default_path = os.path.expanduser("~/.kube/config")
-    try:
-        if explicit or os.path.exists(default_path) or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            path = explicit or default_path
-            if not explicit and not os.path.exists(path):
-                raise ConfigError("no kubeconfig found: pass --kubeconfig or set KUBECONFIG")
-            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=path, context=context, client_configuration=cfg, persist_config=False
-            )
-        else:
-            k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    except ConfigException as e:
-        raise ConfigError(f"cannot load Kubernetes configuration: {e}") from e
-    except OSError as e:
-        raise ConfigError(f"cannot read kubeconfig: {e}") from e
-    return cfg
-
-
 def load_transport(kubeconfig: str | None = None, context: str | None = None, **kwargs: Any) -> KubeTransport:
-    return KubeTransport(load_configuration(kubeconfig, context), **kwargs)
+    return KubeTransport(load(kubeconfig, context), **kwargs)
