@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -115,9 +116,17 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
         publish(run, kw["metrics_textfile"], kw["metrics_pushgateway"])
         raise
     run.success, run.duration = not report.failures, report.duration
-    run.objects, run.errors = len(report.results), len(report.failures)
+    run.objects, run.errors = report.total, len(report.failures)
     publish(run, kw["metrics_textfile"], kw["metrics_pushgateway"])
-    emit(report.to_dict(), output, render(report))
+    try:
+        if output == "json":
+            report.write_json(sys.stdout)
+        elif output == "yaml":
+            emit(report.to_dict(), output, "")
+        else:
+            click.echo(render(report))
+    finally:
+        report.close()
     if report.interrupted:
         raise KeyboardInterrupt
     if report.failures:
@@ -128,11 +137,16 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
         )
 
 
+def _display(r: dict[str, Any]) -> str:
+    where = f"{r['namespace']}/" if r["namespace"] else ""
+    return f"{r['resource']} {where}{r['name']}"
+
+
 def render(report: RestoreReport) -> str:
     lines = []
     if report.dry_run == "client":
         lines.append(f"Plan for restoring {report.backup} (dry run, nothing changed):")
-        lines += [f"  {r.outcome:<13} {r.display}  status: {r.status}" for r in report.results]
+        lines += [f"  {r['result']:<13} {_display(r)}  status: {r['status']}" for r in report.results()]
         lines.append("")
     rows = []
     for resource, c in report.by_resource():
@@ -157,7 +171,7 @@ def render(report: RestoreReport) -> str:
     lines.append(
         table(["RESOURCE", "CREATED", "UPDATED", "SKIPPED", "FAILED", "STATUS RESTORED", "STATUS FAILED"], rows)
     )
-    problems = [r for r in report.results if r.failed or r.notes]
+    problems = sorted(report.attention, key=lambda r: (r.resource, r.namespace, r.name))
     if problems and report.dry_run != "client":
         lines.append("")
         for r in problems:
@@ -167,7 +181,7 @@ def render(report: RestoreReport) -> str:
     verb = "Dry run of restore" if report.dry_run != "none" else "Restore"
     lines.append("")
     lines.append(
-        f"{verb} of {report.backup}: {len(report.results)} objects, {len(report.failures)} failed, "
+        f"{verb} of {report.backup}: {report.total} objects, {len(report.failures)} failed, "
         f"{len(lacking)} without their saved status, in {report.duration:.1f}s"
     )
     return "\n".join(lines)

@@ -120,7 +120,7 @@ class KubeTransport:
                 code = 0
             else:
                 if resp.status < 400:
-                    self._count(waited, retried=attempt > 0)
+                    self._count(waited, retried=False)
                     return bytes(resp.data)
                 error = api_error(req, resp.status, resp.data)
                 retry_after = _retry_after(resp.headers.get("Retry-After"))

@@ -58,8 +58,6 @@ class RestoreEngine:
             report.interrupted = True
         finally:
             self.progress.finish()
-            if opts.dry_run != "client":  # a client dry run already lists the plan in execution order
-                report.results.sort(key=lambda r: (r.resource, r.namespace, r.name))
             report.duration = time.monotonic() - started
         return report
 
@@ -113,7 +111,7 @@ class _Run:
 
     def record(self, result: ItemResult) -> None:
         with self.lock:
-            self.report.results.append(result)
+            self.report.add(result)
             self.engine.progress.advance(1)
         if result.failed:
             log.warning("%s: %s (%s)", result.display, result.outcome, result.message or result.status)
@@ -142,7 +140,7 @@ class _Run:
             try:
                 if "" in todo:
                     for item in items:
-                        if not item.path and item.action == Action.CREATE:
+                        if not item.in_archive and item.action == Action.CREATE:
                             submit(pool, item, None)
                 for path, data in self.reader.objects(lambda p: p in todo):
                     submit(pool, todo[path], data)

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
 
-from statusvault.archive import ArchiveReader, parse_member_path
+from statusvault.archive import ArchiveReader, member_path, parse_member_path
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.kube.discovery import Discovery
 from statusvault.labels import parse_selector
-from statusvault.model import CRD_GROUP, CRD_RESOURCE, ResourceType
+from statusvault.model import CRD_GROUP, CRD_RESOURCE, ObjectKey, ResourceType
 from statusvault.transforms import map_namespace, status_annotation
 
 STATUS_ALL = "*"
@@ -63,8 +64,10 @@ class RestoreOptions:
 
 @dataclasses.dataclass(slots=True)
 class PlanItem:
-    path: str  # archive member, "" for a namespace the plan adds
+    """One object's decisions; kept small (no object body), as a plan holds one per object in the backup."""
+
     rt: ResourceType
+    source_namespace: str  # in the archive ("" when cluster-scoped or added by the plan)
     namespace: str  # target namespace ("" when cluster-scoped)
     name: str
     old_uid: str
@@ -73,6 +76,14 @@ class PlanItem:
     action: Action
     status_mode: StatusMode
     depth: int = 0
+    in_archive: bool = True  # False for a namespace the plan adds
+
+    @property
+    def path(self) -> str:
+        """The archive member, "" for a namespace the plan adds."""
+        if not self.in_archive:
+            return ""
+        return member_path(ObjectKey(self.rt.qualified, self.source_namespace, self.name))
 
     @property
     def display(self) -> str:
@@ -221,7 +232,7 @@ def build_plan(
         cat = _category(by_qualified[key.qualified])
         if cat not in (Category.CRD, Category.NAMESPACE) and not decider.selector(meta.get("labels") or {}):
             continue
-        item = _plan_item(path, key.qualified, obj, cat, decider, exists)
+        item = _plan_item(key.qualified, obj, cat, decider, exists)
         if item.rt.namespaced and item.action != Action.UNAVAILABLE:
             namespaces_needed.add(item.namespace)
         plan.items.append(item)
@@ -234,7 +245,6 @@ def build_plan(
 
 
 def _plan_item(
-    path: str,
     qualified: str,
     obj: dict[str, Any],
     cat: Category,
@@ -254,7 +264,18 @@ def _plan_item(
         action = Action.UPDATE if decider.opts.existing_policy == "update" else Action.SKIP_EXISTS
     else:
         action = Action.CREATE
-    return PlanItem(path, rt, ns, meta["name"], meta.get("uid", ""), owners, cat, action, decider.status_mode(rt, obj))
+    source_ns = sys.intern(meta.get("namespace", "")) if rt.namespaced else ""
+    return PlanItem(
+        rt,
+        source_ns,
+        sys.intern(ns),
+        meta["name"],
+        meta.get("uid", ""),
+        owners,
+        cat,
+        action,
+        decider.status_mode(rt, obj),
+    )
 
 
 NAMESPACE_TYPE = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, has_status=True)
@@ -266,13 +287,25 @@ def _add_namespaces(plan: RestorePlan, needed: set[str], exists: Callable[[Resou
     for ns in sorted(needed - from_backup):
         if not exists(NAMESPACE_TYPE, "", ns):
             plan.items.append(
-                PlanItem("", NAMESPACE_TYPE, "", ns, "", (), Category.NAMESPACE, Action.CREATE, StatusMode.NONE)
+                PlanItem(
+                    NAMESPACE_TYPE,
+                    "",
+                    "",
+                    ns,
+                    "",
+                    (),
+                    Category.NAMESPACE,
+                    Action.CREATE,
+                    StatusMode.NONE,
+                    in_archive=False,
+                )
             )
 
 
 def _assign_depths(items: list[PlanItem]) -> None:
-    """depth = 1 + the deepest owner that is also in the plan; cycles are cut."""
-    by_uid = {i.old_uid: i for i in items if i.old_uid}
+    """depth = 1 + the deepest owner that is also in the plan; cycles are cut. Only owners are indexed."""
+    owner_uids = {u for i in items for u in i.owner_uids}
+    by_uid = {i.old_uid: i for i in items if i.old_uid and i.old_uid in owner_uids}
     done: dict[str, int] = {}
 
     def depth(item: PlanItem, trail: frozenset[str]) -> int:
@@ -280,9 +313,10 @@ def _assign_depths(items: list[PlanItem]) -> None:
             return done[item.old_uid]
         owners = [by_uid[u] for u in item.owner_uids if u in by_uid and u not in trail]
         d = 1 + max((depth(o, trail | {item.old_uid}) for o in owners), default=-1)
-        if item.old_uid:
+        if item.old_uid in by_uid:
             done[item.old_uid] = d
         return d
 
     for item in items:
-        item.depth = depth(item, frozenset())
+        if item.owner_uids:
+            item.depth = depth(item, frozenset())

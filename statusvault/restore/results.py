@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import tempfile
 from collections import Counter
-from typing import Any
+from collections.abc import Iterator
+from typing import IO, Any
+
+import orjson
 
 
 class Outcome:
@@ -67,42 +72,67 @@ class ItemResult:
         return d
 
 
-@dataclasses.dataclass
 class RestoreReport:
-    backup: str
-    dry_run: str
-    results: list[ItemResult] = dataclasses.field(default_factory=list)
-    warnings: list[str] = dataclasses.field(default_factory=list)
-    duration: float = 0.0
-    interrupted: bool = False
+    """Counts per resource in memory; every per-object result spooled to a temp file, so memory stays flat.
+
+    Only results that need attention (failures, notes) are also kept in memory.
+    """
+
+    def __init__(self, backup: str, dry_run: str, warnings: list[str] | None = None):
+        self.backup = backup
+        self.dry_run = dry_run
+        self.warnings = warnings or []
+        self.duration = 0.0
+        self.interrupted = False
+        self.total = 0
+        self.attention: list[ItemResult] = []
+        self.table: dict[str, Counter[str]] = {}
+        self._spool: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+
+    def add(self, r: ItemResult) -> None:
+        self.total += 1
+        c = self.table.setdefault(r.resource, Counter())
+        c[r.outcome] += 1
+        c["status:" + r.status] += 1
+        if r.failed or r.notes:
+            self.attention.append(r)
+        self._spool.write(orjson.dumps(r.to_dict()) + b"\n")
+
+    def results(self) -> Iterator[dict[str, Any]]:
+        """Every per-object result, in the order they finished."""
+        self._spool.flush()
+        self._spool.seek(0)
+        for line in self._spool:
+            yield orjson.loads(line)
+        self._spool.seek(0, 2)
 
     @property
     def failures(self) -> list[ItemResult]:
-        return [r for r in self.results if r.failed]
+        return [r for r in self.attention if r.failed]
 
     @property
     def missing_status(self) -> list[ItemResult]:
         return [
             r
-            for r in self.results
+            for r in self.attention
             if r.status in STATUS_PROBLEMS or (r.outcome == Outcome.FAILED and r.status == StatusOutcome.NOT_WRITTEN)
         ]
 
     def counts(self) -> dict[str, dict[str, int]]:
-        return {
-            "results": dict(Counter(r.outcome for r in self.results)),
-            "status": dict(Counter(r.status for r in self.results)),
-        }
+        results: Counter[str] = Counter()
+        status: Counter[str] = Counter()
+        for c in self.table.values():
+            for key, n in c.items():
+                if key.startswith("status:"):
+                    status[key[7:]] += n
+                else:
+                    results[key] += n
+        return {"results": dict(results), "status": dict(status)}
 
     def by_resource(self) -> list[tuple[str, Counter[str]]]:
-        table: dict[str, Counter[str]] = {}
-        for r in self.results:
-            c = table.setdefault(r.resource, Counter())
-            c[r.outcome] += 1
-            c["status:" + r.status] += 1
-        return sorted(table.items())
+        return sorted(self.table.items())
 
-    def to_dict(self) -> dict[str, Any]:
+    def header(self) -> dict[str, Any]:
         return {
             "backup": self.backup,
             "dryRun": self.dry_run,
@@ -110,5 +140,18 @@ class RestoreReport:
             "interrupted": self.interrupted,
             "summary": self.counts(),
             "warnings": self.warnings,
-            "items": [r.to_dict() for r in self.results],
         }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.header(), "items": list(self.results())}
+
+    def write_json(self, out: IO[str]) -> None:
+        """The -o json report, streamed item by item."""
+        head = json.dumps(self.header(), indent=2)
+        out.write(head[:-2] + ',\n  "items": [')
+        for n, item in enumerate(self.results()):
+            out.write(("," if n else "") + "\n    " + json.dumps(item))
+        out.write("\n  ]\n}\n")
+
+    def close(self) -> None:
+        self._spool.close()
