@@ -142,6 +142,7 @@ class LocalCluster:
                 f"http://127.0.0.1:{peer_port}",
                 "--initial-cluster",
                 f"default=http://127.0.0.1:{peer_port}",
+                "--quota-backend-bytes=8589934592",  # room for the 100k-object benchmark
             ],
             detach,
         )

@@ -44,8 +44,9 @@ def server():
 
 
 def transport(host, **kw):
-    return KubeTransport(ClientConfig(host=host, token=lambda: "tok"), backoff=Backoff(base=0.01, cap=0.05,
-                                                                                        max_retries=3), **kw)
+    return KubeTransport(
+        ClientConfig(host=host, token=lambda: "tok"), backoff=Backoff(base=0.01, cap=0.05, max_retries=3), **kw
+    )
 
 
 def status(code, reason):
