@@ -59,6 +59,19 @@ def check_format(manifest: dict[str, Any]) -> None:
         )
 
 
+RESOURCE_FIELDS = {"group": str, "version": str, "resource": str, "kind": str, "namespaced": bool}
+
+
+def check_resources(manifest: dict[str, Any]) -> None:
+    """The manifest's per-resource entries have the fields readers rely on."""
+    resources = manifest.get("resources")
+    if not isinstance(resources, dict):
+        raise ArchiveError("manifest has no resources map")
+    for name, entry in resources.items():
+        if not isinstance(entry, dict) or any(not isinstance(entry.get(f), t) for f, t in RESOURCE_FIELDS.items()):
+            raise ArchiveError(f"manifest entry for {name!r} is malformed")
+
+
 class _HashingSink:
     """Counts and hashes the compressed bytes on their way to the store."""
 
@@ -185,6 +198,7 @@ class ArchiveReader:
                     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
                         raise ArchiveError("manifest.json has no file list")
                     check_format(manifest)
+                    check_resources(manifest)
                     return manifest
         except READ_ERRORS as e:
             raise ArchiveError(f"archive {self.path.name} is corrupt: {e}") from e

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from statusvault.archive import ArchiveReader, VerifyReport, check_format
+from statusvault.archive import ArchiveReader, VerifyReport, check_format, check_resources
 from statusvault.errors import ArchiveError, BackupNotFoundError
 from statusvault.retention import Candidate, Decision, RetentionPolicy, decide
 from statusvault.storage.base import (
@@ -61,6 +61,7 @@ def read_manifest(store: ObjectStore, name: str) -> dict[str, Any]:
     if not store.exists(manifest_key(name)):
         if store.exists(archive_key(name)):
             raise ArchiveError(f"backup {name!r} is incomplete (no manifest): it cannot be used")
+        store.check()  # a missing bucket or a denial says so, rather than "not found"
         raise BackupNotFoundError(f"backup {name!r} not found in {store.url}")
     try:
         manifest = orjson.loads(store.get(manifest_key(name)))
@@ -69,6 +70,7 @@ def read_manifest(store: ObjectStore, name: str) -> dict[str, Any]:
     if not isinstance(manifest, dict):
         raise ArchiveError(f"manifest of backup {name!r} is not a JSON object")
     check_format(manifest)
+    check_resources(manifest)
     return manifest
 
 

@@ -154,15 +154,16 @@ def storage_args(spec: ScheduleSpec) -> list[str]:
     return args
 
 
-def backup_args(spec: ScheduleSpec) -> list[str]:
+def backup_args(spec: ScheduleSpec, types: list[ResourceType]) -> list[str]:
+    """The backup takes exactly the resources the RBAC was rendered for: a CRD added later is not silently
+    backed up without permission (re-render to add it)."""
     sel = spec.selection
     args = ["backup", "--schedule", spec.name, *storage_args(spec)]
     for ns in sel.namespaces:
         args += ["-n", ns]
-    if sel.include_resources:
-        args += ["--include-resources", ",".join(sel.include_resources)]
-    if sel.exclude_resources:
-        args += ["--exclude-resources", ",".join(sel.exclude_resources)]
+    names = [rt.qualified for rt in types if not (rt.group == CRD_GROUP and rt.resource == CRD_RESOURCE)]
+    if names:
+        args += ["--include-resources", ",".join(names)]
     if sel.label_selector:
         args += ["-l", sel.label_selector]
     args.append("--include-crds" if sel.include_crds else "--no-include-crds")
@@ -182,23 +183,25 @@ def prune_args(spec: ScheduleSpec) -> list[str]:
     ):
         if value:
             args += [flag, str(value)]
+    if spec.metrics_pushgateway:
+        args += ["--metrics-pushgateway", spec.metrics_pushgateway]
     return args
 
 
-def command(spec: ScheduleSpec) -> list[str]:
+def command(spec: ScheduleSpec, types: list[ResourceType]) -> list[str]:
     """The container command: back up, then (when retention is set) prune."""
-    run = "statusvault --log-format json " + shlex.join(backup_args(spec))
+    run = "statusvault --log-format json " + shlex.join(backup_args(spec, types))
     if spec.retention:
         run += " && statusvault --log-format json " + shlex.join(prune_args(spec))
     return ["/bin/sh", "-c", run]
 
 
-def cronjob(spec: ScheduleSpec) -> KubeObject:
+def cronjob(spec: ScheduleSpec, types: list[ResourceType]) -> KubeObject:
     container: dict[str, Any] = {
         "name": "backup",
         "image": spec.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": command(spec),
+        "command": command(spec, types),
         "env": [{"name": "HOME", "value": "/tmp"}, {"name": "TMPDIR", "value": "/tmp"}],
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
         "securityContext": {
@@ -251,5 +254,5 @@ def render(spec: ScheduleSpec, types: list[ResourceType]) -> list[KubeObject]:
         {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(spec.job_namespace)},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(spec.account, spec.job_namespace)},
         *rbac(spec, types),
-        cronjob(spec),
+        cronjob(spec, types),
     ]

@@ -136,7 +136,7 @@ def describe(app: App, /, name: str, output: str, **kw: Any) -> None:
     store = app.store(kw.pop("storage"), s3_options(kw))
     data = catalog.describe(store, name)
     rows = [
-        (q, r["kind"], "yes" if r["hasStatusSubresource"] else "no", r["count"], r["withStatus"])
+        (q, r["kind"], "yes" if r.get("hasStatusSubresource") else "no", r.get("count", "-"), r.get("withStatus", "-"))
         for q, r in (data["resources"] or {}).items()
     ]
     totals, archive = data["totals"] or {}, data["archive"] or {}

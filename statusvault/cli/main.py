@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any
 
@@ -98,7 +99,11 @@ _register()
 
 def main(argv: list[str] | None = None, obj: Any = None) -> int:
     """Run the CLI; every failure becomes one line on stderr and an ExitStatus."""
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or os.environ.get("STATUSVAULT_DEBUG", "") in (
+        "1",
+        "true",
+        "yes",
+    )
     try:
         cli.main(args=argv, prog_name="statusvault", standalone_mode=False, obj=obj)
     except click.exceptions.Exit as e:

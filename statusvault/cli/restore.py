@@ -17,10 +17,10 @@ from statusvault.cli.options import (
     storage_options,
 )
 from statusvault.cli.output import emit, table
-from statusvault.errors import ConfigError, PartialFailure
+from statusvault.errors import ConfigError, PartialFailure, StatusVaultError
 from statusvault.metrics import RunMetrics, publish
 from statusvault.restore.plan import RestoreOptions
-from statusvault.restore.results import RestoreReport, StatusOutcome
+from statusvault.restore.results import GENERATION_NOTE, RestoreReport, StatusOutcome
 from statusvault.restore.service import open_backup, plan_restore, restore
 
 
@@ -38,6 +38,11 @@ def parse_mapping(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @click.argument("backup_name", metavar="BACKUP")
 @storage_options
 @selection_options
+@click.option(
+    "--include-cluster-resources/--no-include-cluster-resources",
+    default=None,
+    help="Cluster-scoped custom resources. [default: on unless -n is given]",
+)
 @click.option("--namespace-mapping", multiple=True, metavar="OLD:NEW,...", help="Restore into other namespaces.")
 @click.option(
     "--status-include-resources",
@@ -94,6 +99,7 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
         status_exclude=split_csv(kw["status_exclude_resources"]),
         no_status=kw["no_status"],
         existing_policy=kw["existing_resource_policy"],
+        include_cluster_resources=kw["include_cluster_resources"],
         dry_run=kw["dry_run"],
     )
     client = app.client(pool_size=kw["parallel"] + 4, qps=kw["qps"], burst=kw["burst"])
@@ -129,6 +135,8 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
         report.close()
     if report.interrupted:
         raise KeyboardInterrupt
+    if report.aborted:
+        raise StatusVaultError(f"restore of {backup_name} stopped early: {report.aborted}")
     if report.failures:
         lacking = len(report.missing_status)
         raise PartialFailure(
@@ -175,8 +183,16 @@ def render(report: RestoreReport) -> str:
     if problems and report.dry_run != "client":
         lines.append("")
         for r in problems:
-            detail = r.message or "; ".join(r.notes)
-            lines.append(f"{'FAILED' if r.failed else 'note'}: {r.display}: {detail}")
+            notes = [n for n in r.notes if not n.startswith(GENERATION_NOTE)]
+            lines.append(f"{'FAILED' if r.failed else 'note'}: {r.display}: {r.message or '; '.join(notes)}")
+    regenerated = [(res, c["note:generation"]) for res, c in report.by_resource() if c["note:generation"]]
+    if regenerated:
+        lines.append("")
+        for res, n in regenerated:
+            lines.append(
+                f"note: {res}: {n} object(s) carry a status.observedGeneration from before the restore "
+                "(generation restarts at 1); their operator may reconcile them once"
+            )
     lacking = report.missing_status
     verb = "Dry run of restore" if report.dry_run != "none" else "Restore"
     lines.append("")

@@ -17,7 +17,9 @@ from statusvault.throttle import Backoff, TokenBucket
 
 log = logging.getLogger(__name__)
 
-RETRYABLE_CODES = frozenset({429, 500, 502, 503, 504})
+RETRYABLE_CODES = frozenset({500, 502, 503, 504})
+MAX_THROTTLED_RETRIES = 30  # 429s: API Priority and Fairness asks us to wait, not to give up
+MAX_RETRY_AFTER = 30.0  # seconds; a larger Retry-After is capped
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -98,8 +100,12 @@ class KubeTransport:
         return headers
 
     def send(self, req: Request) -> bytes:
-        """Send `req`; return the response body, or raise KubeApiError / KubeConnectionError."""
-        attempt = 0
+        """Send `req`; return the response body, or raise KubeApiError / KubeConnectionError.
+
+        429 (never executed by the server, so always safe to resend) has its own, larger budget and honours
+        Retry-After up to a cap; 5xx, timeouts and connection errors back off exponentially with jitter.
+        """
+        attempt = throttled = 0
         while True:
             waited = self.bucket.acquire()
             try:
@@ -125,9 +131,17 @@ class KubeTransport:
                 error = api_error(req, resp.status, resp.data)
                 retry_after = _retry_after(resp.headers.get("Retry-After"))
                 code = resp.status
+            if code == 429:
+                if throttled >= MAX_THROTTLED_RETRIES:
+                    raise error
+                delay = min(retry_after if retry_after is not None else self.backoff.delay(throttled), MAX_RETRY_AFTER)
+                throttled += 1
+                self._count(waited + delay, retried=True)
+                time.sleep(delay)
+                continue
             if (code and code not in RETRYABLE_CODES) or attempt >= self.backoff.max_retries:
                 raise error
-            delay = retry_after if retry_after is not None else self.backoff.delay(attempt)
+            delay = min(retry_after, MAX_RETRY_AFTER) if retry_after is not None else self.backoff.delay(attempt)
             log.debug("retrying %s %s in %.2fs after %s", req.method, req.path, delay, error)
             self._count(waited + delay, retried=True)
             time.sleep(delay)

@@ -12,16 +12,16 @@ from typing import Any
 import orjson
 
 from statusvault.archive import ArchiveReader
-from statusvault.errors import KubeApiError, StatusVaultError
-from statusvault.kube.client import FIELD_MANAGER, KubeClient
+from statusvault.errors import StatusVaultError
+from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
-from statusvault.kube.transport import JSON_PATCH
 from statusvault.model import KubeObject, ResourceType
 from statusvault.progress import NullProgress, Progress
 from statusvault.restore.owners import OwnerResolver
-from statusvault.restore.plan import Action, Category, PlanItem, RestoreOptions, RestorePlan, StatusMode
-from statusvault.restore.results import ItemResult, Outcome, RestoreReport, StatusOutcome
-from statusvault.transforms import remap_owner_refs, sanitize, status_body, update_patch
+from statusvault.restore.plan import CRD_QUALIFIED, Action, Category, PlanItem, RestoreOptions, RestorePlan, StatusMode
+from statusvault.restore.results import GENERATION_NOTE, ItemResult, Outcome, RestoreReport, StatusOutcome
+from statusvault.restore.writes import ObjectWriter
+from statusvault.transforms import remap_owner_refs, sanitize
 
 log = logging.getLogger(__name__)
 STATUS_WRITE_ATTEMPTS = 5
@@ -48,22 +48,27 @@ class RestoreEngine:
         started = time.monotonic()
         report = RestoreReport(plan.backup, opts.dry_run, warnings=list(plan.warnings))
         run = _Run(self, reader, opts, report)
+        run.new_namespaces = {
+            i.name for i in plan.items if i.category == Category.NAMESPACE and i.action == Action.CREATE
+        }
         self.progress.start("restore", total=len(plan.items))
         try:
             for wave in plan.waves():
                 run.wave(wave)
                 if wave[0].category == Category.CRD and opts.dry_run == "none":
-                    run.owners.refresh(self._after_crds(wave, plan))
+                    run.owners.refresh(self._after_crds(wave, plan, run.crds_written))
         except KeyboardInterrupt:
             report.interrupted = True
+        except StatusVaultError as e:  # keep what was done: the report says where it stopped
+            report.aborted = str(e)
         finally:
             self.progress.finish()
             report.duration = time.monotonic() - started
         return report
 
-    def _after_crds(self, wave: list[PlanItem], plan: RestorePlan) -> Discovery:
+    def _after_crds(self, wave: list[PlanItem], plan: RestorePlan, written: set[str]) -> Discovery:
         """Wait until the restored CRDs are Established and served, then retarget the items that use them."""
-        names = [i.name for i in wave if i.action in (Action.CREATE, Action.UPDATE)]
+        names = sorted(written)
         deadline = time.monotonic() + self.establish_timeout
         for name in names:
             while not _established(self.client.get(wave[0].rt, None, name)):
@@ -106,13 +111,17 @@ class _Run:
         self.report = report
         self.server_dry = opts.dry_run == "server"
         self.owners = OwnerResolver(engine.client, engine.discovery)
-        self.started = time.time()
+        self.writer = ObjectWriter(engine.client, self.server_dry, opts.existing_policy, time.time())
         self.lock = threading.Lock()
+        self.crds_written: set[str] = set()
+        self.new_namespaces: set[str] = set()
 
     def record(self, result: ItemResult) -> None:
         with self.lock:
             self.report.add(result)
             self.engine.progress.advance(1)
+            if result.resource == CRD_QUALIFIED and result.outcome in (Outcome.CREATED, Outcome.UPDATED):
+                self.crds_written.add(result.name)
         if result.failed:
             log.warning("%s: %s (%s)", result.display, result.outcome, result.message or result.status)
 
@@ -123,7 +132,9 @@ class _Run:
             return
         todo = {}
         for item in items:
-            if item.action in (Action.CREATE, Action.UPDATE):
+            if self.server_dry and self._untestable(item):
+                self.record(_client_dry_run(item, "not sent: depends on a namespace or CRD this restore creates"))
+            elif item.action in (Action.CREATE, Action.UPDATE):
                 todo[item.path] = item
             else:
                 self.record(_not_attempted(item))
@@ -147,6 +158,13 @@ class _Run:
             except BaseException:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
+
+    def _untestable(self, item: PlanItem) -> bool:
+        """In a server dry run, objects in namespaces or of CRDs that the run would create cannot be sent."""
+        if item.category == Category.CRD or item.action != Action.CREATE:
+            return False
+        unserved = self.owners.discovery.by_qualified(item.rt.qualified) is None
+        return unserved or (item.rt.namespaced and item.namespace in self.new_namespaces)
 
     def _done(self, slots: threading.BoundedSemaphore, fut: Future[ItemResult]) -> None:
         slots.release()
@@ -179,15 +197,18 @@ class _Run:
     def _restore(self, item: PlanItem, obj: KubeObject, result: ItemResult) -> None:
         saved_status = obj.get("status")
         rt = self._request_type(item, obj)
-        body = sanitize(obj, keep_status=item.status_mode == StatusMode.IN_BODY)
+        mode = item.status_mode  # subresources are per version: decide on the version written to
+        if mode != StatusMode.NONE:
+            mode = StatusMode.SUBRESOURCE if rt.has_status else StatusMode.IN_BODY
+        body = sanitize(obj, keep_status=mode == StatusMode.IN_BODY)
         body["apiVersion"] = rt.api_version
         if rt.namespaced:
             body["metadata"]["namespace"] = item.namespace
         notes = self._remap_owners(item, body)
         if item.action == Action.CREATE:
-            live, outcome = self._create(rt, item, body)
+            live, outcome = self.writer.create(rt, item, body)
         else:
-            live, outcome = self._update(rt, item, body)
+            live, outcome = self.writer.update(rt, item, body)
         if live is None:
             result.outcome, result.notes = Outcome.SKIPPED, (*notes, "already exists (policy none)")
             return
@@ -199,7 +220,7 @@ class _Run:
         notes += _generation_notes(saved_status, meta.get("generation"))
         result.notes = tuple(notes)
         try:
-            result.status = self._status(rt, item, live, saved_status)
+            result.status = self.writer.status(rt, item, mode, live, saved_status, outcome)
         except StatusVaultError as e:  # the object is there, its status is not: a failure, never a warning
             result.status, result.message = StatusOutcome.FAILED, str(e)
             return
@@ -226,82 +247,6 @@ class _Run:
             log.warning("%s: %s", item.display, note)
         return notes
 
-    def _create(self, rt: ResourceType, item: PlanItem, body: KubeObject) -> tuple[KubeObject | None, str]:
-        try:
-            created = self.client.create(rt, item.namespace or None, body, dry_run=self.server_dry)
-        except KubeApiError as e:
-            if e.code != 409 or e.reason != "AlreadyExists":
-                raise
-            live = self.client.get(rt, item.namespace or None, item.name)
-            if live is not None and _created_by_us(live, self.started):  # a retried POST that had succeeded
-                return live, Outcome.CREATED
-            if self.opts.existing_policy != "update":
-                return None, Outcome.SKIPPED
-            return self._update(rt, item, body)  # appeared since the plan was made
-        return created, Outcome.WOULD_CREATE if self.server_dry else Outcome.CREATED
-
-    def _update(self, rt: ResourceType, item: PlanItem, body: KubeObject) -> tuple[KubeObject | None, str]:
-        outcome = Outcome.WOULD_UPDATE if self.server_dry else Outcome.UPDATED
-        for _ in range(STATUS_WRITE_ATTEMPTS):
-            live = self.client.get(rt, item.namespace or None, item.name)
-            if live is None:
-                raise StatusVaultError(f"{item.display} disappeared during the restore")
-            patch = update_patch(live, body)
-            if not patch:
-                return live, outcome
-            try:
-                return self.client.patch(
-                    rt, item.namespace or None, item.name, patch, JSON_PATCH, dry_run=self.server_dry
-                ), outcome
-            except KubeApiError as e:
-                lost_race = e.code == 409 or (e.code == 422 and "test" in str(e).lower())
-                if not lost_race:
-                    raise
-        raise StatusVaultError(f"{item.display}: update kept conflicting with another writer")
-
-    def _status(self, rt: ResourceType, item: PlanItem, live: KubeObject, saved: Any) -> str:
-        if item.status_mode == StatusMode.NONE:
-            return StatusOutcome.NOT_NEEDED
-        if item.status_mode == StatusMode.IN_BODY:
-            if item.action == Action.UPDATE:  # the JSON patch never touches status: send it with a PUT
-                return self._put_status(rt, item, live, saved, sub=None)
-            return _compare(live.get("status"), saved, StatusOutcome.IN_BODY)
-        if self.server_dry and item.action == Action.CREATE:
-            return StatusOutcome.WOULD_WRITE  # nothing was persisted to write it on
-        return self._put_status(rt, item, live, saved, sub="status")
-
-    def _put_status(self, rt: ResourceType, item: PlanItem, live: KubeObject, saved: Any, sub: str | None) -> str:
-        ns = item.namespace or None
-        for _ in range(STATUS_WRITE_ATTEMPTS):
-            try:
-                out = self.client.replace(rt, ns, item.name, status_body(live, saved), dry_run=self.server_dry, sub=sub)
-            except KubeApiError as e:
-                if e.code != 409:
-                    raise StatusVaultError(f"status write failed: {e}") from e
-                fresh = self.client.get(rt, ns, item.name)
-                if fresh is None:
-                    raise StatusVaultError("status write failed: the object was deleted") from e
-                live = fresh
-                continue
-            done = StatusOutcome.WOULD_WRITE if self.server_dry else StatusOutcome.WRITTEN
-            return _compare(out.get("status"), saved, done)
-        raise StatusVaultError("status write kept conflicting (409) with another writer")
-
-
-def _created_by_us(live: KubeObject, since: float) -> bool:
-    """True when statusvault created this object during this run (its managedFields say so)."""
-    import datetime as dt
-
-    for entry in (live.get("metadata") or {}).get("managedFields") or []:
-        if entry.get("manager") == FIELD_MANAGER and entry.get("operation") == "Create":
-            when = dt.datetime.strptime(entry.get("time", "1970-01-01T00:00:00Z"), "%Y-%m-%dT%H:%M:%SZ")
-            return when.replace(tzinfo=dt.UTC).timestamp() >= since - 1.0
-    return False
-
-
-def _compare(actual: Any, saved: Any, ok: str) -> str:
-    return ok if actual == saved else StatusOutcome.MISMATCH
-
 
 def _generation_notes(status: Any, generation: Any) -> list[str]:
     if not isinstance(status, dict) or "observedGeneration" not in status or generation is None:
@@ -309,7 +254,7 @@ def _generation_notes(status: Any, generation: Any) -> list[str]:
     observed = status["observedGeneration"]
     if observed == generation:
         return []
-    return [f"status.observedGeneration is {observed} but the restored object's generation is {generation}"]
+    return [f"{GENERATION_NOTE} is {observed} but the restored object's generation is {generation}"]
 
 
 def _not_attempted(item: PlanItem) -> ItemResult:
@@ -334,7 +279,7 @@ def _not_attempted(item: PlanItem) -> ItemResult:
     )
 
 
-def _client_dry_run(item: PlanItem) -> ItemResult:
+def _client_dry_run(item: PlanItem, note: str = "") -> ItemResult:
     if item.action in (Action.CREATE, Action.UPDATE):
         outcome = Outcome.WOULD_CREATE if item.action == Action.CREATE else Outcome.WOULD_UPDATE
         status = {
@@ -342,5 +287,8 @@ def _client_dry_run(item: PlanItem) -> ItemResult:
             StatusMode.IN_BODY: StatusOutcome.IN_BODY,
             StatusMode.SUBRESOURCE: StatusOutcome.WOULD_WRITE,
         }[item.status_mode]
-        return ItemResult(item.rt.qualified, item.namespace, item.name, outcome, status, old_uid=item.old_uid)
+        notes = (note,) if note else ()
+        return ItemResult(
+            item.rt.qualified, item.namespace, item.name, outcome, status, notes=notes, old_uid=item.old_uid
+        )
     return _not_attempted(item)

@@ -55,6 +55,7 @@ class RestoreOptions:
     status_exclude: tuple[str, ...] = ()
     no_status: bool = False
     existing_policy: str = "none"  # none | update
+    include_cluster_resources: bool | None = None  # None: on unless namespaces are given
     dry_run: str = "none"  # none | client | server
 
     @property
@@ -223,13 +224,11 @@ def build_plan(
         key = parse_member_path(path)
         if key.qualified not in by_qualified:
             raise ArchiveError(f"{path} belongs to a resource the manifest does not describe")
-        if not decider.resource_selected(key.qualified):
-            continue
-        if opts.namespaces and key.namespace and key.namespace not in opts.namespaces:
-            continue
-        obj = orjson.loads(data)
-        meta = obj.get("metadata") or {}
         cat = _category(by_qualified[key.qualified])
+        if not decider.resource_selected(key.qualified) or not _in_scope(opts, cat, key.namespace or key.name):
+            continue
+        obj = _checked_object(path, data, key, by_qualified[key.qualified])
+        meta = obj["metadata"]
         if cat not in (Category.CRD, Category.NAMESPACE) and not decider.selector(meta.get("labels") or {}):
             continue
         item = _plan_item(key.qualified, obj, cat, decider, exists)
@@ -242,6 +241,33 @@ def build_plan(
     _add_namespaces(plan, namespaces_needed, exists)
     _assign_depths(plan.items)
     return plan
+
+
+def _in_scope(opts: RestoreOptions, cat: Category, namespace: str) -> bool:
+    """-n limits namespaced objects and Namespaces; cluster-scoped objects only come with -n when asked for."""
+    if not opts.namespaces or cat == Category.CRD:
+        return True
+    if cat == Category.CLUSTER:
+        return bool(opts.include_cluster_resources)
+    return namespace in opts.namespaces
+
+
+def _checked_object(path: str, data: bytes, key: ObjectKey, rt: ResourceType) -> dict[str, Any]:
+    """The object, refusing one whose identity differs from its place in the archive."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise ArchiveError(f"{path} is not valid JSON: {e}") from None
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if (
+        not isinstance(meta, dict)
+        or meta.get("name") != key.name
+        or obj.get("kind") != rt.kind
+        or (meta.get("namespace") or "") != key.namespace
+    ):
+        raise ArchiveError(f"{path} holds an object whose kind, namespace or name does not match its path")
+    checked: dict[str, Any] = obj
+    return checked
 
 
 def _plan_item(

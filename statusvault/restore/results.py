@@ -31,6 +31,7 @@ class StatusOutcome:
     WOULD_WRITE = "would-write"  # dry run
 
 
+GENERATION_NOTE = "status.observedGeneration"
 STATUS_PROBLEMS = frozenset({StatusOutcome.MISMATCH, StatusOutcome.FAILED})
 
 
@@ -84,6 +85,7 @@ class RestoreReport:
         self.warnings = warnings or []
         self.duration = 0.0
         self.interrupted = False
+        self.aborted = ""  # why the run stopped early, if it did
         self.total = 0
         self.attention: list[ItemResult] = []
         self.table: dict[str, Counter[str]] = {}
@@ -94,7 +96,10 @@ class RestoreReport:
         c = self.table.setdefault(r.resource, Counter())
         c[r.outcome] += 1
         c["status:" + r.status] += 1
-        if r.failed or r.notes:
+        important = [n for n in r.notes if not n.startswith(GENERATION_NOTE)]
+        if len(important) != len(r.notes):
+            c["note:generation"] += 1  # expected after any re-create: counted, not listed one by one
+        if r.failed or important:
             self.attention.append(r)
         self._spool.write(orjson.dumps(r.to_dict()) + b"\n")
 
@@ -125,7 +130,7 @@ class RestoreReport:
             for key, n in c.items():
                 if key.startswith("status:"):
                     status[key[7:]] += n
-                else:
+                elif not key.startswith("note:"):
                     results[key] += n
         return {"results": dict(results), "status": dict(status)}
 
@@ -138,6 +143,7 @@ class RestoreReport:
             "dryRun": self.dry_run,
             "durationSeconds": round(self.duration, 3),
             "interrupted": self.interrupted,
+            "aborted": self.aborted,
             "summary": self.counts(),
             "warnings": self.warnings,
         }

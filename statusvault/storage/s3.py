@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 import boto3
+import boto3.exceptions
 import botocore.config
 import botocore.exceptions
 from boto3.s3.transfer import TransferConfig
@@ -50,7 +51,7 @@ class S3Store:
             raise StorageError(
                 f"no S3 credentials found for {self.url}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE"
             ) from e
-        except botocore.exceptions.BotoCoreError as e:
+        except (botocore.exceptions.BotoCoreError, boto3.exceptions.Boto3Error) as e:
             raise StorageError(f"cannot {what} {self.url}: {e}") from e
 
     def check(self) -> None:
@@ -79,7 +80,7 @@ class S3Store:
 
     def get(self, key: str) -> bytes:
         resp = self._call("read from", self.client.get_object, Bucket=self.bucket, Key=self._key(key))
-        data: bytes = resp["Body"].read()
+        data: bytes = self._call("read from", resp["Body"].read)
         return data
 
     @contextmanager

@@ -149,3 +149,30 @@ def test_resource_without_crd_in_backup_and_not_served_is_unavailable(archive):
     items = by_name(plan(archive, live=live_discovery(CRD_TYPE, KC, LEGACY, POOL, SVC)))
     assert items["child"].action == Action.UNAVAILABLE, "databases: no CRD in the backup, not served"
     assert items["parent"].action == Action.CREATE
+
+
+def test_namespace_filter_leaves_cluster_scoped_objects_unless_asked(archive):
+    assert "p1" not in by_name(plan(archive, namespaces=("team-a",)))
+    assert "p1" in by_name(plan(archive, namespaces=("team-a",), include_cluster_resources=True))
+    assert "p1" in by_name(plan(archive))
+    names = by_name(plan(archive, namespaces=("other",)))
+    assert "parent" not in names and KC.qualified in names, "CRDs still come first"
+
+
+def test_an_object_that_does_not_match_its_path_is_refused(tmp_path):
+    import orjson
+
+    from statusvault.archive import ArchiveWriter
+    from statusvault.errors import ArchiveError
+
+    path = tmp_path / "evil.tar.gz"
+    evil = obj(KC, "harmless", ns="team-a")
+    evil["metadata"]["namespace"] = "kube-system"
+    with open(path, "wb") as sink:
+        w = ArchiveWriter(sink)
+        w.add(f"resources/{KC.qualified}/namespaces/team-a/harmless.json", orjson.dumps(evil))
+        from statusvault.backup import ResourceSummary
+
+        w.finish({"formatVersion": "1.0", "resources": {KC.qualified: ResourceSummary(KC, 1).to_dict()}})
+    with pytest.raises(ArchiveError, match="does not match its path"):
+        plan(ArchiveReader(path))

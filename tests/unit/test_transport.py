@@ -96,3 +96,8 @@ def test_qps_limit_paces_requests(server):
     for _ in range(6):
         t.send(Request("GET", "/api"))
     assert time.monotonic() - start >= 0.24, "5 paced requests at 20/s"
+
+
+def test_429_has_its_own_budget(server):
+    Scripted.script = [(429, {"Retry-After": "0"}, status(429, "TooManyRequests"))] * 5 + [(200, {}, {"ok": 2})]
+    assert json.loads(transport(server).send(Request("GET", "/api"))) == {"ok": 2}, "more 429s than 5xx retries"

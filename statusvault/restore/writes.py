@@ -1,0 +1,112 @@
+"""The writes of one object: create (or update), then its status. Conflicts are re-read and retried."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from statusvault.errors import KubeApiError, StatusVaultError
+from statusvault.kube.client import FIELD_MANAGER, KubeClient
+from statusvault.kube.transport import JSON_PATCH
+from statusvault.model import KubeObject, ResourceType
+from statusvault.restore.plan import PlanItem, StatusMode
+from statusvault.restore.results import Outcome, StatusOutcome
+from statusvault.transforms import status_body, update_patch
+
+ATTEMPTS = 5
+CLOCK_SKEW = 120.0  # seconds of disagreement tolerated between this machine and the API server
+
+
+class ObjectWriter:
+    def __init__(self, client: KubeClient, server_dry: bool, policy: str, started: float):
+        self.client = client
+        self.server_dry = server_dry
+        self.policy = policy
+        self.started = started
+
+    def create(self, rt: ResourceType, item: PlanItem, body: KubeObject) -> tuple[KubeObject | None, str]:
+        """Create; on AlreadyExists apply the policy. Returns (live object or None when skipped, outcome)."""
+        try:
+            created = self.client.create(rt, item.namespace or None, body, dry_run=self.server_dry)
+        except KubeApiError as e:
+            if e.code != 409 or e.reason != "AlreadyExists":
+                raise
+            live = self.client.get(rt, item.namespace or None, item.name)
+            if live is not None and self._ours(live, body):  # a resent POST whose first attempt had succeeded
+                return live, Outcome.CREATED
+            if self.policy != "update":
+                return None, Outcome.SKIPPED
+            return self.update(rt, item, body)  # appeared since the plan was made
+        return created, Outcome.WOULD_CREATE if self.server_dry else Outcome.CREATED
+
+    def _ours(self, live: KubeObject, body: KubeObject) -> bool:
+        """Created by statusvault moments ago with exactly this content."""
+        meta = live.get("metadata") or {}
+        if not any(e.get("manager") == FIELD_MANAGER for e in meta.get("managedFields") or []):
+            return False
+        try:
+            created = dt.datetime.strptime(meta.get("creationTimestamp", ""), "%Y-%m-%dT%H:%M:%SZ")
+        except ValueError:
+            return False
+        recent = created.replace(tzinfo=dt.UTC).timestamp() >= self.started - CLOCK_SKEW
+        return recent and not update_patch(live, body)
+
+    def update(self, rt: ResourceType, item: PlanItem, body: KubeObject) -> tuple[KubeObject | None, str]:
+        """Patch the live object's content to the backup's, guarded by its resourceVersion."""
+        outcome = Outcome.WOULD_UPDATE if self.server_dry else Outcome.UPDATED
+        ns = item.namespace or None
+        for _ in range(ATTEMPTS):
+            live = self.client.get(rt, ns, item.name)
+            if live is None:
+                raise StatusVaultError(f"{item.display} disappeared during the restore")
+            patch = update_patch(live, body)
+            if not patch:
+                return live, outcome
+            try:
+                return self.client.patch(rt, ns, item.name, patch, JSON_PATCH, dry_run=self.server_dry), outcome
+            except KubeApiError as e:
+                if e.code not in (409, 422) or not self._changed_since(rt, ns, item.name, live):
+                    raise  # a real rejection, not a lost race
+        raise StatusVaultError(f"{item.display}: update kept conflicting with another writer")
+
+    def _changed_since(self, rt: ResourceType, ns: str | None, name: str, seen: KubeObject) -> bool:
+        """A failed `test` op comes back as a plain 422: it was a race only if the object moved on."""
+        fresh = self.client.get(rt, ns, name)
+        version = (seen.get("metadata") or {}).get("resourceVersion")
+        return fresh is not None and (fresh.get("metadata") or {}).get("resourceVersion") != version
+
+    def status(
+        self, rt: ResourceType, item: PlanItem, mode: StatusMode, live: KubeObject, saved: Any, outcome: str
+    ) -> str:
+        """Write the saved status the way this resource takes it; return the status outcome."""
+        if mode == StatusMode.NONE:
+            return StatusOutcome.NOT_NEEDED
+        created = outcome in (Outcome.CREATED, Outcome.WOULD_CREATE)
+        if mode == StatusMode.IN_BODY:
+            if created:  # it travelled in the create body
+                return _compare(live.get("status"), saved, StatusOutcome.IN_BODY)
+            return self._put_status(rt, item, live, saved, sub=None)  # the patch never touches status
+        if self.server_dry and created:
+            return StatusOutcome.WOULD_WRITE  # nothing was persisted to write it on
+        return self._put_status(rt, item, live, saved, sub="status")
+
+    def _put_status(self, rt: ResourceType, item: PlanItem, live: KubeObject, saved: Any, sub: str | None) -> str:
+        ns = item.namespace or None
+        for _ in range(ATTEMPTS):
+            try:
+                out = self.client.replace(rt, ns, item.name, status_body(live, saved), dry_run=self.server_dry, sub=sub)
+            except KubeApiError as e:
+                if e.code != 409:
+                    raise StatusVaultError(f"status write failed: {e}") from e
+                fresh = self.client.get(rt, ns, item.name)
+                if fresh is None:
+                    raise StatusVaultError("status write failed: the object was deleted") from e
+                live = fresh
+                continue
+            done = StatusOutcome.WOULD_WRITE if self.server_dry else StatusOutcome.WRITTEN
+            return _compare(out.get("status"), saved, done)
+        raise StatusVaultError("status write kept conflicting (409) with another writer")
+
+
+def _compare(actual: Any, saved: Any, ok: str) -> str:
+    return ok if actual == saved else StatusOutcome.MISMATCH
