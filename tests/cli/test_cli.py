@@ -9,6 +9,7 @@ import pytest
 
 from statusvault import __version__
 from statusvault.cli.main import main
+from statusvault.backup import ResourceSummary
 from statusvault.errors import ExitStatus
 from tests.builders import cr, resource_type, with_meta, write_archive
 
@@ -47,14 +48,7 @@ def stored_backup(store, name="b1"):
         "server": {"gitVersion": "v1.20.2"},
         "selection": {},
         "tool": {},
-        "resources": {
-            "kubernetesclusters.xyz.example.com": {
-                "kind": "KubernetesCluster",
-                "hasStatusSubresource": True,
-                "count": 1,
-                "withStatus": 1,
-            }
-        },
+        "resources": {kc.qualified: {**ResourceSummary(kc, 1, 1).to_dict()}},
         "totals": {"objects": 1, "withStatus": 1, "uncompressedBytes": 100},
         "archive": {"size": archive.stat().st_size, "sha256": hashlib.sha256(archive.read_bytes()).hexdigest()},
     }

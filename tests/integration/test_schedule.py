@@ -200,6 +200,7 @@ def _fake_backup(
                     "createdAt": created,
                     "schedule": schedule,
                     "totals": {"objects": 1},
+                    "resources": {},
                 }
             )
         )
