@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from statusvault import __version__
-from statusvault.cli.main import main
 from statusvault.backup import ResourceSummary
+from statusvault.cli.main import main
 from statusvault.errors import ExitStatus
 from tests.builders import cr, resource_type, with_meta, write_archive
 
