@@ -12,6 +12,7 @@ from statusvault import catalog
 from statusvault.backup import BackupEngine, default_backup_name
 from statusvault.cli.app import App
 from statusvault.cli.options import (
+    cluster_resources_option,
     metrics_options,
     output_option,
     s3_options,
@@ -31,11 +32,7 @@ from statusvault.storage.base import validate_backup_name
 @storage_options
 @selection_options
 @click.option("-A", "--all-namespaces", is_flag=True, help="Every namespace (the default without -n).")
-@click.option(
-    "--include-cluster-resources/--no-include-cluster-resources",
-    default=None,
-    help="Cluster-scoped custom resources. [default: on unless -n is given]",
-)
+@cluster_resources_option
 @click.option(
     "--include-crds/--no-include-crds",
     default=True,

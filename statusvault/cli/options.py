@@ -157,3 +157,11 @@ def metrics_options(f: F) -> F:
             ),
         ],
     )
+
+
+def cluster_resources_option(f: F) -> F:
+    return click.option(
+        "--include-cluster-resources/--no-include-cluster-resources",
+        default=None,
+        help="Cluster-scoped custom resources. [default: on unless -n is given]",
+    )(f)

@@ -9,6 +9,7 @@ import click
 
 from statusvault.cli.app import App
 from statusvault.cli.options import (
+    cluster_resources_option,
     metrics_options,
     output_option,
     s3_options,
@@ -38,11 +39,7 @@ def parse_mapping(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @click.argument("backup_name", metavar="BACKUP")
 @storage_options
 @selection_options
-@click.option(
-    "--include-cluster-resources/--no-include-cluster-resources",
-    default=None,
-    help="Cluster-scoped custom resources. [default: on unless -n is given]",
-)
+@cluster_resources_option
 @click.option("--namespace-mapping", multiple=True, metavar="OLD:NEW,...", help="Restore into other namespaces.")
 @click.option(
     "--status-include-resources",

@@ -11,6 +11,7 @@ import yaml
 from statusvault import catalog
 from statusvault.cli.app import App
 from statusvault.cli.options import (
+    cluster_resources_option,
     metrics_options,
     output_option,
     s3_options,
@@ -59,11 +60,7 @@ def schedule() -> None:
 @click.option("--schedule", "cron", required=True, metavar="CRON", help="Cron schedule, e.g. '0 2 * * *'.")
 @storage_options
 @selection_options
-@click.option(
-    "--include-cluster-resources/--no-include-cluster-resources",
-    default=None,
-    help="Cluster-scoped custom resources. [default: on unless -n is given]",
-)
+@cluster_resources_option
 @click.option(
     "--include-crds/--no-include-crds",
     default=None,
