@@ -5,10 +5,12 @@ Pushes use add semantics (POST): a failed run pushes its failure series only, so
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway, write_to_textfile
@@ -93,3 +95,19 @@ def publish(run: RunMetrics, textfile: str | None, gateway: str | None) -> None:
             push(gateway, run)
         except OSError as e:
             log.warning("cannot push metrics to %s: %s", gateway, e)
+
+
+@contextlib.contextmanager
+def recorded(operation: str, schedule: str, textfile: str | None, gateway: str | None) -> Iterator[RunMetrics]:
+    """Publish the run's metrics when the block ends; a block that raises is a failed run."""
+    run = RunMetrics(operation, schedule)
+    start = time.monotonic()
+    try:
+        yield run
+    except BaseException:
+        run.success, run.errors = False, max(run.errors, 1)
+        raise
+    finally:
+        run.duration = run.duration or time.monotonic() - start
+        run.finished = time.time()
+        publish(run, textfile, gateway)

@@ -22,7 +22,7 @@ from statusvault.cli.options import (
 )
 from statusvault.cli.output import emit, human_size, table
 from statusvault.errors import ArchiveError
-from statusvault.metrics import RunMetrics, publish
+from statusvault.metrics import recorded
 from statusvault.model import Selection
 from statusvault.storage.base import validate_backup_name
 
@@ -76,17 +76,11 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
         include_crds=kw["include_crds"],
     )
     store = app.store(kw["storage"], s3)
-    run = RunMetrics("backup", schedule)
-    try:
+    with recorded("backup", schedule, kw["metrics_textfile"], kw["metrics_pushgateway"]) as run:
         engine = BackupEngine(app.client(), app.discovery(), store, app.progress(), page_size=kw["page_size"])
         result = engine.run(name, selection, schedule)
-    except Exception:
-        run.errors = 1
-        publish(run, kw["metrics_textfile"], kw["metrics_pushgateway"])
-        raise
-    run.success, run.duration, run.objects = True, result.duration, result.objects
-    run.bytes = int(result.manifest["archive"]["size"])
-    publish(run, kw["metrics_textfile"], kw["metrics_pushgateway"])
+        run.success, run.duration, run.objects = True, result.duration, result.objects
+        run.bytes = int(result.manifest["archive"]["size"])
     rows = [(q, r["count"], r["withStatus"]) for q, r in result.manifest["resources"].items()]
     totals = result.manifest["totals"]
     text = table(["RESOURCE", "OBJECTS", "WITH STATUS"], rows) + (

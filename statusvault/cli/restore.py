@@ -19,7 +19,7 @@ from statusvault.cli.options import (
 )
 from statusvault.cli.output import emit, table
 from statusvault.errors import ConfigError, PartialFailure, StatusVaultError
-from statusvault.metrics import RunMetrics, publish
+from statusvault.metrics import recorded
 from statusvault.restore.plan import RestoreOptions
 from statusvault.restore.results import GENERATION_NOTE, RestoreReport, StatusOutcome
 from statusvault.restore.service import open_backup, plan_restore, restore
@@ -100,8 +100,7 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
         dry_run=kw["dry_run"],
     )
     client = app.client(pool_size=kw["parallel"] + 4, qps=kw["qps"], burst=kw["burst"])
-    run = RunMetrics("restore")
-    try:
+    with recorded("restore", "", kw["metrics_textfile"], kw["metrics_pushgateway"]) as run:
         with open_backup(store, backup_name) as reader:
             plan = plan_restore(client, app.discovery(), reader, backup_name, opts)
             report = restore(
@@ -114,13 +113,8 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
                 app.progress(),
                 kw["parallel"],
             )
-    except Exception:
-        run.errors = 1
-        publish(run, kw["metrics_textfile"], kw["metrics_pushgateway"])
-        raise
-    run.success, run.duration = not report.failures, report.duration
-    run.objects, run.errors = report.total, len(report.failures)
-    publish(run, kw["metrics_textfile"], kw["metrics_pushgateway"])
+        run.success, run.duration = not report.failures and not report.aborted, report.duration
+        run.objects, run.errors = report.total, len(report.failures)
     try:
         if output == "json":
             report.write_json(sys.stdout)

@@ -23,7 +23,7 @@ from statusvault.cli.output import emit, table
 from statusvault.errors import ConfigError, KubeConnectionError
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import APPLY_PATCH
-from statusvault.metrics import RunMetrics, publish
+from statusvault.metrics import recorded
 from statusvault.model import Selection
 from statusvault.retention import RetentionPolicy, parse_duration
 from statusvault.schedule import DEFAULT_IMAGE, ScheduleSpec, cronjob_api_for, offline_types, render
@@ -194,16 +194,10 @@ def prune(app: App, /, output: str, **kw: Any) -> None:
         kw["keep_weekly"],
         parse_duration(kw["incomplete_grace"]),
     )
-    run = RunMetrics("prune", kw["schedule"])
-    try:
+    with recorded("prune", kw["schedule"], kw["metrics_textfile"], kw["metrics_pushgateway"]) as run:
         decisions = catalog.prune(store, policy, kw["schedule"], kw["dry_run"])
-    except Exception:
-        run.errors = 1
-        publish(run, kw["metrics_textfile"], kw["metrics_pushgateway"])
-        raise
-    deleted = [d for d in decisions if d.delete]
-    run.success, run.objects = True, len(deleted)
-    publish(run, kw["metrics_textfile"], kw["metrics_pushgateway"])
+        deleted = [d for d in decisions if d.delete]
+        run.success, run.objects = True, len(deleted)
     verb = "would delete" if kw["dry_run"] else "deleted"
     rows = [(d.name, (verb if d.delete else "keep"), d.reason) for d in decisions]
     text = (
