@@ -149,3 +149,9 @@ def discover(client: KubeClient, workers: int = 8) -> Discovery:
     preferred = [rt for item, rts in zip(wanted, lists, strict=True) if item[2] for rt in rts]
     everything = [rt for rts in lists for rt in rts]
     return Discovery(preferred, everything)
+
+
+def established(crd: dict[str, Any] | None) -> bool:
+    """A CRD whose Established condition is True: its resource is served."""
+    conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)

@@ -14,7 +14,7 @@ import orjson
 from statusvault.archive import ArchiveReader
 from statusvault.errors import StatusVaultError
 from statusvault.kube.client import KubeClient
-from statusvault.kube.discovery import Discovery
+from statusvault.kube.discovery import Discovery, established
 from statusvault.model import KubeObject, ResourceType
 from statusvault.progress import NullProgress, Progress
 from statusvault.restore.owners import OwnerResolver
@@ -71,7 +71,7 @@ class RestoreEngine:
         names = sorted(written)
         deadline = time.monotonic() + self.establish_timeout
         for name in names:
-            while not _established(self.client.get(wave[0].rt, None, name)):
+            while not established(self.client.get(wave[0].rt, None, name)):
                 if time.monotonic() > deadline:
                     raise StatusVaultError(
                         f"CRD {name} did not become Established within {self.establish_timeout:.0f}s"
@@ -93,11 +93,6 @@ class RestoreEngine:
                 if item.status_mode != StatusMode.NONE:
                     item.status_mode = StatusMode.SUBRESOURCE if served.has_status else StatusMode.IN_BODY
         return live
-
-
-def _established(crd: KubeObject | None) -> bool:
-    conditions = ((crd or {}).get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
 class _Run:

@@ -12,7 +12,7 @@ import yaml
 
 from statusvault.errors import KubeApiError
 from statusvault.kube.client import KubeClient
-from statusvault.kube.discovery import CRD_TYPE, Discovery, discover
+from statusvault.kube.discovery import CRD_TYPE, Discovery, discover, established
 from statusvault.model import KubeObject
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -34,7 +34,7 @@ def install_crds(client: KubeClient, crds: Iterable[KubeObject], timeout: float 
                 raise
     deadline = time.monotonic() + timeout
     for crd in crds:
-        while not _established(client.get(CRD_TYPE, None, crd["metadata"]["name"])):
+        while not established(client.get(CRD_TYPE, None, crd["metadata"]["name"])):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"CRD {crd['metadata']['name']} not Established")
             time.sleep(0.1)
@@ -46,11 +46,6 @@ def install_crds(client: KubeClient, crds: Iterable[KubeObject], timeout: float 
         if time.monotonic() > deadline:
             raise TimeoutError(f"CRDs not in discovery: {wanted}")
         time.sleep(0.2)
-
-
-def _established(crd: KubeObject | None) -> bool:
-    conds = ((crd or {}).get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conds)
 
 
 def create_with_status(
