@@ -379,3 +379,15 @@ def test_failed_or_changed_status_write_is_a_partial_failure(run, kube, saved, o
         == "error: restore of b finished with 1 failed object(s); 1 object(s) lack their saved status"
     )
     kube.delete(NAMESPACES, None, ns)
+
+
+def test_server_dry_run_into_a_namespace_the_restore_would_create(run, kube, crds, make, namespace):
+    make(cr(KC, "KubernetesCluster", "k", status=kc_status(1)), namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    delete_namespace(kube, namespace)
+    result = run("restore", "b", "--dry-run", "server", "-o", "json")
+    assert result.code == 0, result.out
+    entry = items(json.loads(result.out))[f"kubernetesclusters.xyz.example.com {namespace}/k"]
+    assert (entry["result"], entry["status"]) == ("would-create", "would-write")
+    assert entry["notes"] == ["not sent: depends on a namespace or CRD this restore creates"]
+    assert kube.get(NAMESPACES, None, namespace) is None
