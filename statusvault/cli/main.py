@@ -17,7 +17,13 @@ from statusvault.errors import ExitStatus, StatusVaultError
 log = logging.getLogger("statusvault")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    context_settings={
+        "help_option_names": ["-h", "--help"],
+        "max_content_width": 100,
+        "auto_envvar_prefix": "STATUSVAULT",
+    }
+)
 @click.version_option(__version__, "--version", prog_name="statusvault")
 @click.option(
     "--kubeconfig",

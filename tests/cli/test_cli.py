@@ -126,3 +126,10 @@ def test_unreachable_api_server_is_a_clear_error(cli, tmp_path):
     assert code == ExitStatus.ERROR
     assert err.startswith("error: cannot reach the API server at https://127.0.0.1:1")
     assert len(err.splitlines()) == 1
+
+
+def test_every_option_also_comes_from_the_environment(cli, monkeypatch):
+    stored_backup(cli.store)
+    monkeypatch.setenv("STATUSVAULT_LIST_OUTPUT", "json")  # STATUSVAULT_<COMMAND>_<OPTION> when not named
+    code, out, _ = cli("list")
+    assert code == 0 and json.loads(out)[0]["name"] == "b1"
