@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import io
 import json
+import re
 import tarfile
 import tempfile
 import time
@@ -181,34 +182,83 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
 READ_ERRORS = (tarfile.TarError, OSError, EOFError, zlib.error, gzip.BadGzipFile)
 
 
+FILES_MARKER = b',"files":{'
+_ENTRY = re.compile(rb'"((?:[^"\\]|\\.)*)":"([0-9a-f]{64})",?')
+
+
 class ArchiveReader:
-    """Reads an archive file; every object file is checked against the manifest's SHA-256."""
+    """Reads an archive file; every object file is checked against the manifest's SHA-256.
+
+    The manifest's `files` list is kept as raw bytes and walked in step with the archive (the writer puts
+    both in the same order), so a restore does not hold a path->hash map of every object.
+    """
 
     def __init__(self, path: Path):
         self.path = path
+        self._head: dict[str, Any] | None = None
+        self._files_raw: memoryview | None = None  # the entries of "files", when the writer's layout is used
+        self._files_dict: dict[str, str] = {}  # "files" of a manifest in another layout
         self._manifest: dict[str, Any] | None = None
 
+    def head(self) -> dict[str, Any]:
+        """The manifest without its `files` list."""
+        if self._head is None:
+            self._load(self._read_manifest_bytes())
+        assert self._head is not None
+        return self._head
+
     def manifest(self) -> dict[str, Any]:
+        """The whole manifest, `files` included (a map of every object: for verify, not for restores)."""
         if self._manifest is None:
-            self._manifest = self._read_manifest()
+            self._manifest = {**self.head(), "files": dict(self.file_entries())}
         return self._manifest
 
-    def _read_manifest(self) -> dict[str, Any]:
+    def file_entries(self) -> Iterator[tuple[str, str]]:
+        """(member path, SHA-256 hex) in the manifest's order, which is the archive's."""
+        self.head()
+        if self._files_raw is None:
+            yield from self._files_dict.items()
+            return
+        raw, pos = self._files_raw, 0
+        while pos < len(raw):
+            m = _ENTRY.match(raw, pos)
+            if m is None:
+                raise ArchiveError(f"manifest.json in {self.path.name} has a malformed file list")
+            yield json.loads(b'"' + m.group(1) + b'"'), m.group(2).decode()
+            pos = m.end()
+
+    def _load(self, raw: bytes) -> None:
+        idx = raw.rfind(FILES_MARKER)
+        head: Any = None
+        if idx > 0 and raw.endswith(b"}}"):
+            try:
+                head = json.loads(raw[:idx] + b"}")
+                self._files_raw = memoryview(raw)[idx + len(FILES_MARKER) : -2]
+            except ValueError:
+                head = None
+        if head is None:  # another layout: parse it whole
+            try:  # stdlib json: orjson's parser reserves ~15x the input, a spike on large manifests
+                whole = json.loads(raw)
+            except ValueError as e:
+                raise ArchiveError(f"manifest.json in {self.path.name} is not valid JSON: {e}") from e
+            if not isinstance(whole, dict) or not isinstance(whole.get("files"), dict):
+                raise ArchiveError("manifest.json has no file list")
+            head = {k: v for k, v in whole.items() if k != "files"}
+            self._files_dict = whole["files"]
+        if not isinstance(head, dict):
+            raise ArchiveError("manifest.json is not a JSON object")
+        check_format(head)
+        check_resources(head)
+        self._head = head
+
+    def _read_manifest_bytes(self) -> bytes:
         tar = _open_stream(self.path)
         try:
             for member in _members(tar):
                 if member.name == MANIFEST_MEMBER and member.isfile():
                     f = tar.extractfile(member)
                     assert f is not None
-                    try:  # stdlib json: orjson's parser reserves ~15x the input, a spike on large manifests
-                        manifest = json.loads(f.read())
-                    except ValueError as e:
-                        raise ArchiveError(f"manifest.json in {self.path.name} is not valid JSON: {e}") from e
-                    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
-                        raise ArchiveError("manifest.json has no file list")
-                    check_format(manifest)
-                    check_resources(manifest)
-                    return manifest
+                    return f.read()
         except READ_ERRORS as e:
             raise ArchiveError(f"archive {self.path.name} is corrupt: {e}") from e
         finally:
@@ -217,7 +267,7 @@ class ArchiveReader:
 
     def objects(self, want: Callable[[str], bool] | None = None) -> Iterator[tuple[str, bytes]]:
         """Yield (member path, JSON bytes) of object files in archive order; raise on any tampering."""
-        files: dict[str, str] = self.manifest()["files"]
+        entries = self.file_entries()
         tar = _open_stream(self.path)
         try:
             for member in _members(tar):
@@ -226,9 +276,9 @@ class ArchiveReader:
                 parse_member_path(member.name)
                 if not member.isfile():
                     raise ArchiveError(f"archive member {member.name!r} is not a regular file")
-                expected = files.get(member.name)
-                if expected is None:
-                    raise ArchiveError(f"archive member {member.name!r} is not listed in the manifest")
+                listed, expected = next(entries, ("", ""))
+                if listed != member.name:
+                    raise ArchiveError(f"archive member {member.name!r} is not listed in the manifest at its place")
                 if want is not None and not want(member.name):
                     continue
                 f = tar.extractfile(member)
@@ -237,6 +287,8 @@ class ArchiveReader:
                 if hashlib.sha256(data).hexdigest() != expected:
                     raise ArchiveError(f"checksum mismatch for {member.name}: the archive was modified")
                 yield member.name, data
+            if next(entries, None) is not None:
+                raise ArchiveError("the manifest lists object files the archive does not hold")
         except READ_ERRORS as e:
             raise ArchiveError(f"archive {self.path.name} is corrupt: {e}") from e
         finally:

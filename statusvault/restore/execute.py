@@ -125,12 +125,12 @@ class _Run:
             for item in items:
                 self.record(_client_dry_run(item))
             return
-        todo = {}
+        todo: list[PlanItem] = []  # in archive order, as the plan was built from it
         for item in items:
             if self.server_dry and self._untestable(item):
                 self.record(_client_dry_run(item, "not sent: depends on a namespace or CRD this restore creates"))
             elif item.action in (Action.CREATE, Action.UPDATE):
-                todo[item.path] = item
+                todo.append(item)
             else:
                 self.record(_not_attempted(item))
         if not todo:
@@ -144,12 +144,19 @@ class _Run:
 
         with ThreadPoolExecutor(self.engine.parallel, thread_name_prefix="restore") as pool:
             try:
-                if "" in todo:
-                    for item in items:
-                        if not item.in_archive and item.action == Action.CREATE:
-                            submit(pool, item, None)
-                for path, data in self.reader.objects(lambda p: p in todo):
-                    submit(pool, todo[path], data)
+                for item in todo:
+                    if not item.in_archive:
+                        submit(pool, item, None)
+                stored = iter([i for i in todo if i.in_archive])
+                nxt = next(stored, None)
+
+                def wanted(path: str) -> bool:  # walk the wave's items in step with the archive: no path set
+                    return nxt is not None and nxt.path == path
+
+                for _, data in self.reader.objects(wanted):
+                    assert nxt is not None
+                    submit(pool, nxt, data)
+                    nxt = next(stored, None)
             except BaseException:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
