@@ -138,3 +138,38 @@ def test_archive_without_manifest_is_incomplete(tmp_path):
 
     with pytest.raises(ArchiveError, match="no manifest.json: the backup is incomplete"):
         ArchiveReader(_repack(path, tmp_path / "b.tar.gz", edit)).manifest()
+
+
+def test_restore_reads_refuse_members_out_of_manifest_order(tmp_path):
+    path = write_archive(tmp_path / "a.tar.gz", entries())
+    held = []
+
+    def edit(m, data):  # swap k1 and k2: same content, another order
+        if m.name.endswith("k1.json"):
+            held.append((m, data))
+            return
+        yield m, data
+        if m.name.endswith("k2.json"):
+            yield held.pop()
+
+    reordered = ArchiveReader(_repack(path, tmp_path / "b.tar.gz", edit))
+    with pytest.raises(ArchiveError, match="not listed in the manifest at its place"):
+        list(reordered.objects())
+
+
+def test_a_manifest_in_another_layout_is_still_read(tmp_path):
+    """Readers must not depend on the writer's byte layout: a pretty-printed manifest works too."""
+    import json as stdlib_json
+
+    path = write_archive(tmp_path / "a.tar.gz", entries())
+
+    def edit(m, data):
+        if m.name == "manifest.json":
+            data = stdlib_json.dumps(stdlib_json.loads(data), indent=2).encode()
+            m.size = len(data)
+        yield m, data
+
+    reader = ArchiveReader(_repack(path, tmp_path / "b.tar.gz", edit))
+    assert len(list(reader.objects())) == 6
+    assert reader.head()["formatVersion"] == "1.0" and "files" not in reader.head()
+    assert reader.verify().ok
