@@ -196,7 +196,7 @@ class ArchiveReader:
     def __init__(self, path: Path):
         self.path = path
         self._head: dict[str, Any] | None = None
-        self._files_raw: memoryview | None = None  # the entries of "files", when the writer's layout is used
+        self._files_raw: IO[bytes] | None = None  # the entries of "files" spooled to disk (the writer's layout)
         self._files_dict: dict[str, str] = {}  # "files" of a manifest in another layout
         self._manifest: dict[str, Any] | None = None
 
@@ -219,11 +219,20 @@ class ArchiveReader:
         if self._files_raw is None:
             yield from self._files_dict.items()
             return
-        raw, pos = self._files_raw, 0
-        while pos < len(raw):
-            m = _ENTRY.match(raw, pos)
-            if m is None:
-                raise ArchiveError(f"manifest.json in {self.path.name} has a malformed file list")
+        spool = self._files_raw
+        spool.seek(0)
+        buf, pos = b"", 0
+        while True:
+            m = _ENTRY.match(buf, pos)
+            if m is None or m.end() == len(buf):  # an entry may continue in the next chunk: read more first
+                chunk = spool.read(1 << 16)
+                if chunk:
+                    buf, pos = buf[pos:] + chunk, 0
+                    continue
+                if m is None:
+                    if pos < len(buf):
+                        raise ArchiveError(f"manifest.json in {self.path.name} has a malformed file list")
+                    return
             yield json.loads(b'"' + m.group(1) + b'"'), m.group(2).decode()
             pos = m.end()
 
@@ -233,7 +242,8 @@ class ArchiveReader:
         if idx > 0 and raw.endswith(b"}}"):
             try:
                 head = json.loads(raw[:idx] + b"}")
-                self._files_raw = memoryview(raw)[idx + len(FILES_MARKER) : -2]
+                self._files_raw = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the reader
+                self._files_raw.write(memoryview(raw)[idx + len(FILES_MARKER) : -2])
             except ValueError:
                 head = None
         if head is None:  # another layout: parse it whole

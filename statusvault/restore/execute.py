@@ -185,7 +185,7 @@ class _Run:
             item.name,
             Outcome.FAILED,
             StatusOutcome.NOT_WRITTEN,
-            old_uid=item.old_uid,
+            old_uid=(obj.get("metadata") or {}).get("uid", ""),
         )
         try:
             self._restore(item, obj, result)
@@ -217,7 +217,7 @@ class _Run:
         result.outcome = outcome
         meta = live.get("metadata") or {}
         result.new_uid = meta.get("uid", "")
-        if item.old_uid and result.new_uid:
+        if item.old_uid and result.new_uid:  # an owner of something still to come
             self.owners.learn(item.old_uid, result.new_uid)
         notes += _generation_notes(saved_status, meta.get("generation"))
         result.notes = tuple(notes)

@@ -71,7 +71,7 @@ class PlanItem:
     source_namespace: str  # in the archive ("" when cluster-scoped or added by the plan)
     namespace: str  # target namespace ("" when cluster-scoped)
     name: str
-    old_uid: str
+    old_uid: str  # kept only for owners of other objects in the plan (cleared once depths are known)
     owner_uids: tuple[str, ...]
     category: Category
     action: Action
@@ -341,3 +341,6 @@ def _assign_depths(items: list[PlanItem]) -> None:
     for item in items:
         if item.owner_uids:
             item.depth = depth(item, frozenset())
+    for item in items:  # only owners' UIDs are needed from here on (to remap their dependents)
+        if item.old_uid not in by_uid:
+            item.old_uid = ""
