@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import re
+import shutil
 import tarfile
 import tempfile
 import time
@@ -183,6 +184,7 @@ READ_ERRORS = (tarfile.TarError, OSError, EOFError, zlib.error, gzip.BadGzipFile
 
 
 FILES_MARKER = b',"files":{'
+HEAD_LIMIT = 16 << 20  # the manifest's head (all but "files") is small: look for "files" this far
 _ENTRY = re.compile(rb'"((?:[^"\\]|\\.)*)":"([0-9a-f]{64})",?')
 
 
@@ -196,14 +198,15 @@ class ArchiveReader:
     def __init__(self, path: Path):
         self.path = path
         self._head: dict[str, Any] | None = None
-        self._files_raw: IO[bytes] | None = None  # the entries of "files" spooled to disk (the writer's layout)
+        self._files_raw: IO[bytes] | None = None  # the spooled manifest, when in the writer's layout
+        self._files_span = (0, 0)  # where the entries of "files" are in it
         self._files_dict: dict[str, str] = {}  # "files" of a manifest in another layout
         self._manifest: dict[str, Any] | None = None
 
     def head(self) -> dict[str, Any]:
         """The manifest without its `files` list."""
         if self._head is None:
-            self._load(self._read_manifest_bytes())
+            self._load(self._spool_manifest())
         assert self._head is not None
         return self._head
 
@@ -219,13 +222,14 @@ class ArchiveReader:
         if self._files_raw is None:
             yield from self._files_dict.items()
             return
-        spool = self._files_raw
-        spool.seek(0)
+        spool, (offset, end) = self._files_raw, self._files_span
         buf, pos = b"", 0
         while True:
             m = _ENTRY.match(buf, pos)
             if m is None or m.end() == len(buf):  # an entry may continue in the next chunk: read more first
-                chunk = spool.read(1 << 16)
+                spool.seek(offset)
+                chunk = spool.read(min(1 << 16, end - offset))
+                offset += len(chunk)
                 if chunk:
                     buf, pos = buf[pos:] + chunk, 0
                     continue
@@ -236,19 +240,29 @@ class ArchiveReader:
             yield json.loads(b'"' + m.group(1) + b'"'), m.group(2).decode()
             pos = m.end()
 
-    def _load(self, raw: bytes) -> None:
-        idx = raw.rfind(FILES_MARKER)
+    def _load(self, spool: IO[bytes]) -> None:
+        """Parse the manifest's head; keep the offsets of its `files` entries in the spooled manifest."""
+        size = spool.seek(0, 2)
+        spool.seek(0)
+        prefix, idx = b"", -1
+        while idx < 0 and len(prefix) < HEAD_LIMIT:
+            chunk = spool.read(1 << 16)
+            if not chunk:
+                break
+            prefix += chunk
+            idx = prefix.find(FILES_MARKER)
+        spool.seek(size - 2)
         head: Any = None
-        if idx > 0 and raw.endswith(b"}}"):
+        if idx > 0 and spool.read(2) == b"}}":
             try:
-                head = json.loads(raw[:idx] + b"}")
-                self._files_raw = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the reader
-                self._files_raw.write(memoryview(raw)[idx + len(FILES_MARKER) : -2])
+                head = json.loads(prefix[:idx] + b"}")
+                self._files_raw, self._files_span = spool, (idx + len(FILES_MARKER), size - 2)
             except ValueError:
                 head = None
         if head is None:  # another layout: parse it whole
+            spool.seek(0)
             try:  # stdlib json: orjson's parser reserves ~15x the input, a spike on large manifests
-                whole = json.loads(raw)
+                whole = json.loads(spool.read())
             except ValueError as e:
                 raise ArchiveError(f"manifest.json in {self.path.name} is not valid JSON: {e}") from e
             if not isinstance(whole, dict) or not isinstance(whole.get("files"), dict):
@@ -261,14 +275,17 @@ class ArchiveReader:
         check_resources(head)
         self._head = head
 
-    def _read_manifest_bytes(self) -> bytes:
+    def _spool_manifest(self) -> IO[bytes]:
+        """Copy manifest.json to a temp file in chunks: a 100k-object manifest is ~12 MB."""
         tar = _open_stream(self.path)
         try:
             for member in _members(tar):
                 if member.name == MANIFEST_MEMBER and member.isfile():
                     f = tar.extractfile(member)
                     assert f is not None
-                    return f.read()
+                    spool = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the reader
+                    shutil.copyfileobj(f, spool, 1 << 16)
+                    return spool
         except READ_ERRORS as e:
             raise ArchiveError(f"archive {self.path.name} is corrupt: {e}") from e
         finally:
