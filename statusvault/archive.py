@@ -325,7 +325,7 @@ class ArchiveReader:
         """Check the whole archive: format, every file's hash, nothing missing or extra."""
         report = VerifyReport()
         if expected_sha256 is not None:
-            report.archive_sha_ok = _file_sha256(self.path) == expected_sha256
+            report.archive_sha_ok = file_sha256(self.path) == expected_sha256
         try:
             files = dict(self.manifest()["files"])
             tar = _open_stream(self.path)
@@ -353,7 +353,8 @@ class ArchiveReader:
         return report
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file, read in 1 MiB chunks."""
     sha = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -150,15 +150,6 @@ def verify(store: ObjectStore, name: str) -> VerifyReport:
     return report
 
 
-def open_verified(store: ObjectStore, name: str, path: Path) -> ArchiveReader:
-    """An ArchiveReader over a fully verified archive; raises ArchiveError on any problem."""
-    manifest = read_manifest(store, name)
-    report = ArchiveReader(path).verify(expected_sha256=(manifest.get("archive") or {}).get("sha256"))
-    if not report.ok:
-        raise ArchiveError(f"backup {name!r} failed verification: {describe_problems(report)}")
-    return ArchiveReader(path)
-
-
 def describe_problems(report: VerifyReport) -> str:
     if report.error:
         return report.error

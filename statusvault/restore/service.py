@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
-from statusvault.archive import ArchiveReader
+from statusvault.archive import ArchiveReader, file_sha256
 from statusvault.catalog import local_archive, read_manifest
 from statusvault.errors import ArchiveError
 from statusvault.kube.client import KubeClient
@@ -39,21 +37,13 @@ class ExistenceIndex:
         return name in names
 
 
-def _sha256(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            sha.update(chunk)
-    return sha.hexdigest()
-
-
 @contextmanager
 def open_backup(store: ObjectStore, name: str) -> Iterator[ArchiveReader]:
     """A reader over the backup's archive after checking it is complete and its checksum matches."""
     manifest = read_manifest(store, name)
     with local_archive(store, name) as path:
         expected = (manifest.get("archive") or {}).get("sha256")
-        if expected and _sha256(path) != expected:
+        if expected and file_sha256(path) != expected:
             raise ArchiveError(f"backup {name!r} was modified: the archive checksum differs from its manifest")
         yield ArchiveReader(path)
 
