@@ -101,8 +101,10 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
     )
     client = app.client(pool_size=kw["parallel"] + 4, qps=kw["qps"], burst=kw["burst"])
     with recorded("restore", "", kw["metrics_textfile"], kw["metrics_pushgateway"]) as run:
-        with open_backup(store, backup_name) as reader:
-            plan = plan_restore(client, app.discovery(), reader, backup_name, opts)
+        with (
+            open_backup(store, backup_name) as reader,
+            plan_restore(client, app.discovery(), reader, backup_name, opts) as plan,
+        ):
             report = restore(
                 client,
                 app.discovery(),

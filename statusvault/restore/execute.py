@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -18,7 +19,8 @@ from statusvault.kube.discovery import Discovery, established
 from statusvault.model import KubeObject, ResourceType
 from statusvault.progress import NullProgress, Progress
 from statusvault.restore.owners import OwnerResolver
-from statusvault.restore.plan import CRD_QUALIFIED, Action, Category, PlanItem, RestoreOptions, RestorePlan, StatusMode
+from statusvault.restore.plan import CRD_QUALIFIED, RestoreOptions
+from statusvault.restore.planstore import Action, Category, PlanItem, RestorePlan, StatusMode
 from statusvault.restore.results import GENERATION_NOTE, ItemResult, Outcome, RestoreReport, StatusOutcome
 from statusvault.restore.writes import ObjectWriter
 from statusvault.transforms import remap_owner_refs, sanitize
@@ -48,15 +50,13 @@ class RestoreEngine:
         started = time.monotonic()
         report = RestoreReport(plan.backup, opts.dry_run, warnings=list(plan.warnings))
         run = _Run(self, reader, opts, report)
-        run.new_namespaces = {
-            i.name for i in plan.items if i.category == Category.NAMESPACE and i.action == Action.CREATE
-        }
-        self.progress.start("restore", total=len(plan.items))
+        run.new_namespaces = plan.names(Category.NAMESPACE, Action.CREATE)
+        self.progress.start("restore", total=len(plan))
         try:
             for wave in plan.waves():
-                run.wave(wave)
-                if wave[0].category == Category.CRD and opts.dry_run == "none":
-                    run.owners.refresh(self._after_crds(wave, plan, run.crds_written))
+                run.wave(plan.items(wave))
+                if wave.category == Category.CRD and opts.dry_run == "none":
+                    run.owners.refresh(self._after_crds(plan, run.crds_written))
         except KeyboardInterrupt:
             report.interrupted = True
         except StatusVaultError as e:  # keep what was done: the report says where it stopped
@@ -66,19 +66,19 @@ class RestoreEngine:
             report.duration = time.monotonic() - started
         return report
 
-    def _after_crds(self, wave: list[PlanItem], plan: RestorePlan, written: set[str]) -> Discovery:
+    def _after_crds(self, plan: RestorePlan, written: set[str]) -> Discovery:
         """Wait until the restored CRDs are Established and served, then retarget the items that use them."""
         names = sorted(written)
         deadline = time.monotonic() + self.establish_timeout
         for name in names:
-            while not established(self.client.get(wave[0].rt, None, name)):
+            while not established(self.client.get(plan.types[CRD_QUALIFIED], None, name)):
                 if time.monotonic() > deadline:
                     raise StatusVaultError(
                         f"CRD {name} did not become Established within {self.establish_timeout:.0f}s"
                     )
                 time.sleep(0.2)
         # a CRD's name is <plural>.<group>: the qualified name of the resource it defines
-        pending = {i.rt.qualified for i in plan.items if i.category != Category.CRD} & set(names)
+        pending = plan.resources(exclude=Category.CRD) & set(names)
         while True:
             live = self.discover()
             if all(live.by_qualified(q) is not None for q in pending):
@@ -86,12 +86,10 @@ class RestoreEngine:
             if time.monotonic() > deadline:
                 raise StatusVaultError("restored CRDs are Established but not yet served by discovery")
             time.sleep(0.3)
-        for item in plan.items:
-            served = live.by_qualified(item.rt.qualified)
-            if served is not None and item.category != Category.CRD:
-                item.rt = served
-                if item.status_mode != StatusMode.NONE:
-                    item.status_mode = StatusMode.SUBRESOURCE if served.has_status else StatusMode.IN_BODY
+        for qualified, rt in plan.types.items():  # items read from here on get the served types
+            served = live.by_qualified(qualified)
+            if served is not None and qualified != CRD_QUALIFIED:
+                plan.types[qualified] = dataclasses.replace(served, custom=served.custom or rt.custom)
         return live
 
 
@@ -120,20 +118,11 @@ class _Run:
         if result.failed:
             log.warning("%s: %s (%s)", result.display, result.outcome, result.message or result.status)
 
-    def wave(self, items: list[PlanItem]) -> None:
-        if self.opts.dry_run == "client":
-            for item in items:
-                self.record(_client_dry_run(item))
-            return
-        todo: list[PlanItem] = []  # in archive order, as the plan was built from it
-        for item in items:
-            if self.server_dry and self._untestable(item):
-                self.record(_client_dry_run(item, "not sent: depends on a namespace or CRD this restore creates"))
-            elif item.action in (Action.CREATE, Action.UPDATE):
-                todo.append(item)
-            else:
-                self.record(_not_attempted(item))
-        if not todo:
+    def wave(self, items: Iterator[PlanItem]) -> None:
+        """Items the plan added come first, then archive order: the archive is walked once, in step."""
+        todo = self._to_write(items)
+        nxt = next(todo, None)
+        if nxt is None:
             return
         slots = threading.BoundedSemaphore(self.engine.parallel * 4)  # objects in flight stay bounded
 
@@ -142,24 +131,33 @@ class _Run:
             fut: Future[ItemResult] = pool.submit(self.restore_one, item, data)
             fut.add_done_callback(lambda f: self._done(slots, f))
 
+        def wanted(path: str) -> bool:
+            return nxt is not None and nxt.path == path
+
         with ThreadPoolExecutor(self.engine.parallel, thread_name_prefix="restore") as pool:
             try:
-                for item in todo:
-                    if not item.in_archive:
-                        submit(pool, item, None)
-                stored = iter([i for i in todo if i.in_archive])
-                nxt = next(stored, None)
-
-                def wanted(path: str) -> bool:  # walk the wave's items in step with the archive: no path set
-                    return nxt is not None and nxt.path == path
-
-                for _, data in self.reader.objects(wanted):
+                while nxt is not None and not nxt.in_archive:
+                    submit(pool, nxt, None)
+                    nxt = next(todo, None)
+                for _, data in self.reader.objects(wanted) if nxt is not None else ():
                     assert nxt is not None
                     submit(pool, nxt, data)
-                    nxt = next(stored, None)
+                    nxt = next(todo, None)
             except BaseException:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
+
+    def _to_write(self, items: Iterator[PlanItem]) -> Iterator[PlanItem]:
+        """The items to send; the others are reported as they go by."""
+        for item in items:
+            if self.opts.dry_run == "client":
+                self.record(_client_dry_run(item))
+            elif self.server_dry and self._untestable(item):
+                self.record(_client_dry_run(item, "not sent: depends on a namespace or CRD this restore creates"))
+            elif item.action in (Action.CREATE, Action.UPDATE):
+                yield item
+            else:
+                self.record(_not_attempted(item))
 
     def _untestable(self, item: PlanItem) -> bool:
         """In a server dry run, objects in namespaces or of CRDs that the run would create cannot be sent."""

@@ -3,45 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-import enum
-import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
 
-from statusvault.archive import ArchiveReader, member_path, parse_member_path
+from statusvault.archive import ArchiveReader, parse_member_path
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.kube.discovery import Discovery
 from statusvault.labels import parse_selector
 from statusvault.model import CRD_GROUP, CRD_RESOURCE, ObjectKey, ResourceType
+from statusvault.restore.planstore import Action, Category, PlanItem, RestorePlan, StatusMode
 from statusvault.transforms import map_namespace, status_annotation
 
 STATUS_ALL = "*"
 CRD_QUALIFIED = f"{CRD_RESOURCE}.{CRD_GROUP}"
-
-
-class Category(enum.IntEnum):
-    """Restore order: CRDs, namespaces, other cluster-scoped objects, namespaced objects."""
-
-    CRD = 0
-    NAMESPACE = 1
-    CLUSTER = 2
-    NAMESPACED = 3
-
-
-class Action(enum.StrEnum):
-    CREATE = "create"
-    SKIP_EXISTS = "skip"  # exists, policy none
-    UPDATE = "update"  # exists, policy update
-    SKIP_TERMINATING = "skip-terminating"  # was being deleted at backup time
-    UNAVAILABLE = "unavailable"  # the cluster does not serve the resource and the backup has no CRD for it
-
-
-class StatusMode(enum.StrEnum):
-    SUBRESOURCE = "subresource"  # PUT .../status after the create
-    IN_BODY = "in-body"  # no /status subresource: the status travels in the create body
-    NONE = "none"  # no saved status, or status restore is off for this object
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,50 +37,6 @@ class RestoreOptions:
     @property
     def mapping(self) -> dict[str, str]:
         return dict(self.namespace_mapping)
-
-
-@dataclasses.dataclass(slots=True)
-class PlanItem:
-    """One object's decisions; kept small (no object body), as a plan holds one per object in the backup."""
-
-    rt: ResourceType
-    source_namespace: str  # in the archive ("" when cluster-scoped or added by the plan)
-    namespace: str  # target namespace ("" when cluster-scoped)
-    name: str
-    old_uid: str  # kept only for owners of other objects in the plan (cleared once depths are known)
-    owner_uids: tuple[str, ...]
-    category: Category
-    action: Action
-    status_mode: StatusMode
-    depth: int = 0
-    in_archive: bool = True  # False for a namespace the plan adds
-
-    @property
-    def path(self) -> str:
-        """The archive member, "" for a namespace the plan adds."""
-        if not self.in_archive:
-            return ""
-        return member_path(ObjectKey(self.rt.qualified, self.source_namespace, self.name))
-
-    @property
-    def display(self) -> str:
-        where = f"{self.namespace}/" if self.namespace else ""
-        return f"{self.rt.qualified} {where}{self.name}"
-
-
-@dataclasses.dataclass
-class RestorePlan:
-    backup: str
-    items: list[PlanItem]
-    manifest: dict[str, Any]
-    warnings: list[str] = dataclasses.field(default_factory=list)
-
-    def waves(self) -> list[list[PlanItem]]:
-        """Groups to run in order: by category, then by owner depth (owners before dependents)."""
-        groups: dict[tuple[int, int], list[PlanItem]] = {}
-        for item in self.items:
-            groups.setdefault((item.category, item.depth), []).append(item)
-        return [groups[k] for k in sorted(groups)]
 
 
 def manifest_types(manifest: dict[str, Any]) -> list[ResourceType]:
@@ -216,7 +148,23 @@ def build_plan(
     }
     decider = _Decider(opts, types, live, crds_in_backup)
     by_qualified = {rt.qualified: rt for rt in types}
-    plan = RestorePlan(backup, [], manifest)
+    plan = RestorePlan(backup, manifest)
+    try:
+        _fill(plan, reader, opts, decider, by_qualified, exists)
+    except BaseException:
+        plan.close()
+        raise
+    return plan
+
+
+def _fill(
+    plan: RestorePlan,
+    reader: ArchiveReader,
+    opts: RestoreOptions,
+    decider: _Decider,
+    by_qualified: dict[str, ResourceType],
+    exists: Callable[[ResourceType, str, str], bool],
+) -> None:
     namespaces_needed: set[str] = set()
     for path, data in reader.objects():  # checks every hash, and that nothing is missing or extra
         key = parse_member_path(path)
@@ -232,10 +180,9 @@ def build_plan(
         item = _plan_item(key.qualified, obj, cat, decider, exists)
         if item.rt.namespaced and item.action != Action.UNAVAILABLE:
             namespaces_needed.add(item.namespace)
-        plan.items.append(item)
+        plan.add(item, (r.get("uid", "") for r in meta.get("ownerReferences") or []))
     _add_namespaces(plan, namespaces_needed, exists)
-    _assign_depths(plan.items)
-    return plan
+    plan.seal()
 
 
 def _in_scope(opts: RestoreOptions, cat: Category, namespace: str) -> bool:
@@ -276,7 +223,6 @@ def _plan_item(
     target = decider.target[qualified]
     rt = target if target is not None else decider.backup_types[qualified]
     ns = map_namespace(meta.get("namespace", ""), decider.mapping) if rt.namespaced else ""
-    owners = tuple(r.get("uid", "") for r in meta.get("ownerReferences") or [])
     if target is None:
         action = Action.UNAVAILABLE
     elif "deletionTimestamp" in meta:
@@ -285,14 +231,12 @@ def _plan_item(
         action = Action.UPDATE if decider.opts.existing_policy == "update" else Action.SKIP_EXISTS
     else:
         action = Action.CREATE
-    source_ns = sys.intern(meta.get("namespace", "")) if rt.namespaced else ""
     return PlanItem(
         rt,
-        source_ns,
-        sys.intern(ns),
+        meta.get("namespace", "") if rt.namespaced else "",
+        ns,
         meta["name"],
         meta.get("uid", ""),
-        owners,
         cat,
         action,
         decider.status_mode(rt, obj),
@@ -304,43 +248,8 @@ NAMESPACE_TYPE = ResourceType("", "v1", "namespaces", "Namespace", namespaced=Fa
 
 def _add_namespaces(plan: RestorePlan, needed: set[str], exists: Callable[[ResourceType, str, str], bool]) -> None:
     """Target namespaces that neither exist nor come from the backup are created bare."""
-    from_backup = {i.name for i in plan.items if i.category == Category.NAMESPACE}
-    for ns in sorted(needed - from_backup):
+    for ns in sorted(needed - plan.names(Category.NAMESPACE)):
         if not exists(NAMESPACE_TYPE, "", ns):
-            plan.items.append(
-                PlanItem(
-                    NAMESPACE_TYPE,
-                    "",
-                    "",
-                    ns,
-                    "",
-                    (),
-                    Category.NAMESPACE,
-                    Action.CREATE,
-                    StatusMode.NONE,
-                    in_archive=False,
-                )
-            )
-
-
-def _assign_depths(items: list[PlanItem]) -> None:
-    """depth = 1 + the deepest owner that is also in the plan; cycles are cut. Only owners are indexed."""
-    owner_uids = {u for i in items for u in i.owner_uids}
-    by_uid = {i.old_uid: i for i in items if i.old_uid and i.old_uid in owner_uids}
-    done: dict[str, int] = {}
-
-    def depth(item: PlanItem, trail: frozenset[str]) -> int:
-        if item.old_uid in done:
-            return done[item.old_uid]
-        owners = [by_uid[u] for u in item.owner_uids if u in by_uid and u not in trail]
-        d = 1 + max((depth(o, trail | {item.old_uid}) for o in owners), default=-1)
-        if item.old_uid in by_uid:
-            done[item.old_uid] = d
-        return d
-
-    for item in items:
-        if item.owner_uids:
-            item.depth = depth(item, frozenset())
-    for item in items:  # only owners' UIDs are needed from here on (to remap their dependents)
-        if item.old_uid not in by_uid:
-            item.old_uid = ""
+            item = PlanItem(NAMESPACE_TYPE, "", "", ns, "", Category.NAMESPACE, Action.CREATE, StatusMode.NONE)
+            item.in_archive = False
+            plan.add(item)

@@ -14,7 +14,8 @@ from statusvault.kube.discovery import Discovery
 from statusvault.model import ResourceType
 from statusvault.progress import Progress
 from statusvault.restore.execute import RestoreEngine
-from statusvault.restore.plan import RestoreOptions, RestorePlan, build_plan
+from statusvault.restore.plan import RestoreOptions, build_plan
+from statusvault.restore.planstore import RestorePlan
 from statusvault.restore.results import RestoreReport
 from statusvault.storage.base import ObjectStore
 

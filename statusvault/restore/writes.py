@@ -9,7 +9,7 @@ from statusvault.errors import KubeApiError, StatusVaultError
 from statusvault.kube.client import FIELD_MANAGER, KubeClient
 from statusvault.kube.transport import JSON_PATCH
 from statusvault.model import KubeObject, ResourceType
-from statusvault.restore.plan import PlanItem, StatusMode
+from statusvault.restore.planstore import PlanItem, StatusMode
 from statusvault.restore.results import Outcome, StatusOutcome
 from statusvault.transforms import status_body, update_patch
 

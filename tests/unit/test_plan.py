@@ -9,7 +9,8 @@ import pytest
 from statusvault.archive import ArchiveReader
 from statusvault.errors import ConfigError
 from statusvault.kube.discovery import CRD_TYPE, Discovery
-from statusvault.restore.plan import Action, Category, RestoreOptions, StatusMode, build_plan
+from statusvault.restore.plan import RestoreOptions, build_plan
+from statusvault.restore.planstore import Action, Category, StatusMode
 from tests.builders import cr, resource_type, with_meta, write_archive
 
 KC = dataclasses.replace(resource_type("xyz.example.com", "KubernetesCluster"), short_names=("kc",))
@@ -68,7 +69,7 @@ def plan(archive, exists=lambda rt, ns, name: False, live=None, **opts):
 
 
 def by_name(p):
-    return {i.name: i for i in p.items}
+    return {i.name: i for i in p.items()}
 
 
 def test_status_modes_default_to_custom_resources(archive):
@@ -95,14 +96,15 @@ def test_status_include_narrows(archive):
 
 
 def test_no_status(archive):
-    assert {i.status_mode for i in plan(archive, no_status=True).items} == {StatusMode.NONE}
+    assert {i.status_mode for i in plan(archive, no_status=True).items()} == {StatusMode.NONE}
 
 
 def test_waves_put_crds_namespaces_cluster_then_owners_before_dependents(archive):
-    waves = plan(archive).waves()
-    order = [[i.name for i in w] for w in waves]
+    p = plan(archive)
+    waves = p.waves()
+    order = [[i.name for i in p.items(w)] for w in waves]
     assert order[0] == [KC.qualified]
-    assert order[1] == ["team-a"] and waves[1][0].category == Category.NAMESPACE
+    assert order[1] == ["team-a"] and waves[1].category == Category.NAMESPACE
     assert order[2] == ["p1"]
     flat = [n for w in order for n in w]
     assert flat.index("parent") < flat.index("child") < flat.index("grandchild")
@@ -159,7 +161,12 @@ def test_namespace_filter_leaves_cluster_scoped_objects_unless_asked(archive):
     assert "parent" not in names and KC.qualified in names, "CRDs still come first"
 
 
-def test_an_object_that_does_not_match_its_path_is_refused(tmp_path):
+def test_an_object_that_does_not_match_its_path_is_refused(tmp_path, monkeypatch):
+    import tempfile
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     import orjson
 
     from statusvault.archive import ArchiveWriter
@@ -176,3 +183,4 @@ def test_an_object_that_does_not_match_its_path_is_refused(tmp_path):
         w.finish({"formatVersion": "1.0", "resources": {KC.qualified: ResourceSummary(KC, 1).to_dict()}})
     with pytest.raises(ArchiveError, match="does not match its path"):
         plan(ArchiveReader(path))
+    assert list(scratch.iterdir()) == [], "a refused plan leaves no file behind"

@@ -1,0 +1,84 @@
+"""The plan's rows live in a SQLite file: ordering by owner depth, reading back wave by wave, clean-up."""
+
+from __future__ import annotations
+
+import pytest
+
+from statusvault.restore.planstore import MAX_OWNER_DEPTH, Action, Category, PlanItem, RestorePlan, StatusMode
+from tests.builders import resource_type
+
+KC = resource_type("xyz.example.com", "KubernetesCluster")
+
+
+def item(name, uid="", category=Category.NAMESPACED):
+    return PlanItem(KC, "team-a", "team-a", name, uid, category, Action.CREATE, StatusMode.SUBRESOURCE)
+
+
+@pytest.fixture
+def plan(tmp_path):
+    with RestorePlan("b", {}, directory=str(tmp_path)) as p:
+        yield p
+
+
+def names(plan):
+    return [[i.name for i in plan.items(w)] for w in plan.waves()]
+
+
+def test_owners_come_before_dependents_at_any_depth(plan):
+    plan.add(item("grandchild", "u3"), ["u2"])
+    plan.add(item("child", "u2"), ["u1"])
+    plan.add(item("root", "u1"))
+    plan.add(item("orphan", "u4"), ["not-in-plan"])
+    plan.seal()
+    assert names(plan) == [["root", "orphan"], ["child"], ["grandchild"]]
+    assert [w.depth for w in plan.waves()] == [0, 1, 2]
+    assert not plan.warnings
+
+
+def test_a_dependent_waits_for_its_deepest_owner(plan):
+    plan.add(item("a", "ua"))
+    plan.add(item("b", "ub"), ["ua"])
+    plan.add(item("c", "uc"), ["ua", "ub"])
+    plan.seal()
+    assert names(plan) == [["a"], ["b"], ["c"]]
+
+
+def test_only_owners_keep_their_old_uid(plan):
+    plan.add(item("owner", "u1"))
+    plan.add(item("dependent", "u2"), ["u1"])
+    plan.seal()
+    assert {i.name: i.old_uid for i in plan.items()} == {"owner": "u1", "dependent": ""}
+
+
+def test_an_ownership_cycle_ends_with_a_warning(plan):
+    plan.add(item("x", "ux"), ["uy"])
+    plan.add(item("y", "uy"), ["ux"])
+    plan.add(item("z", "uz"))
+    plan.seal()
+    assert len(plan) == 3
+    assert sorted(n for w in names(plan) for n in w) == ["x", "y", "z"]
+    assert max(w.depth for w in plan.waves()) <= MAX_OWNER_DEPTH
+    assert any("cycle" in w for w in plan.warnings)
+
+
+def test_categories_order_waves_and_added_namespaces_lead_their_wave(plan):
+    plan.add(item("cr"))
+    plan.add(item("team-a", category=Category.NAMESPACE))
+    added = item("team-b", category=Category.NAMESPACE)
+    added.in_archive = False
+    plan.add(added)
+    plan.seal()
+    assert names(plan) == [["team-b", "team-a"], ["cr"]]
+    assert plan.names(Category.NAMESPACE) == {"team-a", "team-b"}
+    assert plan.resources(exclude=Category.NAMESPACE) == {KC.qualified}
+    assert [i.path for i in plan.items(plan.waves()[0])][0] == "", "an added namespace is not in the archive"
+
+
+def test_the_file_is_removed_on_close(tmp_path):
+    p = RestorePlan("b", {}, directory=str(tmp_path))
+    p.add(item("x"))
+    p.seal()
+    assert p.path.exists()
+    p.close()
+    assert not p.path.exists()
+    assert list(tmp_path.iterdir()) == []
