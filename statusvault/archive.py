@@ -195,8 +195,9 @@ class ArchiveReader:
     both in the same order), so a restore does not hold a path->hash map of every object.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, sha256: str = ""):
         self.path = path
+        self.sha256 = sha256  # of the whole archive file, when the opener computed it
         self._head: dict[str, Any] | None = None
         self._files_raw: IO[bytes] | None = None  # the spooled manifest, when in the writer's layout
         self._files_span = (0, 0)  # where the entries of "files" are in it

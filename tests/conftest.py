@@ -74,21 +74,25 @@ def run(cluster: LocalCluster, capsys: pytest.CaptureFixture[str], tmp_path: Pat
     """Run the CLI in-process against the test cluster; storage defaults to a per-test directory."""
     storage = tmp_path / "store"
 
+    env = {"STATUSVAULT_STORAGE": str(storage), "STATUSVAULT_STATE_DIR": str(tmp_path / "state")}
+
     def _run(*args: str, kubeconfig: Path | None = None) -> CliResult:
         capsys.readouterr()
-        env_storage = os.environ.get("STATUSVAULT_STORAGE")
-        os.environ["STATUSVAULT_STORAGE"] = str(storage)
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         try:
             code = main(["--kubeconfig", str(kubeconfig or cluster.kubeconfig), *args])
         finally:
-            if env_storage is None:
-                os.environ.pop("STATUSVAULT_STORAGE", None)
-            else:
-                os.environ["STATUSVAULT_STORAGE"] = env_storage
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         out, err = capsys.readouterr()
         return CliResult(int(code), out, err)
 
     _run.storage = storage  # type: ignore[attr-defined]
+    _run.state = tmp_path / "state"  # type: ignore[attr-defined]
     return _run
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -22,7 +24,7 @@ from statusvault.errors import ConfigError, PartialFailure, StatusVaultError
 from statusvault.metrics import recorded
 from statusvault.restore.plan import RestoreOptions
 from statusvault.restore.results import GENERATION_NOTE, RestoreReport, StatusOutcome
-from statusvault.restore.service import open_backup, plan_restore, restore
+from statusvault.restore.service import journal_path, open_backup, planned, restore
 
 
 def parse_mapping(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
@@ -33,6 +35,10 @@ def parse_mapping(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
             raise ConfigError(f"invalid --namespace-mapping entry {item!r}: expected OLD:NEW")
         pairs.append((old, new))
     return tuple(pairs)
+
+
+def default_state_dir() -> str:
+    return str(Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "statusvault")
 
 
 @click.command("restore")
@@ -80,6 +86,19 @@ def parse_mapping(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     help="Client-side request rate limit (0 = none; the server's 429s are always honoured).",
 )
 @click.option("--burst", type=click.IntRange(1), default=100, show_default=True, envvar="STATUSVAULT_BURST")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False),
+    default=default_state_dir,
+    show_default="$XDG_STATE_HOME/statusvault",
+    envvar="STATUSVAULT_STATE_DIR",
+    help="Where restore journals live; a restore that did not finish resumes from its journal when run again.",
+)
+@click.option(
+    "--restart",
+    is_flag=True,
+    help="Discard the journal of an earlier, unfinished run of this restore and start over.",
+)
 @metrics_options
 @output_option
 @click.pass_obj
@@ -101,20 +120,21 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
     )
     client = app.client(pool_size=kw["parallel"] + 4, qps=kw["qps"], burst=kw["burst"])
     with recorded("restore", "", kw["metrics_textfile"], kw["metrics_pushgateway"]) as run:
-        with (
-            open_backup(store, backup_name) as reader,
-            plan_restore(client, app.discovery(), reader, backup_name, opts) as plan,
-        ):
-            report = restore(
-                client,
-                app.discovery(),
-                lambda: app.discovery(refresh=True),
-                reader,
-                plan,
-                opts,
-                app.progress(),
-                kw["parallel"],
+        with open_backup(store, backup_name) as reader:
+            journal = journal_path(
+                Path(kw["state_dir"]), backup_name, (store.url, reader.sha256, client.transport.host), opts
             )
+            with planned(client, app.discovery(), reader, backup_name, opts, journal, kw["restart"]) as plan:
+                report = restore(
+                    client,
+                    app.discovery(),
+                    lambda: app.discovery(refresh=True),
+                    reader,
+                    plan,
+                    opts,
+                    app.progress(),
+                    kw["parallel"],
+                )
         run.success, run.duration = not report.failures and not report.aborted, report.duration
         run.objects, run.errors = report.total, len(report.failures)
     try:
@@ -127,14 +147,17 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
     finally:
         report.close()
     if report.interrupted:
+        if opts.dry_run == "none":
+            click.echo(f"restore of {backup_name} interrupted: run the same command again to resume", err=True)
         raise KeyboardInterrupt
+    again = "; run the same command again to resume" if opts.dry_run == "none" else ""
     if report.aborted:
-        raise StatusVaultError(f"restore of {backup_name} stopped early: {report.aborted}")
+        raise StatusVaultError(f"restore of {backup_name} stopped early: {report.aborted}{again}")
     if report.failures:
         lacking = len(report.missing_status)
         raise PartialFailure(
             f"restore of {backup_name} finished with {len(report.failures)} failed object(s); "
-            f"{lacking} object(s) lack their saved status"
+            f"{lacking} object(s) lack their saved status{again.replace('resume', 'retry only those')}"
         )
 
 
@@ -189,6 +212,8 @@ def render(report: RestoreReport) -> str:
     lacking = report.missing_status
     verb = "Dry run of restore" if report.dry_run != "none" else "Restore"
     lines.append("")
+    if report.resumed:
+        lines.append(f"Resumed: {report.resumed} objects were restored by an earlier run and left alone.")
     lines.append(
         f"{verb} of {report.backup}: {report.total} objects, {len(report.failures)} failed, "
         f"{len(lacking)} without their saved status, in {report.duration:.1f}s"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -49,14 +48,18 @@ class RestoreEngine:
     def run(self, reader: ArchiveReader, plan: RestorePlan, opts: RestoreOptions) -> RestoreReport:
         started = time.monotonic()
         report = RestoreReport(plan.backup, opts.dry_run, warnings=list(plan.warnings))
-        run = _Run(self, reader, opts, report)
+        report.resumed = plan.resumed
+        run = _Run(self, reader, plan, opts, report)
         run.new_namespaces = plan.names(Category.NAMESPACE, Action.CREATE)
-        self.progress.start("restore", total=len(plan))
+        if plan.resumed:  # CRDs restored by the earlier run are served now
+            plan.retarget(self.discovery)
+        self.progress.start("restore", total=plan.pending())
         try:
             for wave in plan.waves():
-                run.wave(plan.items(wave))
+                run.wave(plan.items(wave, pending=True))
                 if wave.category == Category.CRD and opts.dry_run == "none":
                     run.owners.refresh(self._after_crds(plan, run.crds_written))
+            plan.finished = not report.failures
         except KeyboardInterrupt:
             report.interrupted = True
         except StatusVaultError as e:  # keep what was done: the report says where it stopped
@@ -86,30 +89,37 @@ class RestoreEngine:
             if time.monotonic() > deadline:
                 raise StatusVaultError("restored CRDs are Established but not yet served by discovery")
             time.sleep(0.3)
-        for qualified, rt in plan.types.items():  # items read from here on get the served types
-            served = live.by_qualified(qualified)
-            if served is not None and qualified != CRD_QUALIFIED:
-                plan.types[qualified] = dataclasses.replace(served, custom=served.custom or rt.custom)
+        plan.retarget(live)
         return live
 
 
 class _Run:
     """State of one restore run: results, the old->new UID map, the worker pool."""
 
-    def __init__(self, engine: RestoreEngine, reader: ArchiveReader, opts: RestoreOptions, report: RestoreReport):
+    def __init__(
+        self,
+        engine: RestoreEngine,
+        reader: ArchiveReader,
+        plan: RestorePlan,
+        opts: RestoreOptions,
+        report: RestoreReport,
+    ):
         self.engine = engine
+        self.plan = plan
         self.client = engine.client
         self.reader = reader
         self.opts = opts
         self.report = report
         self.server_dry = opts.dry_run == "server"
-        self.owners = OwnerResolver(engine.client, engine.discovery)
-        self.writer = ObjectWriter(engine.client, self.server_dry, opts.existing_policy, time.time())
+        self.owners = OwnerResolver(engine.client, engine.discovery, plan.learned_uids())
+        self.writer = ObjectWriter(engine.client, self.server_dry, opts.existing_policy, plan.started)
         self.lock = threading.Lock()
         self.crds_written: set[str] = set()
         self.new_namespaces: set[str] = set()
 
-    def record(self, result: ItemResult) -> None:
+    def record(self, result: ItemResult, item: PlanItem) -> None:
+        if not result.failed and self.opts.dry_run == "none":
+            self.plan.mark_done(item)  # a resumed run leaves it alone
         with self.lock:
             self.report.add(result)
             self.engine.progress.advance(1)
@@ -129,7 +139,7 @@ class _Run:
         def submit(pool: ThreadPoolExecutor, item: PlanItem, data: bytes | None) -> None:
             slots.acquire()
             fut: Future[ItemResult] = pool.submit(self.restore_one, item, data)
-            fut.add_done_callback(lambda f: self._done(slots, f))
+            fut.add_done_callback(lambda f: self._done(slots, f, item))
 
         def wanted(path: str) -> bool:
             return nxt is not None and nxt.path == path
@@ -151,13 +161,14 @@ class _Run:
         """The items to send; the others are reported as they go by."""
         for item in items:
             if self.opts.dry_run == "client":
-                self.record(_client_dry_run(item))
+                self.record(_client_dry_run(item), item)
             elif self.server_dry and self._untestable(item):
-                self.record(_client_dry_run(item, "not sent: depends on a namespace or CRD this restore creates"))
+                note = "not sent: depends on a namespace or CRD this restore creates"
+                self.record(_client_dry_run(item, note), item)
             elif item.action in (Action.CREATE, Action.UPDATE):
                 yield item
             else:
-                self.record(_not_attempted(item))
+                self.record(_not_attempted(item), item)
 
     def _untestable(self, item: PlanItem) -> bool:
         """In a server dry run, objects in namespaces or of CRDs that the run would create cannot be sent."""
@@ -166,10 +177,10 @@ class _Run:
         unserved = self.owners.discovery.by_qualified(item.rt.qualified) is None
         return unserved or (item.rt.namespaced and item.namespace in self.new_namespaces)
 
-    def _done(self, slots: threading.BoundedSemaphore, fut: Future[ItemResult]) -> None:
+    def _done(self, slots: threading.BoundedSemaphore, fut: Future[ItemResult], item: PlanItem) -> None:
         slots.release()
         if not fut.cancelled():
-            self.record(fut.result())
+            self.record(fut.result(), item)
 
     def restore_one(self, item: PlanItem, data: bytes | None) -> ItemResult:
         obj: KubeObject = (
@@ -215,8 +226,9 @@ class _Run:
         result.outcome = outcome
         meta = live.get("metadata") or {}
         result.new_uid = meta.get("uid", "")
-        if item.old_uid and result.new_uid:  # an owner of something still to come
+        if item.old_uid and result.new_uid and not self.server_dry:  # an owner of something still to come
             self.owners.learn(item.old_uid, result.new_uid)
+            self.plan.learn_uid(item.old_uid, result.new_uid)
         notes += _generation_notes(saved_status, meta.get("generation"))
         result.notes = tuple(notes)
         try:

@@ -13,10 +13,10 @@ from statusvault.model import ResourceType
 class OwnerResolver:
     """Old UID -> new UID for owners restored in this run; a live lookup for owners already present."""
 
-    def __init__(self, client: KubeClient, discovery: Discovery):
+    def __init__(self, client: KubeClient, discovery: Discovery, learned: dict[str, str] | None = None):
         self.client = client
         self.discovery = discovery
-        self._uids: dict[str, str] = {}
+        self._uids: dict[str, str] = dict(learned or {})
         self._live: dict[tuple[str, str, str, str], str | None] = {}
         self._lock = threading.Lock()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -139,6 +140,7 @@ def build_plan(
     live: Discovery,
     exists: Callable[[ResourceType, str, str], bool],
     backup: str = "",
+    journal: Path | None = None,
 ) -> RestorePlan:
     """Read every object (verifying each hash), filter, decide and order. Raises before any write."""
     manifest = reader.head()
@@ -148,7 +150,7 @@ def build_plan(
     }
     decider = _Decider(opts, types, live, crds_in_backup)
     by_qualified = {rt.qualified: rt for rt in types}
-    plan = RestorePlan(backup, manifest)
+    plan = RestorePlan(backup, manifest, journal)
     try:
         _fill(plan, reader, opts, decider, by_qualified, exists)
     except BaseException:

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import os
 import sqlite3
 import tempfile
+import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from statusvault.archive import member_path
+from statusvault.errors import StatusVaultError
+from statusvault.kube.discovery import Discovery
 from statusvault.model import ObjectKey, ResourceType
 
 MAX_OWNER_DEPTH = 64  # ownership chains deeper than this are treated as a cycle
@@ -54,6 +59,7 @@ class PlanItem:
     status_mode: StatusMode
     depth: int = 0
     in_archive: bool = True  # False for a namespace the plan adds
+    seq: int = 0  # the row, once stored
 
     @property
     def path(self) -> str:
@@ -90,6 +96,9 @@ CREATE TABLE items (
     in_archive INTEGER NOT NULL
 );
 CREATE TABLE refs (seq INTEGER NOT NULL, owner_uid TEXT NOT NULL);
+CREATE TABLE done (seq INTEGER PRIMARY KEY);  -- restored by this or an earlier (interrupted) run
+CREATE TABLE uids (old TEXT PRIMARY KEY, new TEXT NOT NULL);  -- owners restored so far: old UID -> new
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 _COLUMNS = "qualified, source_ns, ns, name, old_uid, category, action, status_mode, depth, in_archive"
 
@@ -97,28 +106,73 @@ _COLUMNS = "qualified, source_ns, ns, name, old_uid, category, action, status_mo
 class RestorePlan:
     """Rows are added in archive order while planning, then read back wave by wave, in that order.
 
-    The rows live in a private SQLite file (removed on close): a plan of 100,000 objects costs the same
-    memory as a plan of 100. Resource types are few and stay in memory (`types`, retargeted after CRDs
-    are restored)."""
+    The rows live in a SQLite file, so a plan of 100,000 objects costs the same memory as a plan of 100.
+    Resource types are few and stay in memory (`types`, retargeted once restored CRDs are served).
 
-    def __init__(self, backup: str, manifest: dict[str, Any], directory: str | None = None):
+    A scratch plan (a dry run) is a temp file removed on close. A journal plan lives in the state
+    directory and also records which objects are done and which owners got which new UID; it is removed
+    on close once a run `finished`, and otherwise kept so the same command resumes where it stopped.
+    """
+
+    def __init__(self, backup: str, manifest: dict[str, Any], journal: Path | None = None):
         self.backup = backup
         self.manifest = manifest
         self.warnings: list[str] = []
         self.types: dict[str, ResourceType] = {}
-        fd, name = tempfile.mkstemp(prefix="statusvault-plan-", suffix=".sqlite", dir=directory)
-        os.close(fd)
-        self.path = Path(name)
-        self._db = sqlite3.connect(name, isolation_level=None)
-        for pragma in ("journal_mode = OFF", "synchronous = OFF", "temp_store = FILE"):
-            self._db.execute(f"PRAGMA {pragma}")
+        self.started = time.time()
+        self.resumed = 0  # objects restored by earlier runs of this journal
+        self.finished = False
+        if journal is None:
+            fd, name = tempfile.mkstemp(prefix="statusvault-plan-", suffix=".sqlite")
+            os.close(fd)
+            self.path, self.scratch = Path(name), True
+        else:
+            journal.unlink(missing_ok=True)
+            self.path, self.scratch = journal, False
+        self._db = self._connect()
+        self._db.execute("PRAGMA journal_mode = OFF")  # while building: one transaction, nothing to protect
         self._db.executescript(_SCHEMA)
         self._db.execute("BEGIN")
         self._sealed = False
 
+    @classmethod
+    def reopen(cls, journal: Path) -> RestorePlan:
+        """The plan of an earlier run that did not finish, with what it got done."""
+        plan = cls.__new__(cls)
+        plan.path, plan.scratch, plan.finished, plan._sealed = journal, False, False, True
+        try:
+            plan._db = plan._connect()
+            meta = {k: json.loads(v) for k, v in plan._db.execute("SELECT key, value FROM meta")}
+            plan.backup, plan.manifest, plan.warnings = meta["backup"], meta["manifest"], meta["warnings"]
+            plan.started = meta["started"]
+            plan.types = {q: _type(t) for q, t in meta["types"].items()}
+            plan.resumed = plan._db.execute("SELECT COUNT(*) FROM done").fetchone()[0]
+            plan._open_marks()
+        except (sqlite3.DatabaseError, KeyError, TypeError, ValueError) as e:
+            raise StatusVaultError(
+                f"restore journal {journal} is unreadable ({e}): start over with --restart"
+            ) from None
+        return plan
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None)
+        db.execute("PRAGMA synchronous = OFF" if self.scratch else "PRAGMA synchronous = NORMAL")
+        return db
+
+    def _open_marks(self) -> None:
+        """WAL lets workers record progress on a second connection while the main thread reads a wave."""
+        self._db.execute("PRAGMA journal_mode = WAL")
+        self._marks = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._marks.execute("PRAGMA synchronous = OFF" if self.scratch else "PRAGMA synchronous = NORMAL")
+        self._marks_lock = threading.Lock()
+
     def close(self) -> None:
+        if self._sealed:
+            self._marks.close()
         self._db.close()
-        self.path.unlink(missing_ok=True)
+        if self.scratch or self.finished or not self._sealed:  # a plan that failed to build is no journal
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
 
     def __enter__(self) -> RestorePlan:
         return self
@@ -154,8 +208,17 @@ class RestorePlan:
         """Order owners before their dependents, then index the rows for reading wave by wave."""
         self._assign_depths()
         self._db.execute("CREATE INDEX items_order ON items (category, depth, in_archive, seq)")
+        meta = {
+            "backup": self.backup,
+            "manifest": self.manifest,
+            "warnings": self.warnings,
+            "started": self.started,
+            "types": {q: dataclasses.asdict(rt) for q, rt in self.types.items()},
+        }
+        self._db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
         self._db.execute("COMMIT")
         self._sealed = True
+        self._open_marks()
 
     def _assign_depths(self) -> None:
         """depth = 1 + the deepest owner that is also in the plan; only owners keep their old UID."""
@@ -186,8 +249,7 @@ class RestorePlan:
     # --- reading ---
 
     def __len__(self) -> int:
-        count: int = self._db.execute("SELECT COUNT(*) FROM items").fetchone()[0]
-        return count
+        return self._count("items")
 
     def waves(self) -> list[Wave]:
         """Groups to run in order: by category, then by owner depth (owners before dependents)."""
@@ -196,18 +258,23 @@ class RestorePlan:
         )
         return [Wave(Category(c), d, n) for c, d, n in rows]
 
-    def items(self, wave: Wave | None = None) -> Iterator[PlanItem]:
-        """A wave's items (all items when None): those the plan added first, then archive order."""
-        query = f"SELECT {_COLUMNS} FROM items"
+    def items(self, wave: Wave | None = None, pending: bool = False) -> Iterator[PlanItem]:
+        """A wave's items (all items when None): those the plan added first, then archive order.
+
+        pending: only the items no run has restored yet."""
+        query = f"SELECT {_COLUMNS}, seq FROM items WHERE 1"
         args: tuple[int, ...] = ()
         if wave is not None:
-            query += " WHERE category = ? AND depth = ?"
+            query += " AND category = ? AND depth = ?"
             args = (int(wave.category), wave.depth)
-        for q, src, ns, name, uid, cat, action, mode, depth, stored in self._db.execute(
+        if pending:
+            query += " AND NOT EXISTS (SELECT 1 FROM done WHERE done.seq = items.seq)"
+        for q, src, ns, name, uid, cat, action, mode, depth, stored, seq in self._db.execute(
             query + " ORDER BY category, depth, in_archive, seq", args
         ):
+            rt = self.types[q]
             yield PlanItem(
-                self.types[q], src, ns, name, uid, Category(cat), Action(action), StatusMode(mode), depth, bool(stored)
+                rt, src, ns, name, uid, Category(cat), Action(action), StatusMode(mode), depth, bool(stored), seq
             )
 
     def names(self, category: Category, action: Action | None = None) -> set[str]:
@@ -218,7 +285,39 @@ class RestorePlan:
             query, args = query + " AND action = ?", [*args, str(action)]
         return {name for (name,) in self._db.execute(query, args)}
 
+    def pending(self) -> int:
+        return self._count("items") - self._count("done")
+
+    def _count(self, table: str) -> int:
+        count: int = self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+        return count
+
+    # --- progress (from worker threads) ---
+
+    def mark_done(self, item: PlanItem) -> None:
+        with self._marks_lock:
+            self._marks.execute("INSERT OR IGNORE INTO done VALUES (?)", (item.seq,))
+
+    def learn_uid(self, old: str, new: str) -> None:
+        with self._marks_lock:
+            self._marks.execute("INSERT OR REPLACE INTO uids VALUES (?, ?)", (old, new))
+
+    def learned_uids(self) -> dict[str, str]:
+        return dict(self._db.execute("SELECT old, new FROM uids"))
+
+    def retarget(self, live: Discovery) -> None:
+        """Items read from here on get the types the cluster serves now (after CRDs were restored)."""
+        for qualified, rt in list(self.types.items()):
+            served = live.by_qualified(qualified)
+            if served is not None and not rt.is_crd:
+                self.types[qualified] = dataclasses.replace(served, custom=served.custom or rt.custom)
+
     def resources(self, exclude: Category) -> set[str]:
         """The qualified resource names with at least one item outside one category."""
         rows = self._db.execute("SELECT DISTINCT qualified FROM items WHERE category != ?", (int(exclude),))
         return {q for (q,) in rows}
+
+
+def _type(fields: dict[str, Any]) -> ResourceType:
+    args: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+    return ResourceType(**args)

@@ -86,6 +86,7 @@ class RestoreReport:
         self.duration = 0.0
         self.interrupted = False
         self.aborted = ""  # why the run stopped early, if it did
+        self.resumed = 0  # objects an earlier, interrupted run of the same restore had already restored
         self.total = 0
         self.attention: list[ItemResult] = []
         self.table: dict[str, Counter[str]] = {}
@@ -143,6 +144,7 @@ class RestoreReport:
             "dryRun": self.dry_run,
             "durationSeconds": round(self.duration, 3),
             "interrupted": self.interrupted,
+            "resumed": self.resumed,
             "aborted": self.aborted,
             "summary": self.counts(),
             "warnings": self.warnings,

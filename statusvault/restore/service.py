@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
+import hashlib
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from statusvault.archive import ArchiveReader, file_sha256
 from statusvault.catalog import local_archive, read_manifest
-from statusvault.errors import ArchiveError
+from statusvault.errors import ArchiveError, KubeApiError, StatusVaultError
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
 from statusvault.model import ResourceType
 from statusvault.progress import Progress
 from statusvault.restore.execute import RestoreEngine
-from statusvault.restore.plan import RestoreOptions, build_plan
+from statusvault.restore.plan import NAMESPACE_TYPE, RestoreOptions, build_plan
 from statusvault.restore.planstore import RestorePlan
 from statusvault.restore.results import RestoreReport
 from statusvault.storage.base import ObjectStore
+
+log = logging.getLogger(__name__)
 
 
 class ExistenceIndex:
@@ -33,9 +40,34 @@ class ExistenceIndex:
         with self._lock:
             names = self._names.get(key)
             if names is None:
-                names = self.client.list_names(rt, namespace or None) if rt.version else set()
+                names = self._list(rt, namespace)
                 self._names[key] = names
+        if names is _UNLISTABLE:
+            return self._namespace_exists(name)
         return name in names
+
+    def _list(self, rt: ResourceType, namespace: str) -> set[str]:
+        if not rt.version:
+            return set()
+        try:
+            return self.client.list_names(rt, namespace or None)
+        except KubeApiError as e:
+            if e.code != 403 or rt.path(None) != NAMESPACE_TYPE.path(None):
+                raise
+            return _UNLISTABLE  # a namespace admin may not list namespaces: ask for each one
+
+    def _namespace_exists(self, name: str) -> bool:
+        """One GET; a user not allowed even that cannot create the namespace either, so it is taken as there."""
+        try:
+            return self.client.get(NAMESPACE_TYPE, None, name) is not None
+        except KubeApiError as e:
+            if e.code != 403:
+                raise
+            log.info("not allowed to read namespace %s: assuming it exists", name)
+            return True
+
+
+_UNLISTABLE: set[str] = set()
 
 
 @contextmanager
@@ -44,16 +76,62 @@ def open_backup(store: ObjectStore, name: str) -> Iterator[ArchiveReader]:
     manifest = read_manifest(store, name)
     with local_archive(store, name) as path:
         expected = (manifest.get("archive") or {}).get("sha256")
-        if expected and file_sha256(path) != expected:
+        actual = file_sha256(path)
+        if expected and actual != expected:
             raise ArchiveError(f"backup {name!r} was modified: the archive checksum differs from its manifest")
-        yield ArchiveReader(path)
+        yield ArchiveReader(path, sha256=actual)
 
 
-def plan_restore(
-    client: KubeClient, discovery: Discovery, reader: ArchiveReader, name: str, opts: RestoreOptions
-) -> RestorePlan:
-    """Verify every object file and build the plan; nothing is written."""
-    return build_plan(reader, opts, discovery, ExistenceIndex(client), backup=name)
+def journal_path(state_dir: Path, backup: str, identity: tuple[str, ...], opts: RestoreOptions) -> Path:
+    """Where the journal of a restore lives: one per backup (store, name, content), target cluster and options."""
+    key = repr((backup, *identity, dataclasses.replace(opts, dry_run="none")))
+    return state_dir / "restores" / f"{backup}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.sqlite"
+
+
+@contextmanager
+def planned(
+    client: KubeClient,
+    discovery: Discovery,
+    reader: ArchiveReader,
+    name: str,
+    opts: RestoreOptions,
+    journal: Path | None = None,
+    restart: bool = False,
+) -> Iterator[RestorePlan]:
+    """The plan: checks every object file and changes nothing.
+
+    With a journal, the plan of an earlier run of the same restore that did not finish is resumed
+    (unless restart), and the journal is held locked while the plan is in use."""
+    if journal is None or opts.dry_run != "none":
+        with build_plan(reader, opts, discovery, ExistenceIndex(client), backup=name) as plan:
+            yield plan
+        return
+    with _locked(journal, name):
+        if journal.exists() and not restart:
+            plan = RestorePlan.reopen(journal)
+            log.info("resuming an earlier restore of %s: %d objects were already done", name, plan.resumed)
+        else:
+            plan = build_plan(reader, opts, discovery, ExistenceIndex(client), backup=name, journal=journal)
+        with plan:
+            yield plan
+
+
+@contextmanager
+def _locked(journal: Path, name: str) -> Iterator[None]:
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    lock = journal.with_suffix(".lock")
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StatusVaultError(
+                f"another restore of {name} with the same options is running (it holds {lock})"
+            ) from None
+        try:
+            yield
+        finally:
+            if not journal.exists():
+                lock.unlink(missing_ok=True)
 
 
 def restore(

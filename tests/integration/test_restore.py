@@ -376,7 +376,8 @@ def test_failed_or_changed_status_write_is_a_partial_failure(run, kube, saved, o
     assert message in entry["message"]
     assert (
         result.err.strip().splitlines()[-1]
-        == "error: restore of b finished with 1 failed object(s); 1 object(s) lack their saved status"
+        == "error: restore of b finished with 1 failed object(s); 1 object(s) lack their saved status; "
+        "run the same command again to retry only those"
     )
     kube.delete(NAMESPACES, None, ns)
 
@@ -391,3 +392,92 @@ def test_server_dry_run_into_a_namespace_the_restore_would_create(run, kube, crd
     assert (entry["result"], entry["status"]) == ("would-create", "would-write")
     assert entry["notes"] == ["not sent: depends on a namespace or CRD this restore creates"]
     assert kube.get(NAMESPACES, None, namespace) is None
+
+
+def _grant(kube, namespace, user, rules):
+    rbac = "rbac.authorization.k8s.io/v1"
+    role = {"apiVersion": rbac, "kind": "Role", "metadata": {"name": user}, "rules": rules}
+    binding = {
+        "apiVersion": rbac,
+        "kind": "RoleBinding",
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    from statusvault.kube.discovery import discover
+
+    d = discover(kube)
+    kube.create(d.resolve("roles.rbac.authorization.k8s.io"), namespace, role)
+    kube.create(d.resolve("rolebindings.rbac.authorization.k8s.io"), namespace, binding)
+
+
+def _half_restored(run, kube, crds, make, namespace, cluster):
+    """Back up two KubernetesClusters and a Database, then restore as a user who cannot write KC status."""
+    for n in (1, 2):
+        make(cr(KC, "KubernetesCluster", f"k{n}", spec={"region": "eu"}, status=kc_status(n)), namespace)
+    make(cr("db.example.com/v1", "Database", "orders", spec={"engine": "pg"}, status={"externalID": "db-1"}), namespace)
+    assert run("backup", "b", "-n", namespace, "--no-include-crds").code == 0
+    delete_namespace(kube, namespace)
+    ensure_namespace(kube, namespace)
+    user, verbs = "sv-user-3", ["get", "list", "create"]
+    _grant(
+        kube,
+        namespace,
+        user,
+        [
+            {"apiGroups": ["xyz.example.com"], "resources": ["kubernetesclusters"], "verbs": verbs},
+            {"apiGroups": ["db.example.com"], "resources": ["databases"], "verbs": verbs},
+            {"apiGroups": ["db.example.com"], "resources": ["databases/status"], "verbs": ["update"]},
+        ],
+    )
+    first = run("restore", "b", "-o", "json", kubeconfig=cluster.kubeconfig_for(user))
+    assert first.code == ExitStatus.PARTIAL_FAILURE, first.err
+    assert "run the same command again to retry only those" in first.err
+    assert {(i["name"], i["status"]) for i in json.loads(first.out)["items"]} == {
+        ("k1", "failed"),
+        ("k2", "failed"),
+        ("orders", "written"),
+    }
+    journals = list((run.state / "restores").glob("*.sqlite"))
+    assert len(journals) == 1, "the journal is kept"
+    return journals[0]
+
+
+def test_an_unfinished_restore_resumes_where_it_stopped(run, kube, crds, make, namespace, cluster):
+    """Run 1 cannot write KubernetesCluster status (403); run 2, the same command, finishes only what is left."""
+    kc, db = crds.resolve("kc"), crds.resolve("databases.db.example.com")
+    _half_restored(run, kube, crds, make, namespace, cluster)
+    orders_rv = kube.get(db, namespace, "orders")["metadata"]["resourceVersion"]
+
+    second = run("restore", "b", "-o", "json")
+    assert second.code == 0, second.err
+    report = json.loads(second.out)
+    assert report["resumed"] == 1
+    assert {(i["name"], i["result"], i["status"]) for i in report["items"]} == {
+        ("k1", "created", "written"),  # created by run 1: recognised as its own, not skipped as existing
+        ("k2", "created", "written"),
+    }
+    assert kube.get(kc, namespace, "k2")["status"] == kc_status(2)
+    assert kube.get(db, namespace, "orders")["metadata"]["resourceVersion"] == orders_rv, "done work is left alone"
+    assert not list((run.state / "restores").glob("*.sqlite")), "a finished restore removes its journal"
+
+    third = run("restore", "b", "-o", "json")
+    assert third.code == 0, third.err
+    assert {i["result"] for i in json.loads(third.out)["items"]} == {"skipped"}, "a new run plans afresh"
+
+
+def test_a_damaged_journal_is_refused_and_restart_discards_it(run, kube, crds, make, namespace, cluster):
+    journal = _half_restored(run, kube, crds, make, namespace, cluster)
+    journal.write_bytes(b"not a database")
+    refused = run("restore", "b")
+    assert refused.code == ExitStatus.ERROR
+    assert "is unreadable" in refused.err and "--restart" in refused.err
+    result = run("restore", "b", "--restart", "-o", "json")
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    assert report["resumed"] == 0
+    assert {(i["name"], i["result"]) for i in report["items"]} == {
+        ("k1", "skipped"),  # planned afresh: everything exists now, and policy none leaves it
+        ("k2", "skipped"),
+        ("orders", "skipped"),
+    }

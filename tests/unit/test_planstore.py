@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from statusvault.errors import StatusVaultError
 from statusvault.restore.planstore import MAX_OWNER_DEPTH, Action, Category, PlanItem, RestorePlan, StatusMode
 from tests.builders import resource_type
 
@@ -15,8 +16,8 @@ def item(name, uid="", category=Category.NAMESPACED):
 
 
 @pytest.fixture
-def plan(tmp_path):
-    with RestorePlan("b", {}, directory=str(tmp_path)) as p:
+def plan():
+    with RestorePlan("b", {}) as p:
         yield p
 
 
@@ -71,14 +72,50 @@ def test_categories_order_waves_and_added_namespaces_lead_their_wave(plan):
     assert names(plan) == [["team-b", "team-a"], ["cr"]]
     assert plan.names(Category.NAMESPACE) == {"team-a", "team-b"}
     assert plan.resources(exclude=Category.NAMESPACE) == {KC.qualified}
-    assert [i.path for i in plan.items(plan.waves()[0])][0] == "", "an added namespace is not in the archive"
+    assert next(i.path for i in plan.items(plan.waves()[0])) == "", "an added namespace is not in the archive"
 
 
-def test_the_file_is_removed_on_close(tmp_path):
-    p = RestorePlan("b", {}, directory=str(tmp_path))
+def test_a_scratch_plan_is_removed_on_close():
+    p = RestorePlan("b", {})
     p.add(item("x"))
     p.seal()
     assert p.path.exists()
     p.close()
     assert not p.path.exists()
+
+
+def test_a_journal_records_progress_and_reopens_with_only_what_is_left(tmp_path):
+    journal = tmp_path / "j.sqlite"
+    with RestorePlan("b", {"name": "b"}, journal) as p:
+        p.add(item("owner", "u1"))
+        p.add(item("dependent", "u2"), ["u1"])
+        p.add(item("other"))
+        p.seal()
+        owner = next(p.items())
+        p.mark_done(owner)
+        p.learn_uid("u1", "new-u1")
+    assert journal.exists(), "an unfinished journal is kept"
+
+    with RestorePlan.reopen(journal) as again:
+        assert (again.backup, again.manifest, again.started) == ("b", {"name": "b"}, p.started)
+        assert again.resumed == 1 and again.pending() == 2 and len(again) == 3
+        assert [i.name for i in again.items(pending=True)] == ["other", "dependent"]
+        assert again.types == {KC.qualified: KC}
+        assert again.learned_uids() == {"u1": "new-u1"}
+        again.finished = True
+    assert list(tmp_path.iterdir()) == [], "a finished journal is removed"
+
+
+def test_a_plan_that_failed_to_build_leaves_no_journal(tmp_path):
+    journal = tmp_path / "j.sqlite"
+    p = RestorePlan("b", {}, journal)
+    p.add(item("x"))
+    p.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_damaged_journal_is_a_clear_error(tmp_path):
+    journal = tmp_path / "j.sqlite"
+    journal.write_bytes(b"\0" * 100)
+    with pytest.raises(StatusVaultError, match="is unreadable .*--restart"):
+        RestorePlan.reopen(journal)
