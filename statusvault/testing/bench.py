@@ -219,7 +219,12 @@ def rate(n: int, seconds: float) -> float:
 
 def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
     http = Http(cluster.server, PARALLEL)
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "STATUSVAULT_STORAGE": str(work / "store")}
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "STATUSVAULT_STORAGE": str(work / "store"),
+        "STATUSVAULT_STATE_DIR": str(work / "state"),  # restore journals (removed once a restore finishes)
+    }
     results: dict[str, Any] = {"n": n, "parallel": PARALLEL}
     log(f"seeding {n} objects over {NAMESPACES} namespaces")
     make_namespaces(http, "bench")
