@@ -94,9 +94,9 @@ def cluster_info(app: App, output: str) -> None:
 
 
 def _register() -> None:
-    from statusvault.cli import backups, restore, schedule
+    from statusvault.cli import backups, controller, restore, schedule
 
-    for command in (*backups.COMMANDS, restore.restore_cmd, *schedule.COMMANDS):
+    for command in (*backups.COMMANDS, restore.restore_cmd, *schedule.COMMANDS, *controller.COMMANDS):
         cli.add_command(command)
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -22,6 +24,21 @@ def _apply(f: F, decorators: list[Callable[[F], F]]) -> F:
 def split_csv(values: tuple[str, ...]) -> tuple[str, ...]:
     """`--x a,b --x c` -> (a, b, c)."""
     return tuple(v.strip() for raw in values for v in raw.split(",") if v.strip())
+
+
+def default_state_dir() -> str:
+    return str(Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "statusvault")
+
+
+def state_dir_option(f: F) -> F:
+    return click.option(
+        "--state-dir",
+        type=click.Path(file_okay=False),
+        default=default_state_dir,
+        show_default="$XDG_STATE_HOME/statusvault",
+        envvar="STATUSVAULT_STATE_DIR",
+        help="Where restore journals live; a restore that did not finish resumes from its journal when run again.",
+    )(f)
 
 
 def output_option(f: F) -> F:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,29 +15,15 @@ from statusvault.cli.options import (
     output_option,
     s3_options,
     selection_options,
-    split_csv,
+    state_dir_option,
     storage_options,
 )
 from statusvault.cli.output import emit, table
-from statusvault.errors import ConfigError, PartialFailure, StatusVaultError
+from statusvault.errors import PartialFailure, StatusVaultError
 from statusvault.metrics import recorded
-from statusvault.restore.plan import RestoreOptions
+from statusvault.restore.plan import restore_options
 from statusvault.restore.results import GENERATION_NOTE, RestoreReport, StatusOutcome
-from statusvault.restore.service import journal_path, open_backup, planned, restore
-
-
-def parse_mapping(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    pairs = []
-    for item in split_csv(values):
-        old, sep, new = item.partition(":")
-        if not sep or not old or not new:
-            raise ConfigError(f"invalid --namespace-mapping entry {item!r}: expected OLD:NEW")
-        pairs.append((old, new))
-    return tuple(pairs)
-
-
-def default_state_dir() -> str:
-    return str(Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "statusvault")
+from statusvault.restore.service import run_restore
 
 
 @click.command("restore")
@@ -86,14 +71,7 @@ def default_state_dir() -> str:
     help="Client-side request rate limit (0 = none; the server's 429s are always honoured).",
 )
 @click.option("--burst", type=click.IntRange(1), default=100, show_default=True, envvar="STATUSVAULT_BURST")
-@click.option(
-    "--state-dir",
-    type=click.Path(file_okay=False),
-    default=default_state_dir,
-    show_default="$XDG_STATE_HOME/statusvault",
-    envvar="STATUSVAULT_STATE_DIR",
-    help="Where restore journals live; a restore that did not finish resumes from its journal when run again.",
-)
+@state_dir_option
 @click.option(
     "--restart",
     is_flag=True,
@@ -105,36 +83,20 @@ def default_state_dir() -> str:
 def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
     """Restore a backup: create each object, then write its saved status through /status."""
     store = app.store(kw.pop("storage"), s3_options(kw))
-    opts = RestoreOptions(
-        namespaces=split_csv(kw["namespaces"]),
-        include_resources=split_csv(kw["include_resources"]),
-        exclude_resources=split_csv(kw["exclude_resources"]),
-        label_selector=kw["selector"],
-        namespace_mapping=parse_mapping(kw["namespace_mapping"]),
-        status_include=split_csv(kw["status_include_resources"]),
-        status_exclude=split_csv(kw["status_exclude_resources"]),
-        no_status=kw["no_status"],
-        existing_policy=kw["existing_resource_policy"],
-        include_cluster_resources=kw["include_cluster_resources"],
-        dry_run=kw["dry_run"],
-    )
+    opts = restore_options(kw)
     client = app.client(pool_size=kw["parallel"] + 4, qps=kw["qps"], burst=kw["burst"])
     with recorded("restore", "", kw["metrics_textfile"], kw["metrics_pushgateway"]) as run:
-        with open_backup(store, backup_name) as reader:
-            journal = journal_path(
-                Path(kw["state_dir"]), backup_name, (store.url, reader.sha256, client.transport.host), opts
-            )
-            with planned(client, app.discovery(), reader, backup_name, opts, journal, kw["restart"]) as plan:
-                report = restore(
-                    client,
-                    app.discovery(),
-                    lambda: app.discovery(refresh=True),
-                    reader,
-                    plan,
-                    opts,
-                    app.progress(),
-                    kw["parallel"],
-                )
+        report = run_restore(
+            client,
+            lambda refresh: app.discovery(refresh=refresh),
+            store,
+            backup_name,
+            opts,
+            Path(kw["state_dir"]),
+            kw["restart"],
+            app.progress(),
+            kw["parallel"],
+        )
         run.success, run.duration = not report.failures and not report.aborted, report.duration
         run.objects, run.errors = report.total, len(report.failures)
     try:

@@ -102,6 +102,12 @@ def planned(
 
     With a journal, the plan of an earlier run of the same restore that did not finish is resumed
     (unless restart), and the journal is held locked while the plan is in use."""
+    if journal is not None and opts.dry_run == "none":
+        try:
+            journal.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            log.warning("cannot keep a restore journal (%s): this restore cannot be resumed", e)
+            journal = None
     if journal is None or opts.dry_run != "none":
         with build_plan(reader, opts, discovery, ExistenceIndex(client), backup=name) as plan:
             yield plan
@@ -118,7 +124,6 @@ def planned(
 
 @contextmanager
 def _locked(journal: Path, name: str) -> Iterator[None]:
-    journal.parent.mkdir(parents=True, exist_ok=True)
     lock = journal.with_suffix(".lock")
     with open(lock, "a") as f:
         try:
@@ -134,15 +139,24 @@ def _locked(journal: Path, name: str) -> Iterator[None]:
                 lock.unlink(missing_ok=True)
 
 
-def restore(
+def run_restore(
     client: KubeClient,
-    discovery: Discovery,
-    discover: Callable[[], Discovery],
-    reader: ArchiveReader,
-    plan: RestorePlan,
+    discover: Callable[[bool], Discovery],
+    store: ObjectStore,
+    name: str,
     opts: RestoreOptions,
+    state_dir: Path | None,
+    restart: bool = False,
     progress: Progress | None = None,
     parallel: int = 8,
 ) -> RestoreReport:
-    engine = RestoreEngine(client, discovery, discover, progress, parallel)
-    return engine.run(reader, plan, opts)
+    """Fetch and check the backup, plan (or resume its journal under state_dir), and restore.
+
+    discover(refresh) gives the cluster's resource types; refresh=True re-reads them after CRDs."""
+    with open_backup(store, name) as reader:
+        journal = None
+        if state_dir is not None:
+            journal = journal_path(state_dir, name, (store.url, reader.sha256, client.transport.host), opts)
+        with planned(client, discover(False), reader, name, opts, journal, restart) as plan:
+            engine = RestoreEngine(client, discover(False), lambda: discover(True), progress, parallel)
+            return engine.run(reader, plan, opts)

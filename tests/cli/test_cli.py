@@ -108,7 +108,7 @@ def test_bad_namespace_mapping(cli):
     stored_backup(cli.store)
     code, _, err = cli("restore", "b1", "--namespace-mapping", "nocolon")
     assert code == ExitStatus.USAGE
-    assert err == "error: invalid --namespace-mapping entry 'nocolon': expected OLD:NEW\n"
+    assert err == "error: invalid namespace-mapping entry 'nocolon': expected OLD:NEW\n"
 
 
 def test_missing_kubeconfig_is_a_clear_error(cli, tmp_path):

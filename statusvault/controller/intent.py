@@ -1,0 +1,139 @@
+"""Restore intents: a ConfigMap in Git says which backup should be restored; its status ConfigMap says what was done.
+
+Pure functions only: parsing an intent, and deciding what a reconcile does given the intent, its status and the
+time. The loop in controller/loop.py does the I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from statusvault.errors import ConfigError
+from statusvault.restore.plan import RestoreOptions, restore_options
+from statusvault.storage.base import validate_backup_name
+
+INTENT_LABEL = "statusvault.io/restore-intent"  # value "true" on the intent ConfigMaps the controller reconciles
+STATUS_LABEL = "statusvault.io/restore-status-of"  # on the status ConfigMap, naming its intent
+STATUS_SUFFIX = "-status"
+
+# data keys of an intent: backup, storage, and the restore command's long option names
+RESTORE_KEYS = frozenset(
+    {
+        "namespaces",
+        "include-resources",
+        "exclude-resources",
+        "selector",
+        "namespace-mapping",
+        "status-include-resources",
+        "status-exclude-resources",
+        "no-status",
+        "existing-resource-policy",
+        "include-cluster-resources",
+    }
+)
+INTENT_KEYS = RESTORE_KEYS | {"backup", "storage", "parallel"}
+
+RETRY_BASE = 30.0  # seconds before the first retry of a failed restore; doubles per attempt
+RETRY_MAX = 3600.0
+
+
+class Phase(enum.StrEnum):
+    IN_PROGRESS = "InProgress"
+    COMPLETE = "Complete"
+    FAILED = "Failed"  # will be retried after nextAttemptAt
+    INVALID = "Invalid"  # the intent cannot be acted on until it changes
+
+
+@dataclasses.dataclass(frozen=True)
+class Intent:
+    name: str
+    namespace: str
+    uid: str
+    backup: str
+    storage: str | None
+    options: RestoreOptions
+    parallel: int
+    digest: str  # of the intent's data: a change means a new desired state
+
+    @property
+    def status_name(self) -> str:
+        return self.name + STATUS_SUFFIX
+
+
+def digest_of(data: Mapping[str, str]) -> str:
+    text = "\n".join(f"{k}={data[k]}" for k in sorted(data))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def parse_intent(cm: Mapping[str, Any]) -> Intent:
+    """The intent a ConfigMap states; ConfigError names the first thing wrong with it."""
+    meta = cm.get("metadata") or {}
+    data: dict[str, str] = dict(cm.get("data") or {})
+    unknown = sorted(set(data) - INTENT_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(INTENT_KEYS))}")
+    backup = data.get("backup", "").strip()
+    if not backup:
+        raise ConfigError("data.backup is missing: name the backup to restore")
+    validate_backup_name(backup)
+    try:
+        parallel = int(data.get("parallel", "8"))
+    except ValueError:
+        raise ConfigError(f"parallel must be a number, not {data['parallel']!r}") from None
+    if not 1 <= parallel <= 128:
+        raise ConfigError("parallel must be between 1 and 128")
+    options = restore_options({k.replace("-", "_"): v for k, v in data.items() if k in RESTORE_KEYS})
+    return Intent(
+        meta.get("name", ""),
+        meta.get("namespace", ""),
+        meta.get("uid", ""),
+        backup,
+        data.get("storage", "").strip() or None,
+        options,
+        parallel,
+        digest_of(data),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    act: bool
+    reason: str
+    attempt: int = 0  # the attempt number this run is, when act
+
+
+def decide(digest: str, status: Mapping[str, str], now: dt.datetime) -> Decision:
+    """What a reconcile does for an intent whose data has `digest`, given its status ConfigMap's data."""
+    if status.get("appliedDigest") == digest:
+        return Decision(False, "already restored")
+    same = status.get("digest") == digest
+    phase = status.get("phase", "")
+    if same and phase == Phase.INVALID:
+        return Decision(False, "invalid until the intent changes")
+    attempt = int(status.get("attempts") or 0) + 1 if same else 1
+    if same and phase == Phase.FAILED:
+        due = parse_time(status.get("nextAttemptAt", ""))
+        if due is not None and now < due:
+            return Decision(False, f"retrying after {status['nextAttemptAt']}")
+    return Decision(True, "resuming" if same and phase == Phase.IN_PROGRESS else "new intent", attempt)
+
+
+def retry_delay(attempt: int) -> float:
+    """Exponential backoff between attempts of one intent: 30 s, 60 s, 120 s, ... capped at an hour."""
+    return float(min(RETRY_BASE * 2 ** max(attempt - 1, 0), RETRY_MAX))
+
+
+def format_time(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> dt.datetime | None:
+    try:
+        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None

@@ -1,0 +1,126 @@
+"""A coordination.k8s.io/v1 Lease as a lock: one controller replica restores an intent at a time.
+
+Acquire and renew are optimistic (the write carries the resourceVersion it read); a Lease whose holder stopped
+renewing for leaseDurationSeconds may be taken over.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from typing import Any
+
+from statusvault.errors import KubeApiError
+from statusvault.kube.client import KubeClient
+from statusvault.model import KubeObject, ResourceType
+
+log = logging.getLogger(__name__)
+LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+
+
+def micro_time(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_micro(text: str) -> dt.datetime | None:
+    for fmt in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            return dt.datetime.strptime(text, fmt).replace(tzinfo=dt.UTC)
+        except ValueError:
+            continue
+    return None
+
+
+def held_by_other(lease: KubeObject | None, holder: str, now: dt.datetime) -> bool:
+    """True when someone else holds the Lease and has renewed it within its duration."""
+    spec: dict[str, Any] = (lease or {}).get("spec") or {}
+    other = spec.get("holderIdentity")
+    if not other or other == holder:
+        return False
+    renewed = _parse_micro(spec.get("renewTime") or spec.get("acquireTime") or "")
+    duration = int(spec.get("leaseDurationSeconds") or 0)
+    return renewed is not None and now < renewed + dt.timedelta(seconds=duration)
+
+
+class Lease:
+    def __init__(self, client: KubeClient, namespace: str, name: str, holder: str, duration: int = 60):
+        self.client = client
+        self.namespace = namespace
+        self.name = name
+        self.holder = holder
+        self.duration = duration
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self.lost = threading.Event()
+
+    def acquire(self) -> bool:
+        """Take the Lease if it is free, ours, or expired; False when another holder has it (or won a race)."""
+        now = dt.datetime.now(dt.UTC)
+        live = self.client.get(LEASES, self.namespace, self.name)
+        if held_by_other(live, self.holder, now):
+            return False
+        spec = {
+            "holderIdentity": self.holder,
+            "leaseDurationSeconds": self.duration,
+            "acquireTime": micro_time(now),
+            "renewTime": micro_time(now),
+            "leaseTransitions": int(((live or {}).get("spec") or {}).get("leaseTransitions") or 0) + (live is not None),
+        }
+        try:
+            if live is None:
+                body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": self.name}}
+                self.client.create(LEASES, self.namespace, {**body, "spec": spec})
+            else:
+                self.client.replace(LEASES, self.namespace, self.name, {**live, "spec": spec})
+        except KubeApiError as e:
+            if e.code == 409:  # another replica got there first
+                return False
+            raise
+        self._start_renewing()
+        return True
+
+    def _start_renewing(self) -> None:
+        self._stop.clear()
+        self.lost.clear()
+        self._renewer = threading.Thread(target=self._renew_loop, name=f"lease-{self.name}", daemon=True)
+        self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.duration / 3):
+            try:
+                if not self.renew():
+                    log.error("lost lease %s/%s to another holder", self.namespace, self.name)
+                    self.lost.set()
+                    return
+            except Exception as e:  # an API hiccup: try again at the next tick, until the lease expires
+                log.warning("could not renew lease %s/%s: %s", self.namespace, self.name, e)
+
+    def renew(self) -> bool:
+        """Push renewTime forward; False once the Lease is gone or held by someone else."""
+        for _ in range(3):
+            live = self.client.get(LEASES, self.namespace, self.name)
+            if live is None or (live.get("spec") or {}).get("holderIdentity") != self.holder:
+                return False
+            live["spec"]["renewTime"] = micro_time(dt.datetime.now(dt.UTC))
+            try:
+                self.client.replace(LEASES, self.namespace, self.name, live)
+                return True
+            except KubeApiError as e:
+                if e.code != 409:
+                    raise
+        return False
+
+    def release(self) -> None:
+        """Stop renewing and clear the holder, so another replica need not wait for expiry."""
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+            self._renewer = None
+        try:
+            live = self.client.get(LEASES, self.namespace, self.name)
+            if live is not None and (live.get("spec") or {}).get("holderIdentity") == self.holder:
+                live["spec"].pop("holderIdentity", None)
+                self.client.replace(LEASES, self.namespace, self.name, live)
+        except KubeApiError as e:
+            log.warning("could not release lease %s/%s: %s (it expires by itself)", self.namespace, self.name, e)

@@ -1,0 +1,277 @@
+"""The in-cluster restore controller: reconcile restore-intent ConfigMaps into restores.
+
+Each pass LISTs the intents in one namespace. For each, it compares the intent's digest with its status
+ConfigMap: a new desired state (or a failed attempt that is due again) takes the intent's Lease, records
+phase InProgress (resourceVersion-guarded), runs the restore (resumable through its journal), records the
+outcome, and emits Events on the intent. Failures back off exponentially per intent; run-wide failures
+(store or API server down) open a circuit breaker that pauses every intent for a while.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from statusvault.controller.intent import (
+    INTENT_LABEL,
+    STATUS_LABEL,
+    Decision,
+    Intent,
+    Phase,
+    decide,
+    digest_of,
+    format_time,
+    parse_intent,
+    retry_delay,
+)
+from statusvault.controller.lease import Lease
+from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
+from statusvault.kube.client import KubeClient
+from statusvault.kube.discovery import Discovery
+from statusvault.model import KubeObject, ResourceType
+from statusvault.restore.results import RestoreReport
+from statusvault.restore.service import run_restore
+from statusvault.storage.base import ObjectStore
+
+log = logging.getLogger(__name__)
+CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", namespaced=True)
+EVENTS = ResourceType("", "v1", "events", "Event", namespaced=True)
+COMPONENT = "statusvault-controller"
+
+
+@dataclasses.dataclass
+class Breaker:
+    """Opens after `threshold` run-wide failures in a row; while open, no restore starts."""
+
+    threshold: int = 3
+    cooldown: float = 300.0
+    failures: int = 0
+    open_until: float = 0.0
+
+    def allows(self, now: float) -> bool:
+        return now >= self.open_until
+
+    def record(self, ok: bool, now: float) -> None:
+        self.failures = 0 if ok else self.failures + 1
+        if self.failures >= self.threshold:
+            self.open_until = now + self.cooldown
+            self.failures = 0
+            log.error(
+                "%d restores in a row failed run-wide: pausing all intents for %.0fs", self.threshold, self.cooldown
+            )
+
+
+@dataclasses.dataclass
+class ControllerConfig:
+    namespace: str
+    holder: str
+    state_dir: Path | None
+    interval: float = 10.0
+    lease_seconds: int = 60
+
+
+class Controller:
+    def __init__(
+        self,
+        client: KubeClient,
+        discover: Callable[[bool], Discovery],
+        store: Callable[[str | None], ObjectStore],
+        config: ControllerConfig,
+    ):
+        self.client = client
+        self.discover = discover
+        self.store = store
+        self.config = config
+        self.breaker = Breaker()
+        self.stop = threading.Event()
+
+    def run_forever(self) -> None:
+        log.info("reconciling restore intents in namespace %s every %.0fs", self.config.namespace, self.config.interval)
+        while not self.stop.is_set():
+            try:
+                self.reconcile_all()
+            except StatusVaultError as e:  # the API server is unreachable: try again next pass
+                log.error("reconcile pass failed: %s", e)
+            self.stop.wait(self.config.interval)
+
+    def reconcile_all(self) -> int:
+        """One pass over every intent; returns how many restores it ran."""
+        ran = 0
+        for page in self.client.list_pages(CONFIGMAPS, self.config.namespace, f"{INTENT_LABEL}=true"):
+            for cm in page:
+                if self.stop.is_set():
+                    return ran
+                ran += self.reconcile(cm)
+        return ran
+
+    def reconcile(self, cm: KubeObject) -> bool:
+        name = cm["metadata"]["name"]
+        status_cm = self.client.get(CONFIGMAPS, self.config.namespace, name + "-status")
+        status: dict[str, str] = dict((status_cm or {}).get("data") or {})
+        now = dt.datetime.now(dt.UTC)
+        try:
+            intent = parse_intent(cm)
+        except ConfigError as e:
+            digest = digest_of(dict(cm.get("data") or {}))
+            if status.get("digest") != digest or status.get("phase") != Phase.INVALID:
+                log.error("restore intent %s is invalid: %s", name, e)
+                self._write_status(cm, status_cm, {"phase": Phase.INVALID, "digest": digest, "message": str(e)})
+                self._event(cm, "Warning", "InvalidIntent", str(e))
+            return False
+        decision = decide(intent.digest, status, now)
+        if not decision.act:
+            log.debug("intent %s: %s", name, decision.reason)
+            return False
+        if not self.breaker.allows(time.monotonic()):
+            log.info("intent %s waits: the circuit breaker is open", name)
+            return False
+        lease = Lease(
+            self.client,
+            self.config.namespace,
+            f"statusvault-restore-{name}",
+            self.config.holder,
+            self.config.lease_seconds,
+        )
+        if not lease.acquire():
+            log.info("intent %s is being restored by another replica", name)
+            return False
+        try:
+            return self._restore(cm, status_cm, intent, decision)
+        finally:
+            lease.release()
+
+    def _restore(self, cm: KubeObject, status_cm: KubeObject | None, intent: Intent, decision: Decision) -> bool:
+        started = dt.datetime.now(dt.UTC)
+        progress = {
+            "phase": Phase.IN_PROGRESS,
+            "digest": intent.digest,
+            "backup": intent.backup,
+            "attempts": str(decision.attempt),
+            "startedAt": format_time(started),
+            "holder": self.config.holder,
+            "message": f"restoring {intent.backup} ({decision.reason}, attempt {decision.attempt})",
+        }
+        status_cm = self._write_status(cm, status_cm, progress, drop=("completedAt", "nextAttemptAt"))
+        if status_cm is None:
+            return False  # changed under us: the next pass sees the new state
+        self._event(cm, "Normal", "RestoreStarted", progress["message"])
+        report: RestoreReport | None = None
+        try:
+            report = run_restore(
+                self.client,
+                self.discover,
+                self.store(intent.storage),
+                intent.backup,
+                intent.options,
+                self.config.state_dir,
+                parallel=intent.parallel,
+            )
+            ok = not report.failures and not report.aborted and not report.interrupted
+            run_wide = bool(report.aborted)
+            message = _summary(intent.backup, report)
+        except StatusVaultError as e:  # store, archive or API server: nothing or little was done
+            ok, run_wide, message = False, True, f"restore of {intent.backup} failed: {e}"
+        finally:
+            if report is not None:
+                report.close()
+        self.breaker.record(ok or not run_wide, time.monotonic())
+        done = dt.datetime.now(dt.UTC)
+        outcome = {"completedAt": format_time(done), "message": message}
+        if report is not None:
+            outcome.update(
+                objects=str(report.total),
+                failed=str(len(report.failures)),
+                withoutStatus=str(len(report.missing_status)),
+                resumed=str(report.resumed),
+            )
+        if ok:
+            outcome.update(phase=Phase.COMPLETE, appliedDigest=intent.digest, appliedBackup=intent.backup)
+            self._write_status(cm, status_cm, outcome, drop=("nextAttemptAt",))
+            self._event(cm, "Normal", "RestoreCompleted", message)
+        else:
+            interrupted = report is not None and report.interrupted
+            if interrupted:  # the pod is stopping: the next pass (here or on another replica) resumes at once
+                self.stop.set()
+            due = done if interrupted else done + dt.timedelta(seconds=retry_delay(decision.attempt))
+            outcome.update(phase=Phase.FAILED, nextAttemptAt=format_time(due))
+            self._write_status(cm, status_cm, outcome)
+            self._event(cm, "Warning", "RestoreFailed", f"{message}; next attempt at {format_time(due)}")
+        return True
+
+    def _write_status(
+        self, intent: KubeObject, current: KubeObject | None, changes: dict[str, Any], drop: tuple[str, ...] = ()
+    ) -> KubeObject | None:
+        """Create or update the status ConfigMap, guarded by the resourceVersion read; None on a lost race."""
+        meta = intent["metadata"]
+        data = {k: v for k, v in ((current or {}).get("data") or {}).items() if k not in drop}
+        data.update({k: str(v) for k, v in changes.items()})
+        try:
+            if current is None:
+                body = {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {
+                        "name": meta["name"] + "-status",
+                        "labels": {STATUS_LABEL: meta["name"]},
+                        "ownerReferences": [
+                            {"apiVersion": "v1", "kind": "ConfigMap", "name": meta["name"], "uid": meta["uid"]}
+                        ],
+                    },
+                    "data": data,
+                }
+                return self.client.create(CONFIGMAPS, self.config.namespace, body)
+            return self.client.replace(
+                CONFIGMAPS, self.config.namespace, current["metadata"]["name"], {**current, "data": data}
+            )
+        except KubeApiError as e:
+            if e.code == 409:
+                log.warning("status of intent %s changed under us; will look again next pass", meta["name"])
+                return None
+            raise
+
+    def _event(self, intent: KubeObject, kind: str, reason: str, message: str) -> None:
+        meta = intent["metadata"]
+        now = dt.datetime.now(dt.UTC)
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": meta["name"] + "."},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "name": meta["name"],
+                "namespace": meta.get("namespace", self.config.namespace),
+                "uid": meta.get("uid", ""),
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": format_time(now),
+            "lastTimestamp": format_time(now),
+            "count": 1,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.config.holder,
+        }
+        try:
+            self.client.create(EVENTS, self.config.namespace, event)
+        except StatusVaultError as e:  # events are for people; never fail a restore over one
+            log.warning("could not record event %s on %s: %s", reason, meta["name"], e)
+
+
+def _summary(backup: str, report: RestoreReport) -> str:
+    if report.aborted:
+        return f"restore of {backup} stopped early: {report.aborted}"
+    if report.interrupted:
+        return f"restore of {backup} was interrupted"
+    resumed = f" ({report.resumed} done by an earlier attempt)" if report.resumed else ""
+    return (
+        f"restore of {backup}: {report.total} objects{resumed}, {len(report.failures)} failed, "
+        f"{len(report.missing_status)} without their saved status"
+    )

@@ -1,0 +1,118 @@
+"""`statusvault controller`: restore intents (ConfigMaps) reconciled against the real API server."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from statusvault.controller.lease import LEASES, micro_time
+from statusvault.controller.loop import CONFIGMAPS, EVENTS
+from statusvault.testing.fixtures import ensure_namespace
+from tests.builders import cr, kc_status, unique
+from tests.integration.test_restore import KC, delete_namespace
+
+
+@pytest.fixture
+def ctl_ns(kube):
+    ns = unique("ctl")
+    ensure_namespace(kube, ns)
+    return ns
+
+
+def intent(kube, ns, name, **data):
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": {"statusvault.io/restore-intent": "true"}},
+        "data": data,
+    }
+    live = kube.get(CONFIGMAPS, ns, name)
+    if live is None:
+        return kube.create(CONFIGMAPS, ns, body)
+    return kube.replace(CONFIGMAPS, ns, name, {**live, "data": data})
+
+
+def status_of(kube, ns, name):
+    return (kube.get(CONFIGMAPS, ns, f"{name}-status") or {}).get("data") or {}
+
+
+def reasons(kube, ns, name):
+    events = [e for page in kube.list_pages(EVENTS, ns) for e in page if e["involvedObject"]["name"] == name]
+    return sorted(e["reason"] for e in events)
+
+
+def once(run, ns):
+    result = run("controller", "-n", ns, "--once")
+    assert result.code == 0, result.err
+    return int(result.out.split(": ")[1].split()[0])
+
+
+def test_an_intent_restores_its_backup_with_phases_events_and_a_released_lease(
+    run, kube, crds, make, namespace, ctl_ns
+):
+    make(cr(KC, "KubernetesCluster", "prod", spec={"region": "eu"}, status=kc_status(7)), namespace)
+    assert run("backup", "nightly", "-n", namespace).code == 0
+    delete_namespace(kube, namespace)
+    owner = intent(kube, ctl_ns, "restore-a", backup="nightly", namespaces=namespace)
+
+    assert once(run, ctl_ns) == 1
+    assert kube.get(crds.resolve("kc"), namespace, "prod")["status"] == kc_status(7)
+    status = status_of(kube, ctl_ns, "restore-a")
+    assert status["phase"] == "Complete" and status["appliedBackup"] == "nightly"
+    assert (status["failed"], status["withoutStatus"]) == ("0", "0")
+    assert int(status["objects"]) >= 2, "the namespace, the KubernetesCluster (and the CRDs, skipped as existing)"
+    assert status["attempts"] == "1"
+    sc = kube.get(CONFIGMAPS, ctl_ns, "restore-a-status")
+    assert sc["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"], "deleted with its intent"
+    assert reasons(kube, ctl_ns, "restore-a") == ["RestoreCompleted", "RestoreStarted"]
+    lease = kube.get(LEASES, ctl_ns, "statusvault-restore-restore-a")
+    assert "holderIdentity" not in lease["spec"], "released, so another replica need not wait"
+
+    assert once(run, ctl_ns) == 0, "nothing to do while the intent is unchanged"
+    assert reasons(kube, ctl_ns, "restore-a") == ["RestoreCompleted", "RestoreStarted"]
+
+
+def test_a_failed_restore_backs_off_until_the_intent_changes(run, kube, crds, make, namespace, ctl_ns):
+    make(cr(KC, "KubernetesCluster", "k1", status=kc_status(1)), namespace)
+    assert run("backup", "nightly", "-n", namespace).code == 0
+    delete_namespace(kube, namespace)
+    intent(kube, ctl_ns, "restore-b", backup="no-such-backup")
+
+    assert once(run, ctl_ns) == 1
+    status = status_of(kube, ctl_ns, "restore-b")
+    assert status["phase"] == "Failed" and "not found" in status["message"]
+    due = dt.datetime.strptime(status["nextAttemptAt"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    assert dt.timedelta(seconds=20) < due - dt.datetime.now(dt.UTC) <= dt.timedelta(seconds=31)
+    assert "RestoreFailed" in reasons(kube, ctl_ns, "restore-b")
+    assert once(run, ctl_ns) == 0, "backing off"
+
+    intent(kube, ctl_ns, "restore-b", backup="nightly", namespaces=namespace)
+    assert once(run, ctl_ns) == 1, "a changed intent is acted on at once"
+    status = status_of(kube, ctl_ns, "restore-b")
+    assert (status["phase"], status["attempts"], status["failed"]) == ("Complete", "1", "0")
+    assert kube.get(crds.resolve("kc"), namespace, "k1")["status"] == kc_status(1)
+    assert "nextAttemptAt" not in status
+
+
+def test_an_intent_whose_lease_another_replica_holds_is_left_alone(run, kube, ctl_ns):
+    intent(kube, ctl_ns, "restore-c", backup="nightly")
+    now = micro_time(dt.datetime.now(dt.UTC))
+    spec = {"holderIdentity": "other-pod", "leaseDurationSeconds": 60, "acquireTime": now, "renewTime": now}
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "statusvault-restore-restore-c"},
+    }
+    kube.create(LEASES, ctl_ns, {**lease, "spec": spec})
+    assert once(run, ctl_ns) == 0
+    assert status_of(kube, ctl_ns, "restore-c") == {}
+
+
+def test_an_invalid_intent_is_reported_once(run, kube, ctl_ns):
+    intent(kube, ctl_ns, "restore-d", backup="nightly", **{"dry-run": "client"})
+    assert once(run, ctl_ns) == 0
+    status = status_of(kube, ctl_ns, "restore-d")
+    assert status["phase"] == "Invalid" and "unknown key(s) dry-run" in status["message"]
+    assert once(run, ctl_ns) == 0
+    assert reasons(kube, ctl_ns, "restore-d") == ["InvalidIntent"], "not repeated every pass"

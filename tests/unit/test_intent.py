@@ -1,0 +1,108 @@
+"""Restore intents: parsing a ConfigMap, and what a reconcile decides from the intent, its status and the time."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from statusvault.controller.intent import Phase, decide, digest_of, format_time, parse_intent, retry_delay
+from statusvault.controller.lease import held_by_other, micro_time
+from statusvault.controller.loop import Breaker
+from statusvault.errors import ConfigError
+
+NOW = dt.datetime(2026, 11, 22, 6, 0, tzinfo=dt.UTC)
+
+
+def cm(**data):
+    return {"metadata": {"name": "restore-team-a", "namespace": "statusvault", "uid": "u1"}, "data": data}
+
+
+def test_an_intent_carries_the_restore_options_by_their_long_names():
+    intent = parse_intent(
+        cm(
+            backup="nightly-1",
+            storage="s3://b/p",
+            namespaces="team-a, team-b",
+            **{
+                "status-include-resources": "kubernetesclusters.xyz.example.com",
+                "namespace-mapping": "team-a:team-a-copy",
+                "existing-resource-policy": "update",
+                "include-cluster-resources": "false",
+            },
+            parallel="4",
+        )
+    )
+    assert (intent.backup, intent.storage, intent.parallel) == ("nightly-1", "s3://b/p", 4)
+    assert intent.options.namespaces == ("team-a", "team-b")
+    assert intent.options.status_include == ("kubernetesclusters.xyz.example.com",)
+    assert intent.options.namespace_mapping == (("team-a", "team-a-copy"),)
+    assert intent.options.existing_policy == "update"
+    assert intent.options.include_cluster_resources is False
+    assert intent.options.dry_run == "none"
+    assert intent.status_name == "restore-team-a-status"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({}, "data.backup is missing"),
+        ({"backup": "../etc"}, "invalid backup name"),
+        ({"backup": "b", "dry-run": "client"}, "unknown key.*dry-run"),
+        ({"backup": "b", "existing-resource-policy": "replace"}, "must be one of none, update"),
+        ({"backup": "b", "no-status": "yes"}, "no-status must be true or false"),
+        ({"backup": "b", "namespace-mapping": "a"}, "expected OLD:NEW"),
+        ({"backup": "b", "parallel": "0"}, "between 1 and 128"),
+    ],
+)
+def test_a_bad_intent_is_a_clear_error(data, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_intent(cm(**data))
+
+
+def test_the_digest_changes_with_any_data_and_not_with_key_order():
+    assert digest_of({"a": "1", "b": "2"}) == digest_of({"b": "2", "a": "1"})
+    assert digest_of({"a": "1"}) != digest_of({"a": "2"})
+
+
+def test_decisions():
+    d = "abc"
+    assert decide(d, {}, NOW).act and decide(d, {}, NOW).attempt == 1
+    assert not decide(d, {"appliedDigest": d, "phase": Phase.COMPLETE}, NOW).act
+    newer = decide("new", {"appliedDigest": d, "digest": d, "attempts": "3"}, NOW)
+    assert newer.act and newer.attempt == 1, "a changed intent starts over"
+    later = format_time(NOW + dt.timedelta(seconds=30))
+    waiting = decide(d, {"digest": d, "phase": Phase.FAILED, "attempts": "2", "nextAttemptAt": later}, NOW)
+    assert not waiting.act and "retrying after" in waiting.reason
+    due = decide(d, {"digest": d, "phase": Phase.FAILED, "attempts": "2", "nextAttemptAt": format_time(NOW)}, NOW)
+    assert due.act and due.attempt == 3
+    crashed = decide(d, {"digest": d, "phase": Phase.IN_PROGRESS, "attempts": "1"}, NOW)
+    assert crashed.act and crashed.reason == "resuming" and crashed.attempt == 2
+    assert not decide(d, {"digest": d, "phase": Phase.INVALID}, NOW).act
+
+
+def test_retries_back_off_exponentially_up_to_an_hour():
+    assert [retry_delay(n) for n in (1, 2, 3, 4)] == [30, 60, 120, 240]
+    assert retry_delay(20) == 3600
+
+
+def test_a_lease_is_held_by_another_only_while_renewed():
+    def lease(holder, renewed, duration=60):
+        return {"spec": {"holderIdentity": holder, "renewTime": micro_time(renewed), "leaseDurationSeconds": duration}}
+
+    assert held_by_other(lease("other", NOW - dt.timedelta(seconds=10)), "me", NOW)
+    assert not held_by_other(lease("other", NOW - dt.timedelta(seconds=61)), "me", NOW), "expired"
+    assert not held_by_other(lease("me", NOW), "me", NOW)
+    assert not held_by_other(lease(None, NOW), "me", NOW), "released"
+    assert not held_by_other(None, "me", NOW)
+
+
+def test_the_breaker_opens_after_run_wide_failures_in_a_row_and_closes_after_cooldown():
+    b = Breaker(threshold=2, cooldown=100)
+    b.record(False, 0)
+    b.record(True, 1)
+    b.record(False, 2)
+    assert b.allows(3), "successes reset the count"
+    b.record(False, 3)
+    assert not b.allows(50)
+    assert b.allows(103)
