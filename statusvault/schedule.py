@@ -133,9 +133,8 @@ def rbac(spec: ScheduleSpec, types: list[ResourceType]) -> list[KubeObject]:
     return out
 
 
-def storage_args(spec: ScheduleSpec) -> list[str]:
-    args = ["--storage", spec.storage]
-    s3 = spec.s3
+def storage_args(storage: str, s3: S3Options) -> list[str]:
+    args = ["--storage", storage]
     for flag, value in (
         ("--s3-endpoint-url", s3.endpoint_url),
         ("--s3-region", s3.region),
@@ -158,7 +157,7 @@ def backup_args(spec: ScheduleSpec, types: list[ResourceType]) -> list[str]:
     """The backup takes exactly the resources the RBAC was rendered for: a CRD added later is not silently
     backed up without permission (re-render to add it)."""
     sel = spec.selection
-    args = ["backup", "--schedule", spec.name, *storage_args(spec)]
+    args = ["backup", "--schedule", spec.name, *storage_args(spec.storage, spec.s3)]
     for ns in sel.namespaces:
         args += ["-n", ns]
     names = [rt.qualified for rt in types if not (rt.group == CRD_GROUP and rt.resource == CRD_RESOURCE)]
@@ -174,7 +173,7 @@ def backup_args(spec: ScheduleSpec, types: list[ResourceType]) -> list[str]:
 
 
 def prune_args(spec: ScheduleSpec) -> list[str]:
-    args = ["prune", "--schedule", spec.name, *storage_args(spec)]
+    args = ["prune", "--schedule", spec.name, *storage_args(spec.storage, spec.s3)]
     for flag, value in (
         ("--keep-last", spec.keep_last),
         ("--ttl", spec.ttl),
@@ -196,12 +195,13 @@ def command(spec: ScheduleSpec, types: list[ResourceType]) -> list[str]:
     return ["/bin/sh", "-c", run]
 
 
-def cronjob(spec: ScheduleSpec, types: list[ResourceType]) -> KubeObject:
+def secure_container(name: str, image: str, command: list[str], credentials_secret: str) -> dict[str, Any]:
+    """Non-root, read-only root filesystem, no capabilities; /tmp is the writable emptyDir."""
     container: dict[str, Any] = {
-        "name": "backup",
-        "image": spec.image,
+        "name": name,
+        "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "command": command(spec, types),
+        "command": command,
         "env": [{"name": "HOME", "value": "/tmp"}, {"name": "TMPDIR", "value": "/tmp"}],
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
         "securityContext": {
@@ -212,13 +212,19 @@ def cronjob(spec: ScheduleSpec, types: list[ResourceType]) -> KubeObject:
         },
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
-    if spec.credentials_secret:
-        container["envFrom"] = [{"secretRef": {"name": spec.credentials_secret}}]
-    pod = {
-        "metadata": {"labels": dict(LABELS)},
+    if credentials_secret:
+        container["envFrom"] = [{"secretRef": {"name": credentials_secret}}]
+    return container
+
+
+def secure_pod(
+    account: str, container: dict[str, Any], restart_policy: str, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": dict(labels or LABELS)},
         "spec": {
-            "serviceAccountName": spec.account,
-            "restartPolicy": "Never",
+            "serviceAccountName": account,
+            "restartPolicy": restart_policy,
             "securityContext": {
                 "runAsNonRoot": True,
                 "runAsUser": 65532,
@@ -230,6 +236,11 @@ def cronjob(spec: ScheduleSpec, types: list[ResourceType]) -> KubeObject:
             "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
         },
     }
+
+
+def cronjob(spec: ScheduleSpec, types: list[ResourceType]) -> KubeObject:
+    container = secure_container("backup", spec.image, command(spec, types), spec.credentials_secret)
+    pod = secure_pod(spec.account, container, "Never")
     return {
         "apiVersion": spec.cronjob_api,
         "kind": "CronJob",

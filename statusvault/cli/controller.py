@@ -10,10 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 
 from statusvault.cli.app import App
-from statusvault.cli.options import s3_options, state_dir_option, storage_options
+from statusvault.cli.options import s3_options, split_csv, state_dir_option, storage_options
+from statusvault.cli.schedule import apply_manifests
 from statusvault.controller.loop import Controller, ControllerConfig
+from statusvault.controller.manifests import ControllerSpec, render
+from statusvault.errors import ConfigError
+from statusvault.schedule import DEFAULT_IMAGE
 
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -26,7 +31,12 @@ def default_namespace() -> str:
         return "statusvault"
 
 
-@click.command("controller")
+@click.group("controller")
+def controller() -> None:
+    """The in-cluster restore controller: GitOps restores through restore-intent ConfigMaps."""
+
+
+@controller.command("run")
 @click.option(
     "--namespace",
     "-n",
@@ -59,7 +69,7 @@ def default_namespace() -> str:
 @state_dir_option
 @storage_options
 @click.pass_obj
-def controller_cmd(app: App, /, **kw: Any) -> None:
+def run_cmd(app: App, /, **kw: Any) -> None:
     """Restore declaratively: reconcile restore-intent ConfigMaps into restores, with Lease, phases and Events.
 
     An intent's data names the backup (and optionally storage and any restore option by its long name).
@@ -96,4 +106,51 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-COMMANDS = [controller_cmd]
+@controller.command("render")
+@click.option("--namespace", "-n", default="statusvault", show_default=True, help="The controller's namespace.")
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="statusvault container image.")
+@click.option("--credentials-secret", default="", help="Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY.")
+@click.option("--replicas", type=click.IntRange(1), default=1, show_default=True, help="Replicas (a Lease per intent).")
+@click.option("--interval", type=click.FloatRange(1), default=10.0, show_default=True, help="Seconds between passes.")
+@click.option(
+    "--include-resources",
+    multiple=True,
+    metavar="R,...",
+    help="Types the controller may restore. [default: every custom resource the cluster serves]",
+)
+@click.option("--apply", "apply_", is_flag=True, help="Apply the manifests (server-side apply) instead of printing.")
+@click.option(
+    "--dry-run",
+    type=click.Choice(["none", "server"]),
+    default="none",
+    show_default=True,
+    help="With --apply: server sends every write with dryRun=All.",
+)
+@storage_options
+@click.pass_obj
+def render_cmd(app: App, /, **kw: Any) -> None:
+    """Print (or --apply) the controller's ServiceAccount, RBAC and Deployment.
+
+    The ClusterRole lets it create and update CRDs, namespaces, and each allowed type with its /status
+    subresource; a Role in its namespace covers intents, status ConfigMaps, Leases and Events. A CRD added
+    later needs a re-render.
+    """
+    s3 = s3_options(kw)
+    if not str(kw["storage"] or "").startswith("s3://"):
+        raise ConfigError(
+            "an in-cluster controller needs --storage s3://bucket/prefix: a pod's filesystem does not last"
+        )
+    discovery = app.discovery()
+    names = split_csv(kw["include_resources"])
+    types = [discovery.resolve(n) for n in names] if names else [rt for rt in discovery.custom() if not rt.is_crd]
+    spec = ControllerSpec(
+        kw["namespace"], kw["storage"], s3, kw["image"], kw["credentials_secret"], kw["replicas"], kw["interval"]
+    )
+    manifests = render(spec, types)
+    if not kw["apply_"]:
+        click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
+        return
+    apply_manifests(app, discovery, manifests, kw["dry_run"] == "server")
+
+
+COMMANDS = [controller]

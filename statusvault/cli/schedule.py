@@ -122,7 +122,7 @@ def render_cmd(app: App, /, name: str, cron: str, **kw: Any) -> None:
         return
     if discovery is None:
         raise ConfigError("--apply needs a reachable cluster")
-    _apply(app, discovery, manifests, kw["dry_run"] == "server")
+    apply_manifests(app, discovery, manifests, kw["dry_run"] == "server")
 
 
 def _selection(kw: dict[str, Any]) -> Selection:
@@ -146,7 +146,7 @@ def _cronjob_api(kube_version: str, discovery: Discovery | None) -> str:
     return "batch/v1"
 
 
-def _apply(app: App, discovery: Discovery, manifests: list[dict[str, Any]], dry_run: bool) -> None:
+def apply_manifests(app: App, discovery: Discovery, manifests: list[dict[str, Any]], dry_run: bool) -> None:
     """Server-side apply, in order; with dry_run every write is sent with dryRun=All."""
     client = app.client()
     for m in manifests:

@@ -36,7 +36,7 @@ RESTORE_KEYS = frozenset(
         "include-cluster-resources",
     }
 )
-INTENT_KEYS = RESTORE_KEYS | {"backup", "storage", "parallel"}
+INTENT_KEYS = RESTORE_KEYS | {"backup", "storage", "parallel", "request"}  # request: free text; change it to re-run
 
 RETRY_BASE = 30.0  # seconds before the first retry of a failed restore; doubles per attempt
 RETRY_MAX = 3600.0

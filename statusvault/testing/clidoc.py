@@ -18,19 +18,23 @@ Generated from `statusvault --help` by `make docs`; a test fails when it is out 
 """ + "".join(f"| {s.value} | {s.name.lower().replace('_', ' ')} |\n" for s in ExitStatus)
 
 
-def help_text(name: str | None) -> str:
-    command = cli if name is None else cli.commands[name]
-    info = ["statusvault"] if name is None else ["statusvault", name]
+def help_text(command: click.Command, path: str) -> str:
     settings = {"help_option_names": ["-h", "--help"], "terminal_width": 100, "max_content_width": 100}
-    with click.Context(command, info_name=" ".join(info), **settings) as ctx:  # type: ignore[arg-type]
+    with click.Context(command, info_name=path, **settings) as ctx:  # type: ignore[arg-type]
         return command.get_help(ctx)
 
 
+def sections(command: click.Command, path: str) -> list[str]:
+    """This command's help, then each subcommand's, depth first."""
+    out = [f"\n## {path}\n\n```\n{help_text(command, path)}\n```\n"]
+    if isinstance(command, click.Group):
+        for name in sorted(command.commands):
+            out += sections(command.commands[name], f"{path} {name}")
+    return out
+
+
 def render() -> str:
-    parts = [HEADER, "\n## statusvault\n\n```\n" + help_text(None) + "\n```\n"]
-    for name in sorted(cli.commands):
-        parts.append(f"\n## statusvault {name}\n\n```\n{help_text(name)}\n```\n")
-    return "".join(parts)
+    return HEADER + "".join(sections(cli, "statusvault"))
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ def reasons(kube, ns, name):
 
 
 def once(run, ns):
-    result = run("controller", "-n", ns, "--once")
+    result = run("controller", "run", "-n", ns, "--once")
     assert result.code == 0, result.err
     return int(result.out.split(": ")[1].split()[0])
 
@@ -116,3 +116,27 @@ def test_an_invalid_intent_is_reported_once(run, kube, ctl_ns):
     assert status["phase"] == "Invalid" and "unknown key(s) dry-run" in status["message"]
     assert once(run, ctl_ns) == 0
     assert reasons(kube, ctl_ns, "restore-d") == ["InvalidIntent"], "not repeated every pass"
+
+
+def test_the_rendered_controller_restores_with_its_own_permissions(run, kube, crds, make, namespace, cluster, tmp_path):
+    """render --apply, then reconcile an intent as the controller's ServiceAccount: its RBAC is enough."""
+    from tests.integration.test_schedule import _service_account_kubeconfig
+
+    ctl_ns = unique("ctlr")
+    args = ("controller", "render", "-n", ctl_ns, "--storage", "s3://b/p", "--include-resources", "kc")
+    dry = run(*args, "--apply", "--dry-run", "server")
+    assert dry.code == 0, dry.err
+    assert dry.out.splitlines()[-1] == "deployment/statusvault-controller applied (server dry run)"
+    assert run(*args, "--apply").code == 0
+    make(cr(KC, "KubernetesCluster", "prod", status=kc_status(3)), namespace)
+    assert run("backup", "nightly", "-n", namespace, "--include-resources", "kc").code == 0
+    delete_namespace(kube, namespace)
+    intent(kube, ctl_ns, "restore-e", backup="nightly")
+    as_sa = _service_account_kubeconfig(kube, cluster, ctl_ns, "statusvault-controller", tmp_path)
+
+    result = run("controller", "run", "-n", ctl_ns, "--once", kubeconfig=as_sa)
+    assert result.code == 0, result.err
+    status = status_of(kube, ctl_ns, "restore-e")
+    assert status["phase"] == "Complete", status.get("message")
+    assert kube.get(crds.resolve("kc"), namespace, "prod")["status"] == kc_status(3)
+    assert reasons(kube, ctl_ns, "restore-e") == ["RestoreCompleted", "RestoreStarted"]

@@ -60,6 +60,11 @@ def test_a_bad_intent_is_a_clear_error(data, message):
         parse_intent(cm(**data))
 
 
+def test_changing_request_asks_for_the_same_backup_again():
+    first, again = parse_intent(cm(backup="b", request="1")), parse_intent(cm(backup="b", request="2"))
+    assert first.options == again.options and first.digest != again.digest
+
+
 def test_the_digest_changes_with_any_data_and_not_with_key_order():
     assert digest_of({"a": "1", "b": "2"}) == digest_of({"b": "2", "a": "1"})
     assert digest_of({"a": "1"}) != digest_of({"a": "2"})
@@ -106,3 +111,24 @@ def test_the_breaker_opens_after_run_wide_failures_in_a_row_and_closes_after_coo
     b.record(False, 3)
     assert not b.allows(50)
     assert b.allows(103)
+
+
+def test_the_rendered_controller_is_least_privilege_and_non_root():
+    from statusvault.controller.manifests import ControllerSpec, render
+    from tests.builders import resource_type
+
+    kc = resource_type("xyz.example.com", "KubernetesCluster")
+    manifests = {m["kind"]: m for m in render(ControllerSpec("sv", "s3://b/p", credentials_secret="s3"), [kc])}
+    cluster_rules = {r["apiGroups"][0]: r for r in manifests["ClusterRole"]["rules"]}
+    assert cluster_rules["xyz.example.com"]["resources"] == ["kubernetesclusters", "kubernetesclusters/status"]
+    assert "delete" not in cluster_rules["xyz.example.com"]["verbs"], "a restore never deletes"
+    assert set(cluster_rules) == {"", "apiextensions.k8s.io", "xyz.example.com"}
+    assert manifests["Role"]["metadata"]["namespace"] == "sv"
+    assert {r["resources"][0] for r in manifests["Role"]["rules"]} == {"configmaps", "leases", "events"}
+    pod = manifests["Deployment"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"][:5] == ["statusvault", "--log-format", "json", "controller", "run"]
+    assert container["command"][-4:] == ["--state-dir", "/var/lib/statusvault", "--storage", "s3://b/p"]
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] and pod["securityContext"]["runAsNonRoot"]
+    assert container["envFrom"] == [{"secretRef": {"name": "s3"}}]

@@ -1,0 +1,100 @@
+"""Render the restore controller's manifests: ServiceAccount, RBAC, Deployment."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from statusvault.model import CRD_GROUP, CRD_RESOURCE, KubeObject, ResourceType
+from statusvault.schedule import DEFAULT_IMAGE, secure_container, secure_pod, storage_args
+from statusvault.storage.base import S3Options
+
+NAME = "statusvault-controller"
+LABELS = {"app.kubernetes.io/name": "statusvault", "app.kubernetes.io/component": "restore-controller"}
+STATE_DIR = "/var/lib/statusvault"
+RBAC_API = "rbac.authorization.k8s.io/v1"
+RESTORE_VERBS = ["get", "list", "create", "update", "patch"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerSpec:
+    namespace: str
+    storage: str
+    s3: S3Options = dataclasses.field(default_factory=S3Options)
+    image: str = DEFAULT_IMAGE
+    credentials_secret: str = ""
+    replicas: int = 1
+    interval: float = 10.0
+
+
+def restore_rules(types: list[ResourceType]) -> list[dict[str, Any]]:
+    """What a restore writes: CRDs, namespaces, and each listed type with its /status subresource."""
+    groups: dict[str, set[str]] = {CRD_GROUP: {CRD_RESOURCE}, "": {"namespaces"}}
+    for rt in types:
+        groups.setdefault(rt.group, set()).update({rt.resource, f"{rt.resource}/status"})
+    return [{"apiGroups": [g], "resources": sorted(r), "verbs": list(RESTORE_VERBS)} for g, r in sorted(groups.items())]
+
+
+def own_namespace_rules() -> list[dict[str, Any]]:
+    """Intents and their status ConfigMaps, the Leases, and Events, in the controller's namespace only."""
+    return [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    ]
+
+
+def _meta(name: str, namespace: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": dict(LABELS)}
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+def _binding(kind: str, spec: ControllerSpec) -> KubeObject:
+    return {
+        "apiVersion": RBAC_API,
+        "kind": f"{kind}Binding",
+        "metadata": _meta(NAME, spec.namespace if kind == "Role" else None),
+        "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": spec.namespace}],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": NAME},
+    }
+
+
+def deployment(spec: ControllerSpec) -> KubeObject:
+    args = ["statusvault", "--log-format", "json", "controller", "run", "--interval", f"{spec.interval:g}"]
+    args += ["--state-dir", STATE_DIR, *storage_args(spec.storage, spec.s3)]
+    container = secure_container("controller", spec.image, args, spec.credentials_secret)
+    container["env"].append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    container["volumeMounts"].append({"name": "state", "mountPath": STATE_DIR})
+    pod = secure_pod(NAME, container, "Always", LABELS)
+    pod["spec"]["volumes"].append({"name": "state", "emptyDir": {}})  # journals survive container restarts
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(NAME, spec.namespace),
+        "spec": {
+            "replicas": spec.replicas,
+            "selector": {"matchLabels": dict(LABELS)},
+            "strategy": {"type": "Recreate"},
+            "template": pod,
+        },
+    }
+
+
+def render(spec: ControllerSpec, types: list[ResourceType]) -> list[KubeObject]:
+    """Every manifest of the controller, in apply order."""
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(spec.namespace)},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, spec.namespace)},
+        {"apiVersion": RBAC_API, "kind": "ClusterRole", "metadata": _meta(NAME), "rules": restore_rules(types)},
+        _binding("ClusterRole", spec),
+        {
+            "apiVersion": RBAC_API,
+            "kind": "Role",
+            "metadata": _meta(NAME, spec.namespace),
+            "rules": own_namespace_rules(),
+        },
+        _binding("Role", spec),
+        deployment(spec),
+    ]
