@@ -126,9 +126,9 @@ class RestorePlan:
             fd, name = tempfile.mkstemp(prefix="statusvault-plan-", suffix=".sqlite")
             os.close(fd)
             self.path, self.scratch = Path(name), True
-        else:
-            journal.unlink(missing_ok=True)
-            self.path, self.scratch = journal, False
+        else:  # built beside it and renamed when sealed: a crash while planning leaves no half journal
+            self.path, self.scratch = journal.with_name(journal.name + ".building"), False
+        self._journal = journal
         self._db = self._connect()
         self._db.execute("PRAGMA journal_mode = OFF")  # while building: one transaction, nothing to protect
         self._db.executescript(_SCHEMA)
@@ -139,7 +139,7 @@ class RestorePlan:
     def reopen(cls, journal: Path) -> RestorePlan:
         """The plan of an earlier run that did not finish, with what it got done."""
         plan = cls.__new__(cls)
-        plan.path, plan.scratch, plan.finished, plan._sealed = journal, False, False, True
+        plan.path, plan._journal, plan.scratch, plan.finished, plan._sealed = journal, journal, False, False, True
         try:
             plan._db = plan._connect()
             meta = {k: json.loads(v) for k, v in plan._db.execute("SELECT key, value FROM meta")}
@@ -217,6 +217,11 @@ class RestorePlan:
         }
         self._db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
         self._db.execute("COMMIT")
+        if self._journal is not None:
+            self._db.close()
+            os.replace(self.path, self._journal)
+            self.path = self._journal
+            self._db = self._connect()
         self._sealed = True
         self._open_marks()
 

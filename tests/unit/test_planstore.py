@@ -110,6 +110,7 @@ def test_a_plan_that_failed_to_build_leaves_no_journal(tmp_path):
     journal = tmp_path / "j.sqlite"
     p = RestorePlan("b", {}, journal)
     p.add(item("x"))
+    assert not journal.exists(), "built beside the journal, renamed into place when sealed"
     p.close()
     assert list(tmp_path.iterdir()) == []
 
