@@ -15,7 +15,7 @@ from statusvault.archive import FORMAT_VERSION, ArchiveWriter, member_path
 from statusvault.errors import BackupExistsError, ConfigError, KubeApiError
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
-from statusvault.model import KubeObject, ResourceType, Selection, object_key
+from statusvault.model import KubeObject, ResourceType, Selection, name_matches, object_key
 from statusvault.progress import NullProgress, Progress
 from statusvault.selection import select_resources
 from statusvault.storage.base import ObjectStore, archive_key, manifest_key, validate_backup_name
@@ -152,6 +152,8 @@ class BackupEngine:
             for page in self.client.list_pages(rt, ns, selector, self.page_size):
                 for obj in page:
                     if crd_filter is not None and _crd_defines(obj) not in crd_filter:
+                        continue
+                    if not rt.is_crd and not name_matches(obj["metadata"].get("name", ""), sel.names):
                         continue
                     writer.add(member_path(object_key(rt, obj)), prepare_object(obj))
                     summary.count += 1

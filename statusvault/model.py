@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from typing import Any
 
 KubeObject = dict[str, Any]
@@ -75,6 +76,7 @@ class Selection:
     label_selector: str = ""
     include_cluster_resources: bool | None = None  # None: on when no namespace filter is given
     include_crds: bool = True
+    names: tuple[str, ...] = ()  # object names or shell-style patterns; empty: every name (CRDs are never filtered)
 
     @property
     def cluster_resources(self) -> bool:
@@ -90,7 +92,13 @@ class Selection:
             "labelSelector": self.label_selector,
             "includeClusterResources": self.cluster_resources,
             "includeCRDs": self.include_crds,
+            "names": list(self.names),
         }
+
+
+def name_matches(name: str, patterns: tuple[str, ...]) -> bool:
+    """True when there are no patterns, or one of them (exact or shell-style: *, ?, [..]) matches."""
+    return not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
 def object_key(rt: ResourceType, obj: KubeObject) -> ObjectKey:

@@ -165,6 +165,8 @@ def backup_args(spec: ScheduleSpec, types: list[ResourceType]) -> list[str]:
         args += ["--include-resources", ",".join(names)]
     if sel.label_selector:
         args += ["-l", sel.label_selector]
+    if sel.names:
+        args += ["--name", ",".join(sel.names)]
     args.append("--include-crds" if sel.include_crds else "--no-include-crds")
     args.append("--include-cluster-resources" if sel.cluster_resources else "--no-include-cluster-resources")
     if spec.metrics_pushgateway:

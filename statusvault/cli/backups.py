@@ -74,6 +74,7 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
         label_selector=kw["selector"],
         include_cluster_resources=kw["include_cluster_resources"],
         include_crds=kw["include_crds"],
+        names=split_csv(kw["names"]),
     )
     store = app.store(kw["storage"], s3)
     with recorded("backup", schedule, kw["metrics_textfile"], kw["metrics_pushgateway"]) as run:

@@ -152,6 +152,15 @@ def selection_options(f: F) -> F:
                 help="resource.group names to leave out (comma-separated).",
             ),
             click.option("-l", "--selector", default="", envvar="STATUSVAULT_SELECTOR", help="Label selector."),
+            click.option(
+                "--name",
+                "names",
+                multiple=True,
+                metavar="NAME|GLOB",
+                envvar="STATUSVAULT_NAMES",
+                help="Object names to take (repeatable or comma-separated; wildcards such as 'prod-*'). "
+                "Not applied to CRDs and Namespaces.",
+            ),
         ],
     )
 

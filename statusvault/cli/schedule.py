@@ -135,6 +135,7 @@ def _selection(kw: dict[str, Any]) -> Selection:
         label_selector=kw["selector"],
         include_cluster_resources=kw["include_cluster_resources"],
         include_crds=kw["include_crds"] if kw["include_crds"] is not None else not namespaces,
+        names=split_csv(kw["names"]),
     )
 
 

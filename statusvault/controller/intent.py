@@ -28,6 +28,7 @@ RESTORE_KEYS = frozenset(
         "include-resources",
         "exclude-resources",
         "selector",
+        "name",
         "namespace-mapping",
         "status-include-resources",
         "status-exclude-resources",
@@ -87,7 +88,7 @@ def parse_intent(cm: Mapping[str, Any]) -> Intent:
         raise ConfigError(f"parallel must be a number, not {data['parallel']!r}") from None
     if not 1 <= parallel <= 128:
         raise ConfigError("parallel must be between 1 and 128")
-    options = restore_options({k.replace("-", "_"): v for k, v in data.items() if k in RESTORE_KEYS})
+    options = restore_options({_option(k): v for k, v in data.items() if k in RESTORE_KEYS})
     return Intent(
         meta.get("name", ""),
         meta.get("namespace", ""),
@@ -98,6 +99,11 @@ def parse_intent(cm: Mapping[str, Any]) -> Intent:
         parallel,
         digest_of(data),
     )
+
+
+def _option(key: str) -> str:
+    """An intent key (the CLI's long option name) as the option's value name."""
+    return "names" if key == "name" else key.replace("-", "_")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from statusvault.archive import ArchiveReader, parse_member_path
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.kube.discovery import Discovery
 from statusvault.labels import parse_selector
-from statusvault.model import CRD_GROUP, CRD_RESOURCE, ObjectKey, ResourceType
+from statusvault.model import CRD_GROUP, CRD_RESOURCE, ObjectKey, ResourceType, name_matches
 from statusvault.restore.planstore import Action, Category, PlanItem, RestorePlan, StatusMode
 from statusvault.transforms import map_namespace, status_annotation
 
@@ -27,6 +28,7 @@ class RestoreOptions:
     include_resources: tuple[str, ...] = ()
     exclude_resources: tuple[str, ...] = ()
     label_selector: str = ""
+    names: tuple[str, ...] = ()  # object names or shell-style patterns (not applied to CRDs and Namespaces)
     namespace_mapping: tuple[tuple[str, str], ...] = ()
     status_include: tuple[str, ...] = ()  # empty: every custom resource; ("*",): everything
     status_exclude: tuple[str, ...] = ()
@@ -80,6 +82,7 @@ def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
         include_resources=csv("include_resources"),
         exclude_resources=csv("exclude_resources"),
         label_selector=str(values.get("selector") or ""),
+        names=csv("names"),
         namespace_mapping=tuple(mapping),
         status_include=csv("status_include_resources"),
         status_exclude=csv("status_exclude_resources"),
@@ -218,6 +221,7 @@ def _fill(
     exists: Callable[[ResourceType, str, str], bool],
 ) -> None:
     namespaces_needed: set[str] = set()
+    named: set[str] = set()  # --name patterns that matched something
     for path, data in reader.objects():  # checks every hash, and that nothing is missing or extra
         key = parse_member_path(path)
         if key.qualified not in by_qualified:
@@ -227,12 +231,15 @@ def _fill(
             continue
         obj = _checked_object(path, data, key, by_qualified[key.qualified])
         meta = obj["metadata"]
-        if cat not in (Category.CRD, Category.NAMESPACE) and not decider.selector(meta.get("labels") or {}):
-            continue
+        if cat not in (Category.CRD, Category.NAMESPACE):
+            if not decider.selector(meta.get("labels") or {}) or not name_matches(key.name, opts.names):
+                continue
+            named.update(p for p in opts.names if fnmatch.fnmatchcase(key.name, p))
         item = _plan_item(key.qualified, obj, cat, decider, exists)
         if item.rt.namespaced and item.action != Action.UNAVAILABLE:
             namespaces_needed.add(item.namespace)
         plan.add(item, (r.get("uid", "") for r in meta.get("ownerReferences") or []))
+    plan.warnings += [f"no object in the selection is named {p!r}" for p in opts.names if p not in named]
     _add_namespaces(plan, namespaces_needed, exists)
     plan.seal()
 

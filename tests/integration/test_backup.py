@@ -124,6 +124,16 @@ def test_resource_label_and_exclude_filters(run, seeded):
     assert "kubernetesclusters.xyz.example.com" in kinds
 
 
+def test_select_objects_by_name_or_pattern(run, seeded):
+    ns = seeded
+    assert run("backup", "n1", "-n", ns, "--name", "pro*,orders").code == 0
+    objects = {p.rsplit("/", 1)[1] for p in members(run.storage, "n1") if "/namespaces/" in p}
+    assert objects == {"prod.json", "orders.json"}, "CRDs are kept; other objects are left out"
+    assert any(p.startswith("resources/customresourcedefinitions") for p in members(run.storage, "n1"))
+    result = run("describe", "n1", "-o", "json")
+    assert json.loads(result.out)["selection"]["names"] == ["pro*", "orders"]
+
+
 def test_builtins_when_named(run, seeded):
     assert run("backup", "cm", "-n", seeded, "--include-resources", "configmaps").code == 0
     files = members(run.storage, "cm")

@@ -186,6 +186,21 @@ def test_owner_absent_reference_is_dropped_with_a_warning(run, kube, crds, make,
     assert "dropped: owner not found" in result.err
 
 
+def test_restore_one_object_by_name(run, kube, crds, make, namespace):
+    for name in ("prod", "staging"):
+        make(cr(KC, "KubernetesCluster", name, status=kc_status(1)), namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    delete_namespace(kube, namespace)
+    result = run("restore", "b", "--include-resources", "kc", "--name", "prod", "-o", "json")
+    assert result.code == 0, result.err
+    assert {i["name"] for i in json.loads(result.out)["items"]} >= {"prod", namespace}
+    assert kube.get(crds.resolve("kc"), namespace, "prod")["status"] == kc_status(1)
+    assert kube.get(crds.resolve("kc"), namespace, "staging") is None
+    nothing = run("restore", "b", "--name", "prdo", "-o", "json")
+    assert nothing.code == 0
+    assert "no object in the selection is named 'prdo'" in json.loads(nothing.out)["warnings"]
+
+
 def test_namespace_mapping(run, kube, crds, make, namespace):
     owner = make(cr(KC, "KubernetesCluster", "parent", status=kc_status(5)), namespace)
     make(
