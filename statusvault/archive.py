@@ -19,6 +19,7 @@ from typing import IO, Any
 
 import orjson
 
+from statusvault.crypto import EncryptingWriter, Key
 from statusvault.errors import ArchiveError
 from statusvault.model import ObjectKey
 from statusvault.storage.base import Writer
@@ -96,11 +97,12 @@ class _HashingSink:
 class ArchiveWriter:
     """Streams object files into a tar.gz; the per-file SHA-256 list is spooled to disk, not memory."""
 
-    def __init__(self, sink: Writer, compresslevel: int = 3, mtime: float | None = None):
-        self._out = _HashingSink(sink)
+    def __init__(self, sink: Writer, compresslevel: int = 3, mtime: float | None = None, key: Key | None = None):
+        self._out = _HashingSink(sink)  # size and SHA-256 of what is stored (the ciphertext when encrypted)
+        self._enc = EncryptingWriter(self._out, key) if key is not None else None
         self.mtime = int(mtime if mtime is not None else time.time())
         self._gz = gzip.GzipFile(
-            fileobj=self._out,
+            fileobj=self._enc or self._out,
             mode="wb",
             compresslevel=compresslevel,
             mtime=self.mtime,
@@ -143,6 +145,8 @@ class ArchiveWriter:
             self._tar.addfile(info, mf)
         self._tar.close()
         self._gz.close()
+        if self._enc is not None:
+            self._enc.close()
         self._spool.close()
         return self._out.size, self._out.sha.hexdigest()
 
@@ -158,6 +162,7 @@ class VerifyReport:
     unexpected: list[str] = dataclasses.field(default_factory=list)
     archive_sha_ok: bool | None = None
     error: str = ""
+    objects_unchecked: bool = False  # encrypted and verified without the key: only the stored checksum was checked
 
     @property
     def ok(self) -> bool:

@@ -12,6 +12,7 @@ import orjson
 
 from statusvault import __version__
 from statusvault.archive import FORMAT_VERSION, ArchiveWriter, member_path
+from statusvault.crypto import Key
 from statusvault.errors import BackupExistsError, ConfigError, KubeApiError
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
@@ -100,7 +101,9 @@ class BackupEngine:
         progress: Progress | None = None,
         page_size: int = 500,
         compresslevel: int = 3,
+        key: Key | None = None,
     ):
+        self.key = key  # client-side encryption of the archive
         self.client = client
         self.discovery = discovery
         self.store = store
@@ -121,13 +124,15 @@ class BackupEngine:
         defined = {(rt.group, rt.resource) for rt in types if rt.custom}
         summaries: list[ResourceSummary] = []
         with self.store.open_write(archive_key(name)) as sink:
-            writer = ArchiveWriter(sink, self.compresslevel, mtime=created_at.timestamp())
+            writer = ArchiveWriter(sink, self.compresslevel, mtime=created_at.timestamp(), key=self.key)
             try:
                 for rt in types:
                     crd_filter = None if (not rt.is_crd or explicit_crds) else defined
                     summaries.append(self._backup_type(writer, rt, selection, crd_filter))
                 manifest = self._manifest(name, selection, summaries, writer, created_at)
                 manifest["schedule"] = schedule
+                if self.key is not None:
+                    manifest["encryption"] = self.key.describe()
                 size, sha = writer.finish(manifest)
             except BaseException:
                 writer.abort()

@@ -13,8 +13,9 @@ from typing import Any
 
 import orjson
 
-from statusvault.archive import ArchiveReader, VerifyReport, check_format, check_resources
-from statusvault.errors import ArchiveError, BackupNotFoundError
+from statusvault.archive import ArchiveReader, VerifyReport, check_format, check_resources, file_sha256
+from statusvault.crypto import Key, decrypt_file
+from statusvault.errors import ArchiveError, BackupNotFoundError, ConfigError
 from statusvault.retention import Candidate, Decision, RetentionPolicy, decide
 from statusvault.storage.base import (
     ARCHIVE_FILE,
@@ -143,10 +144,52 @@ def local_archive(store: ObjectStore, name: str) -> Iterator[Path]:
         yield dest
 
 
-def verify(store: ObjectStore, name: str) -> VerifyReport:
-    manifest = read_manifest(store, name)
+@contextlib.contextmanager
+def readable_archive(store: ObjectStore, name: str, manifest: dict[str, Any], key: Key | None) -> Iterator[Path]:
+    """The archive as a local tar.gz: its stored bytes checked against the manifest, decrypted when encrypted."""
     with local_archive(store, name) as path:
-        report = ArchiveReader(path).verify(expected_sha256=(manifest.get("archive") or {}).get("sha256"))
+        expected = (manifest.get("archive") or {}).get("sha256")
+        if expected and file_sha256(path) != expected:
+            raise ArchiveError(f"backup {name!r} was modified: the archive checksum differs from its manifest")
+        encryption = manifest.get("encryption")
+        if not encryption:
+            yield path
+            return
+        with _decrypted(path, name, encryption, key) as plain:
+            yield plain
+
+
+@contextlib.contextmanager
+def _decrypted(path: Path, name: str, encryption: dict[str, Any], key: Key | None) -> Iterator[Path]:
+    key_id = encryption.get("keyId", "?")
+    if key is None:
+        raise ConfigError(f"backup {name!r} is encrypted (key {key_id}): pass --encryption-key-file")
+    if key.id != key_id:
+        raise ConfigError(f"backup {name!r} was encrypted with key {key_id}, not with the given key ({key.id})")
+    with tempfile.TemporaryDirectory(prefix="statusvault-") as tmp:
+        plain = Path(tmp) / ARCHIVE_FILE
+        with open(plain, "wb") as f:
+            decrypt_file(path, f, key)
+        yield plain
+
+
+def verify(store: ObjectStore, name: str, key: Key | None = None) -> VerifyReport:
+    """Check the stored archive's SHA-256, then (decrypting it when needed) every file's hash.
+
+    An encrypted backup verified without its key gets the first check only (`objects_unchecked`)."""
+    manifest = read_manifest(store, name)
+    expected = (manifest.get("archive") or {}).get("sha256")
+    encryption = manifest.get("encryption")
+    with local_archive(store, name) as path:
+        stored_ok = file_sha256(path) == expected if expected else None
+        if not encryption:
+            report = ArchiveReader(path).verify()
+        elif key is None or stored_ok is False:
+            return VerifyReport(archive_sha_ok=stored_ok, objects_unchecked=key is None)
+        else:
+            with _decrypted(path, name, encryption, key) as plain:
+                report = ArchiveReader(plain).verify()
+    report.archive_sha_ok = stored_ok
     return report
 
 

@@ -30,7 +30,10 @@ class ScheduleSpec:
     keep_daily: int | None = None
     keep_weekly: int | None = None
     metrics_pushgateway: str = ""
-    cronjob_api: str = "batch/v1"  # batch/v1beta1 before Kubernetes 1.21
+    cronjob_api: str = "batch/v1"
+    encryption_secret: str = (
+        ""  # a Secret whose "key" is the base64 encryption key  # batch/v1beta1 before Kubernetes 1.21
+    )
 
     @property
     def account(self) -> str:
@@ -133,6 +136,19 @@ def rbac(spec: ScheduleSpec, types: list[ResourceType]) -> list[KubeObject]:
     return out
 
 
+KEY_DIR = "/etc/statusvault/encryption"
+KEY_ARGS = ["--encryption-key-file", f"{KEY_DIR}/key"]
+
+
+def mount_encryption_key(pod: dict[str, Any], secret: str) -> None:
+    """Mount the Secret holding the encryption key (its "key" entry) read-only into the pod's container."""
+    if not secret:
+        return
+    spec = pod["spec"]
+    spec["volumes"].append({"name": "encryption-key", "secret": {"secretName": secret, "defaultMode": 0o400}})
+    spec["containers"][0]["volumeMounts"].append({"name": "encryption-key", "mountPath": KEY_DIR, "readOnly": True})
+
+
 def storage_args(storage: str, s3: S3Options) -> list[str]:
     args = ["--storage", storage]
     for flag, value in (
@@ -167,6 +183,8 @@ def backup_args(spec: ScheduleSpec, types: list[ResourceType]) -> list[str]:
         args += ["-l", sel.label_selector]
     if sel.names:
         args += ["--name", ",".join(sel.names)]
+    if spec.encryption_secret:
+        args += KEY_ARGS
     args.append("--include-crds" if sel.include_crds else "--no-include-crds")
     args.append("--include-cluster-resources" if sel.cluster_resources else "--no-include-cluster-resources")
     if spec.metrics_pushgateway:
@@ -243,6 +261,7 @@ def secure_pod(
 def cronjob(spec: ScheduleSpec, types: list[ResourceType]) -> KubeObject:
     container = secure_container("backup", spec.image, command(spec, types), spec.credentials_secret)
     pod = secure_pod(spec.account, container, "Never")
+    mount_encryption_key(pod, spec.encryption_secret)
     return {
         "apiVersion": spec.cronjob_api,
         "kind": "CronJob",

@@ -13,7 +13,14 @@ import click
 import yaml
 
 from statusvault.cli.app import App
-from statusvault.cli.options import s3_options, split_csv, state_dir_option, storage_options
+from statusvault.cli.options import (
+    encryption_key,
+    encryption_option,
+    s3_options,
+    split_csv,
+    state_dir_option,
+    storage_options,
+)
 from statusvault.cli.schedule import apply_manifests
 from statusvault.controller.loop import Controller, ControllerConfig
 from statusvault.controller.manifests import ControllerSpec, render
@@ -67,6 +74,7 @@ def controller() -> None:
     help="How long a Lease lasts without renewal before another replica may take an intent over.",
 )
 @state_dir_option
+@encryption_option
 @storage_options
 @click.pass_obj
 def run_cmd(app: App, /, **kw: Any) -> None:
@@ -79,6 +87,7 @@ def run_cmd(app: App, /, **kw: Any) -> None:
     """
     s3 = s3_options(kw)
     default_storage = kw.pop("storage")
+    key = encryption_key(kw)
     config = ControllerConfig(
         namespace=kw["namespace"],
         holder=kw["holder"],
@@ -91,6 +100,7 @@ def run_cmd(app: App, /, **kw: Any) -> None:
         lambda refresh: app.discovery(refresh=refresh),
         lambda storage: app.store(storage or default_storage, s3),
         config,
+        key,
     )
     if kw["once"]:
         ran = controller.reconcile_all()
@@ -110,6 +120,7 @@ def _interrupt(signum: int, frame: object) -> None:
 @click.option("--namespace", "-n", default="statusvault", show_default=True, help="The controller's namespace.")
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="statusvault container image.")
 @click.option("--credentials-secret", default="", help="Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY.")
+@click.option("--encryption-key-secret", default="", help="Secret whose 'key' is the backups' encryption key.")
 @click.option("--replicas", type=click.IntRange(1), default=1, show_default=True, help="Replicas (a Lease per intent).")
 @click.option("--interval", type=click.FloatRange(1), default=10.0, show_default=True, help="Seconds between passes.")
 @click.option(
@@ -144,7 +155,14 @@ def render_cmd(app: App, /, **kw: Any) -> None:
     names = split_csv(kw["include_resources"])
     types = [discovery.resolve(n) for n in names] if names else [rt for rt in discovery.custom() if not rt.is_crd]
     spec = ControllerSpec(
-        kw["namespace"], kw["storage"], s3, kw["image"], kw["credentials_secret"], kw["replicas"], kw["interval"]
+        kw["namespace"],
+        kw["storage"],
+        s3,
+        kw["image"],
+        kw["credentials_secret"],
+        kw["replicas"],
+        kw["interval"],
+        kw["encryption_key_secret"],
     )
     manifests = render(spec, types)
     if not kw["apply_"]:

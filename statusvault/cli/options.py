@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from statusvault.cli.output import FORMATS
+from statusvault.crypto import Key
 from statusvault.storage import S3Options
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -39,6 +40,21 @@ def state_dir_option(f: F) -> F:
         envvar="STATUSVAULT_STATE_DIR",
         help="Where restore journals live; a restore that did not finish resumes from its journal when run again.",
     )(f)
+
+
+def encryption_option(f: F) -> F:
+    return click.option(
+        "--encryption-key-file",
+        type=click.Path(dir_okay=False),
+        envvar="STATUSVAULT_ENCRYPTION_KEY_FILE",
+        help="Client-side encryption: a file with a base64 32-byte key (`head -c 32 /dev/urandom | base64`).",
+    )(f)
+
+
+def encryption_key(kw: dict[str, Any]) -> Key | None:
+    """Pop --encryption-key-file out of a command's kwargs and read the key."""
+    path = kw.pop("encryption_key_file", None)
+    return Key.from_file(path) if path else None
 
 
 def output_option(f: F) -> F:

@@ -11,6 +11,8 @@ import click
 from statusvault.cli.app import App
 from statusvault.cli.options import (
     cluster_resources_option,
+    encryption_key,
+    encryption_option,
     metrics_options,
     output_option,
     s3_options,
@@ -72,6 +74,7 @@ from statusvault.restore.service import run_restore
 )
 @click.option("--burst", type=click.IntRange(1), default=100, show_default=True, envvar="STATUSVAULT_BURST")
 @state_dir_option
+@encryption_option
 @click.option(
     "--restart",
     is_flag=True,
@@ -96,6 +99,7 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
             kw["restart"],
             app.progress(),
             kw["parallel"],
+            encryption_key(kw),
         )
         run.success, run.duration = not report.failures and not report.aborted, report.duration
         run.objects, run.errors = report.total, len(report.failures)

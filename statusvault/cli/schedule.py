@@ -69,6 +69,7 @@ def schedule() -> None:
 @click.option("--namespace-of-job", default="statusvault", show_default=True, help="Namespace of the CronJob.")
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="statusvault container image.")
 @click.option("--credentials-secret", default="", help="Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY.")
+@click.option("--encryption-key-secret", default="", help="Secret whose 'key' encrypts the backups client-side.")
 @retention_options
 @click.option("--metrics-pushgateway", default="", metavar="URL", help="Push run metrics to this Pushgateway.")
 @click.option(
@@ -114,6 +115,7 @@ def render_cmd(app: App, /, name: str, cron: str, **kw: Any) -> None:
         kw["keep_weekly"],
         kw["metrics_pushgateway"],
         _cronjob_api(kw["kube_version"], discovery),
+        kw["encryption_key_secret"],
     )
     types = select_resources(discovery, selection) if discovery is not None else offline_types(selection)
     manifests = render(spec, types)

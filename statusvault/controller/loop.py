@@ -31,6 +31,7 @@ from statusvault.controller.intent import (
     retry_delay,
 )
 from statusvault.controller.lease import Lease
+from statusvault.crypto import Key
 from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
@@ -83,7 +84,9 @@ class Controller:
         discover: Callable[[bool], Discovery],
         store: Callable[[str | None], ObjectStore],
         config: ControllerConfig,
+        key: Key | None = None,
     ):
+        self.key = key  # for encrypted backups
         self.client = client
         self.discover = discover
         self.store = store
@@ -171,6 +174,7 @@ class Controller:
                 intent.options,
                 self.config.state_dir,
                 parallel=intent.parallel,
+                key=self.key,
             )
             ok = not report.failures and not report.aborted and not report.interrupted
             run_wide = bool(report.aborted)

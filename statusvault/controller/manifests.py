@@ -6,7 +6,14 @@ import dataclasses
 from typing import Any
 
 from statusvault.model import CRD_GROUP, CRD_RESOURCE, KubeObject, ResourceType
-from statusvault.schedule import DEFAULT_IMAGE, secure_container, secure_pod, storage_args
+from statusvault.schedule import (
+    DEFAULT_IMAGE,
+    KEY_ARGS,
+    mount_encryption_key,
+    secure_container,
+    secure_pod,
+    storage_args,
+)
 from statusvault.storage.base import S3Options
 
 NAME = "statusvault-controller"
@@ -25,6 +32,7 @@ class ControllerSpec:
     credentials_secret: str = ""
     replicas: int = 1
     interval: float = 10.0
+    encryption_secret: str = ""  # a Secret whose "key" is the base64 encryption key
 
 
 def restore_rules(types: list[ResourceType]) -> list[dict[str, Any]]:
@@ -64,11 +72,14 @@ def _binding(kind: str, spec: ControllerSpec) -> KubeObject:
 def deployment(spec: ControllerSpec) -> KubeObject:
     args = ["statusvault", "--log-format", "json", "controller", "run", "--interval", f"{spec.interval:g}"]
     args += ["--state-dir", STATE_DIR, *storage_args(spec.storage, spec.s3)]
+    if spec.encryption_secret:
+        args += KEY_ARGS
     container = secure_container("controller", spec.image, args, spec.credentials_secret)
     container["env"].append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
     container["volumeMounts"].append({"name": "state", "mountPath": STATE_DIR})
     pod = secure_pod(NAME, container, "Always", LABELS)
     pod["spec"]["volumes"].append({"name": "state", "emptyDir": {}})  # journals survive container restarts
+    mount_encryption_key(pod, spec.encryption_secret)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -12,8 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from statusvault.archive import ArchiveReader, file_sha256
-from statusvault.catalog import local_archive, read_manifest
-from statusvault.errors import ArchiveError, KubeApiError, StatusVaultError
+from statusvault.catalog import read_manifest, readable_archive
+from statusvault.crypto import Key
+from statusvault.errors import KubeApiError, StatusVaultError
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
 from statusvault.model import ResourceType
@@ -71,15 +72,13 @@ _UNLISTABLE: set[str] = set()
 
 
 @contextmanager
-def open_backup(store: ObjectStore, name: str) -> Iterator[ArchiveReader]:
-    """A reader over the backup's archive after checking it is complete and its checksum matches."""
+def open_backup(store: ObjectStore, name: str, key: Key | None = None) -> Iterator[ArchiveReader]:
+    """A reader over the backup's archive after checking it is complete and its checksum matches (decrypted
+    with key when the backup is encrypted)."""
     manifest = read_manifest(store, name)
-    with local_archive(store, name) as path:
-        expected = (manifest.get("archive") or {}).get("sha256")
-        actual = file_sha256(path)
-        if expected and actual != expected:
-            raise ArchiveError(f"backup {name!r} was modified: the archive checksum differs from its manifest")
-        yield ArchiveReader(path, sha256=actual)
+    with readable_archive(store, name, manifest, key) as path:
+        stored = (manifest.get("archive") or {}).get("sha256") or file_sha256(path)
+        yield ArchiveReader(path, sha256=stored)
 
 
 def journal_path(state_dir: Path, backup: str, identity: tuple[str, ...], opts: RestoreOptions) -> Path:
@@ -149,11 +148,12 @@ def run_restore(
     restart: bool = False,
     progress: Progress | None = None,
     parallel: int = 8,
+    key: Key | None = None,
 ) -> RestoreReport:
     """Fetch and check the backup, plan (or resume its journal under state_dir), and restore.
 
     discover(refresh) gives the cluster's resource types; refresh=True re-reads them after CRDs."""
-    with open_backup(store, name) as reader:
+    with open_backup(store, name, key) as reader:
         journal = None
         if state_dir is not None:
             journal = journal_path(state_dir, name, (store.url, reader.sha256, client.transport.host), opts)

@@ -132,3 +132,17 @@ def test_the_rendered_controller_is_least_privilege_and_non_root():
     assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
     assert container["securityContext"]["readOnlyRootFilesystem"] and pod["securityContext"]["runAsNonRoot"]
     assert container["envFrom"] == [{"secretRef": {"name": "s3"}}]
+
+
+def test_an_encryption_key_secret_is_mounted_read_only_and_passed():
+    from statusvault.controller.manifests import ControllerSpec, render
+
+    spec = ControllerSpec("sv", "s3://b/p", encryption_secret="backup-key")
+    deploy = next(m for m in render(spec, []) if m["kind"] == "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    assert {"name": "encryption-key", "secret": {"secretName": "backup-key", "defaultMode": 0o400}} in pod["volumes"]
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "encryption-key")
+    assert mount["readOnly"] and pod["containers"][0]["command"][-2:] == [
+        "--encryption-key-file",
+        f"{mount['mountPath']}/key",
+    ]

@@ -1,0 +1,70 @@
+"""Client-side encryption end to end: the store holds ciphertext; only the key restores or fully verifies."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+
+import pytest
+
+from statusvault.crypto import is_encrypted
+from statusvault.errors import ExitStatus
+from tests.builders import cr, kc_status
+from tests.integration.test_restore import KC, delete_namespace
+
+
+@pytest.fixture
+def keys(tmp_path):
+    out = {}
+    for name in ("right", "wrong"):
+        path = tmp_path / f"{name}.key"
+        path.write_text(base64.b64encode(os.urandom(32)).decode())
+        out[name] = str(path)
+    return out
+
+
+def test_encrypted_backup_restores_only_with_its_key(run, kube, crds, make, namespace, keys):
+    make(cr(KC, "KubernetesCluster", "prod", status=kc_status(4)), namespace)
+    assert run("backup", "sealed", "-n", namespace, "--encryption-key-file", keys["right"]).code == 0
+    archive = run.storage / "backups" / "sealed" / "archive.tar.gz"
+    assert is_encrypted(archive)
+    assert json.loads((run.storage / "backups" / "sealed" / "manifest.json").read_text())["encryption"]["keyId"]
+
+    unchecked = run("verify", "sealed", "-o", "json")
+    assert unchecked.code == 0 and json.loads(unchecked.out)["objectsChecked"] is False
+    checked = run("verify", "sealed", "--encryption-key-file", keys["right"], "-o", "json")
+    assert checked.code == 0 and json.loads(checked.out)["filesChecked"] >= 2
+
+    delete_namespace(kube, namespace)
+    no_key = run("restore", "sealed")
+    assert no_key.code == ExitStatus.USAGE
+    assert "is encrypted (key " in no_key.err and "pass --encryption-key-file" in no_key.err
+    wrong = run("restore", "sealed", "--encryption-key-file", keys["wrong"])
+    assert wrong.code == ExitStatus.USAGE and "was encrypted with key" in wrong.err
+    assert kube.get(crds.resolve("namespaces"), None, namespace) is None, "refused before any write"
+
+    ok = run("restore", "sealed", "--encryption-key-file", keys["right"])
+    assert ok.code == 0, ok.err
+    assert kube.get(crds.resolve("kc"), namespace, "prod")["status"] == kc_status(4)
+
+
+def test_tampered_ciphertext_is_refused_even_with_a_matching_manifest(run, make, namespace, keys):
+    """Someone who can write the bucket rewrites a byte and the manifest's checksum: the key still catches it."""
+    import hashlib
+
+    make(cr(KC, "KubernetesCluster", "prod", status=kc_status(4)), namespace)
+    assert run("backup", "sealed", "-n", namespace, "--encryption-key-file", keys["right"]).code == 0
+    folder = run.storage / "backups" / "sealed"
+    data = bytearray((folder / "archive.tar.gz").read_bytes())
+    data[100] ^= 1
+    (folder / "archive.tar.gz").write_bytes(bytes(data))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["archive"]["sha256"] = hashlib.sha256(data).hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+    result = run("restore", "sealed", "--encryption-key-file", keys["right"])
+    assert result.code == ExitStatus.ERROR
+    assert (
+        result.err.strip() == "error: cannot decrypt the archive: wrong key, or the archive was modified or cut short"
+    )
