@@ -73,6 +73,13 @@ from statusvault.restore.service import run_restore
     help="Client-side request rate limit (0 = none; the server's 429s are always honoured).",
 )
 @click.option("--burst", type=click.IntRange(1), default=100, show_default=True, envvar="STATUSVAULT_BURST")
+@click.option(
+    "--scale-down",
+    multiple=True,
+    metavar="NAMESPACE/KIND/NAME,...",
+    help="Scale these operators to 0 while restoring (and back afterwards), so none acts on an object "
+    "before its status is back.",
+)
 @state_dir_option
 @encryption_option
 @click.option(

@@ -35,6 +35,7 @@ RESTORE_KEYS = frozenset(
         "no-status",
         "existing-resource-policy",
         "include-cluster-resources",
+        "scale-down",
     }
 )
 INTENT_KEYS = RESTORE_KEYS | {"backup", "storage", "parallel", "request"}  # request: free text; change it to re-run

@@ -40,7 +40,11 @@ def restore_rules(types: list[ResourceType]) -> list[dict[str, Any]]:
     groups: dict[str, set[str]] = {CRD_GROUP: {CRD_RESOURCE}, "": {"namespaces"}}
     for rt in types:
         groups.setdefault(rt.group, set()).update({rt.resource, f"{rt.resource}/status"})
-    return [{"apiGroups": [g], "resources": sorted(r), "verbs": list(RESTORE_VERBS)} for g, r in sorted(groups.items())]
+    rules = [
+        {"apiGroups": [g], "resources": sorted(r), "verbs": list(RESTORE_VERBS)} for g, r in sorted(groups.items())
+    ]
+    scalable = ["deployments", "deployments/scale", "statefulsets", "statefulsets/scale"]
+    return [*rules, {"apiGroups": ["apps"], "resources": scalable, "verbs": ["get", "patch"]}]  # scale-down
 
 
 def own_namespace_rules() -> list[dict[str, Any]]:

@@ -36,6 +36,7 @@ class RestoreOptions:
     existing_policy: str = "none"  # none | update
     include_cluster_resources: bool | None = None  # None: on unless namespaces are given
     dry_run: str = "none"  # none | client | server
+    scale_down: tuple[str, ...] = ()  # NAMESPACE/KIND/NAME of operators to stop while restoring
 
     @property
     def mapping(self) -> dict[str, str]:
@@ -90,6 +91,7 @@ def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
         existing_policy=choice("existing_resource_policy", POLICIES),
         include_cluster_resources=flag("include_cluster_resources"),
         dry_run=choice("dry_run", DRY_RUNS),
+        scale_down=csv("scale_down"),
     )
 
 

@@ -20,6 +20,7 @@ from statusvault.kube.discovery import Discovery
 from statusvault.model import ResourceType
 from statusvault.progress import Progress
 from statusvault.restore.execute import RestoreEngine
+from statusvault.restore.pause import Pauser, resolve_workloads
 from statusvault.restore.plan import NAMESPACE_TYPE, RestoreOptions, build_plan
 from statusvault.restore.planstore import RestorePlan
 from statusvault.restore.results import RestoreReport
@@ -153,10 +154,17 @@ def run_restore(
     """Fetch and check the backup, plan (or resume its journal under state_dir), and restore.
 
     discover(refresh) gives the cluster's resource types; refresh=True re-reads them after CRDs."""
+    workloads = resolve_workloads(opts.scale_down, discover(False))  # a bad name fails before anything
+    pauser = Pauser(client)
+    for w in workloads:
+        pauser.get(w)
     with open_backup(store, name, key) as reader:
         journal = None
         if state_dir is not None:
             journal = journal_path(state_dir, name, (store.url, reader.sha256, client.transport.host), opts)
         with planned(client, discover(False), reader, name, opts, journal, restart) as plan:
             engine = RestoreEngine(client, discover(False), lambda: discover(True), progress, parallel)
-            return engine.run(reader, plan, opts)
+            if opts.dry_run != "none" or not workloads or not plan.pending():
+                return engine.run(reader, plan, opts)
+            with pauser.paused(workloads):
+                return engine.run(reader, plan, opts)

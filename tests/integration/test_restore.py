@@ -496,3 +496,63 @@ def test_a_damaged_journal_is_refused_and_restart_discards_it(run, kube, crds, m
         ("k2", "skipped"),
         ("orders", "skipped"),
     }
+
+
+def _deployment(kube, namespace, name, replicas):
+    from statusvault.kube.discovery import discover
+
+    rt = discover(kube).resolve("deployments.apps")
+    labels = {"app": name}
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "op:1"}]}},
+        },
+    }
+    return rt, kube.create(rt, namespace, body)
+
+
+def test_scale_down_stops_the_operator_for_the_restore_and_brings_it_back(run, kube, crds, make, namespace):
+    ops = unique("ops")
+    ensure_namespace(kube, ops)
+    rt, _ = _deployment(kube, ops, "kc-operator", 2)
+    make(cr(KC, "KubernetesCluster", "prod", status=kc_status(1)), namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    delete_namespace(kube, namespace)
+
+    result = run("restore", "b", "--scale-down", f"{ops}/deployment/kc-operator")
+    assert result.code == 0, result.err
+    assert kube.get(crds.resolve("kc"), namespace, "prod")["status"] == kc_status(1)
+    live = kube.get(rt, ops, "kc-operator")
+    assert live["spec"]["replicas"] == 2, "scaled back"
+    assert live["metadata"]["generation"] == 3, "scaled to 0 and back: two spec changes"
+    assert "statusvault.io/replicas-before-restore" not in (live["metadata"].get("annotations") or {})
+
+
+def test_scale_down_after_a_crashed_run_restores_the_remembered_replicas(run, kube, crds, make, namespace):
+    """A run that died with the operator at 0 left the count in an annotation; the next run scales back to it."""
+    ops = unique("ops")
+    ensure_namespace(kube, ops)
+    rt, dep = _deployment(kube, ops, "db-operator", 0)
+    dep["metadata"]["annotations"] = {"statusvault.io/replicas-before-restore": "3"}
+    kube.replace(rt, ops, "db-operator", dep)
+    make(cr(KC, "KubernetesCluster", "prod", status=kc_status(1)), namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    delete_namespace(kube, namespace)
+    assert run("restore", "b", "--scale-down", f"{ops}/deployments/db-operator").code == 0
+    assert kube.get(rt, ops, "db-operator")["spec"]["replicas"] == 3
+
+
+def test_scale_down_of_an_unknown_workload_changes_nothing(run, kube, crds, make, namespace):
+    make(cr(KC, "KubernetesCluster", "prod", status=kc_status(1)), namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    delete_namespace(kube, namespace)
+    bad = run("restore", "b", "--scale-down", "nowhere/deployment")
+    assert bad.code == ExitStatus.USAGE and "expected NAMESPACE/KIND/NAME" in bad.err
+    missing = run("restore", "b", "--scale-down", f"{namespace}-ops/deployment/ghost")
+    assert missing.code == ExitStatus.USAGE and "does not exist" in missing.err
+    assert kube.get(crds.resolve("namespaces"), None, namespace) is None, "nothing was restored"

@@ -122,7 +122,8 @@ def test_the_rendered_controller_is_least_privilege_and_non_root():
     cluster_rules = {r["apiGroups"][0]: r for r in manifests["ClusterRole"]["rules"]}
     assert cluster_rules["xyz.example.com"]["resources"] == ["kubernetesclusters", "kubernetesclusters/status"]
     assert "delete" not in cluster_rules["xyz.example.com"]["verbs"], "a restore never deletes"
-    assert set(cluster_rules) == {"", "apiextensions.k8s.io", "xyz.example.com"}
+    assert set(cluster_rules) == {"", "apiextensions.k8s.io", "xyz.example.com", "apps"}
+    assert cluster_rules["apps"]["verbs"] == ["get", "patch"], "only to scale operators down and back"
     assert manifests["Role"]["metadata"]["namespace"] == "sv"
     assert {r["resources"][0] for r in manifests["Role"]["rules"]} == {"configmaps", "leases", "events"}
     pod = manifests["Deployment"]["spec"]["template"]["spec"]
