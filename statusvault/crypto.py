@@ -15,9 +15,6 @@ import os
 from pathlib import Path
 from typing import IO
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.storage.base import Writer
 
@@ -31,6 +28,8 @@ MORE, LAST = b"\x00", b"\x01"
 
 class Key:
     def __init__(self, secret: bytes):
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # imported only when a key is used
+
         if len(secret) != 32:
             raise ConfigError("an encryption key is 32 bytes (base64 in a file: `head -c 32 /dev/urandom | base64`)")
         self._aead = AESGCM(secret)
@@ -99,6 +98,8 @@ def is_encrypted(path: Path) -> bool:
 
 def decrypt_file(src: Path, dest: IO[bytes], key: Key) -> None:
     """Decrypt src into dest; ArchiveError when the key is wrong or any byte was changed, cut or added."""
+    from cryptography.exceptions import InvalidTag
+
     with open(src, "rb") as f:
         if f.read(len(MAGIC)) != MAGIC:
             raise ArchiveError(f"{src.name} is not an encrypted statusvault archive")
