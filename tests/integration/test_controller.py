@@ -123,6 +123,7 @@ def test_the_rendered_controller_restores_with_its_own_permissions(run, kube, cr
     from tests.integration.test_schedule import _service_account_kubeconfig
 
     ctl_ns = unique("ctlr")
+    ensure_namespace(kube, ctl_ns)  # a server dry run cannot create the namespace it then writes into
     args = ("controller", "render", "-n", ctl_ns, "--storage", "s3://b/p", "--include-resources", "kc")
     dry = run(*args, "--apply", "--dry-run", "server")
     assert dry.code == 0, dry.err
