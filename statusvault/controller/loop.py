@@ -110,7 +110,12 @@ class Controller:
             for cm in page:
                 if self.stop.is_set():
                     return ran
-                ran += self.reconcile(cm)
+                try:
+                    ran += self.reconcile(cm)
+                except StatusVaultError as e:  # this intent's API calls failed; the others may still work
+                    log.error("intent %s: %s", cm["metadata"]["name"], e)
+                except Exception:  # a bug must not stop every other intent
+                    log.exception("intent %s: unexpected error", cm["metadata"]["name"])
         return ran
 
     def reconcile(self, cm: KubeObject) -> bool:
@@ -180,7 +185,8 @@ class Controller:
             run_wide = bool(report.aborted)
             message = _summary(intent.backup, report)
         except StatusVaultError as e:  # store, archive or API server: nothing or little was done
-            ok, run_wide, message = False, True, f"restore of {intent.backup} failed: {e}"
+            # a configuration problem (missing key, a resource the backup lacks) is not an outage
+            ok, run_wide, message = False, not isinstance(e, ConfigError), f"restore of {intent.backup} failed: {e}"
         finally:
             if report is not None:
                 report.close()
