@@ -97,6 +97,41 @@ def update_patch(live: KubeObject, desired: KubeObject) -> list[dict[str, Any]]:
     return [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}, *ops]
 
 
+ABSENT = object()
+
+
+def restore_diff(live: KubeObject, desired: KubeObject, saved_status: Any = ABSENT) -> list[dict[str, Any]]:
+    """What differs between a live object and the backup's version of it: user content, and the status when
+    it would be restored. Entries are {"path", "live", "backup"}; a side without the field has no key."""
+    before, after = _content(live), _content(desired)
+    if saved_status is not ABSENT:
+        before["status"], after["status"] = live.get("status", ABSENT), saved_status
+    out: list[dict[str, Any]] = []
+    _diff(before, after, "", out)
+    return out
+
+
+def _diff(a: Any, b: Any, path: str, out: list[dict[str, Any]]) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            _diff(a.get(k, ABSENT), b.get(k, ABSENT), f"{path}/{_escape(str(k))}", out)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _diff(x, y, f"{path}/{i}", out)
+    elif a != b:
+        entry: dict[str, Any] = {"path": path}
+        if a is not ABSENT:
+            entry["live"] = a
+        if b is not ABSENT:
+            entry["backup"] = b
+        out.append(entry)
+
+
+def _escape(key: str) -> str:
+    """A JSON Pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
 def status_body(live: KubeObject, status: Any) -> KubeObject:
     """The body of a PUT to /status: the live object (its resourceVersion) carrying the saved status."""
     return {**live, "status": status}

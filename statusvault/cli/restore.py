@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -139,11 +140,27 @@ def _display(r: dict[str, Any]) -> str:
     return f"{r['resource']} {where}{r['name']}"
 
 
+def _diff_line(d: dict[str, Any]) -> str:
+    """One difference between the live object and the backup: ~ changed, + only in the backup, - only live."""
+
+    def show(v: Any) -> str:
+        text = json.dumps(v, sort_keys=True, separators=(",", ":"))
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    if "live" in d and "backup" in d:
+        return f"~ {d['path']}: {show(d['live'])} -> {show(d['backup'])}"
+    if "backup" in d:
+        return f"+ {d['path']}: {show(d['backup'])}"
+    return f"- {d['path']}: {show(d['live'])}"
+
+
 def render(report: RestoreReport) -> str:
     lines = []
     if report.dry_run == "client":
         lines.append(f"Plan for restoring {report.backup} (dry run, nothing changed):")
-        lines += [f"  {r['result']:<13} {_display(r)}  status: {r['status']}" for r in report.results()]
+        for entry in report.results():
+            lines.append(f"  {entry['result']:<13} {_display(entry)}  status: {entry['status']}")
+            lines += [f"      {_diff_line(d)}" for d in entry.get("diff", ())]
         lines.append("")
     rows = []
     for resource, c in report.by_resource():

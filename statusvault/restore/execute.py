@@ -22,7 +22,7 @@ from statusvault.restore.plan import CRD_QUALIFIED, RestoreOptions
 from statusvault.restore.planstore import Action, Category, PlanItem, RestorePlan, StatusMode
 from statusvault.restore.results import GENERATION_NOTE, ItemResult, Outcome, RestoreReport, StatusOutcome
 from statusvault.restore.writes import ObjectWriter
-from statusvault.transforms import remap_owner_refs, sanitize
+from statusvault.transforms import ABSENT, remap_owner_refs, restore_diff, sanitize
 
 log = logging.getLogger(__name__)
 STATUS_WRITE_ATTEMPTS = 5
@@ -129,39 +129,52 @@ class _Run:
             log.warning("%s: %s (%s)", result.display, result.outcome, result.message or result.status)
 
     def wave(self, items: Iterator[PlanItem]) -> None:
-        """Items the plan added come first, then archive order: the archive is walked once, in step."""
         todo = self._to_write(items)
-        nxt = next(todo, None)
-        if nxt is None:
+        if self.opts.dry_run == "client":  # previews are read-only GETs, run in order so the plan reads in order
+            self._walk(todo, lambda item, data: self.record(self.restore_one(item, data), item))
             return
         slots = threading.BoundedSemaphore(self.engine.parallel * 4)  # objects in flight stay bounded
+        with ThreadPoolExecutor(self.engine.parallel, thread_name_prefix="restore") as pool:
 
-        def submit(pool: ThreadPoolExecutor, item: PlanItem, data: bytes | None) -> None:
-            slots.acquire()
-            fut: Future[ItemResult] = pool.submit(self.restore_one, item, data)
-            fut.add_done_callback(lambda f: self._done(slots, f, item))
+            def submit(item: PlanItem, data: bytes | None) -> None:
+                slots.acquire()
+                fut: Future[ItemResult] = pool.submit(self.restore_one, item, data)
+                fut.add_done_callback(lambda f: self._done(slots, f, item))
+
+            try:
+                self._walk(todo, submit)
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+
+    def _walk(self, todo: Iterator[PlanItem], handle: Callable[[PlanItem, bytes | None], None]) -> None:
+        """Hand each item its object's bytes: the items the plan added first (None), then the archive walked
+        once, in step with the items (both are in archive order), so no set of paths is held."""
+        nxt = next(todo, None)
+        while nxt is not None and not nxt.in_archive:
+            handle(nxt, None)
+            nxt = next(todo, None)
+        if nxt is None:
+            return
 
         def wanted(path: str) -> bool:
             return nxt is not None and nxt.path == path
 
-        with ThreadPoolExecutor(self.engine.parallel, thread_name_prefix="restore") as pool:
-            try:
-                while nxt is not None and not nxt.in_archive:
-                    submit(pool, nxt, None)
-                    nxt = next(todo, None)
-                for _, data in self.reader.objects(wanted) if nxt is not None else ():
-                    assert nxt is not None
-                    submit(pool, nxt, data)
-                    nxt = next(todo, None)
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+        for _, data in self.reader.objects(wanted):
+            assert nxt is not None
+            handle(nxt, data)
+            nxt = next(todo, None)
+            if nxt is None:  # the rest of the archive belongs to later waves (planning checked all of it)
+                return
 
     def _to_write(self, items: Iterator[PlanItem]) -> Iterator[PlanItem]:
         """The items to send; the others are reported as they go by."""
         for item in items:
             if self.opts.dry_run == "client":
-                self.record(_client_dry_run(item), item)
+                if item.in_archive and item.action in (Action.UPDATE, Action.SKIP_EXISTS):
+                    yield item  # read from the archive, to show how the live object differs
+                else:
+                    self.record(_client_dry_run(item), item)
             elif self.server_dry and self._untestable(item):
                 note = "not sent: depends on a namespace or CRD this restore creates"
                 self.record(_client_dry_run(item, note), item)
@@ -188,6 +201,8 @@ class _Run:
             if data is not None
             else {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": item.name}}
         )
+        if self.opts.dry_run == "client":
+            return self._preview(item, obj)
         result = ItemResult(
             item.rt.qualified,
             item.namespace,
@@ -211,10 +226,7 @@ class _Run:
         mode = item.status_mode  # subresources are per version: decide on the version written to
         if mode != StatusMode.NONE:
             mode = StatusMode.SUBRESOURCE if rt.has_status else StatusMode.IN_BODY
-        body = sanitize(obj, keep_status=mode == StatusMode.IN_BODY)
-        body["apiVersion"] = rt.api_version
-        if rt.namespaced:
-            body["metadata"]["namespace"] = item.namespace
+        body = self._body(item, obj, rt, mode)
         notes = self._remap_owners(item, body)
         if item.action == Action.CREATE:
             live, outcome = self.writer.create(rt, item, body)
@@ -238,6 +250,30 @@ class _Run:
             return
         if result.status == StatusOutcome.MISMATCH:
             result.message = "the server changed the restored status (pruned or defaulted fields?)"
+
+    def _preview(self, item: PlanItem, obj: KubeObject) -> ItemResult:
+        """A client dry run of an object that exists: the planned outcome, and how the live one differs."""
+        result = _client_dry_run(item)
+        try:
+            rt = self._request_type(item, obj)
+            body = self._body(item, obj, rt, StatusMode.NONE)
+            result.notes = (*result.notes, *self._remap_owners(item, body))
+            live = self.client.get(rt, item.namespace or None, item.name)
+        except StatusVaultError as e:
+            result.notes = (*result.notes, f"not compared with the live object: {e}")
+            return result
+        if live is not None:
+            saved = obj["status"] if item.status_mode != StatusMode.NONE and "status" in obj else ABSENT
+            result.diff = tuple(restore_diff(live, body, saved))
+        return result
+
+    def _body(self, item: PlanItem, obj: KubeObject, rt: ResourceType, mode: StatusMode) -> KubeObject:
+        """What is sent for the object: sanitised, in the version and namespace written, owners remapped."""
+        body = sanitize(obj, keep_status=mode == StatusMode.IN_BODY)
+        body["apiVersion"] = rt.api_version
+        if rt.namespaced:
+            body["metadata"]["namespace"] = item.namespace
+        return body
 
     def _request_type(self, item: PlanItem, obj: KubeObject) -> ResourceType:
         """The archived apiVersion when still served, else the preferred version."""

@@ -46,6 +46,7 @@ class ItemResult:
     notes: tuple[str, ...] = ()
     old_uid: str = ""
     new_uid: str = ""
+    diff: tuple[dict[str, Any], ...] = ()  # client dry run: how the live object differs from the backup
 
     @property
     def display(self) -> str:
@@ -70,6 +71,8 @@ class ItemResult:
             d["notes"] = list(self.notes)
         if self.new_uid:
             d["oldUid"], d["newUid"] = self.old_uid, self.new_uid
+        if self.diff:
+            d["diff"] = list(self.diff)
         return d
 
 

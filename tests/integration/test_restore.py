@@ -557,3 +557,29 @@ def test_scale_down_of_an_unknown_workload_changes_nothing(run, kube, crds, make
     missing = run("restore", "b", "--scale-down", f"{namespace}-ops/deployment/ghost")
     assert missing.code == ExitStatus.USAGE and "does not exist" in missing.err
     assert kube.get(crds.resolve("namespaces"), None, namespace) is None, "nothing was restored"
+
+
+def test_dry_run_client_shows_how_existing_objects_differ_from_the_backup(run, kube, crds, make, namespace):
+    make(cr(KC, "KubernetesCluster", "prod", spec={"region": "eu", "size": 3}, status=kc_status(1)), namespace)
+    assert run("backup", "b", "-n", namespace, "--no-include-crds").code == 0
+    kc = crds.resolve("kc")
+    live = kube.get(kc, namespace, "prod")
+    live["spec"]["size"] = 5
+    live["metadata"].setdefault("labels", {})["drift"] = "yes"
+    live = kube.replace(kc, namespace, "prod", live)
+    live["status"]["masterVersion"] = "9.9.9"
+    kube.replace(kc, namespace, "prod", live, sub="status")
+
+    result = run("restore", "b", "--dry-run", "client", "--existing-resource-policy", "update")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    at = lines.index(f"  would-update  kubernetesclusters.xyz.example.com {namespace}/prod  status: would-write")
+    assert lines[at + 1 : at + 4] == [
+        '      - /metadata/labels/drift: "yes"',
+        "      ~ /spec/size: 5 -> 3",
+        f'      ~ /status/masterVersion: "9.9.9" -> "{kc_status(1)["masterVersion"]}"',
+    ]
+    as_json = run("restore", "b", "--dry-run", "client", "-o", "json")
+    entry = items(json.loads(as_json.out))[f"kubernetesclusters.xyz.example.com {namespace}/prod"]
+    assert entry["result"] == "skipped" and {"path": "/spec/size", "live": 5, "backup": 3} in entry["diff"]
+    assert kube.get(kc, namespace, "prod")["spec"]["size"] == 5, "a dry run changes nothing"

@@ -113,3 +113,29 @@ def test_update_patch_empty_when_nothing_differs():
 def test_status_body_carries_the_live_resource_version():
     body = status_body(live(), {"new": True})
     assert body["metadata"]["resourceVersion"] == "42" and body["status"] == {"new": True}
+
+
+def test_restore_diff_names_each_changed_added_and_removed_field():
+    from statusvault.transforms import restore_diff
+
+    live = {
+        "metadata": {"name": "x", "labels": {"env": "prod", "team": "a"}, "uid": "new", "resourceVersion": "9"},
+        "spec": {"size": 5, "pools": [{"n": 1}, {"n": 2}], "extra": True},
+        "status": {"phase": "Pending"},
+    }
+    backup = {
+        "metadata": {"name": "x", "labels": {"env": "prod", "team": "b/c"}},
+        "spec": {"size": 3, "pools": [{"n": 1}, {"n": 3}], "region": "eu"},
+    }
+    diff = restore_diff(live, backup, {"phase": "Ready", "url": "https://c1"})
+    assert diff == [
+        {"path": "/metadata/labels/team", "live": "a", "backup": "b/c"},
+        {"path": "/spec/extra", "live": True},
+        {"path": "/spec/pools/1/n", "live": 2, "backup": 3},
+        {"path": "/spec/region", "backup": "eu"},
+        {"path": "/spec/size", "live": 5, "backup": 3},
+        {"path": "/status/phase", "live": "Pending", "backup": "Ready"},
+        {"path": "/status/url", "backup": "https://c1"},
+    ]
+    assert restore_diff(live, live) == [], "server-owned metadata is not content"
+    assert all(not d["path"].startswith("/status") for d in restore_diff(live, backup)), "status only when restored"
