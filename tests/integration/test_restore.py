@@ -560,12 +560,13 @@ def test_scale_down_of_an_unknown_workload_changes_nothing(run, kube, crds, make
 
 
 def test_dry_run_client_shows_how_existing_objects_differ_from_the_backup(run, kube, crds, make, namespace):
-    make(cr(KC, "KubernetesCluster", "prod", spec={"region": "eu", "size": 3}, status=kc_status(1)), namespace)
+    prod = cr(KC, "KubernetesCluster", "prod", spec={"region": "eu"}, status=kc_status(1), labels={"a": "b"})
+    make(prod, namespace)
     assert run("backup", "b", "-n", namespace, "--no-include-crds").code == 0
     kc = crds.resolve("kc")
     live = kube.get(kc, namespace, "prod")
-    live["spec"]["size"] = 5
-    live["metadata"].setdefault("labels", {})["drift"] = "yes"
+    live["spec"]["region"] = "us"
+    live["metadata"]["labels"]["drift"] = "yes"
     live = kube.replace(kc, namespace, "prod", live)
     live["status"]["masterVersion"] = "9.9.9"
     kube.replace(kc, namespace, "prod", live, sub="status")
@@ -576,10 +577,10 @@ def test_dry_run_client_shows_how_existing_objects_differ_from_the_backup(run, k
     at = lines.index(f"  would-update  kubernetesclusters.xyz.example.com {namespace}/prod  status: would-write")
     assert lines[at + 1 : at + 4] == [
         '      - /metadata/labels/drift: "yes"',
-        "      ~ /spec/size: 5 -> 3",
+        '      ~ /spec/region: "us" -> "eu"',
         f'      ~ /status/masterVersion: "9.9.9" -> "{kc_status(1)["masterVersion"]}"',
     ]
     as_json = run("restore", "b", "--dry-run", "client", "-o", "json")
     entry = items(json.loads(as_json.out))[f"kubernetesclusters.xyz.example.com {namespace}/prod"]
-    assert entry["result"] == "skipped" and {"path": "/spec/size", "live": 5, "backup": 3} in entry["diff"]
-    assert kube.get(kc, namespace, "prod")["spec"]["size"] == 5, "a dry run changes nothing"
+    assert entry["result"] == "skipped" and {"path": "/spec/region", "live": "us", "backup": "eu"} in entry["diff"]
+    assert kube.get(kc, namespace, "prod")["spec"]["region"] == "us", "a dry run changes nothing"
