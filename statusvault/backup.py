@@ -92,6 +92,9 @@ def _check_namespaces(client: KubeClient, namespaces: tuple[str, ...]) -> None:
                 raise
 
 
+STALE_WRITE_AFTER = 6 * 3600.0  # a write older than this is no backup in progress (the CronJob's deadline)
+
+
 class BackupEngine:
     def __init__(
         self,
@@ -118,6 +121,9 @@ class BackupEngine:
         types = select_resources(self.discovery, selection)  # unknown names fail here, before any write
         _check_namespaces(self.client, selection.namespaces)
         self.store.check()
+        swept = self.store.sweep(STALE_WRITE_AFTER)
+        if swept:
+            log.info("removed %d leftover(s) of backups killed mid-write from %s", swept, self.store.url)
         if self.store.exists(manifest_key(name)) or self.store.exists(archive_key(name)):
             raise BackupExistsError(f"backup {name!r} already exists in {self.store.url}")
         explicit_crds = any(self.discovery.resolve(n).is_crd for n in selection.include_resources)

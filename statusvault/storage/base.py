@@ -49,6 +49,11 @@ class ObjectStore(Protocol):
         """Fail fast (StorageError) when the store is missing, unreachable or denies access."""
         ...
 
+    def sweep(self, older_than: float) -> int:
+        """Remove what writes interrupted more than `older_than` seconds ago left behind (a killed backup's
+        partial file, an S3 multipart upload never completed nor aborted); returns how many."""
+        ...
+
     def put(self, key: str, data: bytes) -> None: ...
 
     def open_write(self, key: str) -> AbstractContextManager[Writer]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +33,22 @@ class LocalStore:
             raise StorageError(f"cannot use {self.root} as backup storage: {e.strerror}") from e
         if not os.access(self.root, os.W_OK | os.X_OK):
             raise StorageError(f"backup storage {self.root} is not writable")
+
+    def sweep(self, older_than: float) -> int:
+        """Stale `.<name>.*.partial` files (a SIGKILLed writer's), and the directories they leave empty."""
+        cutoff = time.time() - older_than
+        removed = 0
+        for dirpath, _dirs, files in os.walk(self.root, topdown=False):
+            here = 0
+            for fname in files:
+                full = Path(dirpath) / fname
+                if fname.startswith(".") and fname.endswith(".partial") and full.stat().st_mtime < cutoff:
+                    full.unlink(missing_ok=True)
+                    here += 1
+            if here and Path(dirpath) != self.root and not any(Path(dirpath).iterdir()):
+                Path(dirpath).rmdir()  # the killed backup's own directory
+            removed += here
+        return removed
 
     def put(self, key: str, data: bytes) -> None:
         with self.open_write(key) as w:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import io
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +19,8 @@ from boto3.s3.transfer import TransferConfig
 
 from statusvault.errors import StorageError
 from statusvault.storage.base import S3Options, StoredObject, Writer
+
+log = logging.getLogger(__name__)
 
 PART_SIZE = 8 * 1024 * 1024  # S3 needs >= 5 MiB for every part but the last
 T = TypeVar("T")
@@ -57,6 +61,25 @@ class S3Store:
     def check(self) -> None:
         # a GET, not HEAD: its error body tells a missing bucket, bad keys and a denial apart
         self._call("reach", self.client.list_objects_v2, Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+
+    def sweep(self, older_than: float) -> int:
+        """Abort multipart uploads under the prefix started more than older_than seconds ago (a killed
+        backup's); without s3:ListBucketMultipartUploads this is skipped and the bucket lifecycle rule
+        remains the safety net."""
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=older_than)
+        aborted = 0
+        try:
+            pages = self.client.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=self.prefix)
+            for page in pages:
+                for upload in page.get("Uploads") or []:
+                    if upload["Initiated"] < cutoff:
+                        self.client.abort_multipart_upload(
+                            Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                        )
+                        aborted += 1
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as e:
+            log.info("not sweeping stale multipart uploads in %s: %s", self.url, e)
+        return aborted
 
     def put(self, key: str, data: bytes) -> None:
         self._call(

@@ -282,6 +282,22 @@ def test_s3_large_archive_uses_multipart(run, make, namespace, s3_endpoint, buck
     assert run("verify", "big", "--storage", storage, *s3_args(s3_endpoint)).code == 0
 
 
+def test_a_killed_backups_multipart_upload_is_aborted_by_the_next_backup(run, seeded, s3_endpoint, bucket):
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    s3.create_multipart_upload(Bucket=bucket, Key="team/backups/killed/archive.tar.gz")
+    s3.create_multipart_upload(Bucket=bucket, Key="elsewhere/archive.tar.gz")
+    from statusvault.storage import open_store
+    from statusvault.storage.base import S3Options
+
+    store = open_store(f"s3://{bucket}/team", S3Options(endpoint_url=s3_endpoint))
+    # moto reports every upload as initiated in 2010, so the age cut-off cannot be shown here
+    assert store.sweep(3600) == 1
+    left = [u["Key"] for u in s3.list_multipart_uploads(Bucket=bucket).get("Uploads") or []]
+    assert left == ["elsewhere/archive.tar.gz"], "only under this store's prefix"
+
+
 def test_missing_bucket_is_a_clean_error(run, seeded, s3_endpoint):
     result = run("backup", "x", "-n", seeded, "--storage", "s3://no-such-bucket-zz", *s3_args(s3_endpoint))
     assert result.code == ExitStatus.ERROR

@@ -56,3 +56,22 @@ def test_local_store_delete_prunes_empty_dirs(tmp_path):
     store.delete("backups/a/manifest.json")
     assert not (tmp_path / "backups").exists()
     assert tmp_path.exists()
+
+
+def test_sweep_removes_only_stale_partial_files(tmp_path):
+    import os
+    import time
+
+    store = LocalStore(tmp_path)
+    killed = tmp_path / "backups" / "killed" / ".archive.tar.gz.abc.partial"
+    running = tmp_path / "backups" / "running" / ".archive.tar.gz.def.partial"
+    done = tmp_path / "backups" / "done" / "archive.tar.gz"
+    for f in (killed, running, done):
+        f.parent.mkdir(parents=True)
+        f.write_bytes(b"x")
+    old = time.time() - 7200
+    os.utime(killed, (old, old))
+    os.utime(done, (old, old))
+    assert store.sweep(3600) == 1
+    assert not killed.parent.exists(), "the killed backup's empty directory goes too"
+    assert running.exists() and done.exists()
