@@ -160,6 +160,7 @@ class VerifyReport:
     mismatched: list[str] = dataclasses.field(default_factory=list)
     missing: list[str] = dataclasses.field(default_factory=list)
     unexpected: list[str] = dataclasses.field(default_factory=list)
+    misordered: list[str] = dataclasses.field(default_factory=list)  # listed, but not at their place (order is format)
     archive_sha_ok: bool | None = None
     error: str = ""
     objects_unchecked: bool = False  # encrypted and verified without the key: only the stored checksum was checked
@@ -167,7 +168,8 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return (
-            not (self.mismatched or self.missing or self.unexpected or self.error) and self.archive_sha_ok is not False
+            not (self.mismatched or self.missing or self.unexpected or self.misordered or self.error)
+            and self.archive_sha_ok is not False
         )
 
 
@@ -333,13 +335,21 @@ class ArchiveReader:
         if expected_sha256 is not None:
             report.archive_sha_ok = file_sha256(self.path) == expected_sha256
         try:
-            files = dict(self.manifest()["files"])
+            entries = self.file_entries()
+            ahead: dict[str, str] = {}  # entries read past while looking for a member: only in a tampered archive
             tar = _open_stream(self.path)
             try:
                 for member in _members(tar):
                     if member.name == MANIFEST_MEMBER:
                         continue
-                    expected = files.pop(member.name, None)
+                    expected = ahead.pop(member.name, None)
+                    if expected is not None:
+                        report.misordered.append(member.name)
+                    while expected is None and (entry := next(entries, None)) is not None:
+                        if entry[0] == member.name:
+                            expected = entry[1]
+                        else:
+                            ahead[entry[0]] = entry[1]
                     if expected is None or not member.isfile():
                         report.unexpected.append(member.name)
                         continue
@@ -351,7 +361,7 @@ class ArchiveReader:
                         report.mismatched.append(member.name)
             finally:
                 tar.close()
-            report.missing = sorted(files)
+            report.missing = sorted([*ahead, *(path for path, _ in entries)])
         except ArchiveError as e:
             report.error = str(e)
         except READ_ERRORS as e:

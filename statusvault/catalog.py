@@ -203,6 +203,8 @@ def describe_problems(report: VerifyReport) -> str:
         parts.append(f"{len(report.mismatched)} file(s) with a wrong checksum, e.g. {report.mismatched[0]}")
     if report.missing:
         parts.append(f"{len(report.missing)} file(s) missing, e.g. {report.missing[0]}")
+    if report.misordered:
+        parts.append(f"{len(report.misordered)} file(s) out of the manifest's order, e.g. {report.misordered[0]}")
     if report.unexpected:
         parts.append(f"{len(report.unexpected)} unexpected member(s), e.g. {report.unexpected[0]}")
     return "; ".join(parts)

@@ -177,6 +177,7 @@ def verify(app: App, /, name: str, output: str, **kw: Any) -> None:
         "mismatched": report.mismatched,
         "missing": report.missing,
         "unexpected": report.unexpected,
+        "misordered": report.misordered,
         "error": report.error,
     }
     if not report.ok:

@@ -173,3 +173,22 @@ def test_a_manifest_in_another_layout_is_still_read(tmp_path):
     assert len(list(reader.objects())) == 6
     assert reader.head()["formatVersion"] == "1.0" and "files" not in reader.head()
     assert reader.verify().ok
+
+
+def test_members_out_of_the_manifests_order_fail_verification(tmp_path):
+    """Restores walk the file list in step with the archive: a reordered archive is damaged, and verify says so."""
+    path = write_archive(tmp_path / "a.tar.gz", entries())
+    held = []
+
+    def edit(m, data):
+        if m.name.endswith("k1.json"):
+            held.append((m, data))
+            return
+        yield m, data
+        if m.name.endswith("k2.json"):
+            yield from held
+
+    report = ArchiveReader(_repack(path, tmp_path / "b.tar.gz", edit)).verify()
+    assert report.misordered == ["resources/kubernetesclusters.xyz.example.com/namespaces/ns/k1.json"]
+    assert not report.mismatched and not report.missing and not report.unexpected
+    assert not report.ok
