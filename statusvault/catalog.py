@@ -153,6 +153,8 @@ def readable_archive(store: ObjectStore, name: str, manifest: dict[str, Any], ke
             raise ArchiveError(f"backup {name!r} was modified: the archive checksum differs from its manifest")
         encryption = manifest.get("encryption")
         if not encryption:
+            if key is not None:  # else whoever can write the bucket could swap in a plaintext archive
+                raise ConfigError(f"backup {name!r} is not encrypted, but an encryption key was given: refusing it")
             yield path
             return
         with _decrypted(path, name, encryption, key) as plain:

@@ -104,6 +104,8 @@ def decrypt_file(src: Path, dest: IO[bytes], key: Key) -> None:
         if f.read(len(MAGIC)) != MAGIC:
             raise ArchiveError(f"{src.name} is not an encrypted statusvault archive")
         prefix = f.read(PREFIX)
+        if len(prefix) != PREFIX:
+            raise ArchiveError(f"{src.name} is cut short: no encryption header")
         counter = 0
         chunk = f.read(CHUNK + TAG)
         while True:

@@ -121,6 +121,9 @@ class Controller:
     def reconcile(self, cm: KubeObject) -> bool:
         name = cm["metadata"]["name"]
         status_cm = self.client.get(CONFIGMAPS, self.config.namespace, name + "-status")
+        if status_cm is not None and (status_cm["metadata"].get("labels") or {}).get(STATUS_LABEL) != name:
+            log.error("intent %s: ConfigMap %s-status exists and is not its status (another intent?)", name, name)
+            return False
         status: dict[str, str] = dict((status_cm or {}).get("data") or {})
         now = dt.datetime.now(dt.UTC)
         try:
@@ -170,6 +173,7 @@ class Controller:
             return False  # changed under us: the next pass sees the new state
         self._event(cm, "Normal", "RestoreStarted", progress["message"])
         report: RestoreReport | None = None
+        interrupted = False
         try:
             report = run_restore(
                 self.client,
@@ -187,6 +191,11 @@ class Controller:
         except StatusVaultError as e:  # store, archive or API server: nothing or little was done
             # a configuration problem (missing key, a resource the backup lacks) is not an outage
             ok, run_wide, message = False, not isinstance(e, ConfigError), f"restore of {intent.backup} failed: {e}"
+        except KeyboardInterrupt:  # SIGTERM before the engine ran (download, planning, scale-down)
+            ok, run_wide, message, interrupted = False, False, f"restore of {intent.backup} was interrupted", True
+        except Exception as e:  # a bug or the disk: recorded and backed off like any failure, never a hot loop
+            log.exception("restore of intent %s", cm["metadata"]["name"])
+            ok, run_wide, message = False, False, f"restore of {intent.backup} failed: {type(e).__name__}: {e}"
         finally:
             if report is not None:
                 report.close()
@@ -205,7 +214,7 @@ class Controller:
             self._write_status(cm, status_cm, outcome, drop=("nextAttemptAt",))
             self._event(cm, "Normal", "RestoreCompleted", message)
         else:
-            interrupted = report is not None and report.interrupted
+            interrupted = interrupted or (report is not None and report.interrupted)
             if interrupted:  # the pod is stopping: the next pass (here or on another replica) resumes at once
                 self.stop.set()
             due = done if interrupted else done + dt.timedelta(seconds=retry_delay(decision.attempt))

@@ -44,7 +44,11 @@ def restore_rules(types: list[ResourceType]) -> list[dict[str, Any]]:
         {"apiGroups": [g], "resources": sorted(r), "verbs": list(RESTORE_VERBS)} for g, r in sorted(groups.items())
     ]
     scalable = ["deployments", "deployments/scale", "statefulsets", "statefulsets/scale"]
-    return [*rules, {"apiGroups": ["apps"], "resources": scalable, "verbs": ["get", "patch"]}]  # scale-down
+    return [
+        *rules,
+        {"apiGroups": ["apps"], "resources": scalable, "verbs": ["get", "patch"]},  # scale-down
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},  # ... and waiting for the pods to be gone
+    ]
 
 
 def own_namespace_rules() -> list[dict[str, Any]]:

@@ -87,12 +87,14 @@ class KubeClient:
             params.append(("continue", token))
         return self.request_json(Request("GET", rt.path(namespace), tuple(params)))
 
-    def list_names(self, rt: ResourceType, namespace: str | None, limit: int = 1000) -> set[str]:
+    def list_names(self, rt: ResourceType, namespace: str | None, limit: int = 1000, selector: str = "") -> set[str]:
         """Names of the existing objects, from a metadata-only LIST; empty when the resource is not served."""
         names: set[str] = set()
         token = ""
         while True:
             params: tuple[tuple[str, str], ...] = (("limit", str(limit)),) + ((("continue", token),) if token else ())
+            if selector:
+                params += (("labelSelector", selector),)
             try:
                 page = self.request_json(Request("GET", rt.path(namespace), params, accept=METADATA_LIST))
             except KubeApiError as e:

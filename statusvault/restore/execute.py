@@ -112,7 +112,7 @@ class _Run:
         self.report = report
         self.server_dry = opts.dry_run == "server"
         self.owners = OwnerResolver(engine.client, engine.discovery, plan.learned_uids())
-        self.writer = ObjectWriter(engine.client, self.server_dry, opts.existing_policy, plan.started)
+        self.writer = ObjectWriter(engine.client, self.server_dry, opts.existing_policy, plan.started, plan.was_created)
         self.lock = threading.Lock()
         self.crds_written: set[str] = set()
         self.new_namespaces: set[str] = set()
@@ -230,6 +230,8 @@ class _Run:
         notes = self._remap_owners(item, body)
         if item.action == Action.CREATE:
             live, outcome = self.writer.create(rt, item, body)
+            if outcome == Outcome.CREATED:
+                self.plan.mark_created(item)  # a resumed run will know the object is its own
         else:
             live, outcome = self.writer.update(rt, item, body)
         if live is None:

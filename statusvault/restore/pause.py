@@ -24,6 +24,7 @@ from statusvault.model import ResourceType
 
 log = logging.getLogger(__name__)
 ANNOTATION = "statusvault.io/replicas-before-restore"
+PODS = ResourceType("", "v1", "pods", "Pod", namespaced=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +62,8 @@ class Pauser:
         done: list[Workload] = []
         try:
             for w in workloads:
+                done.append(w)  # from the annotation on, it must be scaled back whatever happens next
                 self.scale_down(w)
-                done.append(w)
             for w in done:
                 self.wait_stopped(w)
             yield
@@ -80,7 +81,8 @@ class Pauser:
         obj = self.get(w)
         saved = (obj["metadata"].get("annotations") or {}).get(ANNOTATION)
         if saved is None:  # not already paused by an earlier run that did not scale it back
-            saved = str((obj.get("spec") or {}).get("replicas", 1))
+            scale = self.client.get_path(w.rt.path(w.namespace, w.name, "scale"))  # spec.replicas wherever it lives
+            saved = str((scale.get("spec") or {}).get("replicas", 0))
             patch = {
                 "metadata": {"annotations": {ANNOTATION: saved}, "resourceVersion": obj["metadata"]["resourceVersion"]}
             }
@@ -89,10 +91,15 @@ class Pauser:
         log.info("scaled %s to 0 for the restore (was %s)", w.display, saved)
 
     def wait_stopped(self, w: Workload) -> None:
+        """Until no pod of the workload is left, terminating ones included (status.replicas leaves those out)."""
         deadline = time.monotonic() + self.timeout
         while True:
             scale = self.client.get_path(w.rt.path(w.namespace, w.name, "scale"))
-            if int((scale.get("status") or {}).get("replicas") or 0) == 0:
+            selector = (scale.get("status") or {}).get("selector") or ""
+            if selector:
+                if not self.client.list_names(PODS, w.namespace, selector=selector):
+                    return
+            elif int((scale.get("status") or {}).get("replicas") or 0) == 0:
                 return
             if time.monotonic() > deadline:
                 raise StatusVaultError(f"{w.display} still runs pods {self.timeout:.0f}s after scaling it to 0")
@@ -104,7 +111,7 @@ class Pauser:
             saved = (obj["metadata"].get("annotations") or {}).get(ANNOTATION)
             if saved is None:
                 return
-            replicas = {"spec": {"replicas": int(saved)}}
+            replicas = {"spec": {"replicas": int(saved) if saved.isdigit() else 1}}
             self.client.patch(w.rt, w.namespace, w.name, replicas, MERGE_PATCH, sub="scale")
             self.client.patch(w.rt, w.namespace, w.name, {"metadata": {"annotations": {ANNOTATION: None}}}, MERGE_PATCH)
             log.info("scaled %s back to %s", w.display, saved)

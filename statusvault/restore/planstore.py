@@ -97,6 +97,7 @@ CREATE TABLE items (
 );
 CREATE TABLE refs (seq INTEGER NOT NULL, owner_uid TEXT NOT NULL);
 CREATE TABLE done (seq INTEGER PRIMARY KEY);  -- restored by this or an earlier (interrupted) run
+CREATE TABLE created (seq INTEGER PRIMARY KEY);  -- created by a run of this journal (status maybe not yet written)
 CREATE TABLE uids (old TEXT PRIMARY KEY, new TEXT NOT NULL);  -- owners restored so far: old UID -> new
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
@@ -128,7 +129,9 @@ class RestorePlan:
             self.path, self.scratch = Path(name), True
         else:  # built beside it and renamed when sealed: a crash while planning leaves no half journal
             self.path, self.scratch = journal.with_name(journal.name + ".building"), False
+            _remove_db(self.path)  # what a run killed while planning left (the caller holds the journal's lock)
         self._journal = journal
+        self.served: set[str] = set()  # types confirmed served by retarget()
         self._db = self._connect()
         self._db.execute("PRAGMA journal_mode = OFF")  # while building: one transaction, nothing to protect
         self._db.executescript(_SCHEMA)
@@ -140,6 +143,7 @@ class RestorePlan:
         """The plan of an earlier run that did not finish, with what it got done."""
         plan = cls.__new__(cls)
         plan.path, plan._journal, plan.scratch, plan.finished, plan._sealed = journal, journal, False, False, True
+        plan.served = set()
         try:
             plan._db = plan._connect()
             meta = {k: json.loads(v) for k, v in plan._db.execute("SELECT key, value FROM meta")}
@@ -171,8 +175,7 @@ class RestorePlan:
             self._marks.close()
         self._db.close()
         if self.scratch or self.finished or not self._sealed:  # a plan that failed to build is no journal
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+            _remove_db(self.path)
 
     def __enter__(self) -> RestorePlan:
         return self
@@ -219,6 +222,7 @@ class RestorePlan:
         self._db.execute("COMMIT")
         if self._journal is not None:
             self._db.close()
+            _remove_db(self._journal)  # an old journal's -wal would otherwise be replayed onto the new file
             os.replace(self.path, self._journal)
             self.path = self._journal
             self._db = self._connect()
@@ -235,12 +239,11 @@ class RestorePlan:
             "CREATE TEMP TABLE links AS SELECT r.seq AS dependent, o.seq AS owner "
             "FROM refs r JOIN items o ON o.old_uid = r.owner_uid WHERE o.old_uid != '' AND o.seq != r.seq"
         )
-        for _ in range(MAX_OWNER_DEPTH):
+        db.execute("CREATE INDEX temp.links_dependent ON links (dependent)")
+        deepest = "(SELECT 1 + MAX(o.depth) FROM links l JOIN items o ON o.seq = l.owner WHERE l.dependent = items.seq)"
+        for _ in range(MAX_OWNER_DEPTH):  # correlated subqueries: no UPDATE ... FROM, which needs SQLite 3.33
             deeper = db.execute(
-                "UPDATE items SET depth = d.depth FROM ("
-                "  SELECT l.dependent AS seq, 1 + MAX(o.depth) AS depth"
-                "  FROM links l JOIN items o ON o.seq = l.owner GROUP BY l.dependent"
-                ") AS d WHERE items.seq = d.seq AND items.depth < d.depth"
+                f"UPDATE items SET depth = {deepest} WHERE seq IN (SELECT dependent FROM links) AND depth < {deepest}"
             ).rowcount
             if not deeper:
                 break
@@ -277,6 +280,8 @@ class RestorePlan:
         for q, src, ns, name, uid, cat, action, mode, depth, stored, seq in self._db.execute(
             query + " ORDER BY category, depth, in_archive, seq", args
         ):
+            if action == Action.UNAVAILABLE and q in self.served:  # its CRD was installed since the plan was made
+                action = Action.CREATE
             rt = self.types[q]
             yield PlanItem(
                 rt, src, ns, name, uid, Category(cat), Action(action), StatusMode(mode), depth, bool(stored), seq
@@ -303,6 +308,15 @@ class RestorePlan:
         with self._marks_lock:
             self._marks.execute("INSERT OR IGNORE INTO done VALUES (?)", (item.seq,))
 
+    def mark_created(self, item: PlanItem) -> None:
+        with self._marks_lock:
+            self._marks.execute("INSERT OR IGNORE INTO created VALUES (?)", (item.seq,))
+
+    def was_created(self, item: PlanItem) -> bool:
+        """Whether a run of this journal created the object: a resumed run then owns it, changed or not."""
+        with self._marks_lock:
+            return self._marks.execute("SELECT 1 FROM created WHERE seq = ?", (item.seq,)).fetchone() is not None
+
     def learn_uid(self, old: str, new: str) -> None:
         with self._marks_lock:
             self._marks.execute("INSERT OR REPLACE INTO uids VALUES (?, ?)", (old, new))
@@ -316,6 +330,7 @@ class RestorePlan:
             served = live.by_qualified(qualified)
             if served is not None and not rt.is_crd:
                 self.types[qualified] = dataclasses.replace(served, custom=served.custom or rt.custom)
+                self.served.add(qualified)
 
     def resources(self, exclude: Category) -> set[str]:
         """The qualified resource names with at least one item outside one category."""
@@ -326,3 +341,8 @@ class RestorePlan:
 def _type(fields: dict[str, Any]) -> ResourceType:
     args: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
     return ResourceType(**args)
+
+
+def _remove_db(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)

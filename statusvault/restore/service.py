@@ -6,6 +6,7 @@ import dataclasses
 import fcntl
 import hashlib
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,7 +15,7 @@ from pathlib import Path
 from statusvault.archive import ArchiveReader, file_sha256
 from statusvault.catalog import read_manifest, readable_archive
 from statusvault.crypto import Key
-from statusvault.errors import KubeApiError, StatusVaultError
+from statusvault.errors import ArchiveError, KubeApiError, StatusVaultError
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
 from statusvault.model import ResourceType
@@ -79,7 +80,12 @@ def open_backup(store: ObjectStore, name: str, key: Key | None = None) -> Iterat
     manifest = read_manifest(store, name)
     with readable_archive(store, name, manifest, key) as path:
         stored = (manifest.get("archive") or {}).get("sha256") or file_sha256(path)
-        yield ArchiveReader(path, sha256=stored)
+        reader = ArchiveReader(path, sha256=stored)
+        if manifest.get("encryption") and reader.head().get("name") != name:  # the authenticated inner name
+            raise ArchiveError(
+                f"the encrypted archive stored as {name!r} belongs to backup {reader.head().get('name')!r}"
+            )
+        yield reader
 
 
 def journal_path(state_dir: Path, backup: str, identity: tuple[str, ...], opts: RestoreOptions) -> Path:
@@ -124,19 +130,29 @@ def planned(
 
 @contextmanager
 def _locked(journal: Path, name: str) -> Iterator[None]:
+    """An exclusive flock on <journal>.lock. The lock file is removed with the journal, so after locking
+    check that the file locked is still the one at that path (else a remover won the race: try again)."""
     lock = journal.with_suffix(".lock")
-    with open(lock, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StatusVaultError(
-                f"another restore of {name} with the same options is running (it holds {lock})"
-            ) from None
-        try:
-            yield
-        finally:
-            if not journal.exists():
-                lock.unlink(missing_ok=True)
+    while True:
+        with open(lock, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StatusVaultError(
+                    f"another restore of {name} with the same options is running (it holds {lock})"
+                ) from None
+            try:
+                current = os.stat(lock).st_ino
+            except FileNotFoundError:
+                continue
+            if current != os.fstat(f.fileno()).st_ino:
+                continue
+            try:
+                yield
+            finally:
+                if not journal.exists():
+                    lock.unlink(missing_ok=True)
+            return
 
 
 def run_restore(
@@ -164,7 +180,11 @@ def run_restore(
             journal = journal_path(state_dir, name, (store.url, reader.sha256, client.transport.host), opts)
         with planned(client, discover(False), reader, name, opts, journal, restart) as plan:
             engine = RestoreEngine(client, discover(False), lambda: discover(True), progress, parallel)
-            if opts.dry_run != "none" or not workloads or not plan.pending():
+            if opts.dry_run != "none" or not workloads:
+                return engine.run(reader, plan, opts)
+            if not plan.pending():  # an earlier run restored everything but died before scaling back
+                for w in workloads:
+                    pauser.scale_back(w)
                 return engine.run(reader, plan, opts)
             with pauser.paused(workloads):
                 return engine.run(reader, plan, opts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 from statusvault.errors import KubeApiError, StatusVaultError
@@ -18,7 +19,15 @@ CLOCK_SKEW = 120.0  # seconds of disagreement tolerated between this machine and
 
 
 class ObjectWriter:
-    def __init__(self, client: KubeClient, server_dry: bool, policy: str, started: float):
+    def __init__(
+        self,
+        client: KubeClient,
+        server_dry: bool,
+        policy: str,
+        started: float,
+        created_before: Callable[[PlanItem], bool] = lambda item: False,
+    ):
+        self.created_before = created_before  # by an earlier run of the same (resumed) restore
         self.client = client
         self.server_dry = server_dry
         self.policy = policy
@@ -32,8 +41,8 @@ class ObjectWriter:
             if e.code != 409 or e.reason != "AlreadyExists":
                 raise
             live = self.client.get(rt, item.namespace or None, item.name)
-            if live is not None and self._ours(live, body):  # a resent POST whose first attempt had succeeded
-                return live, Outcome.CREATED
+            if live is not None and (self._ours(live, body) or self.created_before(item)):
+                return live, Outcome.CREATED  # a resent POST whose first attempt succeeded, or a resumed run's
             if self.policy != "update":
                 return None, Outcome.SKIPPED
             return self.update(rt, item, body)  # appeared since the plan was made

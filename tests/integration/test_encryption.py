@@ -68,3 +68,24 @@ def test_tampered_ciphertext_is_refused_even_with_a_matching_manifest(run, make,
     assert (
         result.err.strip() == "error: cannot decrypt the archive: wrong key, or the archive was modified or cut short"
     )
+
+
+def test_a_key_refuses_plaintext_and_archives_of_other_backups(run, make, namespace, keys):
+    """With a key, a swapped-in plaintext archive or another encrypted backup's archive is refused."""
+    import shutil
+
+    make(cr(KC, "KubernetesCluster", "prod", status=kc_status(4)), namespace)
+    assert run("backup", "plain", "-n", namespace).code == 0
+    refused = run("restore", "plain", "--encryption-key-file", keys["right"])
+    assert refused.code == ExitStatus.USAGE and "is not encrypted, but an encryption key was given" in refused.err
+
+    for name in ("a", "b"):
+        assert run("backup", name, "-n", namespace, "--encryption-key-file", keys["right"]).code == 0
+    folder = run.storage / "backups"
+    shutil.copyfile(folder / "a" / "archive.tar.gz", folder / "b" / "archive.tar.gz")
+    manifest = json.loads((folder / "b" / "manifest.json").read_text())
+    manifest["archive"] = json.loads((folder / "a" / "manifest.json").read_text())["archive"]
+    (folder / "b" / "manifest.json").write_text(json.dumps(manifest))
+    swapped = run("restore", "b", "--encryption-key-file", keys["right"])
+    assert swapped.code == ExitStatus.ERROR
+    assert swapped.err.strip() == "error: the encrypted archive stored as 'b' belongs to backup 'a'"
