@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
 from typing import Any
 
 from statusvault.errors import KubeApiError
@@ -87,14 +88,20 @@ class Lease:
         self._renewer.start()
 
     def _renew_loop(self) -> None:
+        renewed = time.monotonic()
         while not self._stop.wait(self.duration / 3):
             try:
                 if not self.renew():
                     log.error("lost lease %s/%s to another holder", self.namespace, self.name)
                     self.lost.set()
                     return
+                renewed = time.monotonic()
             except Exception as e:  # an API hiccup: try again at the next tick, until the lease expires
                 log.warning("could not renew lease %s/%s: %s", self.namespace, self.name, e)
+                if time.monotonic() - renewed > self.duration:  # expired by now: another replica may hold it
+                    log.error("lease %s/%s expired without renewal", self.namespace, self.name)
+                    self.lost.set()
+                    return
 
     def renew(self) -> bool:
         """Push renewTime forward; False once the Lease is gone or held by someone else."""

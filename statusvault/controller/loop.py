@@ -153,11 +153,18 @@ class Controller:
             log.info("intent %s is being restored by another replica", name)
             return False
         try:
-            return self._restore(cm, status_cm, intent, decision)
+            return self._restore(cm, status_cm, intent, decision, lease.lost)
         finally:
             lease.release()
 
-    def _restore(self, cm: KubeObject, status_cm: KubeObject | None, intent: Intent, decision: Decision) -> bool:
+    def _restore(
+        self,
+        cm: KubeObject,
+        status_cm: KubeObject | None,
+        intent: Intent,
+        decision: Decision,
+        lost: threading.Event,
+    ) -> bool:
         started = dt.datetime.now(dt.UTC)
         progress = {
             "phase": Phase.IN_PROGRESS,
@@ -184,6 +191,7 @@ class Controller:
                 self.config.state_dir,
                 parallel=intent.parallel,
                 key=self.key,
+                cancel=lost,  # another replica may take over once our Lease lapses: stop starting objects
             )
             ok = not report.failures and not report.aborted and not report.interrupted
             run_wide = bool(report.aborted)

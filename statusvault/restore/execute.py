@@ -37,7 +37,9 @@ class RestoreEngine:
         progress: Progress | None = None,
         parallel: int = 8,
         establish_timeout: float = 60.0,
+        cancel: threading.Event | None = None,
     ):
+        self.cancel = cancel  # set from outside (a lost Lease): no new object is started, the run is aborted
         self.client = client
         self.discovery = discovery
         self.discover = discover
@@ -152,6 +154,7 @@ class _Run:
         once, in step with the items (both are in archive order), so no set of paths is held."""
         nxt = next(todo, None)
         while nxt is not None and not nxt.in_archive:
+            self._check_cancel()
             handle(nxt, None)
             nxt = next(todo, None)
         if nxt is None:
@@ -162,6 +165,7 @@ class _Run:
 
         for _, data in self.reader.objects(wanted):
             assert nxt is not None
+            self._check_cancel()
             handle(nxt, data)
             nxt = next(todo, None)
             if nxt is None:  # the rest of the archive belongs to later waves (planning checked all of it)
@@ -182,6 +186,10 @@ class _Run:
                 yield item
             else:
                 self.record(_not_attempted(item), item)
+
+    def _check_cancel(self) -> None:
+        if self.engine.cancel is not None and self.engine.cancel.is_set():
+            raise StatusVaultError("cancelled: this process no longer holds the right to restore (its Lease was lost)")
 
     def _untestable(self, item: PlanItem) -> bool:
         """In a server dry run, objects in namespaces or of CRDs that the run would create cannot be sent."""

@@ -166,6 +166,7 @@ def run_restore(
     progress: Progress | None = None,
     parallel: int = 8,
     key: Key | None = None,
+    cancel: threading.Event | None = None,
 ) -> RestoreReport:
     """Fetch and check the backup, plan (or resume its journal under state_dir), and restore.
 
@@ -179,7 +180,7 @@ def run_restore(
         if state_dir is not None:
             journal = journal_path(state_dir, name, (store.url, reader.sha256, client.transport.host), opts)
         with planned(client, discover(False), reader, name, opts, journal, restart) as plan:
-            engine = RestoreEngine(client, discover(False), lambda: discover(True), progress, parallel)
+            engine = RestoreEngine(client, discover(False), lambda: discover(True), progress, parallel, cancel=cancel)
             if opts.dry_run != "none" or not workloads:
                 return engine.run(reader, plan, opts)
             if not plan.pending():  # an earlier run restored everything but died before scaling back

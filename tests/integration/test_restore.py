@@ -584,3 +584,27 @@ def test_dry_run_client_shows_how_existing_objects_differ_from_the_backup(run, k
     entry = items(json.loads(as_json.out))[f"kubernetesclusters.xyz.example.com {namespace}/prod"]
     assert entry["result"] == "skipped" and {"path": "/spec/region", "live": "us", "backup": "eu"} in entry["diff"]
     assert kube.get(kc, namespace, "prod")["spec"]["region"] == "us", "a dry run changes nothing"
+
+
+def test_a_cancelled_restore_starts_no_object_and_says_why(run, kube, crds, make, namespace, fresh_discovery):
+    """The controller cancels a restore when its Lease is lost: nothing more is written, the report says so."""
+    import threading
+
+    from statusvault.restore.plan import RestoreOptions
+    from statusvault.restore.service import run_restore
+    from statusvault.storage import LocalStore
+
+    make(cr(KC, "KubernetesCluster", "prod", status=kc_status(1)), namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    delete_namespace(kube, namespace)
+    cancel = threading.Event()
+    cancel.set()
+    report = run_restore(
+        kube, lambda refresh: fresh_discovery(), LocalStore(run.storage), "b", RestoreOptions(), None, cancel=cancel
+    )
+    try:
+        assert report.aborted.startswith("cancelled: this process no longer holds the right to restore")
+        assert "created" not in report.counts()["results"], "only the existing CRDs were reported (skipped)"
+    finally:
+        report.close()
+    assert kube.get(crds.resolve("namespaces"), None, namespace) is None
