@@ -116,34 +116,37 @@ class RestorePlan:
     """
 
     def __init__(self, backup: str, manifest: dict[str, Any], journal: Path | None = None):
-        self.backup = backup
-        self.manifest = manifest
-        self.warnings: list[str] = []
-        self.types: dict[str, ResourceType] = {}
-        self.started = time.time()
-        self.resumed = 0  # objects restored by earlier runs of this journal
-        self.finished = False
         if journal is None:
             fd, name = tempfile.mkstemp(prefix="statusvault-plan-", suffix=".sqlite")
             os.close(fd)
-            self.path, self.scratch = Path(name), True
+            self._fields(backup, manifest, Path(name), journal)
         else:  # built beside it and renamed when sealed: a crash while planning leaves no half journal
-            self.path, self.scratch = journal.with_name(journal.name + ".building"), False
+            self._fields(backup, manifest, journal.with_name(journal.name + ".building"), journal)
             _remove_db(self.path)  # what a run killed while planning left (the caller holds the journal's lock)
-        self._journal = journal
-        self.served: set[str] = set()  # types confirmed served by retarget()
         self._db = self._connect()
         self._db.execute("PRAGMA journal_mode = OFF")  # while building: one transaction, nothing to protect
         self._db.executescript(_SCHEMA)
         self._db.execute("BEGIN")
+
+    def _fields(self, backup: str, manifest: dict[str, Any], path: Path, journal: Path | None) -> None:
+        """Every attribute, as a new plan has it (reopen() then loads the saved ones)."""
+        self.backup = backup
+        self.manifest = manifest
+        self.warnings: list[str] = []
+        self.types: dict[str, ResourceType] = {}
+        self.served: set[str] = set()  # types confirmed served by retarget()
+        self.started = time.time()
+        self.resumed = 0  # objects restored by earlier runs of this journal
+        self.finished = False
+        self.path, self._journal, self.scratch = path, journal, journal is None
         self._sealed = False
 
     @classmethod
     def reopen(cls, journal: Path) -> RestorePlan:
         """The plan of an earlier run that did not finish, with what it got done."""
         plan = cls.__new__(cls)
-        plan.path, plan._journal, plan.scratch, plan.finished, plan._sealed = journal, journal, False, False, True
-        plan.served = set()
+        plan._fields("", {}, journal, journal)
+        plan._sealed = True
         try:
             plan._db = plan._connect()
             meta = {k: json.loads(v) for k, v in plan._db.execute("SELECT key, value FROM meta")}
@@ -158,16 +161,15 @@ class RestorePlan:
             ) from None
         return plan
 
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None)
+    def _connect(self, check_same_thread: bool = True) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=check_same_thread)
         db.execute("PRAGMA synchronous = OFF" if self.scratch else "PRAGMA synchronous = NORMAL")
         return db
 
     def _open_marks(self) -> None:
         """WAL lets workers record progress on a second connection while the main thread reads a wave."""
         self._db.execute("PRAGMA journal_mode = WAL")
-        self._marks = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._marks.execute("PRAGMA synchronous = OFF" if self.scratch else "PRAGMA synchronous = NORMAL")
+        self._marks = self._connect(check_same_thread=False)
         self._marks_lock = threading.Lock()
 
     def close(self) -> None:
