@@ -16,6 +16,7 @@ from statusvault.cli.app import App
 from statusvault.cli.options import (
     encryption_key,
     encryption_option,
+    manifest_options,
     s3_options,
     split_csv,
     state_dir_option,
@@ -25,7 +26,6 @@ from statusvault.cli.schedule import apply_manifests
 from statusvault.controller.loop import Controller, ControllerConfig
 from statusvault.controller.manifests import ControllerSpec, render
 from statusvault.errors import ConfigError
-from statusvault.schedule import DEFAULT_IMAGE
 
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -118,9 +118,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 @controller.command("render")
 @click.option("--namespace", "-n", default="statusvault", show_default=True, help="The controller's namespace.")
-@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="statusvault container image.")
-@click.option("--credentials-secret", default="", help="Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY.")
-@click.option("--encryption-key-secret", default="", help="Secret whose 'key' is the backups' encryption key.")
+@manifest_options
 @click.option("--replicas", type=click.IntRange(1), default=1, show_default=True, help="Replicas (a Lease per intent).")
 @click.option("--interval", type=click.FloatRange(1), default=10.0, show_default=True, help="Seconds between passes.")
 @click.option(
@@ -128,14 +126,6 @@ def _interrupt(signum: int, frame: object) -> None:
     multiple=True,
     metavar="R,...",
     help="Types the controller may restore. [default: every custom resource the cluster serves]",
-)
-@click.option("--apply", "apply_", is_flag=True, help="Apply the manifests (server-side apply) instead of printing.")
-@click.option(
-    "--dry-run",
-    type=click.Choice(["none", "server"]),
-    default="none",
-    show_default=True,
-    help="With --apply: server sends every write with dryRun=All.",
 )
 @storage_options
 @click.pass_obj

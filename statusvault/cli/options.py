@@ -11,6 +11,7 @@ import click
 
 from statusvault.cli.output import FORMATS
 from statusvault.crypto import Key
+from statusvault.schedule import DEFAULT_IMAGE
 from statusvault.storage import S3Options
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -40,6 +41,32 @@ def state_dir_option(f: F) -> F:
         envvar="STATUSVAULT_STATE_DIR",
         help="Where restore journals live; a restore that did not finish resumes from its journal when run again.",
     )(f)
+
+
+def manifest_options(f: F) -> F:
+    """What `schedule render` and `controller render` share: the pod's image and Secrets, and --apply."""
+    return _apply(
+        f,
+        [
+            click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="statusvault container image."),
+            click.option(
+                "--credentials-secret", default="", help="Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY."
+            ),
+            click.option(
+                "--encryption-key-secret", default="", help="Secret whose 'key' is the backups' encryption key."
+            ),
+            click.option(
+                "--apply", "apply_", is_flag=True, help="Apply the manifests (server-side apply) instead of printing."
+            ),
+            click.option(
+                "--dry-run",
+                type=click.Choice(["none", "server"]),
+                default="none",
+                show_default=True,
+                help="With --apply: server sends every write with dryRun=All.",
+            ),
+        ],
+    )
 
 
 def encryption_option(f: F) -> F:

@@ -12,6 +12,7 @@ from statusvault import catalog
 from statusvault.cli.app import App
 from statusvault.cli.options import (
     cluster_resources_option,
+    manifest_options,
     metrics_options,
     output_option,
     s3_options,
@@ -26,7 +27,7 @@ from statusvault.kube.transport import APPLY_PATCH
 from statusvault.metrics import recorded
 from statusvault.model import Selection
 from statusvault.retention import RetentionPolicy, parse_duration
-from statusvault.schedule import DEFAULT_IMAGE, ScheduleSpec, cronjob_api_for, offline_types, render
+from statusvault.schedule import ScheduleSpec, cronjob_api_for, offline_types, render
 from statusvault.selection import select_resources
 from statusvault.storage.base import validate_backup_name
 
@@ -67,23 +68,13 @@ def schedule() -> None:
     help="Back up the defining CRDs (needs a ClusterRole). [default: on unless -n is given]",
 )
 @click.option("--namespace-of-job", default="statusvault", show_default=True, help="Namespace of the CronJob.")
-@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="statusvault container image.")
-@click.option("--credentials-secret", default="", help="Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY.")
-@click.option("--encryption-key-secret", default="", help="Secret whose 'key' encrypts the backups client-side.")
+@manifest_options
 @retention_options
 @click.option("--metrics-pushgateway", default="", metavar="URL", help="Push run metrics to this Pushgateway.")
 @click.option(
     "--kube-version",
     default="",
     help="Render for this Kubernetes version (default: the cluster's, or batch/v1 when no cluster is reachable).",
-)
-@click.option("--apply", "apply_", is_flag=True, help="Apply the manifests (server-side apply) instead of printing.")
-@click.option(
-    "--dry-run",
-    type=click.Choice(["none", "server"]),
-    default="none",
-    show_default=True,
-    help="With --apply: server sends every write with dryRun=All.",
 )
 @click.pass_obj
 def render_cmd(app: App, /, name: str, cron: str, **kw: Any) -> None:
