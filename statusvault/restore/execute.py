@@ -278,7 +278,7 @@ class _Run:
         return result
 
     def _body(self, item: PlanItem, obj: KubeObject, rt: ResourceType, mode: StatusMode) -> KubeObject:
-        """What is sent for the object: sanitised, in the version and namespace written, owners remapped."""
+        """What is sent for the object: sanitised, in the version and namespace written (owners: _remap_owners)."""
         body = sanitize(obj, keep_status=mode == StatusMode.IN_BODY)
         body["apiVersion"] = rt.api_version
         if rt.namespaced:
