@@ -10,6 +10,7 @@ import pytest
 from statusvault.backup import NAMESPACES
 from statusvault.errors import ExitStatus
 from statusvault.kube.discovery import CRD_TYPE
+from statusvault.kube.transport import MERGE_PATCH
 from statusvault.testing.fixtures import FIXTURES, ensure_namespace, install_crds, load_objects
 from tests.builders import cr, crd, kc_status, owner_ref, unique
 
@@ -538,9 +539,9 @@ def test_scale_down_after_a_crashed_run_restores_the_remembered_replicas(run, ku
     """A run that died with the operator at 0 left the count in an annotation; the next run scales back to it."""
     ops = unique("ops")
     ensure_namespace(kube, ops)
-    rt, dep = _deployment(kube, ops, "db-operator", 0)
-    dep["metadata"]["annotations"] = {"statusvault.io/replicas-before-restore": "3"}
-    kube.replace(rt, ops, "db-operator", dep)
+    rt, _ = _deployment(kube, ops, "db-operator", 0)
+    remembered = {"metadata": {"annotations": {"statusvault.io/replicas-before-restore": "3"}}}
+    kube.patch(rt, ops, "db-operator", remembered, MERGE_PATCH)  # no resourceVersion: the controller writes too
     make(cr(KC, "KubernetesCluster", "prod", status=kc_status(1)), namespace)
     assert run("backup", "b", "-n", namespace).code == 0
     delete_namespace(kube, namespace)
