@@ -135,3 +135,15 @@ def _escape(key: str) -> str:
 def status_body(live: KubeObject, status: Any) -> KubeObject:
     """The body of a PUT to /status: the live object (its resourceVersion) carrying the saved status."""
     return {**live, "status": status}
+
+
+def contains(actual: Any, saved: Any) -> bool:
+    """Whether `actual` holds everything in `saved`: fields the server added (defaults) are allowed, fields it
+    dropped or changed are not. Lists must keep their length; their items are compared the same way."""
+    if isinstance(saved, dict):
+        return isinstance(actual, dict) and all(k in actual and contains(actual[k], v) for k, v in saved.items())
+    if isinstance(saved, list):
+        return isinstance(actual, list) and len(actual) == len(saved) and all(map(contains, actual, saved))
+    if isinstance(saved, bool) or isinstance(actual, bool):  # JSON true is not 1
+        return actual is saved
+    return bool(actual == saved)

@@ -109,7 +109,7 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
             kw["parallel"],
             encryption_key(kw),
         )
-        run.success, run.duration = not report.failures and not report.aborted, report.duration
+        run.success, run.duration = report.succeeded, report.duration
         run.objects, run.errors = report.total, len(report.failures)
     try:
         if output == "json":
@@ -127,11 +127,10 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
     again = "; run the same command again to resume" if opts.dry_run == "none" else ""
     if report.aborted:
         raise StatusVaultError(f"restore of {backup_name} stopped early: {report.aborted}{again}")
-    if report.failures:
-        lacking = len(report.missing_status)
+    if report.failures or report.lacking:
         raise PartialFailure(
             f"restore of {backup_name} finished with {len(report.failures)} failed object(s); "
-            f"{lacking} object(s) lack their saved status{again.replace('resume', 'retry only those')}"
+            f"{report.lacking} object(s) lack their saved status{again.replace('resume', 'retry only those')}"
         )
 
 
@@ -199,13 +198,33 @@ def render(report: RestoreReport) -> str:
                 f"note: {res}: {n} object(s) carry a status.observedGeneration from before the restore "
                 "(generation restarts at 1); their operator may reconcile them once"
             )
-    lacking = report.missing_status
+    lines += _status_notes(report)
     verb = "Dry run of restore" if report.dry_run != "none" else "Restore"
     lines.append("")
     if report.resumed:
         lines.append(f"Resumed: {report.resumed} objects were restored by an earlier run and left alone.")
     lines.append(
         f"{verb} of {report.backup}: {report.total} objects, {len(report.failures)} failed, "
-        f"{len(lacking)} without their saved status, in {report.duration:.1f}s"
+        f"{report.lacking} without their saved status, in {report.duration:.1f}s"
     )
     return "\n".join(lines)
+
+
+def _status_notes(report: RestoreReport) -> list[str]:
+    """Saved statuses not written on purpose, and ones the run never reached: said, never silent."""
+    notes = []
+    kept = report.count_status(StatusOutcome.KEPT)
+    if kept:
+        notes.append(
+            f"note: {kept} object(s) existed before the restore and were left as they are (policy none): "
+            "their saved status was not written"
+        )
+    left_out = report.count_status(StatusOutcome.LEFT_OUT)
+    if left_out:
+        notes.append(
+            f"note: {left_out} object(s) restored without their saved status, as asked "
+            "(--no-status, status exclusions or the opt-out annotation)"
+        )
+    if report.unreached:
+        notes.append(f"not reached: {report.unreached} object(s) with a saved status (the run stopped first)")
+    return ["", *notes] if notes else []

@@ -193,7 +193,7 @@ class Controller:
                 key=self.key,
                 cancel=lost,  # another replica may take over once our Lease lapses: stop starting objects
             )
-            ok = not report.failures and not report.aborted and not report.interrupted
+            ok = report.succeeded
             run_wide = bool(report.aborted)
             message = _summary(intent.backup, report)
         except StatusVaultError as e:  # store, archive or API server: nothing or little was done
@@ -214,7 +214,7 @@ class Controller:
             outcome.update(
                 objects=str(report.total),
                 failed=str(len(report.failures)),
-                withoutStatus=str(len(report.missing_status)),
+                withoutStatus=str(report.lacking),
                 resumed=str(report.resumed),
             )
         if ok:
@@ -300,5 +300,5 @@ def _summary(backup: str, report: RestoreReport) -> str:
     resumed = f" ({report.resumed} done by an earlier attempt)" if report.resumed else ""
     return (
         f"restore of {backup}: {report.total} objects{resumed}, {len(report.failures)} failed, "
-        f"{len(report.missing_status)} without their saved status"
+        f"{report.lacking} without their saved status"
     )

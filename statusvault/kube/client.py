@@ -15,9 +15,9 @@ from statusvault.model import KubeObject, ResourceType
 FIELD_MANAGER = "statusvault"
 
 
-def _dry(dry_run: bool) -> tuple[tuple[str, str], ...]:
-    """Write parameters: our field manager name (so managedFields show who wrote), and dryRun when asked."""
-    return (("fieldManager", FIELD_MANAGER), ("dryRun", "All")) if dry_run else (("fieldManager", FIELD_MANAGER),)
+def _write_params(dry_run: bool, manager: str) -> tuple[tuple[str, str], ...]:
+    """Write parameters: the field manager (managedFields then say who wrote), and dryRun when asked."""
+    return (("fieldManager", manager), ("dryRun", "All")) if dry_run else (("fieldManager", manager),)
 
 
 def _sort_key(obj: KubeObject) -> str:
@@ -44,29 +44,34 @@ class KubeClient:
         return version
 
     def list_pages(
-        self, rt: ResourceType, namespace: str | None = None, label_selector: str = "", limit: int = 500
+        self,
+        rt: ResourceType,
+        namespace: str | None = None,
+        label_selector: str = "",
+        limit: int = 500,
+        accept: str = JSON,
     ) -> Iterator[list[KubeObject]]:
         """Yield pages of a LIST following `metadata.continue`; the next page is fetched while the caller works.
 
         An expired continue token (410 Gone) restarts the list and skips what was already yielded,
-        using the key order the API server lists in.
+        using the key order the API server lists in. accept=METADATA_LIST lists metadata only.
         """
         last_key: str | None = None
         token = ""
         with ThreadPoolExecutor(1, thread_name_prefix="list-prefetch") as prefetch:
-            pending = prefetch.submit(self._list_page, rt, namespace, label_selector, limit, token)
+            pending = prefetch.submit(self._list_page, rt, namespace, label_selector, limit, token, accept)
             while True:
                 try:
                     page = pending.result()
                 except KubeApiError as e:
                     if e.code == 410 and token:  # restart from a fresh snapshot
                         token = ""
-                        pending = prefetch.submit(self._list_page, rt, namespace, label_selector, limit, token)
+                        pending = prefetch.submit(self._list_page, rt, namespace, label_selector, limit, token, accept)
                         continue
                     raise
                 token = (page.get("metadata") or {}).get("continue") or ""
                 if token:
-                    pending = prefetch.submit(self._list_page, rt, namespace, label_selector, limit, token)
+                    pending = prefetch.submit(self._list_page, rt, namespace, label_selector, limit, token, accept)
                 items: list[KubeObject] = page.get("items") or []
                 if last_key is not None:
                     items = [o for o in items if _sort_key(o) > last_key]
@@ -79,36 +84,30 @@ class KubeClient:
                 if not token:
                     return
 
-    def _list_page(self, rt: ResourceType, namespace: str | None, selector: str, limit: int, token: str) -> Any:
+    def _list_page(
+        self, rt: ResourceType, namespace: str | None, selector: str, limit: int, token: str, accept: str
+    ) -> Any:
         params: list[tuple[str, str]] = [("limit", str(limit))]
         if selector:
             params.append(("labelSelector", selector))
         if token:
             params.append(("continue", token))
-        return self.request_json(Request("GET", rt.path(namespace), tuple(params)))
+        return self.request_json(Request("GET", rt.path(namespace), tuple(params), accept=accept))
+
+    def list_metadata(
+        self, rt: ResourceType, namespace: str | None, selector: str = "", limit: int = 1000
+    ) -> Iterator[dict[str, Any]]:
+        """Each existing object's metadata, from a metadata-only LIST; nothing when the resource is not served."""
+        try:
+            for page in self.list_pages(rt, namespace, selector, limit, accept=METADATA_LIST):
+                yield from ((o.get("metadata") or {}) for o in page)
+        except KubeApiError as e:
+            if e.code != 404:
+                raise
 
     def list_names(self, rt: ResourceType, namespace: str | None, limit: int = 1000, selector: str = "") -> set[str]:
-        """Names of the existing objects, from a metadata-only LIST; empty when the resource is not served."""
-        names: set[str] = set()
-        token = ""
-        while True:
-            params: tuple[tuple[str, str], ...] = (("limit", str(limit)),) + ((("continue", token),) if token else ())
-            if selector:
-                params += (("labelSelector", selector),)
-            try:
-                page = self.request_json(Request("GET", rt.path(namespace), params, accept=METADATA_LIST))
-            except KubeApiError as e:
-                if e.code == 404:
-                    return names
-                if e.code == 410 and token:
-                    names.clear()
-                    token = ""
-                    continue
-                raise
-            names.update((o.get("metadata") or {}).get("name", "") for o in page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue") or ""
-            if not token:
-                return names
+        """Names of the existing objects; empty when the resource is not served."""
+        return {meta.get("name", "") for meta in self.list_metadata(rt, namespace, selector, limit)}
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> KubeObject | None:
         """GET one object; None when it does not exist."""
@@ -120,8 +119,15 @@ class KubeClient:
             raise
         return obj
 
-    def create(self, rt: ResourceType, namespace: str | None, body: KubeObject, dry_run: bool = False) -> KubeObject:
-        req = Request("POST", rt.path(namespace), _dry(dry_run), orjson.dumps(body))
+    def create(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        body: KubeObject,
+        dry_run: bool = False,
+        manager: str = FIELD_MANAGER,
+    ) -> KubeObject:
+        req = Request("POST", rt.path(namespace), _write_params(dry_run, manager), orjson.dumps(body))
         created: KubeObject = self.request_json(req)
         return created
 
@@ -133,8 +139,9 @@ class KubeClient:
         body: KubeObject,
         dry_run: bool = False,
         sub: str | None = None,
+        manager: str = FIELD_MANAGER,
     ) -> KubeObject:
-        req = Request("PUT", rt.path(namespace, name, sub), _dry(dry_run), orjson.dumps(body))
+        req = Request("PUT", rt.path(namespace, name, sub), _write_params(dry_run, manager), orjson.dumps(body))
         replaced: KubeObject = self.request_json(req)
         return replaced
 
@@ -148,8 +155,9 @@ class KubeClient:
         dry_run: bool = False,
         sub: str | None = None,
         params: tuple[tuple[str, str], ...] = (),
+        manager: str = FIELD_MANAGER,
     ) -> KubeObject:
-        query = _dry(dry_run) + params
+        query = _write_params(dry_run, manager) + params
         req = Request("PATCH", rt.path(namespace, name, sub), query, orjson.dumps(patch), content_type)
         patched: KubeObject = self.request_json(req)
         return patched

@@ -25,7 +25,10 @@ from statusvault.restore.writes import ObjectWriter
 from statusvault.transforms import ABSENT, remap_owner_refs, restore_diff, sanitize
 
 log = logging.getLogger(__name__)
-STATUS_WRITE_ATTEMPTS = 5
+SOMEONE_ELSE = (
+    "created by another writer during the restore, so policy none left it without its saved status "
+    "(use --existing-resource-policy update to write it)"
+)
 
 
 class RestoreEngine:
@@ -61,7 +64,7 @@ class RestoreEngine:
                 run.wave(plan.items(wave, pending=True))
                 if wave.category == Category.CRD and opts.dry_run == "none":
                     run.owners.refresh(self._after_crds(plan, run.crds_written))
-            plan.finished = not report.failures
+            plan.finished = not report.failures and not report.missing_status
         except KeyboardInterrupt:
             report.interrupted = True
         except StatusVaultError as e:  # keep what was done: the report says where it stopped
@@ -69,6 +72,8 @@ class RestoreEngine:
         finally:
             self.progress.finish()
             report.duration = time.monotonic() - started
+        if opts.dry_run == "none":  # a check, not a guess: what the journal has not seen done
+            report.unreached = max(0, plan.pending(wanted_status=True) - len(report.missing_status))
         return report
 
     def _after_crds(self, plan: RestorePlan, written: set[str]) -> Discovery:
@@ -114,13 +119,13 @@ class _Run:
         self.report = report
         self.server_dry = opts.dry_run == "server"
         self.owners = OwnerResolver(engine.client, engine.discovery, plan.learned_uids())
-        self.writer = ObjectWriter(engine.client, self.server_dry, opts.existing_policy, plan.started, plan.was_created)
+        self.writer = ObjectWriter(engine.client, self.server_dry, opts.existing_policy, plan.manager, plan.was_created)
         self.lock = threading.Lock()
         self.crds_written: set[str] = set()
         self.new_namespaces: set[str] = set()
 
     def record(self, result: ItemResult, item: PlanItem) -> None:
-        if not result.failed and self.opts.dry_run == "none":
+        if not result.failed and not result.lacks_status and self.opts.dry_run == "none":
             self.plan.mark_done(item)  # a resumed run leaves it alone
         with self.lock:
             self.report.add(result)
@@ -218,6 +223,7 @@ class _Run:
             Outcome.FAILED,
             StatusOutcome.NOT_WRITTEN,
             old_uid=(obj.get("metadata") or {}).get("uid", ""),
+            wanted=item.status_mode.wanted,
         )
         try:
             self._restore(item, obj, result)
@@ -232,7 +238,7 @@ class _Run:
         saved_status = obj.get("status")
         rt = self._request_type(item, obj)
         mode = item.status_mode  # subresources are per version: decide on the version written to
-        if mode != StatusMode.NONE:
+        if mode.wanted:
             mode = StatusMode.SUBRESOURCE if rt.has_status else StatusMode.IN_BODY
         body = self._body(item, obj, rt, mode)
         notes = self._remap_owners(item, body)
@@ -243,7 +249,11 @@ class _Run:
         else:
             live, outcome = self.writer.update(rt, item, body)
         if live is None:
-            result.outcome, result.notes = Outcome.SKIPPED, (*notes, "already exists (policy none)")
+            result.outcome = Outcome.SKIPPED
+            if result.wanted:  # it did not exist when planned: someone else created it during the restore
+                result.message = SOMEONE_ELSE
+            else:
+                result.notes = (*notes, "already exists (policy none)")
             return
         result.outcome = outcome
         meta = live.get("metadata") or {}
@@ -273,7 +283,7 @@ class _Run:
             result.notes = (*result.notes, f"not compared with the live object: {e}")
             return result
         if live is not None:
-            saved = obj["status"] if item.status_mode != StatusMode.NONE and "status" in obj else ABSENT
+            saved = obj["status"] if item.status_mode.wanted and "status" in obj else ABSENT
             result.diff = tuple(restore_diff(live, body, saved))
         return result
 
@@ -316,25 +326,34 @@ def _generation_notes(status: Any, generation: Any) -> list[str]:
 
 
 def _not_attempted(item: PlanItem) -> ItemResult:
-    reasons = {
-        Action.SKIP_EXISTS: (Outcome.SKIPPED, "already exists (policy none): status not written"),
-        Action.SKIP_TERMINATING: (Outcome.SKIPPED, "was being deleted when backed up"),
-        Action.UNAVAILABLE: (
-            Outcome.FAILED,
-            f"{item.rt.qualified} is not served by this cluster and the backup has no CRD for it",
-        ),
-    }
-    outcome, message = reasons[item.action]
+    wanted = item.status_mode.wanted
+    if item.action == Action.SKIP_EXISTS:
+        status = StatusOutcome.KEPT if wanted else _STATUS_NOT_WRITTEN.get(item.status_mode, StatusOutcome.NOT_NEEDED)
+        outcome, message, wanted = Outcome.SKIPPED, "already exists (policy none)", False
+    elif item.action == Action.SKIP_TERMINATING:  # not restored by design, as Velero does
+        outcome, status, message, wanted = (
+            Outcome.SKIPPED,
+            StatusOutcome.NOT_NEEDED,
+            "was being deleted when backed up",
+            False,
+        )
+    else:  # Action.UNAVAILABLE
+        outcome, status = Outcome.FAILED, StatusOutcome.NOT_WRITTEN
+        message = f"{item.rt.qualified} is not served by this cluster and the backup has no CRD for it"
     return ItemResult(
         item.rt.qualified,
         item.namespace,
         item.name,
         outcome,
-        StatusOutcome.NOT_WRITTEN,
+        status,
         message=message if outcome == Outcome.FAILED else "",
         notes=(message,) if outcome != Outcome.FAILED else (),
         old_uid=item.old_uid,
+        wanted=wanted,
     )
+
+
+_STATUS_NOT_WRITTEN = {StatusMode.LEFT_OUT: StatusOutcome.LEFT_OUT, StatusMode.NONE: StatusOutcome.NOT_NEEDED}
 
 
 def _client_dry_run(item: PlanItem, note: str = "") -> ItemResult:
@@ -342,11 +361,19 @@ def _client_dry_run(item: PlanItem, note: str = "") -> ItemResult:
         outcome = Outcome.WOULD_CREATE if item.action == Action.CREATE else Outcome.WOULD_UPDATE
         status = {
             StatusMode.NONE: StatusOutcome.NOT_NEEDED,
+            StatusMode.LEFT_OUT: StatusOutcome.LEFT_OUT,
             StatusMode.IN_BODY: StatusOutcome.IN_BODY,
             StatusMode.SUBRESOURCE: StatusOutcome.WOULD_WRITE,
         }[item.status_mode]
         notes = (note,) if note else ()
         return ItemResult(
-            item.rt.qualified, item.namespace, item.name, outcome, status, notes=notes, old_uid=item.old_uid
+            item.rt.qualified,
+            item.namespace,
+            item.name,
+            outcome,
+            status,
+            notes=notes,
+            old_uid=item.old_uid,
+            wanted=item.status_mode.wanted,
         )
     return _not_attempted(item)

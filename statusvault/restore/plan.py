@@ -171,21 +171,27 @@ class _Decider:
     def resource_selected(self, qualified: str) -> bool:
         return (not self.include or qualified in self.include) and qualified not in self.exclude
 
-    def wants_status(self, rt: ResourceType, obj: dict[str, Any]) -> bool:
+    def wants_status(self, rt: ResourceType, obj: dict[str, Any]) -> bool | None:
+        """True: restore it; False: the user asked not to; None: not a status statusvault restores by default."""
         override = status_annotation(obj)
         if override is not None:
             return override
-        if self.opts.no_status or rt.is_crd or rt.qualified in self.status_exclude:
+        if rt.is_crd:
+            return None  # a CRD's status belongs to the API server
+        if self.opts.no_status or rt.qualified in self.status_exclude:
             return False
         if self.status_all:
             return True
-        if self.status_include:
-            return rt.qualified in self.status_include
-        return rt.custom
+        if self.status_include and rt.qualified in self.status_include:
+            return True
+        return (not self.status_include) if rt.custom else None
 
     def status_mode(self, rt: ResourceType, obj: dict[str, Any]) -> StatusMode:
-        if not obj.get("status") or not self.wants_status(rt, obj):
+        if not obj.get("status"):
             return StatusMode.NONE
+        wanted = self.wants_status(rt, obj)
+        if not wanted:
+            return StatusMode.NONE if wanted is None else StatusMode.LEFT_OUT
         return StatusMode.SUBRESOURCE if rt.has_status else StatusMode.IN_BODY
 
 
@@ -195,6 +201,7 @@ def build_plan(
     live: Discovery,
     exists: Callable[[ResourceType, str, str], bool],
     backup: str = "",
+    manager: str = "",
     journal: Path | None = None,
 ) -> RestorePlan:
     """Read every object (verifying each hash), filter, decide and order. Raises before any write."""
@@ -205,7 +212,7 @@ def build_plan(
     }
     decider = _Decider(opts, types, live, crds_in_backup)
     by_qualified = {rt.qualified: rt for rt in types}
-    plan = RestorePlan(backup, manifest, journal)
+    plan = RestorePlan(backup, manifest, journal, manager)
     try:
         _fill(plan, reader, opts, decider, by_qualified, exists)
     except BaseException:
@@ -224,6 +231,7 @@ def _fill(
 ) -> None:
     namespaces_needed: set[str] = set()
     named: set[str] = set()  # --name patterns that matched something
+    matched = 0  # objects the selection chose (CRDs come along with -n, so they count only when asked for)
     for path, data in reader.objects():  # checks every hash, and that nothing is missing or extra
         key = parse_member_path(path)
         if key.qualified not in by_qualified:
@@ -238,12 +246,31 @@ def _fill(
                 continue
             named.update(p for p in opts.names if fnmatch.fnmatchcase(key.name, p))
         item = _plan_item(key.qualified, obj, cat, decider, exists)
+        matched += cat != Category.CRD or CRD_QUALIFIED in decider.include
         if item.rt.namespaced and item.action != Action.UNAVAILABLE:
             namespaces_needed.add(item.namespace)
         plan.add(item, (r.get("uid", "") for r in meta.get("ownerReferences") or []))
+    if not matched and _selection(opts):
+        raise ConfigError(f"nothing in backup {plan.backup} matches {_selection(opts)}: nothing to restore")
     plan.warnings += [f"no object in the selection is named {p!r}" for p in opts.names if p not in named]
     _add_namespaces(plan, namespaces_needed, exists)
     plan.seal()
+
+
+def _selection(opts: RestoreOptions) -> str:
+    """The user's selection, as they gave it ("" when they gave none)."""
+    parts = [
+        f"{flag} {','.join(values)}"
+        for flag, values in (
+            ("--namespace", opts.namespaces),
+            ("--include-resources", opts.include_resources),
+            ("--name", opts.names),
+        )
+        if values
+    ]
+    if opts.label_selector:
+        parts.append(f"--selector {opts.label_selector}")
+    return " ".join(parts)
 
 
 def _in_scope(opts: RestoreOptions, cat: Category, namespace: str) -> bool:

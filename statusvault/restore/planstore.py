@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import json
 import os
+import secrets
 import sqlite3
 import tempfile
 import threading
@@ -42,7 +43,13 @@ class Action(enum.StrEnum):
 class StatusMode(enum.StrEnum):
     SUBRESOURCE = "subresource"  # PUT .../status after the create
     IN_BODY = "in-body"  # no /status subresource: the status travels in the create body
-    NONE = "none"  # no saved status, or status restore is off for this object
+    LEFT_OUT = "left-out"  # a saved status the user asked not to restore (--no-status, exclusions, opt-out)
+    NONE = "none"  # no saved status, or one never restored (a CRD's; a built-in's unless asked for)
+
+    @property
+    def wanted(self) -> bool:
+        """Whether the run must write a saved status for this object."""
+        return self in (StatusMode.SUBRESOURCE, StatusMode.IN_BODY)
 
 
 @dataclasses.dataclass(slots=True)
@@ -115,7 +122,7 @@ class RestorePlan:
     on close once a run `finished`, and otherwise kept so the same command resumes where it stopped.
     """
 
-    def __init__(self, backup: str, manifest: dict[str, Any], journal: Path | None = None):
+    def __init__(self, backup: str, manifest: dict[str, Any], journal: Path | None = None, manager: str = ""):
         if journal is None:
             fd, name = tempfile.mkstemp(prefix="statusvault-plan-", suffix=".sqlite")
             os.close(fd)
@@ -123,6 +130,7 @@ class RestorePlan:
         else:  # built beside it and renamed when sealed: a crash while planning leaves no half journal
             self._fields(backup, manifest, journal.with_name(journal.name + ".building"), journal)
             _remove_db(self.path)  # what a run killed while planning left (the caller holds the journal's lock)
+        self.manager = manager or new_manager()
         self._db = self._connect()
         self._db.execute("PRAGMA journal_mode = OFF")  # while building: one transaction, nothing to protect
         self._db.executescript(_SCHEMA)
@@ -136,9 +144,11 @@ class RestorePlan:
         self.types: dict[str, ResourceType] = {}
         self.served: set[str] = set()  # types confirmed served by retarget()
         self.started = time.time()
+        self.manager = ""  # the field manager of every write: this restore's identity (writes.ObjectWriter)
         self.resumed = 0  # objects restored by earlier runs of this journal
         self.finished = False
-        self.path, self._journal, self.scratch = path, journal, journal is None
+        self.path: Path = path
+        self._journal, self.scratch = journal, journal is None
         self._sealed = False
 
     @classmethod
@@ -151,7 +161,7 @@ class RestorePlan:
             plan._db = plan._connect()
             meta = {k: json.loads(v) for k, v in plan._db.execute("SELECT key, value FROM meta")}
             plan.backup, plan.manifest, plan.warnings = meta["backup"], meta["manifest"], meta["warnings"]
-            plan.started = meta["started"]
+            plan.started, plan.manager = meta["started"], meta["manager"]
             plan.types = {q: _type(t) for q, t in meta["types"].items()}
             plan.resumed = plan._db.execute("SELECT COUNT(*) FROM done").fetchone()[0]
             plan._open_marks()
@@ -218,6 +228,7 @@ class RestorePlan:
             "manifest": self.manifest,
             "warnings": self.warnings,
             "started": self.started,
+            "manager": self.manager,
             "types": {q: dataclasses.asdict(rt) for q, rt in self.types.items()},
         }
         self._db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
@@ -297,8 +308,14 @@ class RestorePlan:
             query, args = query + " AND action = ?", [*args, str(action)]
         return {name for (name,) in self._db.execute(query, args)}
 
-    def pending(self) -> int:
-        return self._count("items") - self._count("done")
+    def pending(self, wanted_status: bool = False) -> int:
+        """Items no run has restored yet; wanted_status: only those whose saved status is to be written."""
+        query = "SELECT COUNT(*) FROM items WHERE NOT EXISTS (SELECT 1 FROM done WHERE done.seq = items.seq)"
+        if wanted_status:
+            modes = ", ".join(f"'{m}'" for m in StatusMode if m.wanted)
+            query += f" AND status_mode IN ({modes})"
+        count: int = self._db.execute(query).fetchone()[0]
+        return count
 
     def _count(self, table: str) -> int:
         count: int = self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
@@ -338,6 +355,11 @@ class RestorePlan:
         """The qualified resource names with at least one item outside one category."""
         rows = self._db.execute("SELECT DISTINCT qualified FROM items WHERE category != ?", (int(exclude),))
         return {q for (q,) in rows}
+
+
+def new_manager() -> str:
+    """A field manager name unique to one restore (kept in its journal, so its resumed runs share it)."""
+    return f"statusvault-restore-{secrets.token_hex(8)}"
 
 
 def _type(fields: dict[str, Any]) -> ResourceType:

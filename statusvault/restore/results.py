@@ -26,13 +26,16 @@ class StatusOutcome:
     IN_BODY = "in-body"  # no /status subresource: carried by the create/update body
     MISMATCH = "mismatch"  # written, but the server's status differs from the saved one
     FAILED = "failed"
-    NOT_NEEDED = "not-needed"  # no saved status, or status restore is off for this object
+    NOT_NEEDED = "not-needed"  # no saved status, or one statusvault does not restore (a CRD's, a built-in's)
+    LEFT_OUT = "left-out"  # a saved status the user asked not to restore
+    KEPT = "kept"  # the object existed before the restore and policy none left it as it was
     NOT_WRITTEN = "not-written"  # the object was skipped or failed
     WOULD_WRITE = "would-write"  # dry run
 
 
 GENERATION_NOTE = "status.observedGeneration"
 STATUS_PROBLEMS = frozenset({StatusOutcome.MISMATCH, StatusOutcome.FAILED})
+STATUS_BACK = frozenset({StatusOutcome.WRITTEN, StatusOutcome.IN_BODY, StatusOutcome.WOULD_WRITE})
 
 
 @dataclasses.dataclass(slots=True)
@@ -47,6 +50,13 @@ class ItemResult:
     old_uid: str = ""
     new_uid: str = ""
     diff: tuple[dict[str, Any], ...] = ()  # client dry run: how the live object differs from the backup
+    wanted: bool = False  # the backup holds a status this restore must write
+
+    @property
+    def lacks_status(self) -> bool:
+        """A saved status that is not on the object, whatever the reason (policy none on a pre-existing
+        object and the user's own exclusions are not in `wanted`'s scope, so never counted)."""
+        return self.wanted and self.status not in STATUS_BACK
 
     @property
     def display(self) -> str:
@@ -90,6 +100,7 @@ class RestoreReport:
         self.interrupted = False
         self.aborted = ""  # why the run stopped early, if it did
         self.resumed = 0  # objects an earlier, interrupted run of the same restore had already restored
+        self.unreached = 0  # objects with a saved status that the run stopped before reaching
         self.total = 0
         self.attention: list[ItemResult] = []
         self.table: dict[str, Counter[str]] = {}
@@ -103,7 +114,7 @@ class RestoreReport:
         important = [n for n in r.notes if not n.startswith(GENERATION_NOTE)]
         if len(important) != len(r.notes):
             c["note:generation"] += 1  # expected after any re-create: counted, not listed one by one
-        if r.failed or important:
+        if r.failed or r.lacks_status or important:
             self.attention.append(r)
         self._spool.write(orjson.dumps(r.to_dict()) + b"\n")
 
@@ -121,11 +132,21 @@ class RestoreReport:
 
     @property
     def missing_status(self) -> list[ItemResult]:
-        return [
-            r
-            for r in self.attention
-            if r.status in STATUS_PROBLEMS or (r.outcome == Outcome.FAILED and r.status == StatusOutcome.NOT_WRITTEN)
-        ]
+        """The objects this run reached that lack their saved status (see also `unreached`)."""
+        return [r for r in self.attention if r.lacks_status]
+
+    @property
+    def lacking(self) -> int:
+        """Objects in scope without their saved status: reached and lacking it, or never reached."""
+        return len(self.missing_status) + self.unreached
+
+    @property
+    def succeeded(self) -> bool:
+        """The one rule for a successful restore: nothing failed, every saved status in scope is back."""
+        return not (self.failures or self.lacking or self.aborted or self.interrupted)
+
+    def count_status(self, outcome: str) -> int:
+        return sum(c["status:" + outcome] for c in self.table.values())
 
     def counts(self) -> dict[str, dict[str, int]]:
         results: Counter[str] = Counter()
@@ -149,6 +170,8 @@ class RestoreReport:
             "interrupted": self.interrupted,
             "resumed": self.resumed,
             "aborted": self.aborted,
+            "withoutSavedStatus": self.lacking,
+            "unreached": self.unreached,
             "summary": self.counts(),
             "warnings": self.warnings,
         }

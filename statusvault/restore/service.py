@@ -23,18 +23,23 @@ from statusvault.progress import Progress
 from statusvault.restore.execute import RestoreEngine
 from statusvault.restore.pause import Pauser, resolve_workloads
 from statusvault.restore.plan import NAMESPACE_TYPE, RestoreOptions, build_plan
-from statusvault.restore.planstore import RestorePlan
+from statusvault.restore.planstore import RestorePlan, new_manager
 from statusvault.restore.results import RestoreReport
+from statusvault.restore.writes import written_by
 from statusvault.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
 
 class ExistenceIndex:
-    """Which objects already exist, from one metadata-only LIST per (resource, namespace)."""
+    """Which objects already exist, from one metadata-only LIST per (resource, namespace).
 
-    def __init__(self, client: KubeClient):
+    Objects this restore wrote (an earlier attempt, before --restart) do not count: the run creates them
+    again, meets AlreadyExists and knows them as its own by their field manager."""
+
+    def __init__(self, client: KubeClient, manager: str):
         self.client = client
+        self.manager = manager
         self._names: dict[tuple[str, str], set[str]] = {}
         self._lock = threading.Lock()
 
@@ -53,7 +58,8 @@ class ExistenceIndex:
         if not rt.version:
             return set()
         try:
-            return self.client.list_names(rt, namespace or None)
+            metas = self.client.list_metadata(rt, namespace or None)
+            return {m.get("name", "") for m in metas if not written_by(m, self.manager)}
         except KubeApiError as e:
             if e.code != 403 or rt.path(None) != NAMESPACE_TYPE.path(None):
                 raise
@@ -114,8 +120,9 @@ def planned(
         except OSError as e:
             log.warning("cannot keep a restore journal (%s): this restore cannot be resumed", e)
             journal = None
+    manager = new_manager()
     if journal is None or opts.dry_run != "none":
-        with build_plan(reader, opts, discovery, ExistenceIndex(client), backup=name) as plan:
+        with build_plan(reader, opts, discovery, ExistenceIndex(client, manager), name, manager) as plan:
             yield plan
         return
     with _locked(journal, name):
@@ -123,9 +130,22 @@ def planned(
             plan = RestorePlan.reopen(journal)
             log.info("resuming an earlier restore of %s: %d objects were already done", name, plan.resumed)
         else:
-            plan = build_plan(reader, opts, discovery, ExistenceIndex(client), backup=name, journal=journal)
+            manager = _earlier_manager(journal) or manager
+            exists = ExistenceIndex(client, manager)
+            plan = build_plan(reader, opts, discovery, exists, name, manager, journal=journal)
         with plan:
             yield plan
+
+
+def _earlier_manager(journal: Path) -> str:
+    """The identity of the attempt that --restart discards: what it created is still this restore's own."""
+    if not journal.exists():
+        return ""
+    try:
+        with RestorePlan.reopen(journal) as earlier:
+            return earlier.manager
+    except StatusVaultError:
+        return ""  # unreadable: its objects count as existing
 
 
 @contextmanager

@@ -2,63 +2,60 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
 from statusvault.errors import KubeApiError, StatusVaultError
-from statusvault.kube.client import FIELD_MANAGER, KubeClient
+from statusvault.kube.client import KubeClient
 from statusvault.kube.transport import JSON_PATCH
 from statusvault.model import KubeObject, ResourceType
 from statusvault.restore.planstore import PlanItem, StatusMode
 from statusvault.restore.results import Outcome, StatusOutcome
-from statusvault.transforms import status_body, update_patch
+from statusvault.transforms import contains, status_body, update_patch
 
 ATTEMPTS = 5
-CLOCK_SKEW = 120.0  # seconds of disagreement tolerated between this machine and the API server
+
+
+def written_by(meta: dict[str, Any], manager: str) -> bool:
+    """Whether `manager` has written the object: it is named in managedFields, whatever else changed."""
+    return any(isinstance(e, dict) and e.get("manager") == manager for e in meta.get("managedFields") or [])
 
 
 class ObjectWriter:
+    """Writes under `manager`, a field manager unique to one restore (its journal): an object whose
+    managedFields name it was created by this restore, whatever the server or a webhook changed in it."""
+
     def __init__(
         self,
         client: KubeClient,
         server_dry: bool,
         policy: str,
-        started: float,
+        manager: str,
         created_before: Callable[[PlanItem], bool] = lambda item: False,
     ):
-        self.created_before = created_before  # by an earlier run of the same (resumed) restore
+        self.created_before = created_before  # by an earlier run of the same (resumed) restore, per its journal
         self.client = client
         self.server_dry = server_dry
         self.policy = policy
-        self.started = started
+        self.manager = manager
 
     def create(self, rt: ResourceType, item: PlanItem, body: KubeObject) -> tuple[KubeObject | None, str]:
         """Create; on AlreadyExists apply the policy. Returns (live object or None when skipped, outcome)."""
         try:
-            created = self.client.create(rt, item.namespace or None, body, dry_run=self.server_dry)
+            created = self.client.create(rt, item.namespace or None, body, self.server_dry, self.manager)
         except KubeApiError as e:
             if e.code != 409 or e.reason != "AlreadyExists":
                 raise
             live = self.client.get(rt, item.namespace or None, item.name)
-            if live is not None and (self._ours(live, body) or self.created_before(item)):
+            if live is not None and (self.wrote(live) or self.created_before(item)):
                 return live, Outcome.CREATED  # a resent POST whose first attempt succeeded, or a resumed run's
             if self.policy != "update":
                 return None, Outcome.SKIPPED
             return self.update(rt, item, body)  # appeared since the plan was made
         return created, Outcome.WOULD_CREATE if self.server_dry else Outcome.CREATED
 
-    def _ours(self, live: KubeObject, body: KubeObject) -> bool:
-        """Created by statusvault moments ago with exactly this content."""
-        meta = live.get("metadata") or {}
-        if not any(e.get("manager") == FIELD_MANAGER for e in meta.get("managedFields") or []):
-            return False
-        try:
-            created = dt.datetime.strptime(meta.get("creationTimestamp", ""), "%Y-%m-%dT%H:%M:%SZ")
-        except ValueError:
-            return False
-        recent = created.replace(tzinfo=dt.UTC).timestamp() >= self.started - CLOCK_SKEW
-        return recent and not update_patch(live, body)
+    def wrote(self, live: KubeObject) -> bool:
+        return written_by(live.get("metadata") or {}, self.manager)
 
     def update(self, rt: ResourceType, item: PlanItem, body: KubeObject) -> tuple[KubeObject | None, str]:
         """Patch the live object's content to the backup's, guarded by its resourceVersion."""
@@ -72,7 +69,9 @@ class ObjectWriter:
             if not patch:
                 return live, outcome
             try:
-                return self.client.patch(rt, ns, item.name, patch, JSON_PATCH, dry_run=self.server_dry), outcome
+                return self.client.patch(
+                    rt, ns, item.name, patch, JSON_PATCH, self.server_dry, manager=self.manager
+                ), outcome
             except KubeApiError as e:
                 if e.code not in (409, 422) or not self._changed_since(rt, ns, item.name, live):
                     raise  # a real rejection, not a lost race
@@ -88,8 +87,8 @@ class ObjectWriter:
         self, rt: ResourceType, item: PlanItem, mode: StatusMode, live: KubeObject, saved: Any, outcome: str
     ) -> str:
         """Write the saved status the way this resource takes it; return the status outcome."""
-        if mode == StatusMode.NONE:
-            return StatusOutcome.NOT_NEEDED
+        if not mode.wanted:
+            return StatusOutcome.LEFT_OUT if mode == StatusMode.LEFT_OUT else StatusOutcome.NOT_NEEDED
         created = outcome in (Outcome.CREATED, Outcome.WOULD_CREATE)
         if mode == StatusMode.IN_BODY:
             if created:  # it travelled in the create body
@@ -103,7 +102,8 @@ class ObjectWriter:
         ns = item.namespace or None
         for _ in range(ATTEMPTS):
             try:
-                out = self.client.replace(rt, ns, item.name, status_body(live, saved), dry_run=self.server_dry, sub=sub)
+                body = status_body(live, saved)
+                out = self.client.replace(rt, ns, item.name, body, self.server_dry, sub, self.manager)
             except KubeApiError as e:
                 if e.code != 409:
                     raise StatusVaultError(f"status write failed: {e}") from e
@@ -118,4 +118,5 @@ class ObjectWriter:
 
 
 def _compare(actual: Any, saved: Any, ok: str) -> str:
-    return ok if actual == saved else StatusOutcome.MISMATCH
+    """ok when every saved field came back as saved; fields the server added (defaults) do not matter."""
+    return ok if contains(actual, saved) else StatusOutcome.MISMATCH

@@ -76,7 +76,7 @@ def test_status_modes_default_to_custom_resources(archive):
     items = by_name(plan(archive))
     assert items["parent"].status_mode == StatusMode.SUBRESOURCE
     assert items["billing"].status_mode == StatusMode.IN_BODY
-    assert items["optout"].status_mode == StatusMode.NONE, "annotation false"
+    assert items["optout"].status_mode == StatusMode.LEFT_OUT, "annotation false: saved, left out as asked"
     assert items["nostatus"].status_mode == StatusMode.NONE, "nothing saved"
     assert items["web"].status_mode == StatusMode.NONE, "built-ins are opt-in"
     assert items[KC.qualified].status_mode == StatusMode.NONE, "a CRD's status belongs to the API server"
@@ -85,18 +85,21 @@ def test_status_modes_default_to_custom_resources(archive):
 def test_status_star_includes_builtins_and_exclude_wins(archive):
     items = by_name(plan(archive, status_include=("*",), status_exclude=("databases.db.example.com",)))
     assert items["web"].status_mode == StatusMode.SUBRESOURCE
-    assert items["child"].status_mode == StatusMode.NONE
+    assert items["child"].status_mode == StatusMode.LEFT_OUT
 
 
 def test_status_include_narrows(archive):
     items = by_name(plan(archive, status_include=("kubernetesclusters.xyz.example.com",)))
     assert items["parent"].status_mode == StatusMode.SUBRESOURCE
-    assert items["child"].status_mode == StatusMode.NONE
-    assert items["p1"].status_mode == StatusMode.NONE
+    assert items["child"].status_mode == StatusMode.LEFT_OUT
+    assert items["p1"].status_mode == StatusMode.LEFT_OUT
+    assert items["web"].status_mode == StatusMode.NONE, "a built-in not asked for is not left out by the user"
 
 
 def test_no_status(archive):
-    assert {i.status_mode for i in plan(archive, no_status=True).items()} == {StatusMode.NONE}
+    modes = {i.name: i.status_mode for i in plan(archive, no_status=True).items()}
+    assert set(modes.values()) == {StatusMode.NONE, StatusMode.LEFT_OUT}
+    assert modes["parent"] == StatusMode.LEFT_OUT and modes["nostatus"] == StatusMode.NONE
 
 
 def test_waves_put_crds_namespaces_cluster_then_owners_before_dependents(archive):
@@ -157,8 +160,24 @@ def test_namespace_filter_leaves_cluster_scoped_objects_unless_asked(archive):
     assert "p1" not in by_name(plan(archive, namespaces=("team-a",)))
     assert "p1" in by_name(plan(archive, namespaces=("team-a",), include_cluster_resources=True))
     assert "p1" in by_name(plan(archive))
-    names = by_name(plan(archive, namespaces=("other",)))
-    assert "parent" not in names and KC.qualified in names, "CRDs still come first"
+    names = by_name(plan(archive, namespaces=("team-a",)))
+    assert "parent" in names and KC.qualified in names, "CRDs still come first"
+
+
+@pytest.mark.parametrize(
+    "selection, said",
+    [
+        ({"namespaces": ("other",)}, "--namespace other"),
+        ({"label_selector": "env=none"}, "--selector env=none"),
+        (
+            {"include_resources": ("pools.infra.example.com",), "namespaces": ("team-a",)},
+            "--namespace team-a --include",
+        ),
+    ],
+)
+def test_a_selection_that_matches_nothing_is_an_error_not_an_empty_success(archive, selection, said):
+    with pytest.raises(ConfigError, match=f"nothing in backup b matches {said}"):
+        plan(archive, **selection)
 
 
 def test_an_object_that_does_not_match_its_path_is_refused(tmp_path, monkeypatch):

@@ -1,0 +1,194 @@
+"""A fault-injecting HTTP(S) reverse proxy for tests, in front of the real kube-apiserver or moto's S3 server.
+
+At a set rate (seeded), a request meets one of these faults instead of a clean answer:
+- ``429``: answered 429 Too Many Requests with Retry-After, not forwarded;
+- ``500`` / ``503``: answered with that error, not forwarded (``503`` carries S3's SlowDown code too);
+- ``reset``: the connection is reset before the request is forwarded;
+- ``lost``: the request is forwarded and acted on, then the connection is reset instead of answering.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import socket
+import ssl
+import struct
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import urllib3
+
+FAULTS = ("429", "500", "503", "reset", "lost")
+_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+
+
+class FaultProxy:
+    """Forwards every request to `upstream`; `rate` of the requests that `applies` to meet a fault."""
+
+    def __init__(
+        self,
+        upstream: str,
+        rate: float,
+        seed: int = 1,
+        faults: tuple[str, ...] = FAULTS,
+        applies: Callable[[str, str], bool] = lambda method, path: True,
+        certs: tuple[Path, Path] | None = None,
+        retry_after: str = "1",
+        before: Callable[[str, str, bytes | None], None] = lambda method, path, body: None,
+    ):
+        assert set(faults) <= set(FAULTS), faults
+        self.upstream = upstream.rstrip("/")
+        self.rate = rate
+        self.faults = faults
+        self.applies = applies
+        self.retry_after = retry_after
+        self.before = before  # runs before a request is forwarded: another writer racing the client
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._pool = urllib3.PoolManager(maxsize=64, cert_reqs="CERT_NONE", retries=False)
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        self._server.handle_error = lambda request, address: None  # type: ignore[method-assign] # resets are the point
+        self.scheme = "http"
+        if certs is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(str(certs[0]), str(certs[1]))
+            self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
+            self.scheme = "https"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> FaultProxy:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._pool.clear()
+
+    def choose(self, method: str, path: str) -> str:
+        """The fault this request meets, or "" to pass it through."""
+        with self._lock:
+            self.counts["requests"] += 1
+            if not self.applies(method, path) or self._rng.random() >= self.rate:
+                return ""
+            fault = self._rng.choice(self.faults)
+            self.counts[fault] += 1
+            return fault
+
+    @property
+    def injected(self) -> int:
+        return sum(n for k, n in self.counts.items() if k != "requests")
+
+
+@contextmanager
+def running(proxy: FaultProxy) -> Iterator[FaultProxy]:
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A throwaway certificate for the proxy's TLS side (clients skip verification, as with the test cluster)."""
+    cert, key = directory / "proxy.crt", directory / "proxy.key"
+    if not cert.exists():
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-keyout",
+                str(key),
+                "-out",
+                str(cert),
+            ],
+            check=True,
+            capture_output=True,
+        )
+    return cert, key
+
+
+def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def _any(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            fault = proxy.choose(self.command, self.path)
+            if fault == "reset":
+                return self._reset()
+            if fault in ("429", "500", "503"):
+                return self._error(int(fault))
+            proxy.before(self.command, self.path, body)
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+            headers["Host"] = self.headers.get("Host", "")
+            resp = proxy._pool.request(
+                self.command,
+                proxy.upstream + self.path,
+                body=body,
+                headers=headers,
+                preload_content=True,
+                decode_content=False,
+                redirect=False,
+            )
+            if fault == "lost":  # the upstream acted on it; the client never learns
+                return self._reset()
+            self.send_response(resp.status)
+            for k, v in resp.headers.items():
+                if k.lower() not in _HOP:
+                    self.send_header(k, v)
+            head = self.command == "HEAD"  # its Content-Length is the object's, and it has no body
+            self.send_header("Content-Length", resp.headers.get("Content-Length", "0") if head else str(len(resp.data)))
+            self.end_headers()
+            if not head:
+                self.wfile.write(resp.data)
+
+        def _error(self, code: int) -> None:
+            body = (
+                b'<?xml version="1.0"?><Error><Code>SlowDown</Code><Message>injected</Message></Error>'
+                if code == 503 and "amz" in " ".join(self.headers.keys()).lower()
+                else b'{"kind":"Status","apiVersion":"v1","status":"Failure","message":"injected","code":%d}' % code
+            )
+            self.send_response(code)
+            if code == 429:
+                self.send_header("Retry-After", proxy.retry_after)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _reset(self) -> None:
+            """Close with RST (SO_LINGER 0): the client sees a reset, not a clean end of the response."""
+            self.close_connection = True
+            try:
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.connection.close()
+            except OSError:
+                pass
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _any
+
+    return Handler
