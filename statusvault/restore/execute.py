@@ -119,7 +119,9 @@ class _Run:
         self.report = report
         self.server_dry = opts.dry_run == "server"
         self.owners = OwnerResolver(engine.client, engine.discovery, plan.learned_uids())
-        self.writer = ObjectWriter(engine.client, self.server_dry, opts.existing_policy, plan.manager, plan.was_created)
+        self.writer = ObjectWriter(
+            engine.client, self.server_dry, opts.existing_policy, plan.manager, plan.was_created, plan.started
+        )
         self.lock = threading.Lock()
         self.crds_written: set[str] = set()
         self.new_namespaces: set[str] = set()

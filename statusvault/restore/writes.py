@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,20 @@ from statusvault.restore.results import Outcome, StatusOutcome
 from statusvault.transforms import contains, status_body, update_patch
 
 ATTEMPTS = 5
+CLOCK_SKEW = 120.0  # seconds of disagreement tolerated between this machine and the API server
+
+
+def _bare(body: KubeObject) -> bool:
+    """A body with no field a field manager could own."""
+    return set(body) <= {"apiVersion", "kind", "metadata"} and set(body.get("metadata") or {}) <= {"name", "namespace"}
+
+
+def _created_at(meta: dict[str, Any]) -> float:
+    try:
+        created = dt.datetime.strptime(str(meta.get("creationTimestamp", "")), "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return 0.0
+    return created.replace(tzinfo=dt.UTC).timestamp()
 
 
 def written_by(meta: dict[str, Any], manager: str) -> bool:
@@ -32,7 +47,9 @@ class ObjectWriter:
         policy: str,
         manager: str,
         created_before: Callable[[PlanItem], bool] = lambda item: False,
+        started: float = 0.0,
     ):
+        self.started = started  # when the restore began (its plan was made)
         self.created_before = created_before  # by an earlier run of the same (resumed) restore, per its journal
         self.client = client
         self.server_dry = server_dry
@@ -47,15 +64,23 @@ class ObjectWriter:
             if e.code != 409 or e.reason != "AlreadyExists":
                 raise
             live = self.client.get(rt, item.namespace or None, item.name)
-            if live is not None and (self.wrote(live) or self.created_before(item)):
+            if live is not None and (self.wrote(live, body) or self.created_before(item)):
                 return live, Outcome.CREATED  # a resent POST whose first attempt succeeded, or a resumed run's
             if self.policy != "update":
                 return None, Outcome.SKIPPED
             return self.update(rt, item, body)  # appeared since the plan was made
         return created, Outcome.WOULD_CREATE if self.server_dry else Outcome.CREATED
 
-    def wrote(self, live: KubeObject) -> bool:
-        return written_by(live.get("metadata") or {}, self.manager)
+    def wrote(self, live: KubeObject, body: KubeObject) -> bool:
+        """Whether this restore created `live` from `body`.
+
+        The API server drops a manager that owns no field, so a body with nothing but a name leaves no
+        trace: such an object is ours when no writer owns any field of it and it is younger than the restore
+        (any other writer's content would name that writer)."""
+        meta = live.get("metadata") or {}
+        if written_by(meta, self.manager):
+            return True
+        return _bare(body) and not meta.get("managedFields") and _created_at(meta) >= self.started - CLOCK_SKEW
 
     def update(self, rt: ResourceType, item: PlanItem, body: KubeObject) -> tuple[KubeObject | None, str]:
         """Patch the live object's content to the backup's, guarded by its resourceVersion."""

@@ -4,6 +4,11 @@ what it is sent (a schema default added after the backup). Every object is check
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,13 +19,15 @@ import pytest
 
 from statusvault.backup import NAMESPACES
 from statusvault.errors import ExitStatus
-from statusvault.kube.discovery import CRD_TYPE, Discovery
+from statusvault.kube.discovery import CRD_TYPE, Discovery, discover
+from statusvault.model import ResourceType
 from statusvault.testing.cluster import ADMIN_TOKEN, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, install_crds
 from tests.builders import cr, crd, kc_status, owner_ref, unique
 from tests.faultproxy import FaultProxy, self_signed
 
 KC = "xyz.example.com/v1"
+BARE = ("g0", "g1", "g2", "g3", "g4")
 FAULT_RESOURCES = ("kc", "databases.db.example.com", "legacyapps.legacy.example.com", "widgets.example.com")
 
 
@@ -79,7 +86,10 @@ def test_objects_created_by_the_run_are_its_own_whatever_the_server_changed(
     rt = d.by_qualified(f"gadgets.{group}")
     saved = {f"g{i}": {"externalID": f"ext-{i}", "phase": "Ready"} for i in range(30)}
     for name, status in saved.items():
-        create_with_status(kube, d, cr(f"{group}/v1", "Gadget", name, spec={"size": 1}, status=status), namespace)
+        body = cr(f"{group}/v1", "Gadget", name, spec={"size": 1}, status=status)
+        if name in BARE:  # nothing but a name: its create leaves no field manager behind
+            del body["spec"]
+        create_with_status(kube, d, body, namespace)
     assert run("backup", "b", "-n", namespace, "--include-resources", f"gadgets.{group}").code == 0
     delete_namespace(kube, namespace)
     if defaults:
@@ -99,7 +109,10 @@ def test_objects_created_by_the_run_are_its_own_whatever_the_server_changed(
         live = kube.get(rt, namespace, name)
         want = {**status, "health": "unknown"} if defaults else status
         assert live["status"] == want, name
-        assert live["spec"] == ({"size": 1, "tier": "gold"} if defaults else {"size": 1})
+        if name in BARE:
+            assert "spec" not in live
+        else:
+            assert live["spec"] == ({"size": 1, "tier": "gold"} if defaults else {"size": 1})
 
 
 def test_an_object_someone_else_creates_during_the_restore_is_counted_without_status(
@@ -192,24 +205,23 @@ def populate(kube, crds: Discovery, ns: str, n: int) -> None:
         list(pool.map(one, range(n - len(owners))))
 
 
-def snapshot(kube, crds: Discovery, ns: str) -> dict[str, dict[str, Any]]:
+def snapshot(kube, types: list[ResourceType], ns: str) -> dict[str, dict[str, Any]]:
     """What must come back: per object, spec, status, labels, annotations, finalizers and owners by name."""
-    listed = {r: [o for page in kube.list_pages(crds.resolve(r), ns) for o in page] for r in FAULT_RESOURCES}
-    names = {o["metadata"]["uid"]: o["metadata"]["name"] for objs in listed.values() for o in objs}
+    listed = [o for rt in types for page in kube.list_pages(rt, ns) for o in page]
+    names = {o["metadata"]["uid"]: o["metadata"]["name"] for o in listed}
     out: dict[str, dict[str, Any]] = {}
-    for objs in listed.values():
-        for o in objs:
-            meta = o["metadata"]
-            out[f"{o['kind']}/{meta['name']}"] = {
-                "spec": o.get("spec"),
-                "status": o.get("status"),
-                "labels": meta.get("labels"),
-                "annotations": meta.get("annotations"),
-                "finalizers": meta.get("finalizers"),
-                "owners": [
-                    (r["kind"], r["name"], names.get(r["uid"], "dangling")) for r in meta.get("ownerReferences", [])
-                ],
-            }
+    for o in listed:
+        meta = o["metadata"]
+        out[f"{o['kind']}/{meta['name']}"] = {
+            "spec": o.get("spec"),
+            "status": o.get("status"),
+            "labels": meta.get("labels"),
+            "annotations": meta.get("annotations"),
+            "finalizers": meta.get("finalizers"),
+            "owners": [
+                (r["kind"], r["name"], names.get(r["uid"], "dangling")) for r in meta.get("ownerReferences", [])
+            ],
+        }
     return out
 
 
@@ -226,7 +238,7 @@ def big_namespace(kube, crds) -> Iterator[tuple[str, dict[str, Any]]]:
     ns = unique("big")
     ensure_namespace(kube, ns)
     populate(kube, crds, ns, 1000)
-    yield ns, snapshot(kube, crds, ns)
+    yield ns, snapshot(kube, [crds.resolve(r) for r in FAULT_RESOURCES], ns)
     kube.delete(NAMESPACES, None, ns)
 
 
@@ -257,7 +269,7 @@ def test_a_thousand_objects_through_every_fault(run, kube, crds, proxied, big_na
                 assert result.code == ExitStatus.SUCCESS, result.err
             else:
                 assert lacking == 0
-        assert_exact(before, snapshot(kube, crds, target))
+        assert_exact(before, snapshot(kube, [crds.resolve(r) for r in FAULT_RESOURCES], target))
         for kind in ("429", "500", "503", "reset", "lost"):
             assert faults.get(kind, 0) > 0, f"no {kind} was injected: {faults}"
         record_figures(rate, faults, len(before), result.code)
@@ -272,6 +284,108 @@ def record_figures(rate: float, faults: dict[str, int], objects: int, code: int)
 
 
 def delete_namespace(kube, ns: str) -> None:
-    from tests.integration.test_restore import delete_namespace as delete
+    kube.delete(NAMESPACES, None, ns)
+    wait_gone(kube, NAMESPACES, None, ns)
 
-    delete(kube, ns)
+
+# --- kill -9 at every phase; the plain re-run ends exact and the operator is back at its replicas ---
+
+PHASES = {
+    "planning": lambda method, path, body: method == "GET" and "limit=1000" in path,
+    "crd-wave": lambda method, path, body: (
+        method == "POST" and path.split("?")[0].endswith("/customresourcedefinitions")
+    ),
+    "mid-wave": lambda method, path, body: (
+        method == "POST" and "/gadgets?" in path and b'"name":"g-15"' in (body or b"")
+    ),
+    "between-create-and-status": lambda method, path, body: method == "PUT" and path.split("?")[0].endswith("/status"),
+    "scale-back": lambda method, path, body: (
+        method == "PATCH" and "/scale?" in path and b'"replicas":0' not in (body or b"")
+    ),
+}
+
+
+def _gadgets(kube, ns: str) -> tuple[str, ResourceType]:
+    """A CRD of its own (so the restore has a CRD wave), 10 owners and 30 dependents, all with status."""
+    group = f"{unique('k')}.example.com"
+    rt = install_crds(kube, [gadget_crd(group, defaults=False)]).by_qualified(f"gadgets.{group}")
+    d = discover(kube)
+    owners = [
+        create_with_status(kube, d, cr(f"{group}/v1", "Gadget", f"owner-{i}", status={"id": f"o{i}"}), ns)
+        for i in range(10)
+    ]
+    for i in range(30):
+        body = cr(
+            f"{group}/v1",
+            "Gadget",
+            f"g-{i}",
+            spec={"size": i},
+            status={"id": f"g{i}"},
+            owners=[owner_ref(owners[i % 10])],
+        )
+        create_with_status(kube, d, body, ns)
+    return group, rt
+
+
+@pytest.mark.parametrize("phase", list(PHASES))
+def test_kill_9_at_any_phase_then_the_plain_rerun_ends_exact(run, kube, cluster, namespace, proxied, phase):
+    group, rt = _gadgets(kube, namespace)
+    ops = unique("ops")
+    ensure_namespace(kube, ops)
+    deployments = discover(kube).resolve("deployments.apps")
+    labels = {"app": "op"}
+    template = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "op:1"}]}}
+    kube.create(
+        deployments,
+        ops,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "op"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": template},
+        },
+    )
+    assert run("backup", "b", "-n", namespace, "--include-resources", f"gadgets.{group}").code == 0
+    before = snapshot(kube, [rt], namespace)
+    kube.delete(CRD_TYPE, None, f"gadgets.{group}")
+    wait_gone(kube, CRD_TYPE, None, f"gadgets.{group}")
+    target = unique("dst")
+    args = ["restore", "b", "--namespace-mapping", f"{namespace}:{target}", "--scale-down", f"{ops}/deployment/op"]
+
+    victim: dict[str, subprocess.Popen[bytes]] = {}
+
+    def kill_at_phase(method: str, path: str, body: bytes | None) -> None:
+        proc = victim.get("proc")
+        if proc is not None and proc.poll() is None and PHASES[phase](method, path, body):
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    proxy, kubeconfig = proxied(0.0, before=kill_at_phase)
+    env = {**os.environ, "STATUSVAULT_STORAGE": str(run.storage), "STATUSVAULT_STATE_DIR": str(run.state)}
+    victim["proc"] = subprocess.Popen(
+        [sys.executable, "-m", "statusvault", "--kubeconfig", str(kubeconfig), *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    _, err = victim["proc"].communicate(timeout=300)
+    assert victim["proc"].returncode == -signal.SIGKILL, f"the run was never killed at {phase}: {err.decode()}"
+    proxy.before = lambda method, path, body: None
+
+    again = run(*args, kubeconfig=kubeconfig)
+
+    assert again.code == ExitStatus.SUCCESS, again.out + again.err
+    assert_exact(before, snapshot(kube, [rt], target))
+    op = kube.get(deployments, ops, "op")
+    assert op["spec"]["replicas"] == 2, "the operator is back at its replicas"
+    assert "statusvault.io/replicas-before-restore" not in (op["metadata"].get("annotations") or {})
+    kube.delete(NAMESPACES, None, target)
+    kube.delete(NAMESPACES, None, ops)
+    kube.delete(CRD_TYPE, None, f"gadgets.{group}")
+
+
+def wait_gone(kube, rt, ns, name) -> None:
+    deadline = time.monotonic() + 60
+    while kube.get(rt, ns, name) is not None:
+        assert time.monotonic() < deadline, f"{name} still exists"
+        time.sleep(0.2)

@@ -64,7 +64,7 @@ def test_seeds_kubernetescluster_deleted_then_restored_with_exact_status(run, ku
     assert "status" not in kube.get(crds.resolve("databases.db.example.com"), namespace, "orders")
     report = items(json.loads(result.out))
     assert report[f"kubernetesclusters.xyz.example.com {namespace}/prod-eu"]["status"] == "written"
-    assert report[f"databases.db.example.com {namespace}/orders"]["status"] == "not-needed"
+    assert report[f"databases.db.example.com {namespace}/orders"]["status"] == "left-out"
     assert any(
         "observedGeneration is 4" in n
         for n in report[f"kubernetesclusters.xyz.example.com {namespace}/prod-eu"]["notes"]
@@ -197,9 +197,12 @@ def test_restore_one_object_by_name(run, kube, crds, make, namespace):
     assert {i["name"] for i in json.loads(result.out)["items"]} >= {"prod", namespace}
     assert kube.get(crds.resolve("kc"), namespace, "prod")["status"] == kc_status(1)
     assert kube.get(crds.resolve("kc"), namespace, "staging") is None
-    nothing = run("restore", "b", "--name", "prdo", "-o", "json")
-    assert nothing.code == 0
-    assert "no object in the selection is named 'prdo'" in json.loads(nothing.out)["warnings"]
+    partly = run("restore", "b", "--name", "prod,prdo", "-o", "json")
+    assert partly.code == 0, partly.err
+    assert "no object in the selection is named 'prdo'" in json.loads(partly.out)["warnings"]
+    nothing = run("restore", "b", "--name", "prdo")
+    assert nothing.code == ExitStatus.USAGE
+    assert nothing.err == "error: nothing in backup b matches --name prdo: nothing to restore\n"
 
 
 def test_namespace_mapping(run, kube, crds, make, namespace):
@@ -239,7 +242,8 @@ def test_existing_policy_none_skips_and_update_writes_spec_and_status(run, kube,
     skipped = run("restore", "b", "-o", "json")
     assert skipped.code == 0, skipped.err
     entry = items(json.loads(skipped.out))[f"kubernetesclusters.xyz.example.com {namespace}/c"]
-    assert (entry["result"], entry["status"]) == ("skipped", "not-written")
+    assert (entry["result"], entry["status"]) == ("skipped", "kept"), "existed before the run: left as it is"
+    assert "1 object(s) existed before the restore and were left as they are" in run("restore", "b").out
     assert kube.get(rt, namespace, "c")["spec"]["region"] == "drifted"
 
     updated = run("restore", "b", "--existing-resource-policy", "update", "-o", "json")
@@ -292,9 +296,9 @@ def test_dry_run_client_prints_the_plan(run, kube, make, namespace):
     assert result.code == 0, result.err
     assert result.out.splitlines()[:4] == [
         "Plan for restoring b (dry run, nothing changed):",
-        f"  skipped       kubernetesclusters.xyz.example.com {namespace}/p  status: not-written",
-        f"  skipped       kubernetesclusters.xyz.example.com {namespace}/q  status: not-written",
-        f"  skipped       legacyapps.legacy.example.com {namespace}/l  status: not-written",
+        f"  skipped       kubernetesclusters.xyz.example.com {namespace}/p  status: kept",
+        f"  skipped       kubernetesclusters.xyz.example.com {namespace}/q  status: kept",
+        f"  skipped       legacyapps.legacy.example.com {namespace}/l  status: kept",
     ]
     delete_namespace(kube, namespace)
     result = run("restore", "b", "--dry-run", "client")
