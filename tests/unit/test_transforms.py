@@ -4,6 +4,7 @@ import pytest
 
 from statusvault.transforms import (
     RESTORE_STATUS_ANNOTATION,
+    contains,
     map_namespace,
     remap_owner_refs,
     sanitize,
@@ -139,3 +140,23 @@ def test_restore_diff_names_each_changed_added_and_removed_field():
     ]
     assert restore_diff(live, live) == [], "server-owned metadata is not content"
     assert all(not d["path"].startswith("/status") for d in restore_diff(live, backup)), "status only when restored"
+
+
+@pytest.mark.parametrize(
+    ("actual", "saved", "held"),
+    [
+        ({"a": 1, "health": "unknown"}, {"a": 1}, True),  # a default the server added
+        ({"a": {"b": 1, "c": 2}}, {"a": {"b": 1}}, True),
+        ({"l": [{"x": 1, "d": 0}]}, {"l": [{"x": 1}]}, True),  # defaults inside list items
+        ({}, {"a": 1}, False),  # pruned
+        ({"a": 2}, {"a": 1}, False),  # changed
+        ({"l": [1]}, {"l": [1, 2]}, False),  # a list shortened
+        ({"l": [1, 2, 3]}, {"l": [1, 2]}, False),  # or lengthened
+        ({"a": 1}, {"a": True}, False),  # JSON true is not 1
+        ({"a": 1.0}, {"a": 1}, True),
+        (None, {"a": 1}, False),
+        ({"a": None}, {"a": None}, True),
+    ],
+)
+def test_contains_allows_added_fields_only(actual, saved, held):
+    assert contains(actual, saved) is held
