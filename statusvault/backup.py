@@ -14,6 +14,7 @@ from statusvault import __version__
 from statusvault.archive import FORMAT_VERSION, ArchiveWriter, member_path
 from statusvault.crypto import Key
 from statusvault.errors import BackupExistsError, ConfigError, KubeApiError
+from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject, ResourceType, Selection, name_matches, object_key
@@ -22,7 +23,6 @@ from statusvault.selection import select_resources
 from statusvault.storage.base import ObjectStore, archive_key, manifest_key, validate_backup_name
 
 log = logging.getLogger(__name__)
-NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False)
 
 
 @dataclasses.dataclass

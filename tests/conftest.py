@@ -11,8 +11,8 @@ from typing import Any
 import boto3
 import pytest
 
-from statusvault.backup import NAMESPACES
 from statusvault.cli.main import main
+from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import load_transport

@@ -24,9 +24,9 @@ from statusvault.cli.options import (
 from statusvault.cli.output import emit, table
 from statusvault.errors import PartialFailure, StatusVaultError
 from statusvault.metrics import recorded
-from statusvault.restore.plan import restore_options
+from statusvault.restore.options import restore_options
 from statusvault.restore.results import GENERATION_NOTE, RestoreReport, StatusOutcome
-from statusvault.restore.service import run_restore
+from statusvault.restore.service import RestoreRequest, run_restore
 
 
 @click.command("restore")
@@ -97,18 +97,17 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
     opts = restore_options(kw)
     client = app.client(pool_size=kw["parallel"] + 4, qps=kw["qps"], burst=kw["burst"])
     with recorded("restore", "", kw["metrics_textfile"], kw["metrics_pushgateway"]) as run:
-        report = run_restore(
-            client,
-            lambda refresh: app.discovery(refresh=refresh),
+        request = RestoreRequest(
             store,
             backup_name,
             opts,
             Path(kw["state_dir"]),
             kw["restart"],
-            app.progress(),
-            kw["parallel"],
             encryption_key(kw),
+            kw["parallel"],
+            app.progress(),
         )
+        report = run_restore(client, lambda refresh: app.discovery(refresh=refresh), request)
         run.success, run.duration = report.succeeded, report.duration
         run.objects, run.errors = report.total, len(report.failures)
     try:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from statusvault.errors import ConfigError
-from statusvault.restore.plan import RestoreOptions, restore_options
+from statusvault.restore.options import RestoreOptions, restore_options
 from statusvault.storage.base import validate_backup_name
 
 INTENT_LABEL = "statusvault.io/restore-intent"  # value "true" on the intent ConfigMaps the controller reconciles

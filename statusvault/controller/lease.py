@@ -13,11 +13,11 @@ import time
 from typing import Any
 
 from statusvault.errors import KubeApiError
+from statusvault.kinds import LEASES
 from statusvault.kube.client import KubeClient
-from statusvault.model import KubeObject, ResourceType
+from statusvault.model import KubeObject
 
 log = logging.getLogger(__name__)
-LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 
 
 def micro_time(t: dt.datetime) -> str:

@@ -33,16 +33,15 @@ from statusvault.controller.intent import (
 from statusvault.controller.lease import Lease
 from statusvault.crypto import Key
 from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
+from statusvault.kinds import CONFIGMAPS, EVENTS
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
-from statusvault.model import KubeObject, ResourceType
+from statusvault.model import KubeObject
 from statusvault.restore.results import RestoreReport
-from statusvault.restore.service import run_restore
+from statusvault.restore.service import RestoreRequest, run_restore
 from statusvault.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
-CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", namespaced=True)
-EVENTS = ResourceType("", "v1", "events", "Event", namespaced=True)
 COMPONENT = "statusvault-controller"
 
 
@@ -182,9 +181,7 @@ class Controller:
         report: RestoreReport | None = None
         interrupted = False
         try:
-            report = run_restore(
-                self.client,
-                self.discover,
+            request = RestoreRequest(
                 self.store(intent.storage),
                 intent.backup,
                 intent.options,
@@ -193,6 +190,7 @@ class Controller:
                 key=self.key,
                 cancel=lost,  # another replica may take over once our Lease lapses: stop starting objects
             )
+            report = run_restore(self.client, self.discover, request)
             ok = report.succeeded
             run_wide = bool(report.aborted)
             message = _summary(intent.backup, report)

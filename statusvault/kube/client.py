@@ -33,6 +33,10 @@ class KubeClient:
     def __init__(self, transport: KubeTransport):
         self.transport = transport
 
+    @property
+    def server(self) -> str:
+        return self.transport.host
+
     def request_json(self, req: Request) -> Any:
         return orjson.loads(self.transport.send(req))
 

@@ -7,19 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from statusvault.errors import ConfigError, KubeApiError
+from statusvault.kinds import CRDS
 from statusvault.kube.client import KubeClient
-from statusvault.model import CRD_GROUP, CRD_RESOURCE, ResourceType
-
-CRD_TYPE = ResourceType(
-    CRD_GROUP,
-    "v1",
-    CRD_RESOURCE,
-    "CustomResourceDefinition",
-    namespaced=False,
-    has_status=True,
-    verbs=("create", "get", "list"),
-    singular="customresourcedefinition",
-)
+from statusvault.model import ResourceType
 
 
 def parse_resource_list(
@@ -110,7 +100,7 @@ def _builtin_group(group: str) -> bool:
 def _custom_resources(client: KubeClient) -> frozenset[tuple[str, str]] | None:
     """(group, plural) of every CRD; None when this identity may not list CRDs (a namespaced Role)."""
     try:
-        body = client.get_path(CRD_TYPE.path())
+        body = client.get_path(CRDS.path())
     except KubeApiError as e:
         if e.code == 403:
             return None

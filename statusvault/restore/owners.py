@@ -5,17 +5,16 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from statusvault.kube.client import KubeClient
-from statusvault.kube.discovery import Discovery
-from statusvault.model import ResourceType
+from statusvault.kube.api import KubeApi
+from statusvault.restore.served import ServedTypes
 
 
 class OwnerResolver:
     """Old UID -> new UID for owners restored in this run; a live lookup for owners already present."""
 
-    def __init__(self, client: KubeClient, discovery: Discovery, learned: dict[str, str] | None = None):
+    def __init__(self, client: KubeApi, served: ServedTypes, learned: dict[str, str] | None = None):
         self.client = client
-        self.discovery = discovery
+        self.served = served
         self._uids: dict[str, str] = dict(learned or {})
         self._live: dict[tuple[str, str, str, str], str | None] = {}
         self._lock = threading.Lock()
@@ -23,12 +22,6 @@ class OwnerResolver:
     def learn(self, old_uid: str, new_uid: str) -> None:
         with self._lock:
             self._uids[old_uid] = new_uid
-
-    def refresh(self, discovery: Discovery) -> None:
-        self.discovery = discovery
-
-    def find_type(self, group: str, version: str, kind: str) -> ResourceType | None:
-        return self.discovery.find(group, version, kind)
 
     def resolve(self, ref: dict[str, Any], namespace: str) -> str | None:
         """The UID the reference must carry now, or None when the owner does not exist."""
@@ -40,7 +33,7 @@ class OwnerResolver:
         with self._lock:
             if cache_key in self._live:
                 return self._live[cache_key]
-        rt = self.find_type(group, version, str(ref.get("kind", "")))
+        rt = self.served.find(group, version, str(ref.get("kind", "")))
         uid = None
         if rt is not None and ref.get("name"):
             live = self.client.get(rt, namespace if rt.namespaced else None, str(ref["name"]))

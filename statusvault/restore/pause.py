@@ -17,14 +17,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from statusvault.errors import ConfigError, StatusVaultError
-from statusvault.kube.client import KubeClient
+from statusvault.kinds import PODS
+from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import MERGE_PATCH
 from statusvault.model import ResourceType
 
 log = logging.getLogger(__name__)
 ANNOTATION = "statusvault.io/replicas-before-restore"
-PODS = ResourceType("", "v1", "pods", "Pod", namespaced=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +53,7 @@ def resolve_workloads(specs: tuple[str, ...], discovery: Discovery) -> list[Work
 
 
 class Pauser:
-    def __init__(self, client: KubeClient, timeout: float = 120.0):
+    def __init__(self, client: KubeApi, timeout: float = 120.0):
         self.client = client
         self.timeout = timeout
 

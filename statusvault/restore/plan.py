@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -12,87 +12,15 @@ import orjson
 
 from statusvault.archive import ArchiveReader, parse_member_path
 from statusvault.errors import ArchiveError, ConfigError
+from statusvault.kinds import CRD_QUALIFIED, NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.labels import parse_selector
-from statusvault.model import CRD_GROUP, CRD_RESOURCE, ObjectKey, ResourceType, name_matches
+from statusvault.model import ObjectKey, ResourceType, name_matches
+from statusvault.restore.options import RestoreOptions
 from statusvault.restore.planstore import Action, Category, PlanItem, RestorePlan, StatusMode
 from statusvault.transforms import map_namespace, status_annotation
 
 STATUS_ALL = "*"
-CRD_QUALIFIED = f"{CRD_RESOURCE}.{CRD_GROUP}"
-
-
-@dataclasses.dataclass(frozen=True)
-class RestoreOptions:
-    namespaces: tuple[str, ...] = ()
-    include_resources: tuple[str, ...] = ()
-    exclude_resources: tuple[str, ...] = ()
-    label_selector: str = ""
-    names: tuple[str, ...] = ()  # object names or shell-style patterns (not applied to CRDs and Namespaces)
-    namespace_mapping: tuple[tuple[str, str], ...] = ()
-    status_include: tuple[str, ...] = ()  # empty: every custom resource; ("*",): everything
-    status_exclude: tuple[str, ...] = ()
-    no_status: bool = False
-    existing_policy: str = "none"  # none | update
-    include_cluster_resources: bool | None = None  # None: on unless namespaces are given
-    dry_run: str = "none"  # none | client | server
-    scale_down: tuple[str, ...] = ()  # NAMESPACE/KIND/NAME of operators to stop while restoring
-
-    @property
-    def mapping(self) -> dict[str, str]:
-        return dict(self.namespace_mapping)
-
-
-POLICIES = ("none", "update")
-DRY_RUNS = ("none", "client", "server")
-
-
-def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
-    """Options from the CLI's flag values or an intent's data, by the flags' long names (dashes as underscores).
-
-    Lists are comma-separated strings (or tuples of them); booleans are bools or "true"/"false"."""
-
-    def csv(key: str) -> tuple[str, ...]:
-        raw = values.get(key) or ()
-        return tuple(
-            v.strip() for part in ((raw,) if isinstance(raw, str) else raw) for v in part.split(",") if v.strip()
-        )
-
-    def flag(key: str) -> bool | None:
-        raw = values.get(key)
-        if raw is None or isinstance(raw, bool):
-            return raw
-        if str(raw).lower() not in ("true", "false"):
-            raise ConfigError(f"{key.replace('_', '-')} must be true or false, not {raw!r}")
-        return str(raw).lower() == "true"
-
-    def choice(key: str, allowed: tuple[str, ...]) -> str:
-        raw = str(values.get(key) or allowed[0])
-        if raw not in allowed:
-            raise ConfigError(f"{key.replace('_', '-')} must be one of {', '.join(allowed)}, not {raw!r}")
-        return raw
-
-    mapping = []
-    for entry in csv("namespace_mapping"):
-        old, sep, new = entry.partition(":")
-        if not sep or not old or not new:
-            raise ConfigError(f"invalid namespace-mapping entry {entry!r}: expected OLD:NEW")
-        mapping.append((old, new))
-    return RestoreOptions(
-        namespaces=csv("namespaces"),
-        include_resources=csv("include_resources"),
-        exclude_resources=csv("exclude_resources"),
-        label_selector=str(values.get("selector") or ""),
-        names=csv("names"),
-        namespace_mapping=tuple(mapping),
-        status_include=csv("status_include_resources"),
-        status_exclude=csv("status_exclude_resources"),
-        no_status=bool(flag("no_status")),
-        existing_policy=choice("existing_resource_policy", POLICIES),
-        include_cluster_resources=flag("include_cluster_resources"),
-        dry_run=choice("dry_run", DRY_RUNS),
-        scale_down=csv("scale_down"),
-    )
 
 
 def manifest_types(manifest: dict[str, Any]) -> list[ResourceType]:
@@ -201,8 +129,7 @@ def build_plan(
     live: Discovery,
     exists: Callable[[ResourceType, str, str], bool],
     backup: str = "",
-    manager: str = "",
-    journal: Path | None = None,
+    path: Path | None = None,
 ) -> RestorePlan:
     """Read every object (verifying each hash), filter, decide and order. Raises before any write."""
     manifest = reader.head()
@@ -212,16 +139,16 @@ def build_plan(
     }
     decider = _Decider(opts, types, live, crds_in_backup)
     by_qualified = {rt.qualified: rt for rt in types}
-    plan = RestorePlan(backup, manifest, journal, manager)
+    plan = RestorePlan(backup, manifest, path)
     try:
-        _fill(plan, reader, opts, decider, by_qualified, exists)
+        _add_items(plan, reader, opts, decider, by_qualified, exists)
     except BaseException:
         plan.close()
         raise
     return plan
 
 
-def _fill(
+def _add_items(
     plan: RestorePlan,
     reader: ArchiveReader,
     opts: RestoreOptions,
@@ -331,13 +258,10 @@ def _plan_item(
     )
 
 
-NAMESPACE_TYPE = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, has_status=True)
-
-
 def _add_namespaces(plan: RestorePlan, needed: set[str], exists: Callable[[ResourceType, str, str], bool]) -> None:
     """Target namespaces that neither exist nor come from the backup are created bare."""
     for ns in sorted(needed - plan.names(Category.NAMESPACE)):
-        if not exists(NAMESPACE_TYPE, "", ns):
-            item = PlanItem(NAMESPACE_TYPE, "", "", ns, "", Category.NAMESPACE, Action.CREATE, StatusMode.NONE)
+        if not exists(NAMESPACES, "", ns):
+            item = PlanItem(NAMESPACES, "", "", ns, "", Category.NAMESPACE, Action.CREATE, StatusMode.NONE)
             item.in_archive = False
             plan.add(item)

@@ -1,4 +1,6 @@
-"""The restore plan's rows: one per object, kept in a SQLite file so memory does not grow with the backup."""
+"""The restore plan: what was decided, one row per object, in a SQLite file read-only once sealed.
+
+What has been done lives apart, in the journal (journal.py)."""
 
 from __future__ import annotations
 
@@ -6,18 +8,14 @@ import dataclasses
 import enum
 import json
 import os
-import secrets
 import sqlite3
 import tempfile
-import threading
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from statusvault.archive import member_path
 from statusvault.errors import StatusVaultError
-from statusvault.kube.discovery import Discovery
 from statusvault.model import ObjectKey, ResourceType
 
 MAX_OWNER_DEPTH = 64  # ownership chains deeper than this are treated as a cycle
@@ -103,91 +101,73 @@ CREATE TABLE items (
     in_archive INTEGER NOT NULL
 );
 CREATE TABLE refs (seq INTEGER NOT NULL, owner_uid TEXT NOT NULL);
-CREATE TABLE done (seq INTEGER PRIMARY KEY);  -- restored by this or an earlier (interrupted) run
-CREATE TABLE created (seq INTEGER PRIMARY KEY);  -- created by a run of this journal (status maybe not yet written)
-CREATE TABLE uids (old TEXT PRIMARY KEY, new TEXT NOT NULL);  -- owners restored so far: old UID -> new
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 _COLUMNS = "qualified, source_ns, ns, name, old_uid, category, action, status_mode, depth, in_archive"
+_NOT_DONE = "NOT EXISTS (SELECT 1 FROM journal.done d WHERE d.seq = items.seq)"
 
 
 class RestorePlan:
     """Rows are added in archive order while planning, then read back wave by wave, in that order.
 
     The rows live in a SQLite file, so a plan of 100,000 objects costs the same memory as a plan of 100.
-    Resource types are few and stay in memory (`types`, retargeted once restored CRDs are served).
-
-    A scratch plan (a dry run) is a temp file removed on close. A journal plan lives in the state
-    directory and also records which objects are done and which owners got which new UID; it is removed
-    on close once a run `finished`, and otherwise kept so the same command resumes where it stopped.
+    Resource types are few and stay in memory (`types`, as the cluster served them when planning).
+    It is built beside its final path and renamed there when sealed (a crash while planning leaves no
+    half plan), then reopened read-only. Without a path it is a scratch file, removed on close.
     """
 
-    def __init__(self, backup: str, manifest: dict[str, Any], journal: Path | None = None, manager: str = ""):
-        if journal is None:
+    def __init__(self, backup: str, manifest: dict[str, Any], path: Path | None = None):
+        kept = path is not None
+        if path is None:
             fd, name = tempfile.mkstemp(prefix="statusvault-plan-", suffix=".sqlite")
             os.close(fd)
-            self._fields(backup, manifest, Path(name), journal)
-        else:  # built beside it and renamed when sealed: a crash while planning leaves no half journal
-            self._fields(backup, manifest, journal.with_name(journal.name + ".building"), journal)
-            _remove_db(self.path)  # what a run killed while planning left (the caller holds the journal's lock)
-        self.manager = manager or new_manager()
-        self._db = self._connect()
+            path = Path(name)
+        self._fields(backup, manifest, path, kept)
+        self._building = path.with_name(path.name + ".building")
+        remove_db(self._building)  # what a run killed while planning left (the caller holds the state's lock)
+        self._db = sqlite3.connect(self._building, isolation_level=None)
         self._db.execute("PRAGMA journal_mode = OFF")  # while building: one transaction, nothing to protect
+        self._db.execute("PRAGMA synchronous = OFF")
         self._db.executescript(_SCHEMA)
         self._db.execute("BEGIN")
 
-    def _fields(self, backup: str, manifest: dict[str, Any], path: Path, journal: Path | None) -> None:
-        """Every attribute, as a new plan has it (reopen() then loads the saved ones)."""
+    def _fields(self, backup: str, manifest: dict[str, Any], path: Path, kept: bool) -> None:
+        """Every attribute, as a new plan has it (open() then loads the saved ones)."""
         self.backup = backup
         self.manifest = manifest
         self.warnings: list[str] = []
         self.types: dict[str, ResourceType] = {}
-        self.served: set[str] = set()  # types confirmed served by retarget()
-        self.started = time.time()
-        self.manager = ""  # the field manager of every write: this restore's identity (writes.ObjectWriter)
-        self.resumed = 0  # objects restored by earlier runs of this journal
-        self.finished = False
         self.path: Path = path
-        self._journal, self.scratch = journal, journal is None
+        self.kept = kept  # False: a scratch plan, removed on close
         self._sealed = False
+        self._journal: Path | None = None
 
     @classmethod
-    def reopen(cls, journal: Path) -> RestorePlan:
-        """The plan of an earlier run that did not finish, with what it got done."""
+    def open(cls, path: Path) -> RestorePlan:
+        """The sealed plan of an earlier run, read-only."""
         plan = cls.__new__(cls)
-        plan._fields("", {}, journal, journal)
-        plan._sealed = True
+        plan._fields("", {}, path, True)
         try:
-            plan._db = plan._connect()
+            plan._db = _read_only(path)
             meta = {k: json.loads(v) for k, v in plan._db.execute("SELECT key, value FROM meta")}
             plan.backup, plan.manifest, plan.warnings = meta["backup"], meta["manifest"], meta["warnings"]
-            plan.started, plan.manager = meta["started"], meta["manager"]
             plan.types = {q: _type(t) for q, t in meta["types"].items()}
-            plan.resumed = plan._db.execute("SELECT COUNT(*) FROM done").fetchone()[0]
-            plan._open_marks()
         except (sqlite3.DatabaseError, KeyError, TypeError, ValueError) as e:
-            raise StatusVaultError(
-                f"restore journal {journal} is unreadable ({e}): start over with --restart"
-            ) from None
+            raise StatusVaultError(f"restore plan {path} is unreadable ({e}): start over with --restart") from None
+        plan._sealed = True
         return plan
 
-    def _connect(self, check_same_thread: bool = True) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=check_same_thread)
-        db.execute("PRAGMA synchronous = OFF" if self.scratch else "PRAGMA synchronous = NORMAL")
-        return db
-
-    def _open_marks(self) -> None:
-        """WAL lets workers record progress on a second connection while the main thread reads a wave."""
-        self._db.execute("PRAGMA journal_mode = WAL")
-        self._marks = self._connect(check_same_thread=False)
-        self._marks_lock = threading.Lock()
-
     def close(self) -> None:
-        if self._sealed:
-            self._marks.close()
         self._db.close()
-        if self.scratch or self.finished or not self._sealed:  # a plan that failed to build is no journal
-            _remove_db(self.path)
+        if not self._sealed:
+            remove_db(self._building)
+        if not self.kept:
+            remove_db(self.path)
+
+    def remove(self) -> None:
+        """Close and delete the plan (its restore finished)."""
+        self.close()
+        remove_db(self.path)
 
     def __enter__(self) -> RestorePlan:
         return self
@@ -220,27 +200,23 @@ class RestorePlan:
             self._db.executemany("INSERT INTO refs VALUES (?, ?)", refs)
 
     def seal(self) -> None:
-        """Order owners before their dependents, then index the rows for reading wave by wave."""
+        """Order owners before their dependents, index the rows for reading wave by wave, and move the
+        plan into place, read-only from here on."""
         self._assign_depths()
         self._db.execute("CREATE INDEX items_order ON items (category, depth, in_archive, seq)")
         meta = {
             "backup": self.backup,
             "manifest": self.manifest,
             "warnings": self.warnings,
-            "started": self.started,
-            "manager": self.manager,
             "types": {q: dataclasses.asdict(rt) for q, rt in self.types.items()},
         }
         self._db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
         self._db.execute("COMMIT")
-        if self._journal is not None:
-            self._db.close()
-            _remove_db(self._journal)  # an old journal's -wal would otherwise be replayed onto the new file
-            os.replace(self.path, self._journal)
-            self.path = self._journal
-            self._db = self._connect()
+        self._db.close()
+        remove_db(self.path)
+        os.replace(self._building, self.path)
+        self._db = _read_only(self.path)
         self._sealed = True
-        self._open_marks()
 
     def _assign_depths(self) -> None:
         """depth = 1 + the deepest owner that is also in the plan; only owners keep their old UID."""
@@ -270,7 +246,8 @@ class RestorePlan:
     # --- reading ---
 
     def __len__(self) -> int:
-        return self._count("items")
+        count: int = self._db.execute("SELECT COUNT(*) FROM items").fetchone()[0]
+        return count
 
     def waves(self) -> list[Wave]:
         """Groups to run in order: by category, then by owner depth (owners before dependents)."""
@@ -279,26 +256,51 @@ class RestorePlan:
         )
         return [Wave(Category(c), d, n) for c, d, n in rows]
 
-    def items(self, wave: Wave | None = None, pending: bool = False) -> Iterator[PlanItem]:
+    def items(self, wave: Wave | None = None, journal: Path | None = None) -> Iterator[PlanItem]:
         """A wave's items (all items when None): those the plan added first, then archive order.
 
-        pending: only the items no run has restored yet."""
+        journal: only the items that journal has not seen done."""
         query = f"SELECT {_COLUMNS}, seq FROM items WHERE 1"
         args: tuple[int, ...] = ()
         if wave is not None:
             query += " AND category = ? AND depth = ?"
             args = (int(wave.category), wave.depth)
-        if pending:
-            query += " AND NOT EXISTS (SELECT 1 FROM done WHERE done.seq = items.seq)"
+        if journal is not None:
+            self._attach(journal)
+            query += f" AND {_NOT_DONE}"
         for q, src, ns, name, uid, cat, action, mode, depth, stored, seq in self._db.execute(
             query + " ORDER BY category, depth, in_archive, seq", args
         ):
-            if action == Action.UNAVAILABLE and q in self.served:  # its CRD was installed since the plan was made
-                action = Action.CREATE
-            rt = self.types[q]
             yield PlanItem(
-                rt, src, ns, name, uid, Category(cat), Action(action), StatusMode(mode), depth, bool(stored), seq
+                self.types[q],
+                src,
+                ns,
+                name,
+                uid,
+                Category(cat),
+                Action(action),
+                StatusMode(mode),
+                depth,
+                bool(stored),
+                seq,
             )
+
+    def pending(self, journal: Path, wanted_status: bool = False) -> int:
+        """Items the journal has not seen done; wanted_status: only those whose saved status is to be written."""
+        self._attach(journal)
+        query = f"SELECT COUNT(*) FROM items WHERE {_NOT_DONE}"
+        if wanted_status:
+            modes = ", ".join(f"'{m}'" for m in StatusMode if m.wanted)
+            query += f" AND status_mode IN ({modes})"
+        count: int = self._db.execute(query).fetchone()[0]
+        return count
+
+    def _attach(self, journal: Path) -> None:
+        if self._journal != journal:
+            if self._journal is not None:
+                self._db.execute("DETACH DATABASE journal")
+            self._db.execute("ATTACH DATABASE ? AS journal", (f"file:{journal}?mode=ro",))
+            self._journal = journal
 
     def names(self, category: Category, action: Action | None = None) -> set[str]:
         """Names of the items of one category (optionally with one action): small sets, such as namespaces."""
@@ -308,58 +310,16 @@ class RestorePlan:
             query, args = query + " AND action = ?", [*args, str(action)]
         return {name for (name,) in self._db.execute(query, args)}
 
-    def pending(self, wanted_status: bool = False) -> int:
-        """Items no run has restored yet; wanted_status: only those whose saved status is to be written."""
-        query = "SELECT COUNT(*) FROM items WHERE NOT EXISTS (SELECT 1 FROM done WHERE done.seq = items.seq)"
-        if wanted_status:
-            modes = ", ".join(f"'{m}'" for m in StatusMode if m.wanted)
-            query += f" AND status_mode IN ({modes})"
-        count: int = self._db.execute(query).fetchone()[0]
-        return count
-
-    def _count(self, table: str) -> int:
-        count: int = self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-        return count
-
-    # --- progress (from worker threads) ---
-
-    def mark_done(self, item: PlanItem) -> None:
-        with self._marks_lock:
-            self._marks.execute("INSERT OR IGNORE INTO done VALUES (?)", (item.seq,))
-
-    def mark_created(self, item: PlanItem) -> None:
-        with self._marks_lock:
-            self._marks.execute("INSERT OR IGNORE INTO created VALUES (?)", (item.seq,))
-
-    def was_created(self, item: PlanItem) -> bool:
-        """Whether a run of this journal created the object: a resumed run then owns it, changed or not."""
-        with self._marks_lock:
-            return self._marks.execute("SELECT 1 FROM created WHERE seq = ?", (item.seq,)).fetchone() is not None
-
-    def learn_uid(self, old: str, new: str) -> None:
-        with self._marks_lock:
-            self._marks.execute("INSERT OR REPLACE INTO uids VALUES (?, ?)", (old, new))
-
-    def learned_uids(self) -> dict[str, str]:
-        return dict(self._db.execute("SELECT old, new FROM uids"))
-
-    def retarget(self, live: Discovery) -> None:
-        """Items read from here on get the types the cluster serves now (after CRDs were restored)."""
-        for qualified, rt in list(self.types.items()):
-            served = live.by_qualified(qualified)
-            if served is not None and not rt.is_crd:
-                self.types[qualified] = dataclasses.replace(served, custom=served.custom or rt.custom)
-                self.served.add(qualified)
-
     def resources(self, exclude: Category) -> set[str]:
         """The qualified resource names with at least one item outside one category."""
         rows = self._db.execute("SELECT DISTINCT qualified FROM items WHERE category != ?", (int(exclude),))
         return {q for (q,) in rows}
 
 
-def new_manager() -> str:
-    """A field manager name unique to one restore (kept in its journal, so its resumed runs share it)."""
-    return f"statusvault-restore-{secrets.token_hex(8)}"
+def _read_only(path: Path) -> sqlite3.Connection:
+    if not path.exists():
+        raise sqlite3.DatabaseError("no such file")
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
 
 
 def _type(fields: dict[str, Any]) -> ResourceType:
@@ -367,6 +327,6 @@ def _type(fields: dict[str, Any]) -> ResourceType:
     return ResourceType(**args)
 
 
-def _remove_db(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
+def remove_db(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)

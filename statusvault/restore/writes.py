@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from statusvault.errors import KubeApiError, StatusVaultError
-from statusvault.kube.client import KubeClient
+from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH
 from statusvault.model import KubeObject, ResourceType
 from statusvault.restore.planstore import PlanItem, StatusMode
@@ -42,7 +42,7 @@ class ObjectWriter:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeApi,
         server_dry: bool,
         policy: str,
         manager: str,
@@ -108,7 +108,7 @@ class ObjectWriter:
         version = (seen.get("metadata") or {}).get("resourceVersion")
         return fresh is not None and (fresh.get("metadata") or {}).get("resourceVersion") != version
 
-    def status(
+    def write_status(
         self, rt: ResourceType, item: PlanItem, mode: StatusMode, live: KubeObject, saved: Any, outcome: str
     ) -> str:
         """Write the saved status the way this resource takes it; return the status outcome."""

@@ -8,9 +8,10 @@ import sys
 import time
 from typing import Any
 
-from statusvault.backup import NAMESPACES, default_backup_name
+from statusvault.backup import default_backup_name
+from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.client import KubeClient
-from statusvault.kube.discovery import CRD_TYPE, Discovery, discover
+from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import load_transport
 from statusvault.testing.cluster import LocalCluster
 from statusvault.testing.fixtures import FIXTURES, ensure_namespace, fixture_crds, install_crds, load_objects
@@ -58,9 +59,9 @@ def disaster(client: KubeClient, d: Discovery, before: dict[str, Any]) -> None:
             client.delete(d.resolve(o["kind"]), None, o["metadata"]["name"])
     wait_gone(client, lambda: client.get(NAMESPACES, None, NAMESPACE), "namespace")
     for crd in fixture_crds():
-        client.delete(CRD_TYPE, None, crd["metadata"]["name"])
+        client.delete(CRDS, None, crd["metadata"]["name"])
     for crd in fixture_crds():
-        wait_gone(client, lambda c=crd: client.get(CRD_TYPE, None, c["metadata"]["name"]), "CRD")
+        wait_gone(client, lambda c=crd: client.get(CRDS, None, c["metadata"]["name"]), "CRD")
 
 
 def compare(before: dict[str, Any], after: dict[str, Any]) -> bool:

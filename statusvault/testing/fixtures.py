@@ -11,8 +11,9 @@ from typing import Any
 import yaml
 
 from statusvault.errors import KubeApiError
+from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.client import KubeClient
-from statusvault.kube.discovery import CRD_TYPE, Discovery, discover, established
+from statusvault.kube.discovery import Discovery, discover, established
 from statusvault.model import KubeObject
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -28,13 +29,13 @@ def install_crds(client: KubeClient, crds: Iterable[KubeObject], timeout: float 
     crds = list(crds)
     for crd in crds:
         try:
-            client.create(CRD_TYPE, None, crd)
+            client.create(CRDS, None, crd)
         except KubeApiError as e:
             if e.code != 409:
                 raise
     deadline = time.monotonic() + timeout
     for crd in crds:
-        while not established(client.get(CRD_TYPE, None, crd["metadata"]["name"])):
+        while not established(client.get(CRDS, None, crd["metadata"]["name"])):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"CRD {crd['metadata']['name']} not Established")
             time.sleep(0.1)
@@ -77,7 +78,6 @@ def fixture_crds() -> list[KubeObject]:
 
 
 def ensure_namespace(client: KubeClient, name: str) -> None:
-    from statusvault.backup import NAMESPACES
 
     try:
         client.create(NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})

@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from statusvault.controller.lease import LEASES, micro_time
-from statusvault.controller.loop import CONFIGMAPS, EVENTS
+from statusvault.controller.lease import micro_time
+from statusvault.kinds import CONFIGMAPS, EVENTS, LEASES
 from statusvault.testing.fixtures import ensure_namespace
 from tests.builders import cr, kc_status, unique
 from tests.integration.test_restore import KC, delete_namespace

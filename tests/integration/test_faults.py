@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 import pytest
 
-from statusvault.backup import NAMESPACES
 from statusvault.errors import ExitStatus
-from statusvault.kube.discovery import CRD_TYPE, Discovery, discover
+from statusvault.kinds import CRDS, NAMESPACES
+from statusvault.kube.discovery import Discovery, discover
 from statusvault.model import ResourceType
 from statusvault.testing.cluster import ADMIN_TOKEN, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, install_crds
@@ -70,9 +70,9 @@ def gadget_crd(group: str, *, defaults: bool) -> dict[str, Any]:
 
 
 def set_crd(kube, body: dict[str, Any]) -> None:
-    live = kube.get(CRD_TYPE, None, body["metadata"]["name"])
+    live = kube.get(CRDS, None, body["metadata"]["name"])
     body = {**body, "metadata": {**body["metadata"], "resourceVersion": live["metadata"]["resourceVersion"]}}
-    kube.replace(CRD_TYPE, None, body["metadata"]["name"], body)
+    kube.replace(CRDS, None, body["metadata"]["name"], body)
 
 
 @pytest.mark.parametrize("defaults, lost", [(True, 0.0), (False, 0.4), (True, 0.4)], ids=["default", "lost", "both"])
@@ -347,8 +347,8 @@ def test_kill_9_at_any_phase_then_the_plain_rerun_ends_exact(run, kube, cluster,
     )
     assert run("backup", "b", "-n", namespace, "--include-resources", f"gadgets.{group}").code == 0
     before = snapshot(kube, [rt], namespace)
-    kube.delete(CRD_TYPE, None, f"gadgets.{group}")
-    wait_gone(kube, CRD_TYPE, None, f"gadgets.{group}")
+    kube.delete(CRDS, None, f"gadgets.{group}")
+    wait_gone(kube, CRDS, None, f"gadgets.{group}")
     target = unique("dst")
     args = ["restore", "b", "--namespace-mapping", f"{namespace}:{target}", "--scale-down", f"{ops}/deployment/op"]
 
@@ -381,7 +381,7 @@ def test_kill_9_at_any_phase_then_the_plain_rerun_ends_exact(run, kube, cluster,
     assert "statusvault.io/replicas-before-restore" not in (op["metadata"].get("annotations") or {})
     kube.delete(NAMESPACES, None, target)
     kube.delete(NAMESPACES, None, ops)
-    kube.delete(CRD_TYPE, None, f"gadgets.{group}")
+    kube.delete(CRDS, None, f"gadgets.{group}")
 
 
 def wait_gone(kube, rt, ns, name) -> None:

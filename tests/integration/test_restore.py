@@ -7,9 +7,8 @@ import time
 
 import pytest
 
-from statusvault.backup import NAMESPACES
 from statusvault.errors import ExitStatus
-from statusvault.kube.discovery import CRD_TYPE
+from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.transport import MERGE_PATCH
 from statusvault.testing.fixtures import FIXTURES, ensure_namespace, install_crds, load_objects
 from tests.builders import cr, crd, kc_status, owner_ref, unique
@@ -140,8 +139,8 @@ def test_cluster_scoped_crs_and_their_crd_into_an_empty_cluster(run, kube, fresh
     assert run("backup", "cl", "--include-resources", f"pools.{group}").code == 0
 
     kube.delete(rt, None, "p1")
-    kube.delete(CRD_TYPE, None, f"pools.{group}")
-    wait_gone(kube, CRD_TYPE, None, f"pools.{group}")
+    kube.delete(CRDS, None, f"pools.{group}")
+    wait_gone(kube, CRDS, None, f"pools.{group}")
     result = run("restore", "cl", "-o", "json")
     assert result.code == 0, result.err
     live = fresh_discovery().resolve(f"pools.{group}")
@@ -384,9 +383,9 @@ def test_failed_or_changed_status_write_is_a_partial_failure(run, kube, saved, o
     assert run("backup", "b", "-n", ns, "--include-resources", f"things.{group}", "--no-include-crds").code == 0
     kube.delete(NAMESPACES, None, ns)
     wait_gone(kube, NAMESPACES, None, ns)
-    live_crd = kube.get(CRD_TYPE, None, f"things.{group}")
+    live_crd = kube.get(CRDS, None, f"things.{group}")
     live_crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = strict
-    kube.replace(CRD_TYPE, None, f"things.{group}", live_crd)
+    kube.replace(CRDS, None, f"things.{group}", live_crd)
     time.sleep(1)
 
     result = run("restore", "b", "-o", "json")
@@ -458,8 +457,9 @@ def _half_restored(run, kube, crds, make, namespace, cluster):
         ("k2", "failed"),
         ("orders", "written"),
     }
-    journals = list((run.state / "restores").glob("*.sqlite"))
+    journals = list((run.state / "restores").glob("*.journal.sqlite"))
     assert len(journals) == 1, "the journal is kept"
+    assert len(list((run.state / "restores").glob("*.plan.sqlite"))) == 1, "and the plan beside it"
     return journals[0]
 
 
@@ -479,7 +479,7 @@ def test_an_unfinished_restore_resumes_where_it_stopped(run, kube, crds, make, n
     }
     assert kube.get(kc, namespace, "k2")["status"] == kc_status(2)
     assert kube.get(db, namespace, "orders")["metadata"]["resourceVersion"] == orders_rv, "done work is left alone"
-    assert not list((run.state / "restores").glob("*.sqlite")), "a finished restore removes its journal"
+    assert not list((run.state / "restores").iterdir()), "a finished restore removes its plan and journal"
 
     third = run("restore", "b", "-o", "json")
     assert third.code == 0, third.err
@@ -595,8 +595,7 @@ def test_a_cancelled_restore_starts_no_object_and_says_why(run, kube, crds, make
     """The controller cancels a restore when its Lease is lost: nothing more is written, the report says so."""
     import threading
 
-    from statusvault.restore.plan import RestoreOptions
-    from statusvault.restore.service import run_restore
+    from statusvault.restore.service import RestoreRequest, run_restore
     from statusvault.storage import LocalStore
 
     make(cr(KC, "KubernetesCluster", "prod", status=kc_status(1)), namespace)
@@ -604,9 +603,8 @@ def test_a_cancelled_restore_starts_no_object_and_says_why(run, kube, crds, make
     delete_namespace(kube, namespace)
     cancel = threading.Event()
     cancel.set()
-    report = run_restore(
-        kube, lambda refresh: fresh_discovery(), LocalStore(run.storage), "b", RestoreOptions(), None, cancel=cancel
-    )
+    request = RestoreRequest(LocalStore(run.storage), "b", cancel=cancel)
+    report = run_restore(kube, lambda refresh: fresh_discovery(), request)
     try:
         assert report.aborted.startswith("cancelled: this process no longer holds the right to restore")
         assert "created" not in report.counts()["results"], "only the existing CRDs were reported (skipped)"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from statusvault.backup import NAMESPACES
 from statusvault.errors import ExitStatus, KubeApiError
+from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.transport import load_transport
 from statusvault.testing.cluster import kubeconfig_yaml

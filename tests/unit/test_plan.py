@@ -8,8 +8,10 @@ import pytest
 
 from statusvault.archive import ArchiveReader
 from statusvault.errors import ConfigError
-from statusvault.kube.discovery import CRD_TYPE, Discovery
-from statusvault.restore.plan import RestoreOptions, build_plan
+from statusvault.kinds import CRDS
+from statusvault.kube.discovery import Discovery
+from statusvault.restore.options import RestoreOptions
+from statusvault.restore.plan import build_plan
 from statusvault.restore.planstore import Action, Category, StatusMode
 from tests.builders import cr, resource_type, with_meta, write_archive
 
@@ -46,7 +48,7 @@ def archive(tmp_path):
     child["metadata"]["uid"] = "uid-child"
     grandchild = obj(DB, "grandchild", status={"externalID": "y"}, owners=[("child", "uid-child")])
     entries = [
-        (CRD_TYPE, crd_obj(KC)),
+        (CRDS, crd_obj(KC)),
         (POOL, obj(POOL, "p1", status={"allocated": 1})),
         (DB, grandchild),
         (DB, child),
@@ -64,7 +66,7 @@ def live_discovery(*types):
 
 
 def plan(archive, exists=lambda rt, ns, name: False, live=None, **opts):
-    live = live or live_discovery(CRD_TYPE, KC, DB, LEGACY, POOL, SVC)
+    live = live or live_discovery(CRDS, KC, DB, LEGACY, POOL, SVC)
     return build_plan(archive, RestoreOptions(**opts), live, exists, backup="b")
 
 
@@ -145,13 +147,11 @@ def test_resource_without_crd_in_backup_and_not_served_is_unavailable(archive):
     items = by_name(
         plan(
             archive,
-            live=live_discovery(
-                CRD_TYPE, DB, LEGACY, POOL, SVC, KC.__class__("other.io", "v1", "things", "Thing", True)
-            ),
+            live=live_discovery(CRDS, DB, LEGACY, POOL, SVC, KC.__class__("other.io", "v1", "things", "Thing", True)),
         )
     )
     assert items["child"].action == Action.CREATE
-    items = by_name(plan(archive, live=live_discovery(CRD_TYPE, KC, LEGACY, POOL, SVC)))
+    items = by_name(plan(archive, live=live_discovery(CRDS, KC, LEGACY, POOL, SVC)))
     assert items["child"].action == Action.UNAVAILABLE, "databases: no CRD in the backup, not served"
     assert items["parent"].action == Action.CREATE
 

@@ -1,10 +1,14 @@
-"""The plan's rows live in a SQLite file: ordering by owner depth, reading back wave by wave, clean-up."""
+"""The plan (read-only once sealed) and the journal: ordering by owner depth, reading back wave by wave,
+what is left to do, clean-up."""
 
 from __future__ import annotations
+
+import sqlite3
 
 import pytest
 
 from statusvault.errors import StatusVaultError
+from statusvault.restore.journal import Journal
 from statusvault.restore.planstore import MAX_OWNER_DEPTH, Action, Category, PlanItem, RestorePlan, StatusMode
 from tests.builders import resource_type
 
@@ -84,77 +88,93 @@ def test_a_scratch_plan_is_removed_on_close():
     assert not p.path.exists()
 
 
-def test_a_journal_records_progress_and_reopens_with_only_what_is_left(tmp_path):
-    journal = tmp_path / "j.sqlite"
-    with RestorePlan("b", {"name": "b"}, journal) as p:
+def test_a_sealed_plan_is_read_only_and_reopens(tmp_path):
+    path = tmp_path / "p.sqlite"
+    with RestorePlan("b", {"name": "b"}, path) as p:
+        p.add(item("owner", "u1"))
+        p.add(item("dependent", "u2"), ["u1"])
+        p.seal()
+    with RestorePlan.open(path) as again:
+        assert (again.backup, again.manifest, len(again)) == ("b", {"name": "b"}, 2)
+        assert again.types == {KC.qualified: KC}
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            again._db.execute("DELETE FROM items")
+
+
+def test_the_journal_records_progress_and_the_plan_yields_only_what_is_left(tmp_path):
+    path, journal_path = tmp_path / "p.sqlite", tmp_path / "j.sqlite"
+    with RestorePlan("b", {}, path) as p:
         p.add(item("owner", "u1"))
         p.add(item("dependent", "u2"), ["u1"])
         p.add(item("other"))
         p.seal()
+        journal = Journal.create(journal_path, "statusvault-restore-test")
         owner = next(p.items())
-        p.mark_done(owner)
-        p.learn_uid("u1", "new-u1")
-    assert journal.exists(), "an unfinished journal is kept"
+        journal.mark_done(owner)
+        journal.learn_uid("u1", "new-u1")
+        journal.close()
 
-    with RestorePlan.reopen(journal) as again:
-        assert (again.backup, again.manifest, again.started) == ("b", {"name": "b"}, p.started)
-        assert again.resumed == 1 and again.pending() == 2 and len(again) == 3
-        assert [i.name for i in again.items(pending=True)] == ["other", "dependent"]
-        assert again.types == {KC.qualified: KC}
-        assert again.learned_uids() == {"u1": "new-u1"}
-        again.finished = True
-    assert list(tmp_path.iterdir()) == [], "a finished journal is removed"
+    again, progress = RestorePlan.open(path), Journal.open(journal_path)
+    assert (progress.manager, progress.resumed) == ("statusvault-restore-test", 1)
+    assert again.pending(journal_path) == 2 and len(again) == 3
+    assert again.pending(journal_path, wanted_status=True) == 2
+    assert [i.name for i in again.items(journal=journal_path)] == ["other", "dependent"]
+    assert progress.learned_uids() == {"u1": "new-u1"}
+    again.remove()
+    progress.remove()
+    assert list(tmp_path.iterdir()) == [], "a finished restore leaves nothing"
 
 
-def test_a_plan_that_failed_to_build_leaves_no_journal(tmp_path):
-    journal = tmp_path / "j.sqlite"
-    p = RestorePlan("b", {}, journal)
+def test_a_plan_that_failed_to_build_leaves_nothing(tmp_path):
+    path = tmp_path / "p.sqlite"
+    p = RestorePlan("b", {}, path)
     p.add(item("x"))
-    assert not journal.exists(), "built beside the journal, renamed into place when sealed"
+    assert not path.exists(), "built beside its path, renamed into place when sealed"
     p.close()
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_damaged_journal_is_a_clear_error(tmp_path):
-    journal = tmp_path / "j.sqlite"
-    journal.write_bytes(b"\0" * 100)
+@pytest.mark.parametrize("opener", [RestorePlan.open, Journal.open])
+def test_damaged_state_is_a_clear_error(tmp_path, opener):
+    path = tmp_path / "x.sqlite"
+    path.write_bytes(b"\0" * 100)
     with pytest.raises(StatusVaultError, match="is unreadable .*--restart"):
-        RestorePlan.reopen(journal)
+        opener(path)
 
 
-def test_leftovers_of_killed_runs_do_not_block_or_leak_into_a_new_journal(tmp_path):
-    journal = tmp_path / "j.sqlite"
-    (tmp_path / "j.sqlite.building").write_bytes(b"half a plan")  # killed while planning
-    (tmp_path / "j.sqlite-wal").write_bytes(b"an old run's write-ahead log")  # killed while restoring, then --restart
-    with RestorePlan("b", {}, journal) as p:
+def test_leftovers_of_killed_runs_do_not_block_or_leak_into_new_state(tmp_path):
+    path = tmp_path / "p.sqlite"
+    (tmp_path / "p.sqlite.building").write_bytes(b"half a plan")  # killed while planning
+    (tmp_path / "j.sqlite-wal").write_bytes(b"an old run's write-ahead log")  # killed while restoring
+    with RestorePlan("b", {}, path) as p:
         p.add(item("x"))
         p.seal()
-        assert p.pending() == 1
-    assert not (tmp_path / "j.sqlite.building").exists()
-    with RestorePlan.reopen(journal) as again:
-        assert again.pending() == 1 and [i.name for i in again.items()] == ["x"]
+    assert not (tmp_path / "p.sqlite.building").exists()
+    journal = Journal.create(tmp_path / "j.sqlite")
+    with RestorePlan.open(path) as again:
+        assert again.pending(journal.path) == 1 and [i.name for i in again.items()] == ["x"]
+    journal.close()
 
 
-def test_an_unavailable_item_is_created_once_its_type_is_served(tmp_path):
+def test_an_unavailable_item_is_created_once_its_type_is_served():
     from statusvault.kube.discovery import Discovery
+    from statusvault.restore.served import ServedTypes
 
-    with RestorePlan("b", {}) as p:
-        missing = item("later")
-        missing.action = Action.UNAVAILABLE
-        p.add(missing)
-        p.seal()
-        assert next(p.items()).action == Action.UNAVAILABLE
-        p.retarget(Discovery([KC], [KC]))  # e.g. on resume, after the user installed the CRD
-        assert next(p.items()).action == Action.CREATE
+    missing = item("later")
+    missing.action = Action.UNAVAILABLE
+    served = ServedTypes(Discovery([], []), lambda: Discovery([KC], [KC]))
+    assert served.target(missing).action == Action.UNAVAILABLE
+    served.rediscover()  # e.g. on resume, after the user installed the CRD
+    assert served.target(missing).action == Action.CREATE
 
 
 def test_a_journal_remembers_what_it_created(tmp_path):
-    with RestorePlan("b", {}, tmp_path / "j.sqlite") as p:
-        p.add(item("x"))
-        p.add(item("y"))
-        p.seal()
-        x, y = list(p.items())
-        p.mark_created(x)
-    with RestorePlan.reopen(tmp_path / "j.sqlite") as again:
-        x, y = list(again.items())
-        assert again.was_created(x) and not again.was_created(y)
+    journal = Journal.create(tmp_path / "j.sqlite")
+    x, y = item("x"), item("y")
+    x.seq, y.seq = 1, 2
+    journal.mark_created(x)
+    journal.close()
+    again = Journal.open(tmp_path / "j.sqlite")
+    assert again.was_created(x) and not again.was_created(y)
+    assert again.manager == journal.manager and again.manager.startswith("statusvault-restore-")
+    again.close()

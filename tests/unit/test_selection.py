@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from statusvault.errors import ConfigError
-from statusvault.kube.discovery import CRD_TYPE, Discovery, parse_resource_list
+from statusvault.kinds import CRDS
+from statusvault.kube.discovery import Discovery, parse_resource_list
 from statusvault.model import Selection
 from statusvault.selection import select_resources
 from tests.builders import resource_type
@@ -11,7 +12,7 @@ from tests.builders import resource_type
 KC = resource_type("xyz.example.com", "KubernetesCluster")
 POOL = resource_type("infra.example.com", "Pool", namespaced=False)
 CM = resource_type("", "ConfigMap", custom=False, status=False)
-D = Discovery([CRD_TYPE, KC, POOL, CM], [CRD_TYPE, KC, POOL, CM])
+D = Discovery([CRDS, KC, POOL, CM], [CRDS, KC, POOL, CM])
 
 
 def names(sel):

@@ -1,0 +1,22 @@
+"""The built-in resource types statusvault names directly, each defined once."""
+
+from __future__ import annotations
+
+from statusvault.model import CRD_GROUP, CRD_RESOURCE, ResourceType
+
+NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, has_status=True)
+PODS = ResourceType("", "v1", "pods", "Pod", namespaced=True, has_status=True)
+CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", namespaced=True)
+EVENTS = ResourceType("", "v1", "events", "Event", namespaced=True)
+LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+CRDS = ResourceType(
+    CRD_GROUP,
+    "v1",
+    CRD_RESOURCE,
+    "CustomResourceDefinition",
+    namespaced=False,
+    has_status=True,
+    verbs=("create", "get", "list"),
+    singular="customresourcedefinition",
+)
+CRD_QUALIFIED = CRDS.qualified

@@ -1,0 +1,62 @@
+"""Which objects already exist in the target cluster, for planning."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from statusvault.errors import KubeApiError
+from statusvault.kinds import NAMESPACES
+from statusvault.kube.api import KubeApi
+from statusvault.model import ResourceType
+from statusvault.restore.writes import written_by
+
+log = logging.getLogger(__name__)
+
+
+class ExistenceIndex:
+    """Which objects already exist, from one metadata-only LIST per (resource, namespace).
+
+    Objects this restore wrote (an earlier attempt, before --restart) do not count: the run creates them
+    again, meets AlreadyExists and knows them as its own by their field manager."""
+
+    def __init__(self, client: KubeApi, manager: str):
+        self.client = client
+        self.manager = manager
+        self._names: dict[tuple[str, str], set[str]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, rt: ResourceType, namespace: str, name: str) -> bool:
+        key = (rt.path(namespace or None), namespace)
+        with self._lock:
+            names = self._names.get(key)
+            if names is None:
+                names = self._list(rt, namespace)
+                self._names[key] = names
+        if names is _UNLISTABLE:
+            return self._namespace_exists(name)
+        return name in names
+
+    def _list(self, rt: ResourceType, namespace: str) -> set[str]:
+        if not rt.version:
+            return set()
+        try:
+            metas = self.client.list_metadata(rt, namespace or None)
+            return {m.get("name", "") for m in metas if not written_by(m, self.manager)}
+        except KubeApiError as e:
+            if e.code != 403 or rt.path(None) != NAMESPACES.path(None):
+                raise
+            return _UNLISTABLE  # a namespace admin may not list namespaces: ask for each one
+
+    def _namespace_exists(self, name: str) -> bool:
+        """One GET; a user not allowed even that cannot create the namespace either, so it is taken as there."""
+        try:
+            return self.client.get(NAMESPACES, None, name) is not None
+        except KubeApiError as e:
+            if e.code != 403:
+                raise
+            log.info("not allowed to read namespace %s: assuming it exists", name)
+            return True
+
+
+_UNLISTABLE: set[str] = set()

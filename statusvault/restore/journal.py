@@ -1,0 +1,114 @@
+"""The restore journal: what has been done (objects finished and created, owners' new UIDs) and the
+restore's identity (its field manager). The plan (planstore.py) holds what was decided."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from statusvault.errors import StatusVaultError
+from statusvault.restore.planstore import PlanItem, remove_db
+
+_SCHEMA = """
+CREATE TABLE done (seq INTEGER PRIMARY KEY);  -- finished by this or an earlier (interrupted) run
+CREATE TABLE created (seq INTEGER PRIMARY KEY);  -- created by a run of this restore (status maybe not yet written)
+CREATE TABLE uids (old TEXT PRIMARY KEY, new TEXT NOT NULL);  -- owners restored so far: old UID -> new
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def new_manager() -> str:
+    """A field manager name unique to one restore (kept in its journal, so its resumed runs share it)."""
+    return f"statusvault-restore-{secrets.token_hex(8)}"
+
+
+class Journal:
+    """Progress recorded from worker threads (one connection, serialised by a lock; WAL, so the plan's
+    reader sees a consistent view). A scratch journal (a dry run) is a temp file removed on close."""
+
+    def __init__(self, path: Path, db: sqlite3.Connection, manager: str, started: float, kept: bool):
+        self.path = path
+        self.manager = manager  # the field manager of every write of this restore (writes.ObjectWriter)
+        self.started = started  # when the restore began (its first attempt)
+        self.kept = kept
+        self._db = db
+        self._lock = threading.Lock()
+        self.resumed = self._count("done")  # objects finished by earlier runs
+
+    @classmethod
+    def create(cls, path: Path | None, manager: str = "") -> Journal:
+        """A new journal at path (replacing any left there), or a scratch one."""
+        kept = path is not None
+        if path is None:
+            fd, name = tempfile.mkstemp(prefix="statusvault-journal-", suffix=".sqlite")
+            os.close(fd)
+            path = Path(name)
+        remove_db(path)
+        db = _connect(path)
+        db.executescript(_SCHEMA)
+        manager, started = manager or new_manager(), time.time()
+        meta = {"manager": manager, "started": started}
+        db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
+        return cls(path, db, manager, started, kept)
+
+    @classmethod
+    def open(cls, path: Path) -> Journal:
+        """The journal of an earlier run that did not finish."""
+        try:
+            db = _connect(path, must_exist=True)
+            meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
+            return cls(path, db, str(meta["manager"]), float(meta["started"]), True)
+        except (sqlite3.DatabaseError, KeyError, TypeError, ValueError) as e:
+            raise StatusVaultError(f"restore journal {path} is unreadable ({e}): start over with --restart") from None
+
+    def close(self) -> None:
+        self._db.close()
+        if not self.kept:
+            remove_db(self.path)
+
+    def remove(self) -> None:
+        """Close and delete the journal (its restore finished)."""
+        self.close()
+        remove_db(self.path)
+
+    def mark_done(self, item: PlanItem) -> None:
+        self._write("INSERT OR IGNORE INTO done VALUES (?)", (item.seq,))
+
+    def mark_created(self, item: PlanItem) -> None:
+        self._write("INSERT OR IGNORE INTO created VALUES (?)", (item.seq,))
+
+    def was_created(self, item: PlanItem) -> bool:
+        """Whether a run of this restore created the object: a resumed run then owns it, changed or not."""
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM created WHERE seq = ?", (item.seq,)).fetchone() is not None
+
+    def learn_uid(self, old: str, new: str) -> None:
+        self._write("INSERT OR REPLACE INTO uids VALUES (?, ?)", (old, new))
+
+    def learned_uids(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._db.execute("SELECT old, new FROM uids"))
+
+    def _write(self, sql: str, args: tuple[object, ...]) -> None:
+        with self._lock:
+            self._db.execute(sql, args)
+
+    def _count(self, table: str) -> int:
+        with self._lock:
+            count: int = self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+        return count
+
+
+def _connect(path: Path, must_exist: bool = False) -> sqlite3.Connection:
+    if must_exist and not path.exists():
+        raise sqlite3.DatabaseError("no such file")
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = NORMAL")
+    return db

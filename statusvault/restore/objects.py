@@ -1,0 +1,212 @@
+"""Restore one object: create (or update) it, then write its saved status. Results, never exceptions."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+
+from statusvault.errors import StatusVaultError
+from statusvault.kube.api import KubeApi
+from statusvault.model import KubeObject, ResourceType
+from statusvault.restore.journal import Journal
+from statusvault.restore.options import RestoreOptions
+from statusvault.restore.owners import OwnerResolver
+from statusvault.restore.planstore import Action, PlanItem, StatusMode
+from statusvault.restore.results import GENERATION_NOTE, ItemResult, Outcome, StatusOutcome
+from statusvault.restore.served import ServedTypes
+from statusvault.restore.writes import ObjectWriter
+from statusvault.transforms import ABSENT, remap_owner_refs, restore_diff, sanitize
+
+log = logging.getLogger(__name__)
+SOMEONE_ELSE = (
+    "created by another writer during the restore, so policy none left it without its saved status "
+    "(use --existing-resource-policy update to write it)"
+)
+
+
+class ObjectRestorer:
+    """The two passes for one object at a time; safe to call from many worker threads."""
+
+    def __init__(self, client: KubeApi, served: ServedTypes, journal: Journal, opts: RestoreOptions):
+        self.client = client
+        self.served = served
+        self.journal = journal
+        self.opts = opts
+        self.server_dry = opts.dry_run == "server"
+        self.owners = OwnerResolver(client, served, journal.learned_uids())
+        self.writer = ObjectWriter(
+            client, self.server_dry, opts.existing_policy, journal.manager, journal.was_created, journal.started
+        )
+
+    def restore(self, item: PlanItem, data: bytes | None) -> ItemResult:
+        """Restore one object from its archived bytes (None: a namespace the plan added); never raises."""
+        obj: KubeObject = (
+            orjson.loads(data)
+            if data is not None
+            else {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": item.name}}
+        )
+        if self.opts.dry_run == "client":
+            return self._preview(item, obj)
+        result = ItemResult(
+            item.rt.qualified,
+            item.namespace,
+            item.name,
+            Outcome.FAILED,
+            StatusOutcome.NOT_WRITTEN,
+            old_uid=(obj.get("metadata") or {}).get("uid", ""),
+            wanted=item.status_mode.wanted,
+        )
+        try:
+            self._restore(item, obj, result)
+        except StatusVaultError as e:
+            result.message = str(e)
+        except Exception as e:  # one object's surprise must not end the run
+            log.debug("unexpected error restoring %s", item.display, exc_info=True)
+            result.message = f"{type(e).__name__}: {e}"
+        return result
+
+    def _restore(self, item: PlanItem, obj: KubeObject, result: ItemResult) -> None:
+        saved_status = obj.get("status")
+        rt = self._request_type(item, obj)
+        mode = item.status_mode  # subresources are per version: decide on the version written to
+        if mode.wanted:
+            mode = StatusMode.SUBRESOURCE if rt.has_status else StatusMode.IN_BODY
+        body = self._body(item, obj, rt, mode)
+        notes = self._remap_owners(item, body)
+        if item.action == Action.CREATE:
+            live, outcome = self.writer.create(rt, item, body)
+            if outcome == Outcome.CREATED:
+                self.journal.mark_created(item)  # a resumed run will know the object is its own
+        else:
+            live, outcome = self.writer.update(rt, item, body)
+        if live is None:
+            result.outcome = Outcome.SKIPPED
+            if result.wanted:  # it did not exist when planned: someone else created it during the restore
+                result.message = SOMEONE_ELSE
+            else:
+                result.notes = (*notes, "already exists (policy none)")
+            return
+        result.outcome = outcome
+        meta = live.get("metadata") or {}
+        result.new_uid = meta.get("uid", "")
+        if item.old_uid and result.new_uid and not self.server_dry:  # an owner of something still to come
+            self.owners.learn(item.old_uid, result.new_uid)
+            self.journal.learn_uid(item.old_uid, result.new_uid)
+        notes += _generation_notes(saved_status, meta.get("generation"))
+        result.notes = tuple(notes)
+        try:
+            result.status = self.writer.write_status(rt, item, mode, live, saved_status, outcome)
+        except StatusVaultError as e:  # the object is there, its status is not: a failure, never a warning
+            result.status, result.message = StatusOutcome.FAILED, str(e)
+            return
+        if result.status == StatusOutcome.MISMATCH:
+            result.message = "the server changed the restored status (pruned or defaulted fields?)"
+
+    def _preview(self, item: PlanItem, obj: KubeObject) -> ItemResult:
+        """A client dry run of an object that exists: the planned outcome, and how the live one differs."""
+        result = client_dry_run(item)
+        try:
+            rt = self._request_type(item, obj)
+            body = self._body(item, obj, rt, StatusMode.NONE)
+            result.notes = (*result.notes, *self._remap_owners(item, body))
+            live = self.client.get(rt, item.namespace or None, item.name)
+        except StatusVaultError as e:
+            result.notes = (*result.notes, f"not compared with the live object: {e}")
+            return result
+        if live is not None:
+            saved = obj["status"] if item.status_mode.wanted and "status" in obj else ABSENT
+            result.diff = tuple(restore_diff(live, body, saved))
+        return result
+
+    def _body(self, item: PlanItem, obj: KubeObject, rt: ResourceType, mode: StatusMode) -> KubeObject:
+        """What is sent for the object: sanitised, in the version and namespace written (owners: _remap_owners)."""
+        body = sanitize(obj, keep_status=mode == StatusMode.IN_BODY)
+        body["apiVersion"] = rt.api_version
+        if rt.namespaced:
+            body["metadata"]["namespace"] = item.namespace
+        return body
+
+    def _request_type(self, item: PlanItem, obj: KubeObject) -> ResourceType:
+        """The archived apiVersion when still served, else the preferred version."""
+        group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
+        exact = self.served.find(group, version, str(obj.get("kind", "")))
+        return exact if exact is not None and exact.qualified == item.rt.qualified else item.rt
+
+    def _remap_owners(self, item: PlanItem, body: KubeObject) -> list[str]:
+        refs = body["metadata"].get("ownerReferences")
+        if not refs:
+            return []
+        kept, dropped = remap_owner_refs(refs, lambda ref: self.owners.resolve(ref, item.namespace))
+        if kept:
+            body["metadata"]["ownerReferences"] = kept
+        else:
+            body["metadata"].pop("ownerReferences")
+        notes = [f"ownerReference to {r.get('kind')} {r.get('name')} dropped: owner not found" for r in dropped]
+        for note in notes:
+            log.warning("%s: %s", item.display, note)
+        return notes
+
+
+def _generation_notes(status: Any, generation: Any) -> list[str]:
+    if not isinstance(status, dict) or "observedGeneration" not in status or generation is None:
+        return []
+    observed = status["observedGeneration"]
+    if observed == generation:
+        return []
+    return [f"{GENERATION_NOTE} is {observed} but the restored object's generation is {generation}"]
+
+
+def not_attempted(item: PlanItem) -> ItemResult:
+    wanted = item.status_mode.wanted
+    if item.action == Action.SKIP_EXISTS:
+        status = StatusOutcome.KEPT if wanted else _STATUS_NOT_WRITTEN.get(item.status_mode, StatusOutcome.NOT_NEEDED)
+        outcome, message, wanted = Outcome.SKIPPED, "already exists (policy none)", False
+    elif item.action == Action.SKIP_TERMINATING:  # not restored by design, as Velero does
+        outcome, status, message, wanted = (
+            Outcome.SKIPPED,
+            StatusOutcome.NOT_NEEDED,
+            "was being deleted when backed up",
+            False,
+        )
+    else:  # Action.UNAVAILABLE
+        outcome, status = Outcome.FAILED, StatusOutcome.NOT_WRITTEN
+        message = f"{item.rt.qualified} is not served by this cluster and the backup has no CRD for it"
+    return ItemResult(
+        item.rt.qualified,
+        item.namespace,
+        item.name,
+        outcome,
+        status,
+        message=message if outcome == Outcome.FAILED else "",
+        notes=(message,) if outcome != Outcome.FAILED else (),
+        old_uid=item.old_uid,
+        wanted=wanted,
+    )
+
+
+_STATUS_NOT_WRITTEN = {StatusMode.LEFT_OUT: StatusOutcome.LEFT_OUT, StatusMode.NONE: StatusOutcome.NOT_NEEDED}
+
+
+def client_dry_run(item: PlanItem, note: str = "") -> ItemResult:
+    if item.action in (Action.CREATE, Action.UPDATE):
+        outcome = Outcome.WOULD_CREATE if item.action == Action.CREATE else Outcome.WOULD_UPDATE
+        status = {
+            StatusMode.NONE: StatusOutcome.NOT_NEEDED,
+            StatusMode.LEFT_OUT: StatusOutcome.LEFT_OUT,
+            StatusMode.IN_BODY: StatusOutcome.IN_BODY,
+            StatusMode.SUBRESOURCE: StatusOutcome.WOULD_WRITE,
+        }[item.status_mode]
+        notes = (note,) if note else ()
+        return ItemResult(
+            item.rt.qualified,
+            item.namespace,
+            item.name,
+            outcome,
+            status,
+            notes=notes,
+            old_uid=item.old_uid,
+            wanted=item.status_mode.wanted,
+        )
+    return not_attempted(item)

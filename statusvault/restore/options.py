@@ -1,0 +1,82 @@
+"""What a restore is asked to do: the options shared by the CLI and restore intents."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from statusvault.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreOptions:
+    namespaces: tuple[str, ...] = ()
+    include_resources: tuple[str, ...] = ()
+    exclude_resources: tuple[str, ...] = ()
+    label_selector: str = ""
+    names: tuple[str, ...] = ()  # object names or shell-style patterns (not applied to CRDs and Namespaces)
+    namespace_mapping: tuple[tuple[str, str], ...] = ()
+    status_include: tuple[str, ...] = ()  # empty: every custom resource; ("*",): everything
+    status_exclude: tuple[str, ...] = ()
+    no_status: bool = False
+    existing_policy: str = "none"  # none | update
+    include_cluster_resources: bool | None = None  # None: on unless namespaces are given
+    dry_run: str = "none"  # none | client | server
+    scale_down: tuple[str, ...] = ()  # NAMESPACE/KIND/NAME of operators to stop while restoring
+
+    @property
+    def mapping(self) -> dict[str, str]:
+        return dict(self.namespace_mapping)
+
+
+POLICIES = ("none", "update")
+DRY_RUNS = ("none", "client", "server")
+
+
+def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
+    """Options from the CLI's flag values or an intent's data, by the flags' long names (dashes as underscores).
+
+    Lists are comma-separated strings (or tuples of them); booleans are bools or "true"/"false"."""
+
+    def csv(key: str) -> tuple[str, ...]:
+        raw = values.get(key) or ()
+        return tuple(
+            v.strip() for part in ((raw,) if isinstance(raw, str) else raw) for v in part.split(",") if v.strip()
+        )
+
+    def flag(key: str) -> bool | None:
+        raw = values.get(key)
+        if raw is None or isinstance(raw, bool):
+            return raw
+        if str(raw).lower() not in ("true", "false"):
+            raise ConfigError(f"{key.replace('_', '-')} must be true or false, not {raw!r}")
+        return str(raw).lower() == "true"
+
+    def choice(key: str, allowed: tuple[str, ...]) -> str:
+        raw = str(values.get(key) or allowed[0])
+        if raw not in allowed:
+            raise ConfigError(f"{key.replace('_', '-')} must be one of {', '.join(allowed)}, not {raw!r}")
+        return raw
+
+    mapping = []
+    for entry in csv("namespace_mapping"):
+        old, sep, new = entry.partition(":")
+        if not sep or not old or not new:
+            raise ConfigError(f"invalid namespace-mapping entry {entry!r}: expected OLD:NEW")
+        mapping.append((old, new))
+    return RestoreOptions(
+        namespaces=csv("namespaces"),
+        include_resources=csv("include_resources"),
+        exclude_resources=csv("exclude_resources"),
+        label_selector=str(values.get("selector") or ""),
+        names=csv("names"),
+        namespace_mapping=tuple(mapping),
+        status_include=csv("status_include_resources"),
+        status_exclude=csv("status_exclude_resources"),
+        no_status=bool(flag("no_status")),
+        existing_policy=choice("existing_resource_policy", POLICIES),
+        include_cluster_resources=flag("include_cluster_resources"),
+        dry_run=choice("dry_run", DRY_RUNS),
+        scale_down=csv("scale_down"),
+    )

@@ -1,0 +1,123 @@
+"""Where a restore keeps its state between runs: the plan (what was decided) and the journal (what has been
+done), found by the restore's key and held under a lock, so the same command resumes where it stopped."""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import logging
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from statusvault.errors import StatusVaultError
+from statusvault.restore.journal import Journal, new_manager
+from statusvault.restore.options import RestoreOptions
+from statusvault.restore.planstore import RestorePlan
+
+log = logging.getLogger(__name__)
+
+Planner = Callable[[str, Path | None], RestorePlan]  # (field manager, plan path) -> a sealed plan
+
+
+@dataclasses.dataclass
+class RestoreState:
+    plan: RestorePlan
+    journal: Journal
+
+
+def state_key(backup: str, identity: tuple[str, ...], opts: RestoreOptions) -> str:
+    """One key per backup (store, name, content), target cluster and options (dry run aside)."""
+    key = repr((backup, *identity, dataclasses.replace(opts, dry_run="none")))
+    return f"{backup}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+@contextmanager
+def restore_state(
+    state_dir: Path | None, backup: str, key: str, planner: Planner, keep: bool = True, restart: bool = False
+) -> Iterator[RestoreState]:
+    """The plan and journal of this restore: an unfinished earlier run's (unless restart), else new ones.
+
+    keep=False (a dry run), or no usable state_dir: scratch files, removed afterwards. Both files are
+    removed once the journal's run `finished` (the caller says so by calling finish())."""
+    where = _state_dir(state_dir) if keep else None
+    if where is None:
+        with planner(new_manager(), None) as plan:
+            journal = Journal.create(None)
+            try:
+                yield RestoreState(plan, journal)
+            finally:
+                journal.close()
+        return
+    plan_path, journal_path = where / f"{key}.plan.sqlite", where / f"{key}.journal.sqlite"
+    with _locked(where / f"{key}.lock", backup, journal_path):
+        if journal_path.exists() and not restart:
+            state = RestoreState(RestorePlan.open(plan_path), Journal.open(journal_path))
+            log.info("resuming an earlier restore: %d objects were already done", state.journal.resumed)
+        else:
+            manager = _earlier_manager(journal_path) or new_manager()
+            plan = planner(manager, plan_path)
+            state = RestoreState(plan, Journal.create(journal_path, manager))  # last: it marks the state usable
+        try:
+            yield state
+        finally:
+            state.plan.close()
+            state.journal.close()
+
+
+def finish(state: RestoreState) -> None:
+    """The restore is complete: its state goes (the journal first, so no half state is ever resumed)."""
+    state.journal.remove()
+    state.plan.remove()
+
+
+def _state_dir(state_dir: Path | None) -> Path | None:
+    if state_dir is None:
+        return None
+    where = state_dir / "restores"
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        log.warning("cannot keep a restore journal (%s): this restore cannot be resumed", e)
+        return None
+    return where
+
+
+def _earlier_manager(journal: Path) -> str:
+    """The identity of the attempt that --restart discards: what it created is still this restore's own."""
+    if not journal.exists():
+        return ""
+    try:
+        earlier = Journal.open(journal)
+    except StatusVaultError:
+        return ""  # unreadable: its objects count as existing
+    earlier.close()
+    return earlier.manager
+
+
+@contextmanager
+def _locked(lock: Path, backup: str, journal: Path) -> Iterator[None]:
+    """An exclusive flock on the state's .lock file. The lock file is removed with the state, so after locking
+    check that the file locked is still the one at that path (else a remover won the race: try again)."""
+    while True:
+        with open(lock, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StatusVaultError(
+                    f"another restore of {backup} with the same options is running (it holds {lock})"
+                ) from None
+            try:
+                current = os.stat(lock).st_ino
+            except FileNotFoundError:
+                continue
+            if current != os.fstat(f.fileno()).st_ino:
+                continue
+            try:
+                yield
+            finally:
+                if not journal.exists():
+                    lock.unlink(missing_ok=True)
+            return

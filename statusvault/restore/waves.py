@@ -1,0 +1,109 @@
+"""Run one wave: hand each planned item its object's bytes, in archive order, to a bounded worker pool."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from statusvault.archive import ArchiveReader
+from statusvault.errors import StatusVaultError
+from statusvault.restore.objects import ObjectRestorer, client_dry_run, not_attempted
+from statusvault.restore.planstore import Action, Category, PlanItem
+from statusvault.restore.results import ItemResult
+
+Record = Callable[[ItemResult, PlanItem], None]
+
+
+class WaveRunner:
+    """Sends a wave's items through `restorer` with `parallel` workers; `record` gets every result."""
+
+    def __init__(
+        self,
+        reader: ArchiveReader,
+        restorer: ObjectRestorer,
+        record: Record,
+        parallel: int,
+        new_namespaces: set[str],
+        cancel: threading.Event | None = None,
+    ):
+        self.reader = reader
+        self.restorer = restorer
+        self.record = record
+        self.parallel = max(1, parallel)
+        self.new_namespaces = new_namespaces  # namespaces this restore creates
+        self.cancel = cancel  # set from outside (a lost Lease): no new object is started, the run is aborted
+        self.dry_run = restorer.opts.dry_run
+
+    def run(self, items: Iterator[PlanItem]) -> None:
+        todo = self._to_write(items)
+        if self.dry_run == "client":  # previews are read-only GETs, run in order so the plan reads in order
+            self._walk(todo, lambda item, data: self.record(self.restorer.restore(item, data), item))
+            return
+        slots = threading.BoundedSemaphore(self.parallel * 4)  # objects in flight stay bounded
+        with ThreadPoolExecutor(self.parallel, thread_name_prefix="restore") as pool:
+
+            def submit(item: PlanItem, data: bytes | None) -> None:
+                slots.acquire()
+                fut: Future[ItemResult] = pool.submit(self.restorer.restore, item, data)
+                fut.add_done_callback(lambda f: self._done(slots, f, item))
+
+            try:
+                self._walk(todo, submit)
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+
+    def _walk(self, todo: Iterator[PlanItem], handle: Callable[[PlanItem, bytes | None], None]) -> None:
+        """Hand each item its object's bytes: the items the plan added first (None), then the archive walked
+        once, in step with the items (both are in archive order), so no set of paths is held."""
+        nxt = next(todo, None)
+        while nxt is not None and not nxt.in_archive:
+            self._check_cancel()
+            handle(nxt, None)
+            nxt = next(todo, None)
+        if nxt is None:
+            return
+
+        def wanted(path: str) -> bool:
+            return nxt is not None and nxt.path == path
+
+        for _, data in self.reader.objects(wanted):
+            assert nxt is not None
+            self._check_cancel()
+            handle(nxt, data)
+            nxt = next(todo, None)
+            if nxt is None:  # the rest of the archive belongs to later waves (planning checked all of it)
+                return
+
+    def _to_write(self, items: Iterator[PlanItem]) -> Iterator[PlanItem]:
+        """The items to send; the others are reported as they go by."""
+        for item in items:
+            if self.dry_run == "client":
+                if item.in_archive and item.action in (Action.UPDATE, Action.SKIP_EXISTS):
+                    yield item  # read from the archive, to show how the live object differs
+                else:
+                    self.record(client_dry_run(item), item)
+            elif self.dry_run == "server" and self._untestable(item):
+                note = "not sent: depends on a namespace or CRD this restore creates"
+                self.record(client_dry_run(item, note), item)
+            elif item.action in (Action.CREATE, Action.UPDATE):
+                yield item
+            else:
+                self.record(not_attempted(item), item)
+
+    def _check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise StatusVaultError("cancelled: this process no longer holds the right to restore (its Lease was lost)")
+
+    def _untestable(self, item: PlanItem) -> bool:
+        """In a server dry run, objects in namespaces or of CRDs that the run would create cannot be sent."""
+        if item.category == Category.CRD or item.action != Action.CREATE:
+            return False
+        unserved = not self.restorer.served.serves(item.rt.qualified)
+        return unserved or (item.rt.namespaced and item.namespace in self.new_namespaces)
+
+    def _done(self, slots: threading.BoundedSemaphore, fut: Future[ItemResult], item: PlanItem) -> None:
+        slots.release()
+        if not fut.cancelled():
+            self.record(fut.result(), item)
