@@ -1,0 +1,183 @@
+"""The restore engine against an in-memory API server (tests/fakekube.py): the hard branches, cheaply.
+
+The real-server integration tests stay; these pin what the engine does when the server changes what it is
+sent, an answer is lost, another writer wins a race, or the Lease is lost mid-run."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from statusvault.archive import ArchiveReader
+from statusvault.kube.discovery import Discovery
+from statusvault.restore.execute import EngineSettings, RestoreEngine
+from statusvault.restore.existing import ExistenceIndex
+from statusvault.restore.journal import Journal
+from statusvault.restore.options import RestoreOptions
+from statusvault.restore.plan import build_plan
+from statusvault.restore.served import ServedTypes
+from tests.builders import cr, owner_ref, resource_type, with_meta, write_archive
+from tests.fakekube import FakeKube
+
+KC = resource_type("xyz.example.com", "KubernetesCluster")
+LEGACY = resource_type("legacy.example.com", "LegacyApp", status=False)
+NS = "team-a"
+
+
+def kc(name: str, status: dict | None = None, spec: dict | None = None, **kw) -> dict:
+    return with_meta(cr("xyz.example.com/v1", "KubernetesCluster", name, spec=spec, status=status, **kw), NS)
+
+
+@pytest.fixture
+def fake() -> FakeKube:
+    kube = FakeKube()
+    kube.put(_namespaces(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    return kube
+
+
+def _namespaces():
+    from statusvault.kinds import NAMESPACES
+
+    return NAMESPACES
+
+
+def restore(fake: FakeKube, archive: Path, cancel: threading.Event | None = None, **opts):
+    """Plan and run a restore of `archive` into `fake`; returns (report, journal) with the journal kept open."""
+    options = RestoreOptions(**opts)
+    discovery = Discovery([KC, LEGACY, _namespaces()], [KC, LEGACY, _namespaces()])
+    journal = Journal.create(None)
+    reader = ArchiveReader(archive)
+    with build_plan(reader, options, discovery, ExistenceIndex(fake, journal.manager), "b") as plan:
+        engine = RestoreEngine(fake, ServedTypes(discovery, lambda: discovery), EngineSettings(4, cancel=cancel))
+        report = engine.run(reader, plan, journal, options)
+        pending = plan.pending(journal.path, wanted_status=True)
+    return report, journal, pending
+
+
+@pytest.fixture
+def backup(tmp_path) -> Iterator:
+    def _backup(*objs):
+        return write_archive(tmp_path / "a.tar.gz", [(LEGACY if o["kind"] == "LegacyApp" else KC, o) for o in objs])
+
+    yield _backup
+
+
+def live_status(fake: FakeKube, name: str, rt=KC):
+    return (fake.get(rt, NS, name) or {}).get("status")
+
+
+def test_two_passes_status_dropped_on_create_then_written(fake, backup):
+    legacy = with_meta(cr("legacy.example.com/v1", "LegacyApp", "l", spec={"n": 1}, status={"ref": 1}), NS)
+    report, journal, _ = restore(fake, backup(kc("a", {"id": "a"}, {"n": 1}), legacy))
+    assert report.succeeded and report.lacking == 0
+    assert live_status(fake, "a") == {"id": "a"}
+    assert live_status(fake, "l", LEGACY) == {"ref": 1}, "no /status subresource: it travels in the body"
+    assert ("replace/status", "a") in fake.calls and ("replace/status", "l") not in fake.calls
+    report.close()
+    journal.close()
+
+
+def test_a_resent_create_is_recognised_although_the_server_changed_the_object(backup):
+    """The issue's story: the answer to a create is lost after the server acted, and the server filled a
+    default; the resent POST meets 409, the object is the restore's own by its field manager."""
+    fake = FakeKube(defaults=lambda obj: obj.setdefault("spec", {}).setdefault("tier", "gold"))
+    fake.lose_create_answer = {"a"}
+    report, journal, _ = restore(fake, backup(kc("a", {"id": "a"}, {"n": 1}), kc("b", {"id": "b"}, {"n": 2})))
+    assert report.succeeded, [r.to_dict() for r in report.attention]
+    assert live_status(fake, "a") == {"id": "a"}
+    assert report.counts()["results"] == {"created": 3}, "the namespace and both objects"
+    report.close()
+    journal.close()
+
+
+def test_a_resent_create_of_a_body_with_nothing_but_a_name_is_recognised(fake, backup):
+    bare = kc("bare", {"id": "x"})
+    del bare["spec"]
+    fake.lose_create_answer = {"bare"}
+    report, journal, _ = restore(fake, backup(bare))
+    assert report.succeeded and live_status(fake, "bare") == {"id": "x"}
+    report.close()
+    journal.close()
+
+
+def test_an_object_another_writer_creates_during_the_run_is_counted_and_not_done(fake, backup):
+    def gitops(name: str) -> None:
+        if name == "a" and fake.on_create is gitops:
+            fake.on_create = lambda name: None
+            fake.put(KC, kc("a", spec={"from": "git"}), manager="argocd")
+
+    fake.on_create = gitops
+    report, journal, pending = restore(fake, backup(kc("a", {"id": "a"}, {"n": 1}), kc("b", {"id": "b"})))
+    assert not report.succeeded and report.lacking == 1 and not report.failures
+    assert [r.name for r in report.missing_status] == ["a"]
+    assert "created by another writer" in report.missing_status[0].message
+    assert live_status(fake, "a") is None and fake.get(KC, NS, "a")["spec"] == {"from": "git"}
+    assert pending == 1, "not marked done: the re-run tries it again"
+    report.close()
+    journal.close()
+
+
+def test_a_status_write_that_loses_a_race_is_retried_on_the_fresh_object(fake, backup):
+    fake.race_status_write = {"a"}
+    report, journal, _ = restore(fake, backup(kc("a", {"id": "a"})))
+    assert report.succeeded and live_status(fake, "a") == {"id": "a"}
+    assert [c for c in fake.calls if c == ("replace/status", "a")] == [("replace/status", "a")] * 2
+    report.close()
+    journal.close()
+
+
+def test_an_update_that_loses_a_race_is_retried(fake, backup):
+    fake.put(KC, kc("a", spec={"n": "drifted"}))
+    fake.race_patch = {"a"}
+    report, journal, _ = restore(fake, backup(kc("a", {"id": "a"}, {"n": 1})), existing_policy="update")
+    assert report.succeeded, [r.to_dict() for r in report.attention]
+    live = fake.get(KC, NS, "a")
+    assert live["spec"] == {"n": 1} and live["status"] == {"id": "a"}
+    assert "touched" not in (live["metadata"].get("annotations") or {}), "the backup's content wins"
+    assert fake.calls.count(("patch", "a")) == 2
+    report.close()
+    journal.close()
+
+
+def test_a_status_the_server_prunes_is_a_mismatch(backup):
+    fake = FakeKube(defaults=lambda obj: (obj.get("status") or {}).pop("secret", None))
+    fake.put(_namespaces(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    report, journal, _ = restore(fake, backup(kc("a", {"id": "a", "secret": 1})))
+    assert not report.succeeded and [r.status for r in report.failures] == ["mismatch"]
+    report.close()
+    journal.close()
+
+
+def test_losing_the_lease_mid_run_starts_no_new_object_and_counts_the_rest(fake, backup):
+    cancel = threading.Event()
+    objs = [kc(f"k{i:02d}", {"id": i}, {"n": i}) for i in range(40)]
+
+    def lose_lease(name: str) -> None:
+        if name == "k05":
+            cancel.set()
+
+    fake.on_create = lose_lease
+    report, journal, pending = restore(fake, backup(*objs), cancel=cancel)
+    created = [n for verb, n in fake.calls if verb == "create"]
+    assert report.aborted.startswith("cancelled")
+    assert len(created) <= 6 + 4 * 4, "after k05 only objects already handed to a worker (4 workers x 4 slots)"
+    assert report.lacking == pending == sum(1 for o in objs if live_status(fake, o["metadata"]["name"]) is None)
+    assert report.lacking >= 40 - len(created)
+    assert not report.succeeded
+    report.close()
+    journal.close()
+
+
+def test_owners_first_and_their_new_uids_in_dependents(fake, backup):
+    owner = kc("owner", {"id": "o"}, {"n": 0})
+    dependent = kc("dep", {"id": "d"}, {"n": 1}, owners=[owner_ref(owner)])
+    report, journal, _ = restore(fake, backup(dependent, owner))
+    assert report.succeeded
+    new_owner = fake.get(KC, NS, "owner")
+    assert fake.get(KC, NS, "dep")["metadata"]["ownerReferences"][0]["uid"] == new_owner["metadata"]["uid"]
+    assert [n for verb, n in fake.calls if verb == "create" and n != NS] == ["owner", "dep"]
+    report.close()
+    journal.close()
