@@ -62,8 +62,13 @@ class ObjectKey:
     name: str
 
     def __str__(self) -> str:
-        where = f"{self.namespace}/" if self.namespace else ""
-        return f"{self.qualified} {where}{self.name}"
+        return display(self.qualified, self.namespace, self.name)
+
+
+def display(qualified: str, namespace: str, name: str) -> str:
+    """How an object is named to users: `resource.group ns/name`, or `resource.group name` when cluster-scoped."""
+    where = f"{namespace}/" if namespace else ""
+    return f"{qualified} {where}{name}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,10 +30,8 @@ class ScheduleSpec:
     keep_daily: int | None = None
     keep_weekly: int | None = None
     metrics_pushgateway: str = ""
-    cronjob_api: str = "batch/v1"
-    encryption_secret: str = (
-        ""  # a Secret whose "key" is the base64 encryption key  # batch/v1beta1 before Kubernetes 1.21
-    )
+    cronjob_api: str = "batch/v1"  # batch/v1beta1 before Kubernetes 1.21
+    encryption_secret: str = ""  # a Secret whose "key" is the base64 encryption key
 
     @property
     def account(self) -> str:

@@ -44,12 +44,6 @@ def _reset_cluster_ip(svc: KubeObject) -> None:
         spec.pop("clusterIPs", None)
 
 
-def split_status(obj: KubeObject) -> tuple[KubeObject, Any]:
-    """(object without status, the status or None)."""
-    body = {k: v for k, v in obj.items() if k != "status"}
-    return body, obj.get("status")
-
-
 def map_namespace(namespace: str, mapping: Mapping[str, str]) -> str:
     return mapping.get(namespace, namespace)
 

@@ -22,7 +22,7 @@ from statusvault.cli.options import (
     state_dir_option,
     storage_options,
 )
-from statusvault.cli.schedule import apply_manifests
+from statusvault.cli.schedule import apply_and_report
 from statusvault.controller.loop import Controller, ControllerConfig
 from statusvault.controller.manifests import ControllerSpec, render
 from statusvault.errors import ConfigError
@@ -158,7 +158,7 @@ def render_cmd(app: App, /, **kw: Any) -> None:
     if not kw["apply_"]:
         click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
         return
-    apply_manifests(app, discovery, manifests, kw["dry_run"] == "server")
+    apply_and_report(app, discovery, manifests, kw["dry_run"] == "server")
 
 
 COMMANDS = [controller]

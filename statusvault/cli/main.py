@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any
 
 import click
 
@@ -45,12 +44,7 @@ log = logging.getLogger("statusvault")
 def cli(ctx: click.Context, kubeconfig: str | None, context: str | None, debug: bool, log_format: str) -> None:
     """Back up Kubernetes custom resources with their status; restore them in two passes."""
     setup_logging(log_format, debug)
-    if ctx.obj is None:
-        ctx.obj = App(kubeconfig, context, debug, log_format)
-    else:  # a test supplied its own App: keep it, take the flags
-        ctx.obj.kubeconfig = kubeconfig or ctx.obj.kubeconfig
-        ctx.obj.context = context or ctx.obj.context
-        ctx.obj.debug, ctx.obj.log_format = debug, log_format
+    ctx.obj = App(kubeconfig, context, debug, log_format)
     ctx.call_on_close(ctx.obj.close)
 
 
@@ -103,7 +97,7 @@ def _register() -> None:
 _register()
 
 
-def main(argv: list[str] | None = None, obj: Any = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every failure becomes one line on stderr and an ExitStatus."""
     debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or os.environ.get("STATUSVAULT_DEBUG", "") in (
         "1",
@@ -111,7 +105,7 @@ def main(argv: list[str] | None = None, obj: Any = None) -> int:
         "yes",
     )
     try:
-        cli.main(args=argv, prog_name="statusvault", standalone_mode=False, obj=obj)
+        cli.main(args=argv, prog_name="statusvault", standalone_mode=False)
     except click.exceptions.Exit as e:
         return int(e.exit_code)
     except click.UsageError as e:

@@ -24,6 +24,7 @@ from statusvault.cli.options import (
 from statusvault.cli.output import emit, table
 from statusvault.errors import PartialFailure, StatusVaultError
 from statusvault.metrics import recorded
+from statusvault.model import display
 from statusvault.restore.options import restore_options
 from statusvault.restore.results import GENERATION_NOTE, RestoreReport, StatusOutcome
 from statusvault.restore.service import RestoreRequest, run_restore
@@ -133,11 +134,6 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
         )
 
 
-def _display(r: dict[str, Any]) -> str:
-    where = f"{r['namespace']}/" if r["namespace"] else ""
-    return f"{r['resource']} {where}{r['name']}"
-
-
 def _diff_line(d: dict[str, Any]) -> str:
     """One difference between the live object and the backup: ~ changed, + only in the backup, - only live."""
 
@@ -157,7 +153,8 @@ def render(report: RestoreReport) -> str:
     if report.dry_run == "client":
         lines.append(f"Plan for restoring {report.backup} (dry run, nothing changed):")
         for entry in report.results():
-            lines.append(f"  {entry['result']:<13} {_display(entry)}  status: {entry['status']}")
+            shown = display(entry["resource"], entry["namespace"], entry["name"])
+            lines.append(f"  {entry['result']:<13} {shown}  status: {entry['status']}")
             lines += [f"      {_diff_line(d)}" for d in entry.get("diff", ())]
         lines.append("")
     rows = []

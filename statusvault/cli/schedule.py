@@ -23,7 +23,7 @@ from statusvault.cli.options import (
 from statusvault.cli.output import emit, table
 from statusvault.errors import ConfigError, KubeConnectionError
 from statusvault.kube.discovery import Discovery
-from statusvault.kube.transport import APPLY_PATCH
+from statusvault.manifests import apply_manifests
 from statusvault.metrics import recorded
 from statusvault.model import Selection
 from statusvault.retention import RetentionPolicy, parse_duration
@@ -92,21 +92,21 @@ def render_cmd(app: App, /, name: str, cron: str, **kw: Any) -> None:
         log.info("no cluster reachable (%s): rendering from the resource names", e)
         discovery = None
     spec = ScheduleSpec(
-        name,
-        cron,
-        selection,
-        kw["storage"],
-        s3,
-        kw["namespace_of_job"],
-        kw["image"],
-        kw["credentials_secret"],
-        kw["keep_last"],
-        kw["ttl"] or "",
-        kw["keep_daily"],
-        kw["keep_weekly"],
-        kw["metrics_pushgateway"],
-        _cronjob_api(kw["kube_version"], discovery),
-        kw["encryption_key_secret"],
+        name=name,
+        cron=cron,
+        selection=selection,
+        storage=kw["storage"],
+        s3=s3,
+        job_namespace=kw["namespace_of_job"],
+        image=kw["image"],
+        credentials_secret=kw["credentials_secret"],
+        keep_last=kw["keep_last"],
+        ttl=kw["ttl"] or "",
+        keep_daily=kw["keep_daily"],
+        keep_weekly=kw["keep_weekly"],
+        metrics_pushgateway=kw["metrics_pushgateway"],
+        cronjob_api=_cronjob_api(kw["kube_version"], discovery),
+        encryption_secret=kw["encryption_key_secret"],
     )
     types = select_resources(discovery, selection) if discovery is not None else offline_types(selection)
     manifests = render(spec, types)
@@ -115,7 +115,7 @@ def render_cmd(app: App, /, name: str, cron: str, **kw: Any) -> None:
         return
     if discovery is None:
         raise ConfigError("--apply needs a reachable cluster")
-    apply_manifests(app, discovery, manifests, kw["dry_run"] == "server")
+    apply_and_report(app, discovery, manifests, kw["dry_run"] == "server")
 
 
 def _selection(kw: dict[str, Any]) -> Selection:
@@ -140,28 +140,10 @@ def _cronjob_api(kube_version: str, discovery: Discovery | None) -> str:
     return "batch/v1"
 
 
-def apply_manifests(app: App, discovery: Discovery, manifests: list[dict[str, Any]], dry_run: bool) -> None:
-    """Server-side apply, in order; with dry_run every write is sent with dryRun=All."""
-    client = app.client()
-    for m in manifests:
-        rt = discovery.find(*_gv(m["apiVersion"]), m["kind"])
-        if rt is None:
-            raise ConfigError(f"{m['apiVersion']} {m['kind']} is not served by this cluster")
-        client.patch(
-            rt,
-            m["metadata"].get("namespace"),
-            m["metadata"]["name"],
-            m,
-            APPLY_PATCH,
-            dry_run=dry_run,
-            params=(("force", "true"),),
-        )
-        click.echo(f"{m['kind'].lower()}/{m['metadata']['name']} applied" + (" (server dry run)" if dry_run else ""))
-
-
-def _gv(api_version: str) -> tuple[str, str]:
-    group, _, version = api_version.rpartition("/")
-    return group, version
+def apply_and_report(app: App, discovery: Discovery, manifests: list[dict[str, Any]], dry_run: bool) -> None:
+    """Apply the manifests, one line per object applied."""
+    for applied in apply_manifests(app.client(), discovery, manifests, dry_run):
+        click.echo(f"{applied} applied" + (" (server dry run)" if dry_run else ""))
 
 
 @click.command()

@@ -108,26 +108,26 @@ def _option(key: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Decision:
+class NextStep:
     act: bool
     reason: str
     attempt: int = 0  # the attempt number this run is, when act
 
 
-def decide(digest: str, status: Mapping[str, str], now: dt.datetime) -> Decision:
+def next_step(digest: str, status: Mapping[str, str], now: dt.datetime) -> NextStep:
     """What a reconcile does for an intent whose data has `digest`, given its status ConfigMap's data."""
     if status.get("appliedDigest") == digest:
-        return Decision(False, "already restored")
+        return NextStep(False, "already restored")
     same = status.get("digest") == digest
     phase = status.get("phase", "")
     if same and phase == Phase.INVALID:
-        return Decision(False, "invalid until the intent changes")
+        return NextStep(False, "invalid until the intent changes")
     attempt = int(status.get("attempts") or 0) + 1 if same else 1
     if same and phase == Phase.FAILED:
         due = parse_time(status.get("nextAttemptAt", ""))
         if due is not None and now < due:
-            return Decision(False, f"retrying after {status['nextAttemptAt']}")
-    return Decision(True, "resuming" if same and phase == Phase.IN_PROGRESS else "new intent", attempt)
+            return NextStep(False, f"retrying after {status['nextAttemptAt']}")
+    return NextStep(True, "resuming" if same and phase == Phase.IN_PROGRESS else "new intent", attempt)
 
 
 def retry_delay(attempt: int) -> float:

@@ -21,12 +21,12 @@ from typing import Any
 from statusvault.controller.intent import (
     INTENT_LABEL,
     STATUS_LABEL,
-    Decision,
     Intent,
+    NextStep,
     Phase,
-    decide,
     digest_of,
     format_time,
+    next_step,
     parse_intent,
     retry_delay,
 )
@@ -134,9 +134,9 @@ class Controller:
                 self._write_status(cm, status_cm, {"phase": Phase.INVALID, "digest": digest, "message": str(e)})
                 self._event(cm, "Warning", "InvalidIntent", str(e))
             return False
-        decision = decide(intent.digest, status, now)
-        if not decision.act:
-            log.debug("intent %s: %s", name, decision.reason)
+        step = next_step(intent.digest, status, now)
+        if not step.act:
+            log.debug("intent %s: %s", name, step.reason)
             return False
         if not self.breaker.allows(time.monotonic()):
             log.info("intent %s waits: the circuit breaker is open", name)
@@ -152,7 +152,7 @@ class Controller:
             log.info("intent %s is being restored by another replica", name)
             return False
         try:
-            return self._restore(cm, status_cm, intent, decision, lease.lost)
+            return self._restore(cm, status_cm, intent, step, lease.lost)
         finally:
             lease.release()
 
@@ -161,7 +161,7 @@ class Controller:
         cm: KubeObject,
         status_cm: KubeObject | None,
         intent: Intent,
-        decision: Decision,
+        step: NextStep,
         lost: threading.Event,
     ) -> bool:
         started = dt.datetime.now(dt.UTC)
@@ -169,10 +169,10 @@ class Controller:
             "phase": Phase.IN_PROGRESS,
             "digest": intent.digest,
             "backup": intent.backup,
-            "attempts": str(decision.attempt),
+            "attempts": str(step.attempt),
             "startedAt": format_time(started),
             "holder": self.config.holder,
-            "message": f"restoring {intent.backup} ({decision.reason}, attempt {decision.attempt})",
+            "message": f"restoring {intent.backup} ({step.reason}, attempt {step.attempt})",
         }
         status_cm = self._write_status(cm, status_cm, progress, drop=("completedAt", "nextAttemptAt"))
         if status_cm is None:
@@ -223,7 +223,7 @@ class Controller:
             interrupted = interrupted or (report is not None and report.interrupted)
             if interrupted:  # the pod is stopping: the next pass (here or on another replica) resumes at once
                 self.stop.set()
-            due = done if interrupted else done + dt.timedelta(seconds=retry_delay(decision.attempt))
+            due = done if interrupted else done + dt.timedelta(seconds=retry_delay(step.attempt))
             outcome.update(phase=Phase.FAILED, nextAttemptAt=format_time(due))
             self._write_status(cm, status_cm, outcome)
             self._event(cm, "Warning", "RestoreFailed", f"{message}; next attempt at {format_time(due)}")

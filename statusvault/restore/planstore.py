@@ -16,7 +16,7 @@ from typing import Any
 
 from statusvault.archive import member_path
 from statusvault.errors import StatusVaultError
-from statusvault.model import ObjectKey, ResourceType
+from statusvault.model import ObjectKey, ResourceType, display
 
 MAX_OWNER_DEPTH = 64  # ownership chains deeper than this are treated as a cycle
 
@@ -75,8 +75,7 @@ class PlanItem:
 
     @property
     def display(self) -> str:
-        where = f"{self.namespace}/" if self.namespace else ""
-        return f"{self.rt.qualified} {where}{self.name}"
+        return display(self.rt.qualified, self.namespace, self.name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,8 @@ from typing import IO, Any
 
 import orjson
 
+from statusvault.model import display
+
 
 class Outcome:
     CREATED = "created"
@@ -60,8 +62,7 @@ class ItemResult:
 
     @property
     def display(self) -> str:
-        where = f"{self.namespace}/" if self.namespace else ""
-        return f"{self.resource} {where}{self.name}"
+        return display(self.resource, self.namespace, self.name)
 
     @property
     def failed(self) -> bool:

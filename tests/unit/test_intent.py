@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from statusvault.controller.intent import Phase, decide, digest_of, format_time, parse_intent, retry_delay
+from statusvault.controller.intent import Phase, digest_of, format_time, next_step, parse_intent, retry_delay
 from statusvault.controller.lease import held_by_other, micro_time
 from statusvault.controller.loop import Breaker
 from statusvault.errors import ConfigError
@@ -72,18 +72,18 @@ def test_the_digest_changes_with_any_data_and_not_with_key_order():
 
 def test_decisions():
     d = "abc"
-    assert decide(d, {}, NOW).act and decide(d, {}, NOW).attempt == 1
-    assert not decide(d, {"appliedDigest": d, "phase": Phase.COMPLETE}, NOW).act
-    newer = decide("new", {"appliedDigest": d, "digest": d, "attempts": "3"}, NOW)
+    assert next_step(d, {}, NOW).act and next_step(d, {}, NOW).attempt == 1
+    assert not next_step(d, {"appliedDigest": d, "phase": Phase.COMPLETE}, NOW).act
+    newer = next_step("new", {"appliedDigest": d, "digest": d, "attempts": "3"}, NOW)
     assert newer.act and newer.attempt == 1, "a changed intent starts over"
     later = format_time(NOW + dt.timedelta(seconds=30))
-    waiting = decide(d, {"digest": d, "phase": Phase.FAILED, "attempts": "2", "nextAttemptAt": later}, NOW)
+    waiting = next_step(d, {"digest": d, "phase": Phase.FAILED, "attempts": "2", "nextAttemptAt": later}, NOW)
     assert not waiting.act and "retrying after" in waiting.reason
-    due = decide(d, {"digest": d, "phase": Phase.FAILED, "attempts": "2", "nextAttemptAt": format_time(NOW)}, NOW)
+    due = next_step(d, {"digest": d, "phase": Phase.FAILED, "attempts": "2", "nextAttemptAt": format_time(NOW)}, NOW)
     assert due.act and due.attempt == 3
-    crashed = decide(d, {"digest": d, "phase": Phase.IN_PROGRESS, "attempts": "1"}, NOW)
+    crashed = next_step(d, {"digest": d, "phase": Phase.IN_PROGRESS, "attempts": "1"}, NOW)
     assert crashed.act and crashed.reason == "resuming" and crashed.attempt == 2
-    assert not decide(d, {"digest": d, "phase": Phase.INVALID}, NOW).act
+    assert not next_step(d, {"digest": d, "phase": Phase.INVALID}, NOW).act
 
 
 def test_retries_back_off_exponentially_up_to_an_hour():

@@ -8,7 +8,6 @@ from statusvault.transforms import (
     map_namespace,
     remap_owner_refs,
     sanitize,
-    split_status,
     status_annotation,
     status_body,
     update_patch,
@@ -61,12 +60,6 @@ def test_sanitize_resets_service_cluster_ip_unless_headless(cluster_ip, kept):
         del svc["spec"]["clusterIP"]
     out = sanitize(svc)
     assert ("clusterIP" in out["spec"]) is kept
-
-
-def test_split_status():
-    body, status = split_status({"spec": {}, "status": {"a": 1}})
-    assert body == {"spec": {}} and status == {"a": 1}
-    assert split_status({"spec": {}})[1] is None
 
 
 @pytest.mark.parametrize(
