@@ -7,21 +7,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from statusvault.errors import ConfigError
+from statusvault.model import Selection
 
 
 @dataclasses.dataclass(frozen=True)
 class RestoreOptions:
-    namespaces: tuple[str, ...] = ()
-    include_resources: tuple[str, ...] = ()
-    exclude_resources: tuple[str, ...] = ()
-    label_selector: str = ""
-    names: tuple[str, ...] = ()  # object names or shell-style patterns (not applied to CRDs and Namespaces)
+    selection: Selection = dataclasses.field(default_factory=Selection)  # names: not for CRDs, Namespaces
     namespace_mapping: tuple[tuple[str, str], ...] = ()
     status_include: tuple[str, ...] = ()  # empty: every custom resource; ("*",): everything
     status_exclude: tuple[str, ...] = ()
     no_status: bool = False
     existing_policy: str = "none"  # none | update
-    include_cluster_resources: bool | None = None  # None: on unless namespaces are given
     dry_run: str = "none"  # none | client | server
     scale_down: tuple[str, ...] = ()  # NAMESPACE/KIND/NAME of operators to stop while restoring
 
@@ -65,18 +61,21 @@ def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
         if not sep or not old or not new:
             raise ConfigError(f"invalid namespace-mapping entry {entry!r}: expected OLD:NEW")
         mapping.append((old, new))
-    return RestoreOptions(
+    selection = Selection(
         namespaces=csv("namespaces"),
         include_resources=csv("include_resources"),
         exclude_resources=csv("exclude_resources"),
         label_selector=str(values.get("selector") or ""),
+        include_cluster_resources=flag("include_cluster_resources"),
         names=csv("names"),
+    )
+    return RestoreOptions(
+        selection=selection,
         namespace_mapping=tuple(mapping),
         status_include=csv("status_include_resources"),
         status_exclude=csv("status_exclude_resources"),
         no_status=bool(flag("no_status")),
         existing_policy=choice("existing_resource_policy", POLICIES),
-        include_cluster_resources=flag("include_cluster_resources"),
         dry_run=choice("dry_run", DRY_RUNS),
         scale_down=csv("scale_down"),
     )

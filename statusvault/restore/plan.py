@@ -15,7 +15,7 @@ from statusvault.errors import ArchiveError, ConfigError
 from statusvault.kinds import CRD_QUALIFIED, NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.labels import parse_selector
-from statusvault.model import ObjectKey, ResourceType, name_matches
+from statusvault.model import ObjectKey, ResourceType, Selection, name_matches
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.planstore import Action, Category, PlanItem, RestorePlan, StatusMode
 from statusvault.transforms import map_namespace, status_annotation
@@ -60,12 +60,12 @@ class _Decider:
         self.opts = opts
         self.live = live
         self.backup_types = {rt.qualified: rt for rt in types}
-        self.include = self._resolve(opts.include_resources)
-        self.exclude = self._resolve(opts.exclude_resources)
+        self.include = self._resolve(opts.selection.include_resources)
+        self.exclude = self._resolve(opts.selection.exclude_resources)
         self.status_all = STATUS_ALL in opts.status_include
         self.status_include = self._resolve(tuple(n for n in opts.status_include if n != STATUS_ALL))
         self.status_exclude = self._resolve(opts.status_exclude)
-        self.selector = parse_selector(opts.label_selector)
+        self.selector = parse_selector(opts.selection.label_selector)
         self.mapping = opts.mapping
         restorable_crds = crds_in_backup if self.resource_selected(CRD_QUALIFIED) else set()
         self.backup_types = {rt.qualified: rt for rt in types}
@@ -156,6 +156,7 @@ def _add_items(
     by_qualified: dict[str, ResourceType],
     exists: Callable[[ResourceType, str, str], bool],
 ) -> None:
+    sel = opts.selection
     namespaces_needed: set[str] = set()
     named: set[str] = set()  # --name patterns that matched something
     matched = 0  # objects the selection chose (CRDs come along with -n, so they count only when asked for)
@@ -164,49 +165,49 @@ def _add_items(
         if key.qualified not in by_qualified:
             raise ArchiveError(f"{path} belongs to a resource the manifest does not describe")
         cat = _category(by_qualified[key.qualified])
-        if not decider.resource_selected(key.qualified) or not _in_scope(opts, cat, key.namespace or key.name):
+        if not decider.resource_selected(key.qualified) or not _in_scope(sel, cat, key.namespace or key.name):
             continue
         obj = _checked_object(path, data, key, by_qualified[key.qualified])
         meta = obj["metadata"]
         if cat not in (Category.CRD, Category.NAMESPACE):
-            if not decider.selector(meta.get("labels") or {}) or not name_matches(key.name, opts.names):
+            if not decider.selector(meta.get("labels") or {}) or not name_matches(key.name, sel.names):
                 continue
-            named.update(p for p in opts.names if fnmatch.fnmatchcase(key.name, p))
+            named.update(p for p in sel.names if fnmatch.fnmatchcase(key.name, p))
         item = _plan_item(key.qualified, obj, cat, decider, exists)
         matched += cat != Category.CRD or CRD_QUALIFIED in decider.include
         if item.rt.namespaced and item.action != Action.UNAVAILABLE:
             namespaces_needed.add(item.namespace)
         plan.add(item, (r.get("uid", "") for r in meta.get("ownerReferences") or []))
-    if not matched and _selection(opts):
-        raise ConfigError(f"nothing in backup {plan.backup} matches {_selection(opts)}: nothing to restore")
-    plan.warnings += [f"no object in the selection is named {p!r}" for p in opts.names if p not in named]
+    if not matched and _selection(sel):
+        raise ConfigError(f"nothing in backup {plan.backup} matches {_selection(sel)}: nothing to restore")
+    plan.warnings += [f"no object in the selection is named {p!r}" for p in sel.names if p not in named]
     _add_namespaces(plan, namespaces_needed, exists)
     plan.seal()
 
 
-def _selection(opts: RestoreOptions) -> str:
+def _selection(sel: Selection) -> str:
     """The user's selection, as they gave it ("" when they gave none)."""
     parts = [
         f"{flag} {','.join(values)}"
         for flag, values in (
-            ("--namespace", opts.namespaces),
-            ("--include-resources", opts.include_resources),
-            ("--name", opts.names),
+            ("--namespace", sel.namespaces),
+            ("--include-resources", sel.include_resources),
+            ("--name", sel.names),
         )
         if values
     ]
-    if opts.label_selector:
-        parts.append(f"--selector {opts.label_selector}")
+    if sel.label_selector:
+        parts.append(f"--selector {sel.label_selector}")
     return " ".join(parts)
 
 
-def _in_scope(opts: RestoreOptions, cat: Category, namespace: str) -> bool:
+def _in_scope(sel: Selection, cat: Category, namespace: str) -> bool:
     """-n limits namespaced objects and Namespaces; cluster-scoped objects only come with -n when asked for."""
-    if not opts.namespaces or cat == Category.CRD:
+    if not sel.namespaces or cat == Category.CRD:
         return True
     if cat == Category.CLUSTER:
-        return bool(opts.include_cluster_resources)
-    return namespace in opts.namespaces
+        return sel.cluster_resources
+    return namespace in sel.namespaces
 
 
 def _checked_object(path: str, data: bytes, key: ObjectKey, rt: ResourceType) -> dict[str, Any]:

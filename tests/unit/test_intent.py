@@ -34,11 +34,11 @@ def test_an_intent_carries_the_restore_options_by_their_long_names():
         )
     )
     assert (intent.backup, intent.storage, intent.parallel) == ("nightly-1", "s3://b/p", 4)
-    assert intent.options.namespaces == ("team-a", "team-b")
+    assert intent.options.selection.namespaces == ("team-a", "team-b")
     assert intent.options.status_include == ("kubernetesclusters.xyz.example.com",)
     assert intent.options.namespace_mapping == (("team-a", "team-a-copy"),)
     assert intent.options.existing_policy == "update"
-    assert intent.options.include_cluster_resources is False
+    assert intent.options.selection.include_cluster_resources is False
     assert intent.options.dry_run == "none"
     assert intent.status_name == "restore-team-a-status"
 

@@ -10,6 +10,7 @@ from statusvault.archive import ArchiveReader
 from statusvault.errors import ConfigError
 from statusvault.kinds import CRDS
 from statusvault.kube.discovery import Discovery
+from statusvault.model import Selection
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.plan import build_plan
 from statusvault.restore.planstore import Action, Category, StatusMode
@@ -65,9 +66,14 @@ def live_discovery(*types):
     return Discovery(list(types), list(types))
 
 
+SELECTION = {f.name for f in dataclasses.fields(Selection)}
+
+
 def plan(archive, exists=lambda rt, ns, name: False, live=None, **opts):
+    """Plan with RestoreOptions given flat: the selection's fields go into its Selection."""
     live = live or live_discovery(CRDS, KC, DB, LEGACY, POOL, SVC)
-    return build_plan(archive, RestoreOptions(**opts), live, exists, backup="b")
+    selection = Selection(**{k: opts.pop(k) for k in list(opts) if k in SELECTION})
+    return build_plan(archive, RestoreOptions(selection=selection, **opts), live, exists, backup="b")
 
 
 def by_name(p):
