@@ -83,3 +83,14 @@ def test_cli_reference_is_current():
     from statusvault.testing.clidoc import render
 
     assert (ROOT / "docs" / "cli.md").read_text() == render(), "run `make docs`"
+
+
+def test_every_module_the_architecture_names_exists():
+    """docs/architecture.md names modules as `dir/name.py` or `name.py` (within its module map's dir)."""
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    files = {p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.py") if ".venv" not in p.parts}
+    named = set(re.findall(r"\b([a-z_]+(?:/[a-z_]+)*\.py)\b", text))
+    missing = [n for n in named if not any(f == n or f.endswith("/" + n) for f in files)]
+    assert named and missing == []
