@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -22,9 +23,10 @@ from statusvault.cli.options import (
     storage_options,
 )
 from statusvault.cli.output import emit, table
-from statusvault.errors import PartialFailure, StatusVaultError
+from statusvault.errors import ConfigError, PartialFailure, StatusVaultError
 from statusvault.metrics import recorded
 from statusvault.model import display
+from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import restore_options
 from statusvault.restore.results import GENERATION_NOTE, RestoreReport, StatusOutcome
 from statusvault.restore.service import RestoreRequest, run_restore
@@ -82,6 +84,12 @@ from statusvault.restore.service import RestoreRequest, run_restore
     help="Scale these operators to 0 while restoring (and back afterwards), so none acts on an object "
     "before its status is back.",
 )
+@click.option(
+    "--modifiers",
+    "modifiers_file",
+    type=click.Path(dir_okay=False),
+    help="Restore-time patches: a YAML file in Velero's resource-modifier format (see the user guide).",
+)
 @state_dir_option
 @encryption_option
 @click.option(
@@ -96,6 +104,8 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
     """Restore a backup: create each object, then write its saved status through /status."""
     store = app.store(kw.pop("storage"), s3_options(kw))
     opts = restore_options(kw)
+    if kw["modifiers_file"]:
+        opts = dataclasses.replace(opts, modifiers=read_modifiers(kw["modifiers_file"]))
     client = app.client(pool_size=kw["parallel"] + 4, qps=kw["qps"], burst=kw["burst"])
     with recorded("restore", "", kw["metrics_textfile"], kw["metrics_pushgateway"]) as run:
         request = RestoreRequest(
@@ -134,6 +144,22 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
         )
 
 
+def read_modifiers(path: str) -> Modifiers:
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read modifiers file {path}: {e.strerror}") from None
+    return load_modifiers(text, path)
+
+
+def _rules(entry: dict[str, Any]) -> str:
+    """The modifier rules an object met, for the dry-run listing."""
+    m = entry.get("modifiers") or {}
+    applied = f"  rules: {','.join(map(str, m['applied']))}" if m.get("applied") else ""
+    skipped = f"  skipped by test: {','.join(map(str, m['skippedByTest']))}" if m.get("skippedByTest") else ""
+    return applied + skipped
+
+
 def _diff_line(d: dict[str, Any]) -> str:
     """One difference between the live object and the backup: ~ changed, + only in the backup, - only live."""
 
@@ -154,7 +180,7 @@ def render(report: RestoreReport) -> str:
         lines.append(f"Plan for restoring {report.backup} (dry run, nothing changed):")
         for entry in report.results():
             shown = display(entry["resource"], entry["namespace"], entry["name"])
-            lines.append(f"  {entry['result']:<13} {shown}  status: {entry['status']}")
+            lines.append(f"  {entry['result']:<13} {shown}  status: {entry['status']}{_rules(entry)}")
             lines += [f"      {_diff_line(d)}" for d in entry.get("diff", ())]
         lines.append("")
     rows = []
@@ -220,6 +246,12 @@ def _status_notes(report: RestoreReport) -> list[str]:
         notes.append(
             f"note: {left_out} object(s) restored without their saved status, as asked "
             "(--no-status, status exclusions or the opt-out annotation)"
+        )
+    modified = report.counts().get("modifiers", {})
+    if modified:
+        notes.append(
+            f"modifiers: {modified.get('modified', 0)} object(s) patched; "
+            f"{modified.get('skipped', 0)} rule application(s) skipped by a failed test"
         )
     if report.unreached:
         notes.append(f"not reached: {report.unreached} object(s) with a saved status (the run stopped first)")

@@ -38,7 +38,8 @@ RESTORE_KEYS = frozenset(
         "scale-down",
     }
 )
-INTENT_KEYS = RESTORE_KEYS | {"backup", "storage", "parallel", "request"}  # request: free text; change it to re-run
+# request: free text, change it to re-run; modifiers: a ConfigMap in the controller's namespace holding the file
+INTENT_KEYS = RESTORE_KEYS | {"backup", "storage", "parallel", "request", "modifiers"}
 
 RETRY_BASE = 30.0  # seconds before the first retry of a failed restore; doubles per attempt
 RETRY_MAX = 3600.0
@@ -61,6 +62,7 @@ class Intent:
     options: RestoreOptions
     parallel: int
     digest: str  # of the intent's data: a change means a new desired state
+    modifiers: str = ""  # name of the ConfigMap holding a modifiers file
 
     @property
     def status_name(self) -> str:
@@ -99,6 +101,7 @@ def parse_intent(cm: Mapping[str, Any]) -> Intent:
         options,
         parallel,
         digest_of(data),
+        data.get("modifiers", "").strip(),
     )
 
 

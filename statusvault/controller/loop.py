@@ -37,6 +37,8 @@ from statusvault.kinds import CONFIGMAPS, EVENTS
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject
+from statusvault.restore.modifiers import Modifiers, load_modifiers
+from statusvault.restore.options import RestoreOptions
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.service import RestoreRequest, run_restore
 from statusvault.storage.base import ObjectStore
@@ -156,6 +158,14 @@ class Controller:
         finally:
             lease.release()
 
+    def _with_modifiers(self, intent: Intent) -> RestoreOptions:
+        """The intent's options with its modifiers file, read from its ConfigMap now (ConfigError if bad)."""
+        if not intent.modifiers:
+            return intent.options
+        ns = self.config.namespace
+        cm = self.client.get(CONFIGMAPS, ns, intent.modifiers)
+        return dataclasses.replace(intent.options, modifiers=modifiers_from(cm, intent.modifiers, ns))
+
     def _restore(
         self,
         cm: KubeObject,
@@ -184,7 +194,7 @@ class Controller:
             request = RestoreRequest(
                 self.store(intent.storage),
                 intent.backup,
-                intent.options,
+                self._with_modifiers(intent),
                 self.config.state_dir,
                 parallel=intent.parallel,
                 key=self.key,
@@ -288,6 +298,19 @@ class Controller:
             self.client.create(EVENTS, self.config.namespace, event)
         except StatusVaultError as e:  # events are for people; never fail a restore over one
             log.warning("could not record event %s on %s: %s", reason, meta["name"], e)
+
+
+def modifiers_from(cm: KubeObject | None, name: str, namespace: str) -> Modifiers:
+    """A modifiers file held in a ConfigMap: its one data key (as Velero's), or `modifiers.yaml`."""
+    where = f"modifiers ConfigMap {namespace}/{name}"
+    if cm is None:
+        raise ConfigError(f"{where} does not exist")
+    data: dict[str, str] = cm.get("data") or {}
+    if "modifiers.yaml" in data:
+        return load_modifiers(data["modifiers.yaml"], where)
+    if len(data) != 1:
+        raise ConfigError(f"{where} must hold one key (or modifiers.yaml), not {len(data)}")
+    return load_modifiers(next(iter(data.values())), where)
 
 
 def _summary(backup: str, report: RestoreReport) -> str:

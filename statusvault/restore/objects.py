@@ -47,8 +47,6 @@ class ObjectRestorer:
             if data is not None
             else {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": item.name}}
         )
-        if self.opts.dry_run == "client":
-            return self._preview(item, obj)
         result = ItemResult(
             item.rt.qualified,
             item.namespace,
@@ -59,6 +57,9 @@ class ObjectRestorer:
             wanted=item.status_mode.wanted,
         )
         try:
+            obj = self._modified(item, obj, result)
+            if self.opts.dry_run == "client":
+                return self._preview(item, obj, result)
             self._restore(item, obj, result)
         except StatusVaultError as e:
             result.message = str(e)
@@ -104,9 +105,24 @@ class ObjectRestorer:
         if result.status == StatusOutcome.MISMATCH:
             result.message = "the server changed the restored status (pruned or defaulted fields?)"
 
-    def _preview(self, item: PlanItem, obj: KubeObject) -> ItemResult:
-        """A client dry run of an object that exists: the planned outcome, and how the live one differs."""
+    def _modified(self, item: PlanItem, obj: KubeObject, result: ItemResult) -> KubeObject:
+        """The object after the restore's modifiers, matched in its target namespace; the result says which
+        rules applied and which a failed `test` skipped."""
+        modifiers = self.opts.modifiers
+        if modifiers is None or not item.in_archive:
+            return obj
+        if item.rt.namespaced:
+            obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": item.namespace}}
+        obj, changes = modifiers.apply(item.rt.qualified, obj)
+        result.rules, result.rules_skipped = changes.applied, changes.skipped
+        return obj
+
+    def _preview(self, item: PlanItem, obj: KubeObject, planned: ItemResult) -> ItemResult:
+        """A client dry run: the planned outcome, the rules that matched, and how the live object differs."""
         result = client_dry_run(item)
+        result.rules, result.rules_skipped = planned.rules, planned.rules_skipped
+        if item.action not in (Action.UPDATE, Action.SKIP_EXISTS):
+            return result
         try:
             rt = self._request_type(item, obj)
             body = self._body(item, obj, rt, StatusMode.NONE)

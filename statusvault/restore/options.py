@@ -8,6 +8,7 @@ from typing import Any
 
 from statusvault.errors import ConfigError
 from statusvault.model import Selection
+from statusvault.restore.modifiers import Modifiers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,6 +21,7 @@ class RestoreOptions:
     existing_policy: str = "none"  # none | update
     dry_run: str = "none"  # none | client | server
     scale_down: tuple[str, ...] = ()  # NAMESPACE/KIND/NAME of operators to stop while restoring
+    modifiers: Modifiers | None = None  # restore-time patches (only their digest is in the repr, the state key)
 
     @property
     def mapping(self) -> dict[str, str]:

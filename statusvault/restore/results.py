@@ -53,6 +53,8 @@ class ItemResult:
     new_uid: str = ""
     diff: tuple[dict[str, Any], ...] = ()  # client dry run: how the live object differs from the backup
     wanted: bool = False  # the backup holds a status this restore must write
+    rules: tuple[int, ...] = ()  # modifier rules applied (1-based, file order)
+    rules_skipped: tuple[int, ...] = ()  # modifier rules skipped because their `test` failed
 
     @property
     def lacks_status(self) -> bool:
@@ -84,6 +86,8 @@ class ItemResult:
             d["oldUid"], d["newUid"] = self.old_uid, self.new_uid
         if self.diff:
             d["diff"] = list(self.diff)
+        if self.rules or self.rules_skipped:
+            d["modifiers"] = {"applied": list(self.rules), "skippedByTest": list(self.rules_skipped)}
         return d
 
 
@@ -112,6 +116,10 @@ class RestoreReport:
         c = self.table.setdefault(r.resource, Counter())
         c[r.outcome] += 1
         c["status:" + r.status] += 1
+        if r.rules:
+            c["rules:modified"] += 1
+        if r.rules_skipped:
+            c["rules:skipped"] += len(r.rules_skipped)
         important = [n for n in r.notes if not n.startswith(GENERATION_NOTE)]
         if len(important) != len(r.notes):
             c["note:generation"] += 1  # expected after any re-create: counted, not listed one by one
@@ -150,15 +158,17 @@ class RestoreReport:
         return sum(c["status:" + outcome] for c in self.table.values())
 
     def counts(self) -> dict[str, dict[str, int]]:
-        results: Counter[str] = Counter()
-        status: Counter[str] = Counter()
+        """Objects per result and per status outcome; with modifiers, objects modified and rules skipped."""
+        out: dict[str, Counter[str]] = {"results": Counter(), "status": Counter(), "modifiers": Counter()}
+        sections = {"status": "status", "rules": "modifiers"}
         for c in self.table.values():
             for key, n in c.items():
-                if key.startswith("status:"):
-                    status[key[7:]] += n
-                elif not key.startswith("note:"):
-                    results[key] += n
-        return {"results": dict(results), "status": dict(status)}
+                kind, _, name = key.partition(":")
+                if not name:
+                    out["results"][key] += n
+                elif kind in sections:
+                    out[sections[kind]][name] += n
+        return {k: dict(v) for k, v in out.items() if v or k != "modifiers"}
 
     def by_resource(self) -> list[tuple[str, Counter[str]]]:
         return sorted(self.table.items())
