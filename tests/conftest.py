@@ -16,9 +16,10 @@ from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import load_transport
-from statusvault.testing.cluster import LocalCluster, _free_ports
+from statusvault.testing.cluster import ADMIN_TOKEN, LocalCluster, _free_ports, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, fixture_crds, install_crds
 from tests.builders import unique
+from tests.faultproxy import FaultProxy, self_signed
 
 
 @pytest.fixture(scope="session")
@@ -115,3 +116,20 @@ def bucket(s3_endpoint: str) -> str:
     name = unique("bkt")
     boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture
+def proxied(cluster, tmp_path) -> Iterator[Any]:
+    """proxied(rate, faults=...) -> (proxy, kubeconfig) in front of the test cluster."""
+    started: list[FaultProxy] = []
+
+    def _proxied(rate: float, **kw: Any) -> tuple[FaultProxy, Path]:
+        proxy = FaultProxy(cluster.server, rate, certs=self_signed(tmp_path), **kw).start()
+        started.append(proxy)
+        path = tmp_path / f"kubeconfig-proxy-{len(started)}"
+        path.write_text(kubeconfig_yaml(proxy.url, "admin", ADMIN_TOKEN))
+        return proxy, path
+
+    yield _proxied
+    for p in started:
+        p.stop()

@@ -90,7 +90,13 @@ def cluster_info(app: App, output: str) -> None:
 def _register() -> None:
     from statusvault.cli import backups, controller, restore, schedule
 
-    for command in (*backups.COMMANDS, restore.restore_cmd, *schedule.COMMANDS, *controller.COMMANDS):
+    for command in (
+        *backups.COMMANDS,
+        restore.restore_cmd,
+        restore.unpause_cmd,
+        *schedule.COMMANDS,
+        *controller.COMMANDS,
+    ):
         cli.add_command(command)
 
 

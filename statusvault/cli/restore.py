@@ -85,6 +85,22 @@ from statusvault.restore.service import RestoreRequest, run_restore
     "before its status is back.",
 )
 @click.option(
+    "--pause",
+    type=click.Choice(["none", "auto"]),
+    default="none",
+    show_default=True,
+    help="auto: create each object already paused for its operator (Crossplane, Cluster API, Flux, Argo Rollouts) "
+    "and unpause once every object has its status.",
+)
+@click.option(
+    "--pause-annotation", default="", metavar="KEY=VALUE", help="Pause --pause-resources with this annotation."
+)
+@click.option("--pause-field", default="", metavar="/POINTER=VALUE", help="Pause --pause-resources with this field.")
+@click.option("--pause-resources", multiple=True, metavar="R,...", help="Resources (resource.group, wildcards) the "
+              "generic pause marker applies to.")  # fmt: skip
+@click.option("--keep-paused", multiple=True, metavar="R,...", help="Leave these resources paused at the end; "
+              "release them with `statusvault unpause` (or the same restore without this option).")  # fmt: skip
+@click.option(
     "--modifiers",
     "modifiers_file",
     type=click.Path(dir_okay=False),
@@ -102,6 +118,10 @@ from statusvault.restore.service import RestoreRequest, run_restore
 @click.pass_obj
 def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
     """Restore a backup: create each object, then write its saved status through /status."""
+    _restore(app, backup_name, output, kw, unpause=False)
+
+
+def _restore(app: App, backup_name: str, output: str, kw: dict[str, Any], unpause: bool) -> None:
     store = app.store(kw.pop("storage"), s3_options(kw))
     opts = restore_options(kw)
     if kw["modifiers_file"]:
@@ -117,6 +137,7 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
             encryption_key(kw),
             kw["parallel"],
             app.progress(),
+            unpause=unpause,
         )
         report = run_restore(client, lambda refresh: app.discovery(refresh=refresh), request)
         run.success, run.duration = report.succeeded, report.duration
@@ -253,6 +274,27 @@ def _status_notes(report: RestoreReport) -> list[str]:
             f"modifiers: {modified.get('modified', 0)} object(s) patched; "
             f"{modified.get('skipped', 0)} rule application(s) skipped by a failed test"
         )
+    if report.unpaused or report.left_paused or report.unpause_failures:
+        notes.append(f"pause: {report.unpaused} object(s) unpaused, {report.left_paused} left paused")
+        notes += [f"FAILED to unpause: {problem}" for problem in report.unpause_failures]
+    if report.left_paused and report.succeeded:
+        notes.append(
+            f"note: {report.left_paused} object(s) stay paused as asked (--keep-paused): release them with "
+            f"`statusvault unpause {report.backup}` and the same options"
+        )
+    elif report.left_paused:
+        notes.append(f"note: {report.left_paused} object(s) stay paused until every object has its status")
     if report.unreached:
         notes.append(f"not reached: {report.unreached} object(s) with a saved status (the run stopped first)")
     return ["", *notes] if notes else []
+
+
+unpause_cmd = click.Command(
+    "unpause",
+    callback=click.pass_obj(
+        lambda app, /, backup_name, output, **kw: _restore(app, backup_name, output, kw, unpause=True)
+    ),
+    params=restore_cmd.params,
+    help="Finish an earlier restore (same backup and options) and unpause what it left paused, "
+    "--keep-paused types included.",
+)

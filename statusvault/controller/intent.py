@@ -36,6 +36,11 @@ RESTORE_KEYS = frozenset(
         "existing-resource-policy",
         "include-cluster-resources",
         "scale-down",
+        "pause",
+        "pause-annotation",
+        "pause-field",
+        "pause-resources",
+        "keep-paused",
     }
 )
 # request: free text, change it to re-run; modifiers: a ConfigMap in the controller's namespace holding the file

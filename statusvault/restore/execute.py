@@ -20,6 +20,7 @@ from statusvault.restore.options import RestoreOptions
 from statusvault.restore.planstore import Action, Category, PlanItem, RestorePlan
 from statusvault.restore.results import ItemResult, Outcome, RestoreReport
 from statusvault.restore.served import ServedTypes
+from statusvault.restore.unpause import unpause_all
 from statusvault.restore.waves import WaveRunner
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ class EngineSettings:
     establish_timeout: float = 60.0  # seconds for restored CRDs to become Established and served
     progress: Progress = dataclasses.field(default_factory=NullProgress)
     cancel: threading.Event | None = None  # set from outside (a lost Lease): no new object is started
+    release_kept: bool = False  # unpause what --keep-paused left paused too (statusvault unpause)
 
 
 class RestoreEngine:
@@ -70,7 +72,17 @@ class RestoreEngine:
             report.duration = time.monotonic() - started
         if opts.dry_run == "none":  # a check, not a guess: what the journal has not seen done
             report.unreached = max(0, plan.pending(journal.path, wanted_status=True) - len(report.missing_status))
+            self._unpause(plan, journal, opts, report)
         return report
+
+    def _unpause(self, plan: RestorePlan, journal: Journal, opts: RestoreOptions, report: RestoreReport) -> None:
+        """Only once every object of the restore has its status; otherwise what it paused stays paused."""
+        if not report.succeeded:
+            report.left_paused = len(plan.paused(journal.path))
+            return
+        keep = () if self.settings.release_kept else opts.pause.keep_paused
+        done = unpause_all(self.client, self.served, plan, journal, keep, self.settings.parallel)
+        report.unpaused, report.left_paused, report.unpause_failures = done.unpaused, done.kept, done.failed
 
     def _after_crds(self, plan: RestorePlan, written: set[str]) -> None:
         """Wait until the restored CRDs are Established and served by discovery."""

@@ -19,6 +19,7 @@ _SCHEMA = """
 CREATE TABLE done (seq INTEGER PRIMARY KEY);  -- finished by this or an earlier (interrupted) run
 CREATE TABLE created (seq INTEGER PRIMARY KEY);  -- created by a run of this restore (status maybe not yet written)
 CREATE TABLE uids (old TEXT PRIMARY KEY, new TEXT NOT NULL);  -- owners restored so far: old UID -> new
+CREATE TABLE paused (seq INTEGER PRIMARY KEY);  -- created paused by this restore, not yet unpaused
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
@@ -82,6 +83,13 @@ class Journal:
 
     def mark_created(self, item: PlanItem) -> None:
         self._write("INSERT OR IGNORE INTO created VALUES (?)", (item.seq,))
+
+    def mark_paused(self, item: PlanItem) -> None:
+        """Before the create that pauses it: a run killed right after still knows to unpause it."""
+        self._write("INSERT OR IGNORE INTO paused VALUES (?)", (item.seq,))
+
+    def mark_unpaused(self, item: PlanItem) -> None:
+        self._write("DELETE FROM paused WHERE seq = ?", (item.seq,))
 
     def was_created(self, item: PlanItem) -> bool:
         """Whether a run of this restore created the object: a resumed run then owns it, changed or not."""

@@ -77,6 +77,7 @@ class ObjectRestorer:
         body = self._body(item, obj, rt, mode)
         notes = self._remap_owners(item, body)
         if item.action == Action.CREATE:
+            result.paused = self._pause(item, rt, body)
             live, outcome = self.writer.create(rt, item, body)
             if outcome == Outcome.CREATED:
                 self.journal.mark_created(item)  # a resumed run will know the object is its own
@@ -98,12 +99,27 @@ class ObjectRestorer:
         notes += _generation_notes(saved_status, meta.get("generation"))
         result.notes = tuple(notes)
         try:
-            result.status = self.writer.write_status(rt, item, mode, live, saved_status, outcome)
+            result.status, raced = self.writer.write_status(rt, item, mode, live, saved_status, outcome)
         except StatusVaultError as e:  # the object is there, its status is not: a failure, never a warning
             result.status, result.message = StatusOutcome.FAILED, str(e)
             return
+        if raced:
+            result.notes = (*result.notes, raced)
         if result.status == StatusOutcome.MISMATCH:
             result.message = "the server changed the restored status (pruned or defaulted fields?)"
+
+    def _pause(self, item: PlanItem, rt: ResourceType, body: KubeObject) -> str:
+        """Add the object's pause marker to its create body (recorded in the journal first); "" when it is
+        not paused by this restore, "kept" when the backup had it paused already (it stays paused)."""
+        marker = self.opts.pause.marker_for(rt, body)
+        if marker is None:
+            return ""
+        if marker.present(body):
+            return "kept"
+        if self.opts.dry_run == "none":
+            self.journal.mark_paused(item)
+        marker.apply(body)
+        return marker.describe()
 
     def _modified(self, item: PlanItem, obj: KubeObject, result: ItemResult) -> KubeObject:
         """The object after the restore's modifiers, matched in its target namespace; the result says which
@@ -121,6 +137,8 @@ class ObjectRestorer:
         """A client dry run: the planned outcome, the rules that matched, and how the live object differs."""
         result = client_dry_run(item)
         result.rules, result.rules_skipped = planned.rules, planned.rules_skipped
+        if item.action == Action.CREATE:
+            result.paused = self._pause(item, item.rt, sanitize(obj))
         if item.action not in (Action.UPDATE, Action.SKIP_EXISTS):
             return result
         try:

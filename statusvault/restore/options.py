@@ -9,6 +9,7 @@ from typing import Any
 from statusvault.errors import ConfigError
 from statusvault.model import Selection
 from statusvault.restore.modifiers import Modifiers
+from statusvault.restore.pausing import PauseOptions, pause_options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +22,7 @@ class RestoreOptions:
     existing_policy: str = "none"  # none | update
     dry_run: str = "none"  # none | client | server
     scale_down: tuple[str, ...] = ()  # NAMESPACE/KIND/NAME of operators to stop while restoring
+    pause: PauseOptions = dataclasses.field(default_factory=PauseOptions)  # objects created paused
     modifiers: Modifiers | None = None  # restore-time patches (only their digest is in the repr, the state key)
 
     @property
@@ -80,4 +82,11 @@ def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
         existing_policy=choice("existing_resource_policy", POLICIES),
         dry_run=choice("dry_run", DRY_RUNS),
         scale_down=csv("scale_down"),
+        pause=pause_options(
+            str(values.get("pause") or "none"),
+            str(values.get("pause_annotation") or ""),
+            str(values.get("pause_field") or ""),
+            csv("pause_resources"),
+            csv("keep_paused"),
+        ),
     )

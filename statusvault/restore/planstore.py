@@ -267,22 +267,22 @@ class RestorePlan:
         if journal is not None:
             self._attach(journal)
             query += f" AND {_NOT_DONE}"
-        for q, src, ns, name, uid, cat, action, mode, depth, stored, seq in self._db.execute(
-            query + " ORDER BY category, depth, in_archive, seq", args
-        ):
-            yield PlanItem(
-                self.types[q],
-                src,
-                ns,
-                name,
-                uid,
-                Category(cat),
-                Action(action),
-                StatusMode(mode),
-                depth,
-                bool(stored),
-                seq,
-            )
+        for row in self._db.execute(query + " ORDER BY category, depth, in_archive, seq", args):
+            yield self._item(row)
+
+    def _item(self, row: tuple[Any, ...]) -> PlanItem:
+        q, src, ns, name, uid, cat, action, mode, depth, stored, seq = row
+        return PlanItem(
+            self.types[q], src, ns, name, uid, Category(cat), Action(action), StatusMode(mode), depth, bool(stored), seq
+        )
+
+    def paused(self, journal: Path) -> list[PlanItem]:
+        """The items the journal says this restore created paused and has not unpaused yet."""
+        self._attach(journal)
+        rows = self._db.execute(
+            f"SELECT {_COLUMNS}, seq FROM items WHERE seq IN (SELECT seq FROM journal.paused) ORDER BY seq"
+        ).fetchall()
+        return [self._item(row) for row in rows]
 
     def pending(self, journal: Path, wanted_status: bool = False) -> int:
         """Items the journal has not seen done; wanted_status: only those whose saved status is to be written."""

@@ -55,6 +55,7 @@ class ItemResult:
     wanted: bool = False  # the backup holds a status this restore must write
     rules: tuple[int, ...] = ()  # modifier rules applied (1-based, file order)
     rules_skipped: tuple[int, ...] = ()  # modifier rules skipped because their `test` failed
+    paused: str = ""  # the pause marker it was created with ("kept": paused in the backup already)
 
     @property
     def lacks_status(self) -> bool:
@@ -86,6 +87,8 @@ class ItemResult:
             d["oldUid"], d["newUid"] = self.old_uid, self.new_uid
         if self.diff:
             d["diff"] = list(self.diff)
+        if self.paused:
+            d["pausedWith"] = self.paused
         if self.rules or self.rules_skipped:
             d["modifiers"] = {"applied": list(self.rules), "skippedByTest": list(self.rules_skipped)}
         return d
@@ -106,6 +109,9 @@ class RestoreReport:
         self.aborted = ""  # why the run stopped early, if it did
         self.resumed = 0  # objects an earlier, interrupted run of the same restore had already restored
         self.unreached = 0  # objects with a saved status that the run stopped before reaching
+        self.unpaused = 0  # objects this restore created paused and has unpaused
+        self.left_paused = 0  # objects it created paused that stay paused (--keep-paused, or the run failed)
+        self.unpause_failures: list[str] = []  # objects it could not unpause (still paused)
         self.total = 0
         self.attention: list[ItemResult] = []
         self.table: dict[str, Counter[str]] = {}
@@ -116,6 +122,8 @@ class RestoreReport:
         c = self.table.setdefault(r.resource, Counter())
         c[r.outcome] += 1
         c["status:" + r.status] += 1
+        if r.paused:
+            c["pause:" + ("kept" if r.paused == "kept" else "paused")] += 1
         if r.rules:
             c["rules:modified"] += 1
         if r.rules_skipped:
@@ -152,15 +160,15 @@ class RestoreReport:
     @property
     def succeeded(self) -> bool:
         """The one rule for a successful restore: nothing failed, every saved status in scope is back."""
-        return not (self.failures or self.lacking or self.aborted or self.interrupted)
+        return not (self.failures or self.lacking or self.aborted or self.interrupted or self.unpause_failures)
 
     def count_status(self, outcome: str) -> int:
         return sum(c["status:" + outcome] for c in self.table.values())
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Objects per result and per status outcome; with modifiers, objects modified and rules skipped."""
-        out: dict[str, Counter[str]] = {"results": Counter(), "status": Counter(), "modifiers": Counter()}
-        sections = {"status": "status", "rules": "modifiers"}
+        out: dict[str, Counter[str]] = {k: Counter() for k in ("results", "status", "modifiers", "pause")}
+        sections = {"status": "status", "rules": "modifiers", "pause": "pause"}
         for c in self.table.values():
             for key, n in c.items():
                 kind, _, name = key.partition(":")
@@ -168,7 +176,7 @@ class RestoreReport:
                     out["results"][key] += n
                 elif kind in sections:
                     out[sections[kind]][name] += n
-        return {k: dict(v) for k, v in out.items() if v or k != "modifiers"}
+        return {k: dict(v) for k, v in out.items() if v or k in ("results", "status")}
 
     def by_resource(self) -> list[tuple[str, Counter[str]]]:
         return sorted(self.table.items())
@@ -183,6 +191,9 @@ class RestoreReport:
             "aborted": self.aborted,
             "withoutSavedStatus": self.lacking,
             "unreached": self.unreached,
+            "unpaused": self.unpaused,
+            "leftPaused": self.left_paused,
+            "unpauseFailures": self.unpause_failures,
             "summary": self.counts(),
             "warnings": self.warnings,
         }

@@ -40,6 +40,7 @@ class RestoreRequest:
     parallel: int = 8
     progress: Progress = dataclasses.field(default_factory=NullProgress)
     cancel: threading.Event | None = None  # set from outside (a lost Lease): stop starting objects
+    unpause: bool = False  # statusvault unpause: finish an earlier restore and release what it kept paused
 
 
 @contextmanager
@@ -69,9 +70,10 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
     with open_backup(req.store, req.backup, req.key) as reader:
         key = state_key(req.backup, (req.store.url, reader.sha256, client.server), opts)
         planner = _planner(client, discover(False), reader, req)
-        with restore_state(req.state_dir, req.backup, key, planner, opts.dry_run == "none", req.restart) as state:
+        keep = opts.dry_run == "none"
+        with restore_state(req.state_dir, req.backup, key, planner, keep, req.restart, req.unpause) as state:
             served = ServedTypes(discover(False), lambda: discover(True))
-            settings = EngineSettings(req.parallel, progress=req.progress, cancel=req.cancel)
+            settings = EngineSettings(req.parallel, progress=req.progress, cancel=req.cancel, release_kept=req.unpause)
             engine = RestoreEngine(client, served, settings)
             if opts.dry_run != "none" or not workloads:
                 report = engine.run(reader, state.plan, state.journal, opts)
@@ -82,7 +84,7 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
             else:
                 with pauser.paused(workloads):
                     report = engine.run(reader, state.plan, state.journal, opts)
-            if opts.dry_run == "none" and report.succeeded:
+            if opts.dry_run == "none" and report.succeeded and not report.left_paused:
                 finish(state)
             return report
 

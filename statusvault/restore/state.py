@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from statusvault.errors import StatusVaultError
+from statusvault.errors import ConfigError, StatusVaultError
 from statusvault.restore.journal import Journal, new_manager
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.planstore import RestorePlan
@@ -30,19 +30,29 @@ class RestoreState:
 
 def state_key(backup: str, identity: tuple[str, ...], opts: RestoreOptions) -> str:
     """One key per backup (store, name, content), target cluster and options (dry run aside)."""
-    key = repr((backup, *identity, dataclasses.replace(opts, dry_run="none")))
+    same = dataclasses.replace(opts, dry_run="none", pause=dataclasses.replace(opts.pause, keep_paused=()))
+    key = repr((backup, *identity, same))  # --keep-paused aside: the run without it releases what it kept
     return f"{backup}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
 @contextmanager
 def restore_state(
-    state_dir: Path | None, backup: str, key: str, planner: Planner, keep: bool = True, restart: bool = False
+    state_dir: Path | None,
+    backup: str,
+    key: str,
+    planner: Planner,
+    keep: bool = True,
+    restart: bool = False,
+    existing: bool = False,
 ) -> Iterator[RestoreState]:
     """The plan and journal of this restore: an unfinished earlier run's (unless restart), else new ones.
 
     keep=False (a dry run), or no usable state_dir: scratch files, removed afterwards. Both files are
-    removed once the journal's run `finished` (the caller says so by calling finish())."""
+    removed once the journal's run `finished` (the caller says so by calling finish()). existing: only an
+    earlier run's state will do (statusvault unpause)."""
     where = _state_dir(state_dir) if keep else None
+    if where is None and existing:
+        raise ConfigError(f"statusvault keeps no restore state here: no unfinished restore of {backup} to finish")
     if where is None:
         with planner(new_manager(), None) as plan:
             journal = Journal.create(None)
@@ -53,6 +63,8 @@ def restore_state(
         return
     plan_path, journal_path = where / f"{key}.plan.sqlite", where / f"{key}.journal.sqlite"
     with _locked(where / f"{key}.lock", backup, journal_path):
+        if existing and not journal_path.exists():
+            raise ConfigError(f"no restore of {backup} with these options is unfinished or has objects left paused")
         if journal_path.exists() and not restart:
             state = RestoreState(RestorePlan.open(plan_path), Journal.open(journal_path))
             log.info("resuming an earlier restore: %d objects were already done", state.journal.resumed)

@@ -34,7 +34,7 @@ class WaveRunner:
         self.new_namespaces = new_namespaces  # namespaces this restore creates
         self.cancel = cancel  # set from outside (a lost Lease): no new object is started, the run is aborted
         self.dry_run = restorer.opts.dry_run
-        self.modified = restorer.opts.modifiers is not None
+        self.reads_all = restorer.opts.modifiers is not None or restorer.opts.pause.enabled
 
     def run(self, items: Iterator[PlanItem]) -> None:
         todo = self._to_write(items)
@@ -81,8 +81,8 @@ class WaveRunner:
         """The items to send; the others are reported as they go by."""
         for item in items:
             if self.dry_run == "client":
-                if item.in_archive and (self.modified or item.action in (Action.UPDATE, Action.SKIP_EXISTS)):
-                    yield item  # read from the archive: the rules that match, how the live object differs
+                if item.in_archive and (self.reads_all or item.action in (Action.UPDATE, Action.SKIP_EXISTS)):
+                    yield item  # read from the archive: rules and pause markers, how the live object differs
                 else:
                     self.record(client_dry_run(item), item)
             elif self.dry_run == "server" and self._untestable(item):

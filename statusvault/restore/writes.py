@@ -15,6 +15,10 @@ from statusvault.restore.results import Outcome, StatusOutcome
 from statusvault.transforms import contains, status_body, update_patch
 
 ATTEMPTS = 5
+RACED = (
+    "another writer (its operator?) wrote a status between the create and the saved status; the saved status "
+    "won, but the operator may have acted on it (re-provisioned?): use --pause or --scale-down"
+)
 CLOCK_SKEW = 120.0  # seconds of disagreement tolerated between this machine and the API server
 
 
@@ -110,21 +114,25 @@ class ObjectWriter:
 
     def write_status(
         self, rt: ResourceType, item: PlanItem, mode: StatusMode, live: KubeObject, saved: Any, outcome: str
-    ) -> str:
-        """Write the saved status the way this resource takes it; return the status outcome."""
+    ) -> tuple[str, str]:
+        """Write the saved status the way this resource takes it; return the status outcome and a note ("" or
+        what another writer did first)."""
         if not mode.wanted:
-            return StatusOutcome.LEFT_OUT if mode == StatusMode.LEFT_OUT else StatusOutcome.NOT_NEEDED
+            return StatusOutcome.LEFT_OUT if mode == StatusMode.LEFT_OUT else StatusOutcome.NOT_NEEDED, ""
         created = outcome in (Outcome.CREATED, Outcome.WOULD_CREATE)
         if mode == StatusMode.IN_BODY:
             if created:  # it travelled in the create body
-                return _compare(live.get("status"), saved, StatusOutcome.IN_BODY)
-            return self._put_status(rt, item, live, saved, sub=None)  # the patch never touches status
+                return _compare(live.get("status"), saved, StatusOutcome.IN_BODY), ""
+            return self._put_status(rt, item, live, saved, None, created)  # the patch never touches status
         if self.server_dry and created:
-            return StatusOutcome.WOULD_WRITE  # nothing was persisted to write it on
-        return self._put_status(rt, item, live, saved, sub="status")
+            return StatusOutcome.WOULD_WRITE, ""  # nothing was persisted to write it on
+        return self._put_status(rt, item, live, saved, "status", created)
 
-    def _put_status(self, rt: ResourceType, item: PlanItem, live: KubeObject, saved: Any, sub: str | None) -> str:
+    def _put_status(
+        self, rt: ResourceType, item: PlanItem, live: KubeObject, saved: Any, sub: str | None, created: bool
+    ) -> tuple[str, str]:
         ns = item.namespace or None
+        note = ""
         for _ in range(ATTEMPTS):
             try:
                 body = status_body(live, saved)
@@ -135,10 +143,12 @@ class ObjectWriter:
                 fresh = self.client.get(rt, ns, item.name)
                 if fresh is None:
                     raise StatusVaultError("status write failed: the object was deleted") from e
+                if created and fresh.get("status") and not contains(fresh.get("status"), saved):
+                    note = RACED  # not our own lost write: someone acted on the object without its status
                 live = fresh
                 continue
             done = StatusOutcome.WOULD_WRITE if self.server_dry else StatusOutcome.WRITTEN
-            return _compare(out.get("status"), saved, done)
+            return _compare(out.get("status"), saved, done), note
         raise StatusVaultError("status write kept conflicting (409) with another writer")
 
 

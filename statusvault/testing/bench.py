@@ -26,6 +26,7 @@ import orjson
 import urllib3
 
 from statusvault import __version__
+from statusvault.testing.benchreport import report
 from statusvault.testing.cluster import ADMIN_TOKEN, LocalCluster, _free_ports
 from statusvault.testing.fixtures import install_crds
 
@@ -268,7 +269,33 @@ def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
         ["restore", "bench-dir", "--namespace-mapping", mapping, "--parallel", str(PARALLEL)], env
     )
     results["restore"] = {"objects_per_s": rate(n + NAMESPACES, seconds), "seconds": seconds, "peak_rss_mib": rss}
+
+    log("statusvault restore with a 3-rule --modifiers file")
+    (work / "modifiers.yaml").write_text(MODIFIERS)
+    mapping = ",".join(f"bench-{k}:modified-{k}" for k in range(NAMESPACES))
+    seconds, rss, _ = run_cli(
+        ["restore", "bench-dir", "--namespace-mapping", mapping, "--parallel", str(PARALLEL), "--modifiers",
+         str(work / "modifiers.yaml")],
+        env,
+    )  # fmt: skip
+    results["restore_modifiers"] = {
+        "objects_per_s": rate(n + NAMESPACES, seconds),
+        "seconds": seconds,
+        "peak_rss_mib": rss,
+    }
     return results
+
+
+MODIFIERS = f"""
+version: v1
+resourceModifierRules:
+- conditions: {{groupResource: {PLURAL}.{GROUP}, matches: [{{path: /spec/region, value: eu-west-1}}]}}
+  patches: [{{operation: replace, path: /spec/region, value: eu-central-1}}]
+- conditions: {{groupResource: "*", labelSelector: {{matchLabels: {{app: bench}}}}}}
+  mergePatches: [{{patchData: '{{"metadata": {{"labels": {{"shard": null}}}}}}'}}]
+- conditions: {{groupResource: {PLURAL}.{GROUP}}}
+  statusPatches: [{{operation: replace, path: /status/phase, value: Restored}}]
+"""
 
 
 def backup_to_s3(env: dict[str, str], n: int) -> dict[str, Any]:
@@ -336,53 +363,6 @@ def kubectl_baseline(cluster: LocalCluster, work: Path, sample: int) -> dict[str
         )
     seconds = time.perf_counter() - start
     return {"objects_per_s": rate(sample, seconds), "seconds": seconds, "objects": sample}
-
-
-def report(r: dict[str, Any]) -> str:
-    lb, wb = r["list_bare"]["objects_per_s"], r["write_bare"]["objects_per_s"]
-    seq = r["write_sequential"]["objects_per_s"]
-    rows = [
-        ("measurement", "objects/s", "ratio", "target", "peak RSS MiB"),
-        ("bare HTTP LIST + JSON + gzip", f"{lb:.0f}", "1.00", "", ""),
-        (
-            "statusvault backup -> directory",
-            f"{r['backup_dir']['objects_per_s']:.0f}",
-            f"{r['backup_dir']['objects_per_s'] / lb:.2f}",
-            ">= 0.80",
-            f"{r['backup_dir']['peak_rss_mib']:.0f}",
-        ),
-        (
-            "statusvault backup -> S3 (moto)",
-            f"{r['backup_s3']['objects_per_s']:.0f}",
-            f"{r['backup_s3']['objects_per_s'] / lb:.2f}",
-            ">= 0.70",
-            f"{r['backup_s3']['peak_rss_mib']:.0f}",
-        ),
-        ("statusvault verify", f"{r['verify']['objects_per_s']:.0f}", "", "", f"{r['verify']['peak_rss_mib']:.0f}"),
-        (f"bare HTTP create + PUT status ({r['parallel']} threads)", f"{wb:.0f}", "1.00", "", ""),
-        ("sequential create + PUT status (1 thread)", f"{seq:.0f}", "", "", ""),
-    ]
-    if "write_kubectl" in r:
-        rows.append(
-            ("kubectl create + replace --subresource=status", f"{r['write_kubectl']['objects_per_s']:.1f}", "", "", "")
-        )
-    rr = r["restore"]["objects_per_s"]
-    rows.append(
-        (
-            "statusvault restore (create + status)",
-            f"{rr:.0f}",
-            f"{rr / wb:.2f}",
-            ">= 0.80",
-            f"{r['restore']['peak_rss_mib']:.0f}",
-        )
-    )
-    if "write_kubectl" in r:
-        rows.append(
-            ("  restore vs the kubectl loop", "", f"{rr / r['write_kubectl']['objects_per_s']:.1f}", ">= 2.00", "")
-        )
-    rows.append(("  restore vs one-thread raw HTTP", "", f"{rr / seq:.2f}", "", ""))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
 def log(msg: str) -> None:

@@ -11,7 +11,6 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -21,31 +20,12 @@ from statusvault.errors import ExitStatus
 from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.model import ResourceType
-from statusvault.testing.cluster import ADMIN_TOKEN, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, install_crds
 from tests.builders import cr, crd, kc_status, owner_ref, unique
-from tests.faultproxy import FaultProxy, self_signed
 
 KC = "xyz.example.com/v1"
 BARE = ("g0", "g1", "g2", "g3", "g4")
 FAULT_RESOURCES = ("kc", "databases.db.example.com", "legacyapps.legacy.example.com", "widgets.example.com")
-
-
-@pytest.fixture
-def proxied(cluster, tmp_path) -> Iterator[Any]:
-    """proxied(rate, faults=...) -> (proxy, kubeconfig) in front of the test cluster."""
-    started: list[FaultProxy] = []
-
-    def _proxied(rate: float, **kw: Any) -> tuple[FaultProxy, Path]:
-        proxy = FaultProxy(cluster.server, rate, certs=self_signed(tmp_path), **kw).start()
-        started.append(proxy)
-        path = tmp_path / f"kubeconfig-proxy-{len(started)}"
-        path.write_text(kubeconfig_yaml(proxy.url, "admin", ADMIN_TOKEN))
-        return proxy, path
-
-    yield _proxied
-    for p in started:
-        p.stop()
 
 
 def gadget_crd(group: str, *, defaults: bool) -> dict[str, Any]:

@@ -1,0 +1,203 @@
+"""Objects created already paused, unpaused once every object of the restore has its status.
+
+Between an object's create and its status write its operator can see it without status and re-provision
+(Velero #6017, #1687). With `--pause`, each object is created carrying its operator's pause marker (as
+Upbound's Crossplane migration does), and a record of what statusvault added, so that the unpause removes
+exactly that (an object already paused in the backup stays paused: Cluster API #12742). The unpause is a
+JSON patch guarded by resourceVersion that touches only the marker and the record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+from typing import Any
+
+from statusvault.errors import ConfigError
+from statusvault.model import KubeObject, ResourceType
+
+RECORD = "statusvault.io/paused-by-restore"  # what statusvault added, so only that is taken away again
+_ABSENT = "absent"
+
+
+@dataclasses.dataclass(frozen=True)
+class Marker:
+    """How an operator is told to leave an object alone: an annotation, or a field at a JSON pointer."""
+
+    kind: str  # "annotation" | "field"
+    key: str  # the annotation key, or the JSON pointer
+    value: Any  # the value that means paused
+
+    def describe(self) -> str:
+        return f"{self.key}={json.dumps(self.value) if self.kind == 'field' else self.value}"
+
+    def present(self, obj: KubeObject) -> bool:
+        """Whether the object is paused by this marker already."""
+        if self.kind == "annotation":
+            return bool(((obj.get("metadata") or {}).get("annotations") or {}).get(self.key) == self.value)
+        return bool(_get(obj, self.key) == self.value)
+
+    def apply(self, body: KubeObject) -> None:
+        """Add the marker to a create body, with the record of what it replaced."""
+        meta = body.setdefault("metadata", {})
+        annotations = meta.setdefault("annotations", {})
+        if self.kind == "annotation":
+            was = annotations.get(self.key, _ABSENT)
+            annotations[self.key] = self.value
+        else:
+            was = _get(body, self.key, _ABSENT)
+            _set(body, self.key, self.value)
+        annotations[RECORD] = json.dumps({"kind": self.kind, "key": self.key, "was": was}, separators=(",", ":"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    name: str
+    marker: Marker
+    groups: tuple[str, ...] = ()
+    kinds: tuple[str, ...] = ()  # empty: every kind of the groups
+    shapes: tuple[str, ...] = ()  # JSON pointers any of which marks an object of the profile, whatever its group
+
+    def matches(self, rt: ResourceType, obj: KubeObject) -> bool:
+        if self.kinds and rt.kind not in self.kinds:
+            return False
+        if any(fnmatch.fnmatchcase(rt.group, g) for g in self.groups):
+            return True
+        return any(_get(obj, p, _ABSENT) != _ABSENT for p in self.shapes)
+
+
+PROFILES = (
+    Profile("cluster-api Cluster", Marker("field", "/spec/paused", True), ("cluster.x-k8s.io",), ("Cluster",)),
+    Profile(
+        "cluster-api",
+        Marker("annotation", "cluster.x-k8s.io/paused", "true"),
+        ("cluster.x-k8s.io", "*.cluster.x-k8s.io"),
+    ),
+    Profile(
+        "crossplane",
+        Marker("annotation", "crossplane.io/paused", "true"),
+        ("*.crossplane.io", "*.upbound.io", "*.crossplane-contrib.io"),
+        shapes=("/spec/forProvider", "/spec/compositionRef", "/spec/compositionSelector", "/spec/resourceRefs"),
+    ),
+    Profile("flux", Marker("field", "/spec/suspend", True), ("*.toolkit.fluxcd.io",)),
+    Profile("argo-rollouts", Marker("field", "/spec/paused", True), ("argoproj.io",), ("Rollout",)),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PauseOptions:
+    """--pause auto|none, generic markers for a named set of resources, and what stays paused."""
+
+    auto: bool = False
+    annotation: tuple[str, str] | None = None  # KEY=VALUE
+    field: tuple[str, Any] | None = None  # /json/pointer=VALUE
+    resources: tuple[str, ...] = ()  # qualified names the generic marker applies to (wildcards allowed)
+    keep_paused: tuple[str, ...] = ()  # qualified names left paused at the end (wildcards allowed)
+
+    @property
+    def enabled(self) -> bool:
+        return self.auto or self.annotation is not None or self.field is not None
+
+    def marker_for(self, rt: ResourceType, obj: KubeObject) -> Marker | None:
+        """The marker an object is created with, or None (not paused by this restore)."""
+        if rt.is_crd or not rt.custom:
+            return None
+        if any(fnmatch.fnmatchcase(rt.qualified, r) for r in self.resources):
+            if self.annotation is not None:
+                return Marker("annotation", *self.annotation)
+            if self.field is not None:
+                return Marker("field", *self.field)
+        if self.auto:
+            return next((p.marker for p in PROFILES if p.matches(rt, obj)), None)
+        return None
+
+    def keeps(self, qualified: str) -> bool:
+        return any(fnmatch.fnmatchcase(qualified, r) for r in self.keep_paused)
+
+
+def pause_options(
+    mode: str, annotation: str, field: str, resources: tuple[str, ...], keep: tuple[str, ...]
+) -> PauseOptions:
+    """PauseOptions from the flags' values; ConfigError names the flag that is wrong."""
+    if mode not in ("none", "auto"):
+        raise ConfigError(f"--pause must be auto or none, not {mode!r}")
+    ann = _pair(annotation, "--pause-annotation", "KEY=VALUE") if annotation else None
+    fld = _pair(field, "--pause-field", "/json/pointer=VALUE") if field else None
+    if fld is not None:
+        if not fld[0].startswith("/"):
+            raise ConfigError(f"--pause-field {field!r}: the path is a JSON pointer starting with '/'")
+        fld = (fld[0], _json_value(fld[1]))
+    if ann and fld:
+        raise ConfigError("give --pause-annotation or --pause-field, not both")
+    if (ann or fld) and not resources:
+        raise ConfigError("--pause-annotation and --pause-field need --pause-resources: the resources they apply to")
+    if resources and not (ann or fld):
+        raise ConfigError("--pause-resources needs --pause-annotation or --pause-field")
+    opts = PauseOptions(mode == "auto", ann, fld, resources, keep)
+    if keep and not opts.enabled:
+        raise ConfigError("--keep-paused needs --pause")
+    return opts
+
+
+def unpause_patch(live: KubeObject) -> list[dict[str, Any]] | None:
+    """The JSON patch that takes away what statusvault added (guarded by resourceVersion); None when the
+    object carries no record of ours."""
+    meta = live.get("metadata") or {}
+    raw = (meta.get("annotations") or {}).get(RECORD)
+    if raw is None:
+        return None
+    try:
+        record = json.loads(raw)
+        kind, key, was = record["kind"], record["key"], record["was"]
+    except (ValueError, KeyError, TypeError):
+        return None  # not a record statusvault wrote: leave the object alone
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
+        {"op": "remove", "path": "/metadata/annotations/" + _escape(RECORD)},
+    ]
+    path = "/metadata/annotations/" + _escape(key) if kind == "annotation" else key
+    present = (key in (meta.get("annotations") or {})) if kind == "annotation" else _get(live, key, _ABSENT) != _ABSENT
+    if was == _ABSENT:
+        if present:
+            ops.append({"op": "remove", "path": path})
+    else:
+        ops.append({"op": "add", "path": path, "value": was})
+    return ops
+
+
+def _pair(raw: str, flag: str, form: str) -> tuple[str, str]:
+    key, sep, value = raw.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"{flag} {raw!r}: expected {form}")
+    return key, value
+
+
+def _json_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _tokens(pointer: str) -> list[str]:
+    return [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
+
+
+def _get(obj: Any, pointer: str, default: Any = None) -> Any:
+    for token in _tokens(pointer):
+        if not isinstance(obj, dict) or token not in obj:
+            return default
+        obj = obj[token]
+    return obj
+
+
+def _set(obj: dict[str, Any], pointer: str, value: Any) -> None:
+    tokens = _tokens(pointer)
+    for token in tokens[:-1]:
+        obj = obj.setdefault(token, {})
+    obj[tokens[-1]] = value

@@ -1,0 +1,77 @@
+"""Take away the pause markers a restore added, once every object of it has its status."""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
+
+from statusvault.errors import KubeApiError, StatusVaultError
+from statusvault.kube.api import KubeApi
+from statusvault.kube.transport import JSON_PATCH
+from statusvault.restore.journal import Journal
+from statusvault.restore.pausing import PauseOptions, unpause_patch
+from statusvault.restore.planstore import PlanItem, RestorePlan
+from statusvault.restore.served import ServedTypes
+
+ATTEMPTS = 5
+
+
+@dataclasses.dataclass
+class UnpauseOutcome:
+    unpaused: int = 0
+    kept: int = 0  # left paused as asked (--keep-paused)
+    failed: list[str] = dataclasses.field(default_factory=list)  # "<object>: <why>", still paused
+
+
+def unpause_all(
+    client: KubeApi,
+    served: ServedTypes,
+    plan: RestorePlan,
+    journal: Journal,
+    keep: tuple[str, ...] | None,
+    parallel: int,
+) -> UnpauseOutcome:
+    """Unpause every object the journal says this restore paused, except types `keep` names (wildcards)."""
+    keeps = PauseOptions(keep_paused=keep or ())
+    outcome = UnpauseOutcome()
+    todo = []
+    for item in plan.paused(journal.path):
+        if keeps.keeps(item.rt.qualified):
+            outcome.kept += 1
+        else:
+            todo.append(served.target(item))
+
+    def one(item: PlanItem) -> str:
+        try:
+            _unpause(client, item, journal.manager)
+        except StatusVaultError as e:
+            return f"{item.display}: {e}"
+        journal.mark_unpaused(item)
+        return ""
+
+    with ThreadPoolExecutor(max(1, parallel), thread_name_prefix="unpause") as pool:
+        for problem in pool.map(one, todo):
+            if problem:
+                outcome.failed.append(problem)
+            else:
+                outcome.unpaused += 1
+    return outcome
+
+
+def _unpause(client: KubeApi, item: PlanItem, manager: str) -> None:
+    """Remove our marker and record with a patch guarded by resourceVersion; a lost race re-reads and retries."""
+    ns = item.namespace or None
+    for _ in range(ATTEMPTS):
+        live = client.get(item.rt, ns, item.name)
+        if live is None:
+            return  # deleted since: nothing is paused any more
+        patch = unpause_patch(live)
+        if patch is None:
+            return  # unpaused already (an earlier run, or by hand)
+        try:
+            client.patch(item.rt, ns, item.name, patch, JSON_PATCH, manager=manager)
+            return
+        except KubeApiError as e:
+            if e.code not in (409, 422):
+                raise StatusVaultError(f"could not unpause: {e}") from e
+    raise StatusVaultError("could not unpause: it kept changing under other writers")
