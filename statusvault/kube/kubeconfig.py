@@ -2,21 +2,13 @@
 
 Handled natively, because importing the kubernetes client costs ~0.4 s per run: tokens, token files,
 client certificates, CA data, basic auth and exec credential plugins. Legacy `auth-provider` users fall back to
-the kubernetes client's loader.
+the kubernetes client's loader. Where the credential comes from, and how it is renewed, is credentials.py's job.
 """
 
 from __future__ import annotations
 
-import atexit
-import base64
 import dataclasses
-import datetime as dt
-import json
 import os
-import subprocess
-import tempfile
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,9 +16,9 @@ from typing import Any
 import yaml
 
 from statusvault.errors import ConfigError
+from statusvault.kube.credentials import AuthProvider, CredentialSource, ExecPlugin, Static, TokenFile, data_file
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-_temp_files: list[str] = []
 
 
 @dataclasses.dataclass
@@ -39,24 +31,11 @@ class ClientConfig:
     server_hostname: str | None = None
     proxy: str | None = None
     basic_auth: str | None = None  # "user:password"
-    token: Callable[[], str | None] = lambda: None
+    credentials: CredentialSource = dataclasses.field(default_factory=lambda: Static("the client configuration"))
 
-
-def _data_file(data: str | bytes, suffix: str) -> str:
-    """Write base64 *-data to a private temp file (removed at exit) for the TLS layer to read."""
-    raw = base64.b64decode(data) if isinstance(data, str) else data
-    fd, path = tempfile.mkstemp(prefix="statusvault-", suffix=suffix)
-    with os.fdopen(fd, "wb") as f:
-        f.write(raw)
-    if not _temp_files:
-        atexit.register(_remove_temp_files)
-    _temp_files.append(path)
-    return path
-
-
-def _remove_temp_files() -> None:
-    for path in _temp_files:
-        Path(path).unlink(missing_ok=True)
+    def token(self) -> str | None:
+        """The bearer token to send now."""
+        return self.credentials.current().token
 
 
 def _paths(explicit: str | None) -> list[Path]:
@@ -110,7 +89,7 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> ClientCon
         return _legacy(kubeconfig, name)
     base = origin.get(f"clusters/{ctx.get('cluster')}", paths[0]).parent
     cfg = _cluster(cluster, base)
-    _user(cfg, user, origin.get(f"users/{ctx.get('user')}", paths[0]).parent)
+    _user(cfg, str(ctx.get("user")), user, origin.get(f"users/{ctx.get('user')}", paths[0]).parent)
     return cfg
 
 
@@ -126,91 +105,31 @@ def _cluster(c: dict[str, Any], base: Path) -> ClientConfig:
         proxy=c.get("proxy-url"),
     )
     if c.get("certificate-authority-data"):
-        cfg.ca_file = _data_file(c["certificate-authority-data"], ".crt")
+        cfg.ca_file = data_file(c["certificate-authority-data"], ".crt")
     elif c.get("certificate-authority"):
         cfg.ca_file = _rel(base, c["certificate-authority"])
     return cfg
 
 
-def _user(cfg: ClientConfig, u: dict[str, Any], base: Path) -> None:
+def _user(cfg: ClientConfig, name: str, u: dict[str, Any], base: Path) -> None:
     if u.get("client-certificate-data"):
-        cfg.cert_file = _data_file(u["client-certificate-data"], ".crt")
+        cfg.cert_file = data_file(u["client-certificate-data"], ".crt")
     elif u.get("client-certificate"):
         cfg.cert_file = _rel(base, u["client-certificate"])
     if u.get("client-key-data"):
-        cfg.key_file = _data_file(u["client-key-data"], ".key")
+        cfg.key_file = data_file(u["client-key-data"], ".key")
     elif u.get("client-key"):
         cfg.key_file = _rel(base, u["client-key"])
     if u.get("username") and u.get("password"):
         cfg.basic_auth = f"{u['username']}:{u['password']}"
     if u.get("token"):
-        token = str(u["token"])
-        cfg.token = lambda: token
+        cfg.credentials = Static(f"kubeconfig user {name!r}", str(u["token"]))
     elif u.get("tokenFile"):
-        cfg.token = _file_token(Path(_rel(base, u["tokenFile"])))
+        cfg.credentials = TokenFile(Path(_rel(base, u["tokenFile"])))
     elif u.get("exec"):
-        plugin = ExecPlugin(u["exec"])
-        cfg.token = plugin.token
-        plugin.apply_certs(cfg)
-
-
-def _file_token(path: Path, every: float = 60.0) -> Callable[[], str | None]:
-    """A token re-read from its file once a minute (projected ServiceAccount tokens rotate)."""
-    state: dict[str, Any] = {"at": 0.0, "token": None}
-
-    def token() -> str | None:
-        if time.monotonic() - state["at"] > every:
-            try:
-                state["token"] = path.read_text().strip()
-            except OSError as e:
-                raise ConfigError(f"cannot read token file {path}: {e.strerror}") from e
-            state["at"] = time.monotonic()
-        return state["token"]  # type: ignore[no-any-return]
-
-    return token
-
-
-class ExecPlugin:
-    """client.authentication.k8s.io exec credential plugin, cached until the credential expires."""
-
-    def __init__(self, spec: dict[str, Any]):
-        self.spec = spec
-        self.lock = threading.Lock()
-        self.status: dict[str, Any] | None = None
-        self.expires: float = 0.0
-
-    def _run(self) -> dict[str, Any]:
-        env = {**os.environ, **{e["name"]: e["value"] for e in self.spec.get("env") or []}}
-        api = self.spec.get("apiVersion", "client.authentication.k8s.io/v1beta1")
-        env["KUBERNETES_EXEC_INFO"] = json.dumps(
-            {"apiVersion": api, "kind": "ExecCredential", "spec": {"interactive": False}}
-        )
-        argv = [self.spec["command"], *(self.spec.get("args") or [])]
-        try:
-            out = subprocess.run(argv, env=env, capture_output=True, check=True, timeout=60).stdout
-        except (OSError, subprocess.SubprocessError) as e:
-            raise ConfigError(f"kubeconfig exec plugin {argv[0]!r} failed: {e}") from e
-        status: dict[str, Any] = (json.loads(out) or {}).get("status") or {}
-        expiry = status.get("expirationTimestamp")
-        self.expires = (
-            dt.datetime.fromisoformat(expiry.replace("Z", "+00:00")).timestamp() - 30 if expiry else float("inf")
-        )
-        return status
-
-    def _current(self) -> dict[str, Any]:
-        with self.lock:
-            if self.status is None or time.time() >= self.expires:
-                self.status = self._run()
-            return self.status
-
-    def token(self) -> str | None:
-        return self._current().get("token")
-
-    def apply_certs(self, cfg: ClientConfig) -> None:
-        status = self._current()
-        if status.get("clientCertificateData") and status.get("clientKeyData"):
-            cfg.cert_file = _data_file(status["clientCertificateData"].encode(), ".crt")
-            cfg.key_file = _data_file(status["clientKeyData"].encode(), ".key")
+        cfg.credentials = ExecPlugin(u["exec"])
+    else:
+        cfg.credentials = Static(f"kubeconfig user {name!r}")
 
 
 def in_cluster() -> ClientConfig:
@@ -219,12 +138,30 @@ def in_cluster() -> ClientConfig:
         host = f"[{host}]"
     ca = SA_DIR / "ca.crt"
     return ClientConfig(
-        host=f"https://{host}:{port}", ca_file=str(ca) if ca.exists() else None, token=_file_token(SA_DIR / "token")
+        host=f"https://{host}:{port}", ca_file=str(ca) if ca.exists() else None, credentials=TokenFile(SA_DIR / "token")
     )
 
 
 def _legacy(kubeconfig: str | None, context: str) -> ClientConfig:
     """auth-provider users (gcp, oidc, azure): let the kubernetes client do what it knows."""
+    conf = _k8s_configuration(kubeconfig, context)
+    credentials = AuthProvider(
+        f"the auth-provider of kubeconfig context {context!r}",
+        _bearer(conf),
+        lambda: _bearer(_k8s_configuration(kubeconfig, context)),
+    )
+    return ClientConfig(
+        host=conf.host.rstrip("/"),
+        verify=bool(conf.verify_ssl),
+        ca_file=conf.ssl_ca_cert,
+        cert_file=conf.cert_file,
+        key_file=conf.key_file,
+        proxy=conf.proxy,
+        credentials=credentials,
+    )
+
+
+def _k8s_configuration(kubeconfig: str | None, context: str) -> Any:
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
     from kubernetes.config.config_exception import ConfigException
@@ -239,6 +176,11 @@ def _legacy(kubeconfig: str | None, context: str) -> ClientConfig:
         )
     except ConfigException as e:
         raise ConfigError(f"cannot load Kubernetes configuration: {e}") from e
+    return conf
+
+
+def _bearer(conf: Any) -> Callable[[], str | None]:
+    """The token of a kubernetes client Configuration, renewed by its refresh hook when expired."""
 
     def token() -> str | None:
         if conf.refresh_api_key_hook is not None:
@@ -246,12 +188,4 @@ def _legacy(kubeconfig: str | None, context: str) -> ClientConfig:
         value = conf.get_api_key_with_prefix("BearerToken") or conf.get_api_key_with_prefix("authorization")
         return value.removeprefix("Bearer ") if value else None
 
-    return ClientConfig(
-        host=conf.host.rstrip("/"),
-        verify=bool(conf.verify_ssl),
-        ca_file=conf.ssl_ca_cert,
-        cert_file=conf.cert_file,
-        key_file=conf.key_file,
-        proxy=conf.proxy,
-        token=token,
-    )
+    return token

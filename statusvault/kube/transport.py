@@ -12,6 +12,7 @@ import orjson
 import urllib3
 
 from statusvault.errors import KubeApiError, KubeConnectionError
+from statusvault.kube.credentials import Credential, CredentialSource
 from statusvault.kube.kubeconfig import ClientConfig, load
 from statusvault.throttle import Backoff, TokenBucket
 
@@ -73,28 +74,44 @@ class KubeTransport:
         self.timeout = urllib3.Timeout(connect=10.0, read=timeout)
         self.stats = TransportStats()
         self._stats_lock = threading.Lock()
-        pool_args: dict[str, Any] = {"num_pools": 4, "maxsize": max(1, pool_size), "block": False}
+        self._pool_size = max(1, pool_size)
+        self._pool_lock = threading.Lock()
+        self._certs = (config.cert_file, config.key_file)
+        self.pool = self._new_pool(self._certs)
+
+    def _new_pool(self, certs: tuple[str | None, str | None]) -> urllib3.PoolManager:
+        config = self.config
+        pool_args: dict[str, Any] = {"num_pools": 4, "maxsize": self._pool_size, "block": False}
         if config.verify:
             pool_args.update(cert_reqs="CERT_REQUIRED", ca_certs=config.ca_file)
         else:
             pool_args["cert_reqs"] = "CERT_NONE"
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-        if config.cert_file:
-            pool_args.update(cert_file=config.cert_file, key_file=config.key_file)
+        if certs[0]:
+            pool_args.update(cert_file=certs[0], key_file=certs[1])
         if config.server_hostname:
             pool_args["server_hostname"] = config.server_hostname
         if config.proxy:
-            self.pool: urllib3.PoolManager = urllib3.ProxyManager(config.proxy, **pool_args)
-        else:
-            self.pool = urllib3.PoolManager(**pool_args)
+            return urllib3.ProxyManager(config.proxy, **pool_args)
+        return urllib3.PoolManager(**pool_args)
 
-    def _headers(self, req: Request) -> dict[str, str]:
+    def _pool_for(self, credential: Credential) -> urllib3.PoolManager:
+        """The pool presenting `credential`'s client certificate; a plugin's new certificate needs new connections."""
+        certs = (credential.cert_file, credential.key_file)
+        if not credential.cert_file:
+            certs = (self.config.cert_file, self.config.key_file)
+        with self._pool_lock:
+            if certs != self._certs:
+                old, self.pool, self._certs = self.pool, self._new_pool(certs), certs
+                old.clear()
+            return self.pool
+
+    def _headers(self, req: Request, credential: Credential) -> dict[str, str]:
         headers = {"Accept": req.accept, "User-Agent": "statusvault"}
         if req.body is not None:
             headers["Content-Type"] = req.content_type
-        token = self.config.token()
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        if credential.token:
+            headers["Authorization"] = f"Bearer {credential.token}"
         elif self.config.basic_auth:
             headers.update(urllib3.make_headers(basic_auth=self.config.basic_auth))
         return headers
@@ -103,21 +120,16 @@ class KubeTransport:
         """Send `req`; return the response body, or raise KubeApiError / KubeConnectionError.
 
         429 (never executed by the server, so always safe to resend) has its own, larger budget and honours
-        Retry-After up to a cap; 5xx, timeouts and connection errors back off exponentially with jitter.
+        Retry-After up to a cap; 5xx, timeouts and connection errors back off exponentially with jitter. A 401
+        (never executed either) refreshes the credential once and resends; a second 401 is an error naming it.
         """
         attempt = throttled = 0
+        refreshed = False
         while True:
             waited = self.bucket.acquire()
+            credential = self.config.credentials.current()
             try:
-                resp = self.pool.request(
-                    req.method,
-                    self.host + req.url_path(),
-                    body=req.body,
-                    headers=self._headers(req),
-                    timeout=self.timeout,
-                    retries=False,
-                    preload_content=True,
-                )
+                resp = self._request(req, credential)
             except (urllib3.exceptions.HTTPError, OSError) as e:
                 error: Exception = KubeConnectionError(
                     f"cannot reach the API server at {self.host}: {type(e).__name__}: {e}"
@@ -127,10 +139,17 @@ class KubeTransport:
             else:
                 if resp.status < 400:
                     self._count(waited, retried=False)
+                    if refreshed:
+                        log.info("renewed the credentials from %s after a 401", self.config.credentials.description)
                     return bytes(resp.data)
                 error = api_error(req, resp.status, resp.data)
                 retry_after = _retry_after(resp.headers.get("Retry-After"))
                 code = resp.status
+            if code == 401:
+                self._refresh_or_raise(credential, refreshed)
+                refreshed = True
+                self._count(waited, retried=True)
+                continue
             if code == 429:
                 if throttled >= MAX_THROTTLED_RETRIES:
                     raise error
@@ -146,6 +165,24 @@ class KubeTransport:
             self._count(waited + delay, retried=True)
             time.sleep(delay)
             attempt += 1
+
+    def _request(self, req: Request, credential: Credential) -> urllib3.BaseHTTPResponse:
+        return self._pool_for(credential).request(
+            req.method,
+            self.host + req.url_path(),
+            body=req.body,
+            headers=self._headers(req, credential),
+            timeout=self.timeout,
+            retries=False,
+            preload_content=True,
+        )
+
+    def _refresh_or_raise(self, rejected: Credential, refreshed: bool) -> None:
+        """After a 401: refresh the credential, once per request, or raise the error naming its source."""
+        source = self.config.credentials
+        fresh = None if refreshed else source.refresh(rejected)
+        if fresh is None or fresh.serial == rejected.serial:  # the same: a refresh has just produced it
+            raise rejected_error(source, refreshed or fresh is not None)
 
     def _count(self, throttled: float, retried: bool) -> None:
         with self._stats_lock:
@@ -178,6 +215,13 @@ def api_error(req: Request, code: int, data: bytes) -> KubeApiError:
     reason = str(status.get("reason") or "")
     message = str(status.get("message") or data[:200].decode("utf-8", "replace").strip() or f"HTTP {code}")
     return KubeApiError(f"{req.method} {req.path}: {message} ({code} {reason})".rstrip(), code, reason, status)
+
+
+def rejected_error(source: CredentialSource, refreshed: bool) -> KubeApiError:
+    """The one-line error for credentials the API server rejects (after refreshing them, if it could)."""
+    after = f" even after {source.refresh_action}" if refreshed else ""
+    message = f"the API server rejected the credentials from {source.description} (401 Unauthorized){after}"
+    return KubeApiError(message, 401, "Unauthorized")
 
 
 def load_transport(kubeconfig: str | None = None, context: str | None = None, **kwargs: Any) -> KubeTransport:

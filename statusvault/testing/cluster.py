@@ -28,6 +28,9 @@ import yaml
 ADMIN_TOKEN = "admintoken"
 # Extra token users for least-privilege tests; they belong to no group, so they can do nothing until bound.
 TEST_USERS = {f"sv-user-{i}": f"sv-user-{i}-token" for i in range(1, 6)}
+# Two tokens of one cluster-admin user, for credential-rotation tests: any other token gets 401.
+ROTATING_USER = "sv-rotating"
+ROTATING_TOKENS = ("sv-rotating-token-1", "sv-rotating-token-2")
 
 
 def cache_dir() -> Path:
@@ -56,6 +59,20 @@ def _free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def issue_cert(subject: str, cert: Path, key: Path, ca: tuple[Path, Path] | None = None) -> tuple[Path, Path]:
+    """Write a key and a 30-day certificate for `subject` ("/CN=user/O=group"), signed by `ca` or by itself."""
+    new = ["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", str(key)]
+    if ca is None:
+        subprocess.run([*new, "-x509", "-days", "30", "-out", str(cert)], check=True, capture_output=True)
+        return cert, key
+    csr = subprocess.run(new, check=True, capture_output=True).stdout
+    sign = ["openssl", "x509", "-req", "-days", "30", "-CA", str(ca[0]), "-CAkey", str(ca[1]), "-out", str(cert)]
+    subprocess.run(
+        [*sign, "-set_serial", str(int.from_bytes(os.urandom(8)))], input=csr, check=True, capture_output=True
+    )
+    return cert, key
 
 
 def kubeconfig_yaml(server: str, user: str, token: str) -> str:
@@ -87,6 +104,11 @@ class LocalCluster:
     @property
     def kubeconfig(self) -> Path:
         return self.workdir / "kubeconfig"
+
+    @property
+    def client_ca(self) -> tuple[Path, Path]:
+        """The CA (certificate, key) whose client certificates the API server accepts (user = CN, groups = O)."""
+        return self.workdir / "client-ca.crt", self.workdir / "client-ca.key"
 
     def kubeconfig_for(self, user: str) -> Path:
         """A kubeconfig for one of TEST_USERS (no permissions until a test binds a role)."""
@@ -147,8 +169,10 @@ class LocalCluster:
             detach,
         )
         subprocess.run(["openssl", "genrsa", "-out", str(wd / "sa.key"), "2048"], check=True, capture_output=True)
+        ca_cert, _ = issue_cert("/CN=statusvault-test-client-ca", *self.client_ca)
         lines = [f'{ADMIN_TOKEN},admin,admin,"system:masters"']
         lines += [f"{token},{user},{user}" for user, token in TEST_USERS.items()]
+        lines += [f'{token},{ROTATING_USER},{ROTATING_USER},"system:masters"' for token in ROTATING_TOKENS]
         (wd / "tokens.csv").write_text("\n".join(lines) + "\n")
         self._spawn(
             "kube-apiserver",
@@ -162,6 +186,7 @@ class LocalCluster:
                 f"--service-account-signing-key-file={wd / 'sa.key'}",
                 "--service-account-issuer=https://kubernetes.default.svc",
                 f"--token-auth-file={wd / 'tokens.csv'}",
+                f"--client-ca-file={ca_cert}",
                 "--authorization-mode=RBAC",
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--disable-admission-plugins=ServiceAccount",

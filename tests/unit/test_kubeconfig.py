@@ -10,7 +10,9 @@ import yaml
 
 from statusvault.errors import ConfigError
 from statusvault.kube import kubeconfig
+from statusvault.kube.credentials import ExecPlugin, Static, TokenFile
 from statusvault.kube.kubeconfig import load
+from tests.credentials import Plugin, tokens
 
 
 def write(path, clusters=(), users=(), contexts=(), current=""):
@@ -117,6 +119,31 @@ def test_missing_kubeconfig_and_in_cluster(tmp_path, monkeypatch):
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     cfg = load()
     assert (cfg.host, cfg.token(), cfg.ca_file) == ("https://10.0.0.1:443", "sa-token", str(sa / "ca.crt"))
+    (sa / "token").write_text("rotated")  # the kubelet rewrote the bound token
+    assert cfg.credentials.refresh(cfg.credentials.current()).token == "rotated"
+    assert cfg.credentials.description == f"token file {sa / 'token'}"
+
+
+def test_each_user_entry_gets_its_credential_source(tmp_path):
+    (tmp_path / "token").write_text("t")
+    plugin = Plugin(tmp_path / "plugin", *tokens("e"))
+    users = {"static": {"token": "s"}, "file": {"tokenFile": "token"}, "exec": {"exec": plugin.spec()}, "none": {}}
+    path = write(
+        tmp_path / "kc",
+        [("c", {"server": "https://k"})],
+        list(users.items()),
+        [(name, "c", name) for name in users],
+        "static",
+    )
+    sources = {name: load(str(path), context=name).credentials for name in users}
+    assert [type(s) for s in sources.values()] == [Static, TokenFile, ExecPlugin, Static]
+    assert [s.description for s in sources.values()] == [
+        "kubeconfig user 'static'",
+        f"token file {tmp_path / 'token'}",
+        f"exec plugin {plugin.spec()['command']!r}",
+        "kubeconfig user 'none'",
+    ]
+    assert plugin.runs == 0, "a plugin runs when a request needs it, not at load"
 
 
 def test_malformed_kubeconfig(tmp_path):
@@ -124,3 +151,20 @@ def test_malformed_kubeconfig(tmp_path):
     path.write_text("- just\n- a list\n")
     with pytest.raises(ConfigError, match="is not a mapping"):
         load(str(path))
+
+
+def test_legacy_auth_provider_goes_through_the_kubernetes_client(tmp_path):
+    provider = {"name": "gcp", "config": {"access-token": "gcp-token", "expiry": "2999-01-01T00:00:00Z"}}
+    path = write(
+        tmp_path / "kc",
+        [("c", {"server": "https://k/"})],
+        [("u", {"auth-provider": provider})],
+        [("ctx", "c", "u")],
+        "ctx",
+    )
+    cfg = load(str(path))
+    assert (cfg.host, cfg.token()) == ("https://k", "gcp-token")
+    assert cfg.credentials.description == "the auth-provider of kubeconfig context 'ctx'"
+    first = cfg.credentials.current()
+    again = cfg.credentials.refresh(first)
+    assert again.token == "gcp-token" and again.serial > first.serial, "the kubeconfig was loaded again"

@@ -1,18 +1,22 @@
-"""The transport's retry policy against a scripted local HTTP server (429 Retry-After, 5xx, 4xx)."""
+"""The transport against local HTTP servers: the retry policy (429 Retry-After, 5xx, 4xx) and 401 refreshes."""
 
 from __future__ import annotations
 
 import http.server
 import json
+import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from statusvault.errors import KubeApiError, KubeConnectionError
+from statusvault.kube.credentials import Credential, ExecPlugin, Static, TokenFile
 from statusvault.kube.kubeconfig import ClientConfig
 from statusvault.kube.transport import KubeTransport, Request
 from statusvault.throttle import Backoff
+from tests.credentials import Plugin, tokens
 
 
 class Scripted(http.server.BaseHTTPRequestHandler):
@@ -43,10 +47,9 @@ def server():
     srv.shutdown()
 
 
-def transport(host, **kw):
-    return KubeTransport(
-        ClientConfig(host=host, token=lambda: "tok"), backoff=Backoff(base=0.01, cap=0.05, max_retries=3), **kw
-    )
+def transport(host, credentials=None, **kw):
+    config = ClientConfig(host=host, credentials=credentials or Static("kubeconfig user 'u'", "tok"))
+    return KubeTransport(config, backoff=Backoff(base=0.01, cap=0.05, max_retries=3), **kw)
 
 
 def status(code, reason):
@@ -101,3 +104,110 @@ def test_qps_limit_paces_requests(server):
 def test_429_has_its_own_budget(server):
     Scripted.script = [(429, {"Retry-After": "0"}, status(429, "TooManyRequests"))] * 5 + [(200, {}, {"ok": 2})]
     assert json.loads(transport(server).send(Request("GET", "/api"))) == {"ok": 2}, "more 429s than 5xx retries"
+
+
+class Guarded(http.server.BaseHTTPRequestHandler):
+    """200 for `Bearer <valid>`, 401 for any other Authorization."""
+
+    valid = "good"
+    seen: list[str] = []
+
+    def do_GET(self):
+        auth = self.headers.get("Authorization", "")
+        Guarded.seen.append(auth)
+        ok = auth == f"Bearer {Guarded.valid}"
+        data = json.dumps({"ok": 1} if ok else status(401, "Unauthorized")).encode()
+        self.send_response(200 if ok else 401)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def guarded():
+    Guarded.valid, Guarded.seen = "good", []
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Guarded)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def test_401_re_reads_a_rewritten_token_file_at_once(guarded, tmp_path):
+    path = tmp_path / "token"
+    path.write_text("old")
+    t = transport(guarded, TokenFile(path))
+    with pytest.raises(KubeApiError) as err:
+        t.send(Request("GET", "/api"))
+    assert str(err.value) == (
+        f"the API server rejected the credentials from token file {path} (401 Unauthorized) even after re-reading it"
+    )
+    assert (err.value.code, err.value.reason) == (401, "Unauthorized")
+    path.write_text("good\n")  # the kubelet rotated it; the minute's re-read is not due yet
+    assert json.loads(t.send(Request("GET", "/api"))) == {"ok": 1}
+    assert Guarded.seen == ["Bearer old", "Bearer old", "Bearer old", "Bearer good"]
+    assert t.send(Request("GET", "/api")) and Guarded.seen[-1] == "Bearer good"
+
+
+def test_a_burst_of_401s_runs_the_plugin_once(guarded, tmp_path):
+    plugin = Plugin(tmp_path, *tokens("expired", "good"))
+    t = transport(guarded, ExecPlugin(plugin.spec()), pool_size=16)
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda _: t.send(Request("GET", "/api")), range(64)))
+    assert all(json.loads(a) == {"ok": 1} for a in answers)
+    assert plugin.runs == 2, "the first run, then one refresh for every thread's 401"
+    assert Guarded.seen.count("Bearer good") == 64
+
+
+def test_a_plugin_still_rejected_runs_once_more_then_fails(guarded, tmp_path):
+    plugin = Plugin(tmp_path, *tokens("expired"))
+    source = ExecPlugin(plugin.spec())
+    t = transport(guarded, source)
+    message = (
+        f"the API server rejected the credentials from exec plugin {str(plugin.script)!r} (401 Unauthorized) "
+        "even after re-running it"
+    )
+    with pytest.raises(KubeApiError, match="^" + re.escape(message) + "$"):
+        t.send(Request("GET", "/api"))
+    assert (plugin.runs, len(Guarded.seen)) == (2, 2)
+    with pytest.raises(KubeApiError, match=re.escape(message)):
+        t.send(Request("GET", "/api"))
+    assert (plugin.runs, len(Guarded.seen)) == (2, 3), "the credential a refresh just produced is not refreshed again"
+    source.cooldown = 0.0  # as after 10 s
+    with pytest.raises(KubeApiError, match=re.escape(message)):
+        t.send(Request("GET", "/api"))
+    assert (plugin.runs, len(Guarded.seen)) == (3, 5)
+
+
+def test_a_static_token_is_not_resent(guarded):
+    with pytest.raises(KubeApiError) as err:
+        transport(guarded).send(Request("GET", "/api"))
+    assert str(err.value) == "the API server rejected the credentials from kubeconfig user 'u' (401 Unauthorized)"
+    assert Guarded.seen == ["Bearer tok"]
+
+
+class Rotating:
+    """A source whose every refresh yields a new client certificate pair (paths only: the server is plain HTTP)."""
+
+    description, refresh_action = "exec plugin 'certs'", "re-running it"
+
+    def __init__(self):
+        self.credential = Credential(None, "/certs/0.crt", "/certs/0.key", serial=0)
+
+    def current(self):
+        return self.credential
+
+    def refresh(self, rejected):
+        n = rejected.serial + 1
+        self.credential = Credential(None, f"/certs/{n}.crt", f"/certs/{n}.key", serial=n)
+        return self.credential
+
+
+def test_a_new_client_certificate_gets_a_new_pool(server):
+    Scripted.script = [(401, {}, status(401, "Unauthorized")), (200, {}, {"ok": 1})]
+    t = transport(server, Rotating())
+    assert json.loads(t.send(Request("GET", "/api"))) == {"ok": 1}
+    kw = t.pool.connection_pool_kw
+    assert (kw["cert_file"], kw["key_file"]) == ("/certs/1.crt", "/certs/1.key")
