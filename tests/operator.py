@@ -48,9 +48,11 @@ def main(argv: list[str]) -> int:
     kubeconfig, qualified, namespace, log = argv[:4]
     deployment = argv[4] if len(argv) > 4 else ""
     kube = KubeClient(load_transport(kubeconfig))
-    rt = discover(kube).by_qualified(qualified)
-    assert rt is not None, qualified
     Path(log).touch()
+    rt = discover(kube).by_qualified(qualified)
+    while rt is None:  # its CRD may come with the restore
+        time.sleep(0.2)
+        rt = discover(kube).by_qualified(qualified)
     while True:
         try:
             if running(kube, deployment):

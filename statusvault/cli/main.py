@@ -88,12 +88,13 @@ def cluster_info(app: App, output: str) -> None:
 
 
 def _register() -> None:
-    from statusvault.cli import backups, controller, restore, schedule
+    from statusvault.cli import backups, controller, move, restore, schedule
 
     for command in (
         *backups.COMMANDS,
         restore.restore_cmd,
         restore.unpause_cmd,
+        move.move_cmd,
         *schedule.COMMANDS,
         *controller.COMMANDS,
     ):

@@ -13,6 +13,7 @@ from statusvault.model import KubeObject, ResourceType
 from statusvault.restore.journal import Journal
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.owners import OwnerResolver
+from statusvault.restore.pausing import without_record
 from statusvault.restore.planstore import Action, PlanItem, StatusMode
 from statusvault.restore.results import GENERATION_NOTE, ItemResult, Outcome, StatusOutcome
 from statusvault.restore.served import ServedTypes
@@ -138,7 +139,7 @@ class ObjectRestorer:
         result = client_dry_run(item)
         result.rules, result.rules_skipped = planned.rules, planned.rules_skipped
         if item.action == Action.CREATE:
-            result.paused = self._pause(item, item.rt, sanitize(obj))
+            result.paused = self._pause(item, item.rt, self._body(item, obj, item.rt, StatusMode.NONE))
         if item.action not in (Action.UPDATE, Action.SKIP_EXISTS):
             return result
         try:
@@ -157,6 +158,7 @@ class ObjectRestorer:
     def _body(self, item: PlanItem, obj: KubeObject, rt: ResourceType, mode: StatusMode) -> KubeObject:
         """What is sent for the object: sanitised, in the version and namespace written (owners: _remap_owners)."""
         body = sanitize(obj, keep_status=mode == StatusMode.IN_BODY)
+        without_record(body)  # a move's source was paused before its backup: restore it as its owner left it
         body["apiVersion"] = rt.api_version
         if rt.namespaced:
             body["metadata"]["namespace"] = item.namespace

@@ -9,6 +9,7 @@ JSON patch guarded by resourceVersion that touches only the marker and the recor
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import fnmatch
 import json
@@ -166,6 +167,51 @@ def unpause_patch(live: KubeObject) -> list[dict[str, Any]] | None:
     return ops
 
 
+def without_record(body: KubeObject) -> None:
+    """Undo, in a body about to be created, a pause statusvault recorded on the object it came from (the
+    source of a move is paused before it is backed up): the object is restored as its owner left it."""
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    raw = annotations.get(RECORD)
+    if raw is None:
+        return
+    try:
+        record = json.loads(raw)
+        kind, key, was = record["kind"], record["key"], record["was"]
+    except (ValueError, KeyError, TypeError):
+        return
+    del annotations[RECORD]
+    if kind == "annotation":
+        if was == _ABSENT:
+            annotations.pop(key, None)
+        else:
+            annotations[key] = was
+    elif was == _ABSENT:
+        _remove(body, key)
+    else:
+        _set(body, key, was)
+    if not annotations:
+        body["metadata"].pop("annotations", None)
+
+
+def pause_patch(live: KubeObject, marker: Marker) -> list[dict[str, Any]] | None:
+    """The JSON patch that pauses a live object with `marker` and records it, guarded by resourceVersion (the
+    annotations, and for a field marker its top-level field, are written whole); None when it is paused already
+    (by its owner, or by an earlier run)."""
+    if marker.present(live):
+        return None
+    marked = copy.deepcopy(live)
+    marker.apply(marked)
+    rv = (live.get("metadata") or {}).get("resourceVersion")
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+        {"op": "add", "path": "/metadata/annotations", "value": marked["metadata"]["annotations"]},
+    ]
+    if marker.kind == "field":
+        top = _tokens(marker.key)[0]
+        ops.append({"op": "add", "path": "/" + _escape(top), "value": marked[top]})
+    return ops
+
+
 def _pair(raw: str, flag: str, form: str) -> tuple[str, str]:
     key, sep, value = raw.partition("=")
     if not sep or not key:
@@ -194,6 +240,16 @@ def _get(obj: Any, pointer: str, default: Any = None) -> Any:
             return default
         obj = obj[token]
     return obj
+
+
+def _remove(obj: Any, pointer: str) -> None:
+    tokens = _tokens(pointer)
+    for token in tokens[:-1]:
+        if not isinstance(obj, dict) or token not in obj:
+            return
+        obj = obj[token]
+    if isinstance(obj, dict):
+        obj.pop(tokens[-1], None)
 
 
 def _set(obj: dict[str, Any], pointer: str, value: Any) -> None:
