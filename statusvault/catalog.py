@@ -13,8 +13,9 @@ from typing import Any
 
 import orjson
 
-from statusvault.archive import ArchiveReader, VerifyReport, check_format, check_resources, file_sha256
-from statusvault.crypto import Key, decrypt_file
+from statusvault.archive import ArchiveReader, VerifyReport, file_sha256
+from statusvault.archiveformat import MAX_HEAD_BYTES, check_json_size, check_summary
+from statusvault.crypto import ALGORITHM, Key, decrypt_file
 from statusvault.errors import ArchiveError, BackupNotFoundError, ConfigError
 from statusvault.retention import Candidate, Decision, RetentionPolicy, decide
 from statusvault.storage.base import (
@@ -64,14 +65,18 @@ def read_manifest(store: ObjectStore, name: str) -> dict[str, Any]:
             raise ArchiveError(f"backup {name!r} is incomplete (no manifest): it cannot be used")
         store.check()  # a missing bucket or a denial says so, rather than "not found"
         raise BackupNotFoundError(f"backup {name!r} not found in {store.url}")
+    with store.open_read(manifest_key(name)) as f:
+        data = f.read(MAX_HEAD_BYTES + 1)
+    if len(data) > MAX_HEAD_BYTES:
+        raise ArchiveError(f"manifest of backup {name!r} is larger than the limit ({MAX_HEAD_BYTES:,} bytes)")
+    check_json_size(f"manifest of backup {name!r}", data)
     try:
-        manifest = orjson.loads(store.get(manifest_key(name)))
+        manifest = orjson.loads(data)
     except orjson.JSONDecodeError as e:
         raise ArchiveError(f"manifest of backup {name!r} is not valid JSON: {e}") from e
     if not isinstance(manifest, dict):
         raise ArchiveError(f"manifest of backup {name!r} is not a JSON object")
-    check_format(manifest)
-    check_resources(manifest)
+    check_summary(manifest)
     return manifest
 
 
@@ -128,6 +133,19 @@ def describe(store: ObjectStore, name: str) -> dict[str, Any]:
     }
 
 
+def stored_size(store: ObjectStore, name: str) -> int:
+    """The size of the backup's archive as stored (read before anything is downloaded)."""
+    key = archive_key(name)
+    if isinstance(store, LocalStore):
+        path = store.local_path(key)
+        size = path.stat().st_size if path.exists() else None
+    else:
+        size = next((o.size for o in store.list(key) if o.key == key), None)
+    if size is None:
+        raise BackupNotFoundError(f"archive of backup {name!r} not found in {store.url}")
+    return size
+
+
 @contextlib.contextmanager
 def local_archive(store: ObjectStore, name: str) -> Iterator[Path]:
     """A local path to the backup's archive: the file itself for a directory store, else a temp copy."""
@@ -146,10 +164,14 @@ def local_archive(store: ObjectStore, name: str) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def readable_archive(store: ObjectStore, name: str, manifest: dict[str, Any], key: Key | None) -> Iterator[Path]:
-    """The archive as a local tar.gz: its stored bytes checked against the manifest, decrypted when encrypted."""
+    """The archive as a local tar.gz: its stored bytes checked against the manifest, decrypted when encrypted.
+
+    An archive whose size differs from the manifest's is refused before it is downloaded (temp disk stays
+    within the size the manifest states)."""
+    if stored_size(store, name) != manifest["archive"]["size"]:
+        raise ArchiveError(f"backup {name!r} was modified: the archive's size differs from its manifest")
     with local_archive(store, name) as path:
-        expected = (manifest.get("archive") or {}).get("sha256")
-        if expected and file_sha256(path) != expected:
+        if file_sha256(path) != manifest["archive"]["sha256"]:
             raise ArchiveError(f"backup {name!r} was modified: the archive checksum differs from its manifest")
         encryption = manifest.get("encryption")
         if not encryption:
@@ -163,11 +185,13 @@ def readable_archive(store: ObjectStore, name: str, manifest: dict[str, Any], ke
 
 @contextlib.contextmanager
 def _decrypted(path: Path, name: str, encryption: dict[str, Any], key: Key | None) -> Iterator[Path]:
-    key_id = encryption.get("keyId", "?")
+    key_id, algorithm = encryption["keyId"][:64], encryption["algorithm"][:64]
+    if algorithm != ALGORITHM:
+        raise ArchiveError(f"backup {name!r} is encrypted with {algorithm!r}, which this statusvault cannot read")
     if key is None:
-        raise ConfigError(f"backup {name!r} is encrypted (key {key_id}): pass --encryption-key-file")
+        raise ConfigError(f"backup {name!r} is encrypted (key {key_id!r}): pass --encryption-key-file")
     if key.id != key_id:
-        raise ConfigError(f"backup {name!r} was encrypted with key {key_id}, not with the given key ({key.id})")
+        raise ConfigError(f"backup {name!r} was encrypted with key {key_id!r}, not with the given key ({key.id})")
     with tempfile.TemporaryDirectory(prefix="statusvault-") as tmp:
         plain = Path(tmp) / ARCHIVE_FILE
         with open(plain, "wb") as f:
@@ -176,21 +200,23 @@ def _decrypted(path: Path, name: str, encryption: dict[str, Any], key: Key | Non
 
 
 def verify(store: ObjectStore, name: str, key: Key | None = None) -> VerifyReport:
-    """Check the stored archive's SHA-256, then (decrypting it when needed) every file's hash.
+    """Check the stored archive's size and SHA-256, then (decrypting it when needed) every file's hash.
 
     An encrypted backup verified without its key gets the first check only (`objects_unchecked`)."""
     manifest = read_manifest(store, name)
-    expected = (manifest.get("archive") or {}).get("sha256")
+    if stored_size(store, name) != manifest["archive"]["size"]:
+        error = "the archive's size differs from its manifest: it was modified or cut short"
+        return VerifyReport(archive_sha_ok=False, error=error, objects_unchecked=True)
     encryption = manifest.get("encryption")
     with local_archive(store, name) as path:
-        stored_ok = file_sha256(path) == expected if expected else None
+        stored_ok = file_sha256(path) == manifest["archive"]["sha256"]
         if not encryption:
-            report = ArchiveReader(path).verify()
+            report = ArchiveReader(path, summary=manifest).verify()
         elif key is None or stored_ok is False:
             return VerifyReport(archive_sha_ok=stored_ok, objects_unchecked=key is None)
         else:
             with _decrypted(path, name, encryption, key) as plain:
-                report = ArchiveReader(plain).verify()
+                report = ArchiveReader(plain, summary=manifest).verify()
     report.archive_sha_ok = stored_ok
     return report
 

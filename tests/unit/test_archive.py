@@ -104,8 +104,9 @@ def test_missing_and_unexpected_members_are_reported(tmp_path):
             return
         if m.name.endswith("k4.json"):
             extra = tarfile.TarInfo("resources/kubernetesclusters.xyz.example.com/namespaces/ns/evil.json")
-            extra.size = 2
-            yield extra, b"{}"
+            body = b'{"kind":"KubernetesCluster","metadata":{"name":"evil","namespace":"ns"}}'
+            extra.size = len(body)
+            yield extra, body
         yield m, data
 
     report = ArchiveReader(_repack(path, tmp_path / "b.tar.gz", edit)).verify()

@@ -1,0 +1,201 @@
+"""The first read of an archive: every member held to the format's rules and limits, the manifest spooled
+and parsed, then what was read compared with what the manifest lists, in its order.
+
+One pass gives both verify's report and a restore's checks; later reads only re-check each file's hash."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import tempfile
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from statusvault.archiveformat import (
+    MANIFEST_MEMBER,
+    MAX_MANIFEST_BYTES,
+    MAX_OBJECT_BYTES,
+    MAX_OBJECTS,
+    MAX_UNCOMPRESSED_BYTES,
+    check_manifest,
+    check_member_type,
+    kind_digest,
+    object_kind,
+    parse_member_path,
+    uncompressed_bound,
+)
+from statusvault.archivemanifest import FileList, load
+from statusvault.archivestream import Member, TarStream
+from statusvault.errors import ArchiveError
+
+MAX_PROBLEMS = 1000  # names a report lists per kind of problem; more ends the check
+
+
+@dataclasses.dataclass
+class VerifyReport:
+    files_checked: int = 0
+    mismatched: list[str] = dataclasses.field(default_factory=list)
+    missing: list[str] = dataclasses.field(default_factory=list)
+    unexpected: list[str] = dataclasses.field(default_factory=list)
+    misordered: list[str] = dataclasses.field(default_factory=list)  # listed, but not at their place (order is format)
+    archive_sha_ok: bool | None = None
+    error: str = ""
+    objects_unchecked: bool = False  # encrypted and verified without the key: only the stored checksum was checked
+
+    @property
+    def ok(self) -> bool:
+        return (
+            not (self.mismatched or self.missing or self.unexpected or self.misordered or self.error)
+            and self.archive_sha_ok is not False
+        )
+
+
+@dataclasses.dataclass
+class FirstRead:
+    report: VerifyReport
+    inflated: int = 0  # what the stream inflated to: a later read of the same file inflates no more
+    head: dict[str, Any] = dataclasses.field(default_factory=dict)  # the manifest without `files`
+    files: FileList | None = None
+    problem: str = ""  # why a restore refuses the archive, "" when it does not
+
+    def checked(self) -> FileList:
+        """The file list of an archive that passed every check; ArchiveError naming the first problem."""
+        if self.files is None or self.problem:
+            raise ArchiveError(self.problem or self.report.error)
+        return self.files
+
+
+@dataclasses.dataclass
+class _Sizes:
+    objects: int = 0
+    data: int = 0  # bytes of object files
+    paths: int = 0  # bytes of member paths: every one is listed in the manifest, so they cannot exceed it
+
+
+def first_read(path: Path, budget: int) -> FirstRead:
+    """Read the archive once; any problem ends up in the report (and, as one line, in `problem`)."""
+    result = FirstRead(VerifyReport())
+    try:
+        with tempfile.TemporaryFile() as seen:  # (path, sha256, kind digest) of each member, in order
+            spool, sizes = _scan(path, budget, seen, result)
+            try:
+                result.head, files = load(spool, path.name)
+                check_manifest(result.head)
+                _check_data_size(result.head, sizes)
+                result.problem = _compare(seen, files, result.head["resources"], result.report)
+            except BaseException:
+                spool.close()
+                raise
+            result.files = files
+    except ArchiveError as e:
+        result.report.error = result.problem = str(e)
+    return result
+
+
+def _scan(path: Path, budget: int, seen: IO[bytes], result: FirstRead) -> tuple[IO[bytes], _Sizes]:
+    """Pass over every member; return manifest.json spooled to a temp file."""
+    sizes, names = _Sizes(), set[int]()
+    manifest: IO[bytes] | None = None
+    try:
+        with TarStream(path, budget) as tar:
+            try:
+                for member in tar.members():
+                    if manifest is not None:
+                        raise ArchiveError(f"archive member {member.name!r} follows manifest.json, the last member")
+                    if member.name == MANIFEST_MEMBER:
+                        manifest = _spool(tar, member)
+                    else:
+                        seen.write(_record(tar, member, sizes, names))
+            finally:
+                result.inflated = tar.inflated
+    except BaseException:
+        if manifest is not None:
+            manifest.close()
+        raise
+    if manifest is None:
+        raise ArchiveError(f"archive {path.name} has no manifest.json: the backup is incomplete")
+    return manifest, sizes
+
+
+def _record(tar: TarStream, member: Member, sizes: _Sizes, names: set[int]) -> bytes:
+    key = parse_member_path(member.name)
+    if member.size > MAX_OBJECT_BYTES:
+        raise ArchiveError(f"archive member {member.name!r} has {member.size:,} bytes, above the limit for an object")
+    sizes.objects += 1
+    sizes.data += member.size
+    sizes.paths += len(member.name)
+    if sizes.objects > MAX_OBJECTS or sizes.data > MAX_UNCOMPRESSED_BYTES or sizes.paths > MAX_MANIFEST_BYTES:
+        raise ArchiveError(f"archive {tar.label} holds more object files than the limits allow, at {member.name!r}")
+    if hash(member.name) in names:  # a keyed 64-bit hash: a collision is as good as impossible
+        raise ArchiveError(f"archive member {member.name!r} appears twice")
+    names.add(hash(member.name))
+    data = tar.read(member)
+    kind = object_kind(member.name, key, data)
+    return orjson.dumps([member.name, hashlib.sha256(data).hexdigest(), kind_digest(kind)]) + b"\n"
+
+
+def _spool(tar: TarStream, member: Member) -> IO[bytes]:
+    if member.size > MAX_MANIFEST_BYTES:
+        raise ArchiveError(f"manifest.json in {tar.label} has {member.size:,} bytes, above the limit")
+    spool = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the reader
+    for chunk in tar.chunks(member):
+        spool.write(chunk)
+    return spool
+
+
+def _check_data_size(head: dict[str, Any], sizes: _Sizes) -> None:
+    """The object files hold no more bytes than the manifest's uncompressedBytes says."""
+    bound = uncompressed_bound(head)
+    if bound is not None and sizes.data > bound:
+        raise ArchiveError(
+            f"the archive's object files hold {sizes.data:,} bytes, "
+            f"more than its manifest's uncompressedBytes ({bound:,})"
+        )
+
+
+def _compare(seen: IO[bytes], files: FileList, resources: dict[str, Any], report: VerifyReport) -> str:
+    """Walk the members read and the manifest's list in step; fill the report; return the first problem."""
+    entries = files.entries()
+    ahead: dict[str, str] = {}  # entries read past while looking for a member: only in a damaged archive
+    first = ""
+    seen.seek(0)
+    for line in seen:
+        path, sha, kind = orjson.loads(line)
+        check_member_type(path, parse_member_path(path), kind, resources)
+        expected = ahead.pop(path, None)
+        if expected is not None:
+            first = first or _misplaced(path)
+            _note(report.misordered, path)
+        while expected is None and (entry := next(entries, None)) is not None:
+            if entry[0] == path:
+                expected = entry[1]
+            else:
+                ahead[entry[0]] = entry[1]
+                if len(ahead) > MAX_PROBLEMS:
+                    raise ArchiveError(f"more than {MAX_PROBLEMS:,} of the manifest's files are not at their place")
+        if expected is None:
+            first = first or _misplaced(path)
+            _note(report.unexpected, path)
+            continue
+        report.files_checked += 1
+        if sha != expected:
+            first = first or f"checksum mismatch for {path!r}: the archive was modified"
+            _note(report.mismatched, path)
+    for path in itertools.chain(ahead, (p for p, _ in entries)):
+        first = first or f"the manifest lists object files the archive does not hold, e.g. {path!r}"
+        _note(report.missing, path)
+    report.missing.sort()
+    return first
+
+
+def _misplaced(path: str) -> str:
+    return f"archive member {path!r} is not listed in the manifest at its place"
+
+
+def _note(names: list[str], path: str) -> None:
+    if len(names) >= MAX_PROBLEMS:
+        raise ArchiveError(f"more than {MAX_PROBLEMS:,} members are damaged, missing or out of place")
+    names.append(path)

@@ -1,0 +1,217 @@
+"""Archive format v1's rules: member paths, manifest fields, object files, and the reader's limits.
+
+Pure functions over names, dicts and bytes; docs/archive-format.md describes the same rules in prose."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import orjson
+
+from statusvault.errors import ArchiveError
+from statusvault.model import ObjectKey
+
+FORMAT_VERSION = "1.0"
+SUPPORTED_MAJOR = 1
+MANIFEST_MEMBER = "manifest.json"
+RESOURCES_DIR = "resources"
+
+# Limits: far above what any backup of a real cluster holds, low enough that a reader's memory and temp
+# disk stay bounded whatever the store holds (docs/archive-format.md, "Limits").
+MAX_OBJECT_BYTES = 16 << 20  # one object file; the API server takes requests of up to 3 MiB
+MAX_JSON_VALUES = 1_000_000  # `{`, `[`, `,` and `:` bytes in one JSON document: bounds what parsing it costs
+MAX_OBJECTS = 1_000_000  # object files in one archive
+MAX_MANIFEST_BYTES = 256 << 20  # the embedded manifest (a 100k-object manifest is ~12 MB)
+MAX_HEAD_BYTES = 4 << 20  # the summary manifest; the embedded manifest without its `files`
+MAX_PATH_BYTES = 4096  # one member path, UTF-8
+MAX_UNCOMPRESSED_BYTES = 64 << 30  # all object files together (totals.uncompressedBytes)
+FRAME_BYTES = 10 << 10  # tar headers and padding one member may add to the stream
+
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a DNS-1123 label, as every namespace is
+_FORBIDDEN = re.compile("[\x00-\x1f\x7f%\ud800-\udfff]")  # no Kubernetes name holds these
+
+
+def member_path(key: ObjectKey) -> str:
+    """Velero's layout: resources/<resource>.<group>/namespaces/<ns>/<name>.json or .../cluster/<name>.json."""
+    if key.namespace:
+        return f"{RESOURCES_DIR}/{key.qualified}/namespaces/{key.namespace}/{key.name}.json"
+    return f"{RESOURCES_DIR}/{key.qualified}/cluster/{key.name}.json"
+
+
+def parse_member_path(path: str) -> ObjectKey:
+    """The inverse of member_path; refuses anything else, so each object has exactly one path."""
+    key = _split(path) if len(path.encode("utf-8", "surrogatepass")) <= MAX_PATH_BYTES else None
+    if key is None or not all(_segment_ok(s) for s in (key.qualified, key.name)):
+        raise ArchiveError(f"archive member {path!r} is outside the archive layout")
+    return key
+
+
+def _split(path: str) -> ObjectKey | None:
+    parts = path.split("/")
+    if not path.endswith(".json") or parts[0] != RESOURCES_DIR:
+        return None
+    if len(parts) == 5 and parts[2] == "namespaces" and _NAMESPACE.fullmatch(parts[3]):
+        return ObjectKey(parts[1], parts[3], parts[4][:-5])
+    if len(parts) == 4 and parts[2] == "cluster":
+        return ObjectKey(parts[1], "", parts[3][:-5])
+    return None
+
+
+def _segment_ok(segment: str) -> bool:
+    return segment not in ("", ".", "..") and not _FORBIDDEN.search(segment)
+
+
+def check_format(manifest: dict[str, Any]) -> None:
+    version = str(manifest.get("formatVersion", ""))
+    try:
+        major = int(version.split(".")[0])
+    except ValueError:
+        raise ArchiveError(f"manifest has no valid formatVersion ({version[:40]!r})") from None
+    if major != SUPPORTED_MAJOR:
+        raise ArchiveError(
+            f"archive format {version[:40]} is not supported by this statusvault "
+            f"(reads {SUPPORTED_MAJOR}.x); upgrade statusvault"
+        )
+
+
+RESOURCE_FIELDS = {"group": str, "version": str, "resource": str, "kind": str, "namespaced": bool}
+OPTIONAL_RESOURCE_FIELDS = {
+    "hasStatusSubresource": bool,
+    "custom": bool,
+    "singular": str,
+    "shortNames": list,
+    "count": int,
+    "withStatus": int,
+    "terminating": int,
+}
+
+
+def check_resources(manifest: dict[str, Any]) -> None:
+    """The manifest's per-resource entries have the fields readers rely on, each of its type."""
+    resources = manifest.get("resources")
+    if not isinstance(resources, dict):
+        raise ArchiveError("manifest has no resources map")
+    for name, entry in resources.items():
+        if not isinstance(entry, dict) or not _entry_ok(entry):
+            raise ArchiveError(f"manifest entry for {name[:300]!r} is malformed")
+        qualified = f"{entry['resource']}.{entry['group']}" if entry["group"] else entry["resource"]
+        if qualified != name:
+            raise ArchiveError(f"manifest entry {name[:300]!r} does not match its group/resource")
+
+
+def _entry_ok(entry: dict[str, Any]) -> bool:
+    if any(not isinstance(entry.get(f), t) for f, t in RESOURCE_FIELDS.items()):
+        return False
+    optional = ((entry[f], t) for f, t in OPTIONAL_RESOURCE_FIELDS.items() if entry.get(f) is not None)
+    if any(not isinstance(v, t) or (t is int and isinstance(v, bool)) for v, t in optional):
+        return False
+    return all(isinstance(s, str) for s in entry.get("shortNames") or ())
+
+
+TOTALS_FIELDS = ("objects", "withStatus", "terminating", "uncompressedBytes")
+
+
+def check_totals(manifest: dict[str, Any]) -> None:
+    """`totals`, when there, holds counts; uncompressedBytes bounds what reading the archive may inflate."""
+    totals = manifest.get("totals")
+    if totals is None:
+        return
+    if not isinstance(totals, dict):
+        raise ArchiveError("manifest totals are malformed")
+    for field in TOTALS_FIELDS:
+        value = totals.get(field)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ArchiveError(f"manifest totals.{field} is not a count")
+    if totals.get("uncompressedBytes", 0) > MAX_UNCOMPRESSED_BYTES:
+        raise ArchiveError(f"manifest totals.uncompressedBytes is above the limit of {MAX_UNCOMPRESSED_BYTES:,}")
+
+
+def check_manifest(manifest: dict[str, Any]) -> None:
+    """Every rule a manifest (embedded or summary) must meet before anything in it is used."""
+    check_format(manifest)
+    check_resources(manifest)
+    check_totals(manifest)
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def check_summary(manifest: dict[str, Any]) -> None:
+    """The summary manifest beside the archive: the embedded manifest's rules, plus `archive` and `encryption`."""
+    check_manifest(manifest)
+    archive = manifest.get("archive")
+    if (
+        not isinstance(archive, dict)
+        or not isinstance(archive.get("sha256"), str)
+        or not _SHA256.fullmatch(archive["sha256"])
+        or not isinstance(archive.get("size"), int)
+        or isinstance(archive["size"], bool)
+    ):
+        raise ArchiveError("manifest has no valid archive size and sha256")
+    encryption = manifest.get("encryption")
+    if encryption is not None and (
+        not isinstance(encryption, dict)
+        or not isinstance(encryption.get("algorithm"), str)
+        or not isinstance(encryption.get("keyId"), str)
+    ):
+        raise ArchiveError("manifest has a malformed encryption field")
+
+
+def uncompressed_bound(manifest: dict[str, Any]) -> int | None:
+    """The most bytes the object files may hold: totals.uncompressedBytes (absent in some hand-made archives)."""
+    value = (manifest.get("totals") or {}).get("uncompressedBytes")
+    return value if isinstance(value, int) else None
+
+
+def stream_bound(manifest: dict[str, Any]) -> int:
+    """The most bytes an archive described by this manifest may inflate to, tar framing included."""
+    objects = (manifest.get("totals") or {}).get("objects")
+    data = uncompressed_bound(manifest)
+    if not isinstance(objects, int) or data is None:
+        objects, data = MAX_OBJECTS, MAX_UNCOMPRESSED_BYTES
+    return data + (objects + 8) * FRAME_BYTES + MAX_MANIFEST_BYTES  # 8 more: the manifest's, the end, read-ahead
+
+
+def check_json_size(what: str, data: bytes) -> None:
+    """Refuse a document whose parse would cost more memory than MAX_JSON_VALUES values."""
+    values = data.count(b"{") + data.count(b"[") + data.count(b",") + data.count(b":")
+    if values > MAX_JSON_VALUES:
+        raise ArchiveError(f"{what} holds more than {MAX_JSON_VALUES:,} JSON values (the limit)")
+
+
+def kind_digest(kind: str) -> str:
+    """A fixed-size stand-in for a kind, to remember one per member without holding what a member says."""
+    return hashlib.sha256(kind.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def object_kind(path: str, key: ObjectKey, data: bytes) -> str:
+    """The object's kind, after checking the file holds one JSON object named as its path says."""
+    check_json_size(repr(path), data)
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise ArchiveError(f"{path!r} is not valid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise ArchiveError(f"{path!r} does not hold a JSON object")
+    meta, kind = obj.get("metadata"), obj.get("kind")
+    if (
+        not isinstance(meta, dict)
+        or not isinstance(kind, str)
+        or meta.get("name") != key.name
+        or (meta.get("namespace") or "") != key.namespace
+    ):
+        raise ArchiveError(f"{path!r} holds an object whose kind, namespace or name does not match its path")
+    return kind
+
+
+def check_member_type(path: str, key: ObjectKey, kind: str, resources: dict[str, Any]) -> None:
+    """The member's resource is described in the manifest, with its scope and (by digest) its kind."""
+    entry = resources.get(key.qualified)
+    if entry is None:
+        raise ArchiveError(f"{path!r} belongs to a resource the manifest does not describe")
+    if bool(key.namespace) != entry["namespaced"]:
+        raise ArchiveError(f"{path!r} has a {'namespaced' if key.namespace else 'cluster'} path, unlike its resource")
+    if kind != kind_digest(entry["kind"]):
+        raise ArchiveError(f"{path!r} holds an object whose kind, namespace or name does not match its path")
