@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import jsonpatch
+import orjson
 
 from statusvault.model import KubeObject
 
@@ -26,12 +26,18 @@ NOT_CONTENT = ("apiVersion", "kind", "metadata", "status")
 
 
 def sanitize(obj: KubeObject, keep_status: bool = False) -> KubeObject:
-    """A create body: server-set metadata removed, labels/annotations/finalizers kept; status only if asked."""
-    out = {k: copy.deepcopy(v) for k, v in obj.items() if keep_status or k != "status"}
-    meta = out.setdefault("metadata", {})
-    for field in SERVER_SET_METADATA:
-        meta.pop(field, None)
+    """A create body: server-set metadata removed, labels/annotations/finalizers kept; status only if asked.
+
+    The metadata (and its labels and annotations) are new dicts; the rest (spec, data, status) is shared
+    with `obj` and must not be changed in place (copying each object whole cost more than its JSON)."""
+    out = {k: v for k, v in obj.items() if keep_status or k != "status"}
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in SERVER_SET_METADATA}
+    for key in ("labels", "annotations"):
+        if isinstance(meta.get(key), dict):
+            meta[key] = dict(meta[key])
+    out["metadata"] = meta
     if out.get("kind") == "Service" and out.get("apiVersion") == "v1":
+        out["spec"] = dict(out.get("spec") or {})
         _reset_cluster_ip(out)
     return out
 
@@ -134,6 +140,8 @@ def status_body(live: KubeObject, status: Any) -> KubeObject:
 def contains(actual: Any, saved: Any) -> bool:
     """Whether `actual` holds everything in `saved`: fields the server added (defaults) are allowed, fields it
     dropped or changed are not. Lists must keep their length; their items are compared the same way."""
+    if _same_json(actual, saved):  # the usual case, decided in C
+        return True
     if isinstance(saved, dict):
         return isinstance(actual, dict) and all(k in actual and contains(actual[k], v) for k, v in saved.items())
     if isinstance(saved, list):
@@ -141,3 +149,10 @@ def contains(actual: Any, saved: Any) -> bool:
     if isinstance(saved, bool) or isinstance(actual, bool):  # JSON true is not 1
         return actual is saved
     return bool(actual == saved)
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    try:
+        return orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == orjson.dumps(b, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return False

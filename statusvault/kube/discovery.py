@@ -39,12 +39,16 @@ def parse_resource_list(
     return out
 
 
+_Lookup = tuple[dict[str, ResourceType], dict[tuple[str, str, str], ResourceType], dict[tuple[str, str], ResourceType]]
+
+
 @dataclasses.dataclass
 class Discovery:
     """The server's resources in their preferred versions, plus every served version for lookups."""
 
     preferred: list[ResourceType]
     all_versions: list[ResourceType]
+    _lookup: _Lookup | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def resolve(self, name: str) -> ResourceType:
         """Resolve `resource.group`, `kind.group`, a plural, singular, Kind or short name."""
@@ -65,19 +69,20 @@ class Discovery:
 
     def find(self, group: str, version: str, kind: str) -> ResourceType | None:
         """The resource for an apiVersion/kind, preferring the exact served version."""
-        for rt in self.all_versions:
-            if rt.group == group and rt.version == version and rt.kind == kind:
-                return rt
-        for rt in self.preferred:
-            if rt.group == group and rt.kind == kind:
-                return rt
-        return None
+        exact, preferred = self._index()[1:]
+        return exact.get((group, version, kind)) or preferred.get((group, kind))
 
     def by_qualified(self, qualified: str) -> ResourceType | None:
-        for rt in self.preferred:
-            if rt.qualified == qualified:
-                return rt
-        return None
+        return self._index()[0].get(qualified)
+
+    def _index(self) -> _Lookup:
+        """Lookups by name, built once (a restore asks for every object); the first match wins, as in a scan."""
+        if self._lookup is None:
+            by_name = {rt.qualified: rt for rt in reversed(self.preferred)}
+            exact = {(rt.group, rt.version, rt.kind): rt for rt in reversed(self.all_versions)}
+            preferred = {(rt.group, rt.kind): rt for rt in reversed(self.preferred)}
+            self._lookup = (by_name, exact, preferred)
+        return self._lookup
 
     def custom(self) -> list[ResourceType]:
         return [rt for rt in self.preferred if rt.custom]

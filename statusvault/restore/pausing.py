@@ -242,18 +242,21 @@ def _get(obj: Any, pointer: str, default: Any = None) -> Any:
     return obj
 
 
-def _remove(obj: Any, pointer: str) -> None:
+def _remove(obj: dict[str, Any], pointer: str) -> None:
+    """Remove the field, copying the dicts on its path (a body shares them with the archived object)."""
     tokens = _tokens(pointer)
     for token in tokens[:-1]:
-        if not isinstance(obj, dict) or token not in obj:
+        if not isinstance(obj.get(token), dict):
             return
+        obj[token] = dict(obj[token])
         obj = obj[token]
-    if isinstance(obj, dict):
-        obj.pop(tokens[-1], None)
+    obj.pop(tokens[-1], None)
 
 
 def _set(obj: dict[str, Any], pointer: str, value: Any) -> None:
+    """Set the field, copying the dicts on its path (a body shares them with the archived object)."""
     tokens = _tokens(pointer)
     for token in tokens[:-1]:
-        obj = obj.setdefault(token, {})
+        obj[token] = dict(obj.get(token) or {})
+        obj = obj[token]
     obj[tokens[-1]] = value

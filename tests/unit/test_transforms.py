@@ -40,12 +40,16 @@ def test_sanitize_strips_server_set_metadata_and_keeps_user_metadata():
     assert out["spec"] == {"n": 1}
 
 
-def test_sanitize_keeps_status_when_asked_and_does_not_mutate_its_input():
+def test_sanitize_keeps_status_when_asked_and_its_metadata_is_its_own():
     obj = live()
     out = sanitize(obj, keep_status=True)
-    out["spec"]["n"] = 2
+    out["metadata"]["labels"]["l"] = "2"
+    out["metadata"]["annotations"]["new"] = "x"
+    out["metadata"]["namespace"] = "elsewhere"
     assert out["status"] == {"s": 1}
-    assert obj["spec"] == {"n": 1} and obj["metadata"]["uid"] == "u1"
+    assert obj["metadata"]["labels"] == {"l": "1"} and obj["metadata"]["annotations"] == {"a": "b"}
+    assert obj["metadata"]["uid"] == "u1" and "namespace" not in obj["metadata"]
+    assert out["spec"] is obj["spec"], "the rest is shared, not copied: callers change only metadata in place"
 
 
 @pytest.mark.parametrize(("cluster_ip", "kept"), [("10.0.0.5", False), ("None", True), (None, False)])
