@@ -24,6 +24,7 @@ from statusvault.archiveformat import (
     check_resources,
     member_path,
     parse_member_path,
+    shown,
     stream_bound,
 )
 from statusvault.archivestream import TarStream
@@ -108,20 +109,20 @@ def _objects(
     for member in tar.members():
         if ended or member.name == MANIFEST_MEMBER:
             if ended:
-                raise ArchiveError(f"archive member {member.name!r} follows manifest.json, the last member")
+                raise ArchiveError(f"archive member {shown(member.name)} follows manifest.json (the last)")
             ended = True
             continue
         parse_member_path(member.name)
         if member.size > MAX_OBJECT_BYTES:
-            raise ArchiveError(f"archive member {member.name!r} has {member.size:,} bytes, above the limit")
+            raise ArchiveError(f"archive member {shown(member.name)} has {member.size:,} bytes, above the limit")
         listed, expected = next(entries, ("", ""))
         if listed != member.name:
-            raise ArchiveError(f"archive member {member.name!r} is not listed in the manifest at its place")
+            raise ArchiveError(f"archive member {shown(member.name)} is not listed in the manifest at its place")
         if want is not None and not want(member.name):
             continue
         data = tar.read(member)
         if hashlib.sha256(data).hexdigest() != expected:
-            raise ArchiveError(f"checksum mismatch for {member.name!r}: the archive was modified")
+            raise ArchiveError(f"checksum mismatch for {shown(member.name)}: the archive was modified")
         yield member.name, data
     if next(entries, None) is not None:
         raise ArchiveError("the manifest lists object files the archive does not hold")

@@ -25,6 +25,7 @@ from statusvault.archiveformat import (
     kind_digest,
     object_kind,
     parse_member_path,
+    shown,
     uncompressed_bound,
 )
 from statusvault.archivemanifest import FileList, load
@@ -85,13 +86,14 @@ def first_read(path: Path, budget: int) -> FirstRead:
                 result.head, files = load(spool, path.name)
                 check_manifest(result.head)
                 _check_data_size(result.head, sizes)
-                result.problem = _compare(seen, files, result.head["resources"], result.report)
+                _compare(seen, files, result.head["resources"], result)
             except BaseException:
                 spool.close()
                 raise
             result.files = files
     except ArchiveError as e:
-        result.report.error = result.problem = str(e)
+        result.report.error = str(e)
+        result.problem = result.problem or str(e)  # a restore names the first problem, not the last straw
     return result
 
 
@@ -101,16 +103,15 @@ def _scan(path: Path, budget: int, seen: IO[bytes], result: FirstRead) -> tuple[
     manifest: IO[bytes] | None = None
     try:
         with TarStream(path, budget) as tar:
-            try:
-                for member in tar.members():
-                    if manifest is not None:
-                        raise ArchiveError(f"archive member {member.name!r} follows manifest.json, the last member")
-                    if member.name == MANIFEST_MEMBER:
-                        manifest = _spool(tar, member)
-                    else:
-                        seen.write(_record(tar, member, sizes, names))
-            finally:
+            for member in tar.members():
                 result.inflated = tar.inflated
+                if manifest is not None:
+                    raise ArchiveError(f"archive member {shown(member.name)} follows manifest.json (the last)")
+                if member.name == MANIFEST_MEMBER:
+                    manifest = _spool(tar, member)
+                else:
+                    seen.write(_record(tar, member, sizes, names))
+            result.inflated = tar.inflated
     except BaseException:
         if manifest is not None:
             manifest.close()
@@ -121,16 +122,17 @@ def _scan(path: Path, budget: int, seen: IO[bytes], result: FirstRead) -> tuple[
 
 
 def _record(tar: TarStream, member: Member, sizes: _Sizes, names: set[int]) -> bytes:
-    key = parse_member_path(member.name)
+    """One object member checked; its line for the comparison with the manifest."""
+    key, name = parse_member_path(member.name), shown(member.name)
     if member.size > MAX_OBJECT_BYTES:
-        raise ArchiveError(f"archive member {member.name!r} has {member.size:,} bytes, above the limit for an object")
+        raise ArchiveError(f"archive member {name} has {member.size:,} bytes, above the limit for an object")
     sizes.objects += 1
     sizes.data += member.size
     sizes.paths += len(member.name)
     if sizes.objects > MAX_OBJECTS or sizes.data > MAX_UNCOMPRESSED_BYTES or sizes.paths > MAX_MANIFEST_BYTES:
-        raise ArchiveError(f"archive {tar.label} holds more object files than the limits allow, at {member.name!r}")
+        raise ArchiveError(f"archive {tar.label} holds more object files than the limits allow, at {name}")
     if hash(member.name) in names:  # a keyed 64-bit hash: a collision is as good as impossible
-        raise ArchiveError(f"archive member {member.name!r} appears twice")
+        raise ArchiveError(f"archive member {name} appears twice")
     names.add(hash(member.name))
     data = tar.read(member)
     kind = object_kind(member.name, key, data)
@@ -156,18 +158,18 @@ def _check_data_size(head: dict[str, Any], sizes: _Sizes) -> None:
         )
 
 
-def _compare(seen: IO[bytes], files: FileList, resources: dict[str, Any], report: VerifyReport) -> str:
-    """Walk the members read and the manifest's list in step; fill the report; return the first problem."""
+def _compare(seen: IO[bytes], files: FileList, resources: dict[str, Any], result: FirstRead) -> None:
+    """Walk the members read and the manifest's list in step; fill the report and the first problem."""
     entries = files.entries()
     ahead: dict[str, str] = {}  # entries read past while looking for a member: only in a damaged archive
-    first = ""
+    report = result.report
     seen.seek(0)
     for line in seen:
         path, sha, kind = orjson.loads(line)
         check_member_type(path, parse_member_path(path), kind, resources)
         expected = ahead.pop(path, None)
         if expected is not None:
-            first = first or _misplaced(path)
+            result.problem = result.problem or _misplaced(path)
             _note(report.misordered, path)
         while expected is None and (entry := next(entries, None)) is not None:
             if entry[0] == path:
@@ -177,22 +179,21 @@ def _compare(seen: IO[bytes], files: FileList, resources: dict[str, Any], report
                 if len(ahead) > MAX_PROBLEMS:
                     raise ArchiveError(f"more than {MAX_PROBLEMS:,} of the manifest's files are not at their place")
         if expected is None:
-            first = first or _misplaced(path)
+            result.problem = result.problem or _misplaced(path)
             _note(report.unexpected, path)
             continue
         report.files_checked += 1
         if sha != expected:
-            first = first or f"checksum mismatch for {path!r}: the archive was modified"
+            result.problem = result.problem or f"checksum mismatch for {shown(path)}: the archive was modified"
             _note(report.mismatched, path)
     for path in itertools.chain(ahead, (p for p, _ in entries)):
-        first = first or f"the manifest lists object files the archive does not hold, e.g. {path!r}"
+        result.problem = result.problem or f"the manifest lists object files the archive does not hold: {shown(path)}"
         _note(report.missing, path)
     report.missing.sort()
-    return first
 
 
 def _misplaced(path: str) -> str:
-    return f"archive member {path!r} is not listed in the manifest at its place"
+    return f"archive member {shown(path)} is not listed in the manifest at its place"
 
 
 def _note(names: list[str], path: str) -> None:

@@ -33,6 +33,11 @@ _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a DNS-1123 lab
 _FORBIDDEN = re.compile("[\x00-\x1f\x7f%\ud800-\udfff]")  # no Kubernetes name holds these
 
 
+def shown(text: str | bytes, limit: int = 160) -> str:
+    """A name from an archive as an error message shows it: quoted, escaped (one line), cut to `limit`."""
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
 def member_path(key: ObjectKey) -> str:
     """Velero's layout: resources/<resource>.<group>/namespaces/<ns>/<name>.json or .../cluster/<name>.json."""
     if key.namespace:
@@ -44,7 +49,7 @@ def parse_member_path(path: str) -> ObjectKey:
     """The inverse of member_path; refuses anything else, so each object has exactly one path."""
     key = _split(path) if len(path.encode("utf-8", "surrogatepass")) <= MAX_PATH_BYTES else None
     if key is None or not all(_segment_ok(s) for s in (key.qualified, key.name)):
-        raise ArchiveError(f"archive member {path!r} is outside the archive layout")
+        raise ArchiveError(f"archive member {shown(path)} is outside the archive layout")
     return key
 
 
@@ -68,10 +73,11 @@ def check_format(manifest: dict[str, Any]) -> None:
     try:
         major = int(version.split(".")[0])
     except ValueError:
-        raise ArchiveError(f"manifest has no valid formatVersion ({version[:40]!r})") from None
+        raise ArchiveError(f"manifest has no valid formatVersion ({shown(version)})") from None
     if major != SUPPORTED_MAJOR:
+        version = version if re.fullmatch(r"[\w.+-]{1,32}", version) else shown(version)
         raise ArchiveError(
-            f"archive format {version[:40]} is not supported by this statusvault "
+            f"archive format {version} is not supported by this statusvault "
             f"(reads {SUPPORTED_MAJOR}.x); upgrade statusvault"
         )
 
@@ -95,10 +101,10 @@ def check_resources(manifest: dict[str, Any]) -> None:
         raise ArchiveError("manifest has no resources map")
     for name, entry in resources.items():
         if not isinstance(entry, dict) or not _entry_ok(entry):
-            raise ArchiveError(f"manifest entry for {name[:300]!r} is malformed")
+            raise ArchiveError(f"manifest entry for {shown(name)} is malformed")
         qualified = f"{entry['resource']}.{entry['group']}" if entry["group"] else entry["resource"]
         if qualified != name:
-            raise ArchiveError(f"manifest entry {name[:300]!r} does not match its group/resource")
+            raise ArchiveError(f"manifest entry {shown(name)} does not match its group/resource")
 
 
 def _entry_ok(entry: dict[str, Any]) -> bool:
@@ -188,13 +194,13 @@ def kind_digest(kind: str) -> str:
 
 def object_kind(path: str, key: ObjectKey, data: bytes) -> str:
     """The object's kind, after checking the file holds one JSON object named as its path says."""
-    check_json_size(repr(path), data)
+    check_json_size(shown(path), data)
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as e:
-        raise ArchiveError(f"{path!r} is not valid JSON: {e}") from None
+        raise ArchiveError(f"{shown(path)} is not valid JSON: {e}") from None
     if not isinstance(obj, dict):
-        raise ArchiveError(f"{path!r} does not hold a JSON object")
+        raise ArchiveError(f"{shown(path)} does not hold a JSON object")
     meta, kind = obj.get("metadata"), obj.get("kind")
     if (
         not isinstance(meta, dict)
@@ -202,7 +208,7 @@ def object_kind(path: str, key: ObjectKey, data: bytes) -> str:
         or meta.get("name") != key.name
         or (meta.get("namespace") or "") != key.namespace
     ):
-        raise ArchiveError(f"{path!r} holds an object whose kind, namespace or name does not match its path")
+        raise ArchiveError(f"{shown(path)} holds an object whose kind, namespace or name does not match its path")
     return kind
 
 
@@ -210,8 +216,10 @@ def check_member_type(path: str, key: ObjectKey, kind: str, resources: dict[str,
     """The member's resource is described in the manifest, with its scope and (by digest) its kind."""
     entry = resources.get(key.qualified)
     if entry is None:
-        raise ArchiveError(f"{path!r} belongs to a resource the manifest does not describe")
+        raise ArchiveError(f"{shown(path)} belongs to a resource the manifest does not describe")
     if bool(key.namespace) != entry["namespaced"]:
-        raise ArchiveError(f"{path!r} has a {'namespaced' if key.namespace else 'cluster'} path, unlike its resource")
+        raise ArchiveError(
+            f"{shown(path)} has a {'namespaced' if key.namespace else 'cluster'} path, unlike its resource"
+        )
     if kind != kind_digest(entry["kind"]):
-        raise ArchiveError(f"{path!r} holds an object whose kind, namespace or name does not match its path")
+        raise ArchiveError(f"{shown(path)} holds an object whose kind, namespace or name does not match its path")

@@ -17,8 +17,10 @@ from statusvault.errors import ArchiveError
 
 READ = 1 << 16
 MAX_ENTRY = 32 << 10  # one "path": "sha256" entry, whitespace and escapes included
-_TOKEN = re.compile(rb'[ \t\n\r]+|"(?:[^"\\]|\\.)*"|[{}\[\],:]|[^ \t\n\r"{}\[\],:]+')
-_ENTRY = re.compile(rb'[ \t\n\r]*"((?:[^"\\\x00-\x1f]|\\.)*)"[ \t\n\r]*:[ \t\n\r]*"([0-9a-f]{64})"[ \t\n\r]*([,}])')
+_TOKEN = re.compile(rb'[ \t\n\r]+|"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],:]|[^ \t\n\r"{}\[\],:]+')
+_ENTRY = re.compile(
+    rb'[ \t\n\r]*"([^"\\\x00-\x1f]*(?:\\.[^"\\\x00-\x1f]*)*)"[ \t\n\r]*:[ \t\n\r]*"([0-9a-f]{64})"[ \t\n\r]*([,}])'
+)
 _CLOSE = re.compile(rb"[ \t\n\r]*\}")
 
 
@@ -105,7 +107,7 @@ class _Tokens:
         if len(self.buf) - self.pos > MAX_HEAD_BYTES:
             raise ArchiveError(f"manifest.json in {self.label} is larger than the limit ({MAX_HEAD_BYTES:,} bytes)")
         self.spool.seek(self.base + len(self.buf))
-        chunk = self.spool.read(READ)
+        chunk = self.spool.read(max(READ, len(self.buf) - self.pos))  # doubling: a long token costs O(n)
         if not chunk:
             return False
         self.base, self.buf, self.pos = self.base + self.pos, self.buf[self.pos :] + chunk, 0

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
+from statusvault.archiveformat import shown
 from statusvault.errors import ArchiveError
 
 BLOCK = 512
@@ -118,8 +119,8 @@ class TarStream:
             if kind == b"x":
                 name, size, kind = self._extended(size)
             if kind not in REGULAR:
-                what = _NOT_REGULAR.get(kind, f"member of type {kind!r}")
-                raise ArchiveError(f"archive member {name!r} is a {what}, not a regular file")
+                what = _NOT_REGULAR.get(kind, f"member of type {shown(kind)}")
+                raise ArchiveError(f"archive member {shown(name)} is a {what}, not a regular file")
             self._left = size + (-size % BLOCK)
             yield Member(name, size)
 
@@ -152,7 +153,7 @@ class TarStream:
             name = _text(records["path"], self.label)
         if "size" in records:
             if not records["size"].isdigit():
-                raise ArchiveError(f"archive member {name!r} has an invalid size in its extended header")
+                raise ArchiveError(f"archive member {shown(name)} has an invalid size in its extended header")
             size = int(records["size"])
         if any(k.startswith("GNU.sparse") for k in records):
             kind = b"S"
@@ -167,13 +168,13 @@ def _header(block: bytes, label: str) -> tuple[str, int, bytes]:
         raise ArchiveError(f"archive {label} has a damaged tar header (not a tar stream, or modified)")
     magic = block[257:263]
     if magic not in (b"ustar\x00", b"ustar "):
-        raise ArchiveError(f"archive {label} has a tar header in an unknown format (magic {magic!r})")
+        raise ArchiveError(f"archive {label} has a tar header in an unknown format (magic {shown(magic)})")
     name = block[:100].split(b"\0", 1)[0]
     prefix = block[345:500].split(b"\0", 1)[0] if magic == b"ustar\x00" else b""
     text = _text(prefix + b"/" + name if prefix else name, label)
     size = _octal(block[124:136])
     if size is None:
-        raise ArchiveError(f"archive member {text!r} has an invalid size field")
+        raise ArchiveError(f"archive member {shown(text)} has an invalid size field")
     return text, size, block[156:157]
 
 
@@ -193,7 +194,7 @@ def _text(raw: bytes, label: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ArchiveError(f"archive {label} has a member name that is not UTF-8: {raw[:200]!r}") from None
+        raise ArchiveError(f"archive {label} has a member name that is not UTF-8: {shown(raw)}") from None
 
 
 def _pax_records(data: bytes, label: str) -> dict[str, bytes]:

@@ -208,6 +208,8 @@ def verify(store: ObjectStore, name: str, key: Key | None = None) -> VerifyRepor
         error = "the archive's size differs from its manifest: it was modified or cut short"
         return VerifyReport(archive_sha_ok=False, error=error, objects_unchecked=True)
     encryption = manifest.get("encryption")
+    if key is not None and not encryption:  # the key holder is told, not reassured by a swapped-in plaintext
+        raise ConfigError(f"backup {name!r} is not encrypted, but an encryption key was given: refusing it")
     with local_archive(store, name) as path:
         stored_ok = file_sha256(path) == manifest["archive"]["sha256"]
         if not encryption:
