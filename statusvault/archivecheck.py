@@ -5,6 +5,7 @@ One pass gives both verify's report and a restore's checks; later reads only re-
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import hashlib
 import itertools
@@ -99,7 +100,7 @@ def first_read(path: Path, budget: int) -> FirstRead:
 
 def _scan(path: Path, budget: int, seen: IO[bytes], result: FirstRead) -> tuple[IO[bytes], _Sizes]:
     """Pass over every member; return manifest.json spooled to a temp file."""
-    sizes, names = _Sizes(), set[int]()
+    sizes, names = _Sizes(), array.array("q")
     manifest: IO[bytes] | None = None
     try:
         with TarStream(path, budget) as tar:
@@ -110,18 +111,20 @@ def _scan(path: Path, budget: int, seen: IO[bytes], result: FirstRead) -> tuple[
                 if member.name == MANIFEST_MEMBER:
                     manifest = _spool(tar, member)
                 else:
-                    seen.write(_record(tar, member, sizes, names))
+                    seen.write(_record(tar, member, sizes))
+                    names.append(hash(member.name))
             result.inflated = tar.inflated
+        if manifest is None:
+            raise ArchiveError(f"archive {path.name} has no manifest.json: the backup is incomplete")
+        _check_unique(names, seen)
     except BaseException:
         if manifest is not None:
             manifest.close()
         raise
-    if manifest is None:
-        raise ArchiveError(f"archive {path.name} has no manifest.json: the backup is incomplete")
     return manifest, sizes
 
 
-def _record(tar: TarStream, member: Member, sizes: _Sizes, names: set[int]) -> bytes:
+def _record(tar: TarStream, member: Member, sizes: _Sizes) -> bytes:
     """One object member checked; its line for the comparison with the manifest."""
     key, name = parse_member_path(member.name), shown(member.name)
     if member.size > MAX_OBJECT_BYTES:
@@ -131,12 +134,25 @@ def _record(tar: TarStream, member: Member, sizes: _Sizes, names: set[int]) -> b
     sizes.paths += len(member.name)
     if sizes.objects > MAX_OBJECTS or sizes.data > MAX_UNCOMPRESSED_BYTES or sizes.paths > MAX_MANIFEST_BYTES:
         raise ArchiveError(f"archive {tar.label} holds more object files than the limits allow, at {name}")
-    if hash(member.name) in names:  # a keyed 64-bit hash: a collision is as good as impossible
-        raise ArchiveError(f"archive member {name} appears twice")
-    names.add(hash(member.name))
     data = tar.read(member)
     kind = object_kind(member.name, key, data)
     return orjson.dumps([member.name, hashlib.sha256(data).hexdigest(), kind_digest(kind)]) + b"\n"
+
+
+def _check_unique(names: array.array[int], seen: IO[bytes]) -> None:
+    """No member path twice, found from 8-byte fingerprints (1M paths in 8 MB), sorted once at the end."""
+    ordered = sorted(names)
+    twice = {a for a, b in itertools.pairwise(ordered) if a == b}
+    del ordered
+    met: set[str] = set()  # paths whose fingerprint repeats: a repeated path, or (rarely) a collision
+    seen.seek(0)
+    for line in seen if twice else ():
+        path = orjson.loads(line)[0]
+        if hash(path) in twice:
+            if path in met:
+                raise ArchiveError(f"archive member {shown(path)} appears twice")
+            met.add(path)
+    seen.seek(0, 2)
 
 
 def _spool(tar: TarStream, member: Member) -> IO[bytes]:

@@ -21,7 +21,8 @@ RESOURCES_DIR = "resources"
 # Limits: far above what any backup of a real cluster holds, low enough that a reader's memory and temp
 # disk stay bounded whatever the store holds (docs/archive-format.md, "Limits").
 MAX_OBJECT_BYTES = 16 << 20  # one object file; the API server takes requests of up to 3 MiB
-MAX_JSON_VALUES = 1_000_000  # `{`, `[`, `,` and `:` bytes in one JSON document: bounds what parsing it costs
+MAX_JSON_VALUES = 1_000_000  # in one object file, counted as `{`, `[`, `,` and `:` bytes: bounds what parsing costs
+MAX_HEAD_VALUES = 200_000  # in a manifest's head (~20 per resource type), which a reader holds throughout
 MAX_OBJECTS = 1_000_000  # object files in one archive
 MAX_MANIFEST_BYTES = 256 << 20  # the embedded manifest (a 100k-object manifest is ~12 MB)
 MAX_HEAD_BYTES = 4 << 20  # the summary manifest; the embedded manifest without its `files`
@@ -180,11 +181,11 @@ def stream_bound(manifest: dict[str, Any]) -> int:
     return data + (objects + 8) * FRAME_BYTES + MAX_MANIFEST_BYTES  # 8 more: the manifest's, the end, read-ahead
 
 
-def check_json_size(what: str, data: bytes) -> None:
-    """Refuse a document whose parse would cost more memory than MAX_JSON_VALUES values."""
+def check_json_size(what: str, data: bytes, limit: int = MAX_HEAD_VALUES) -> None:
+    """Refuse a document whose parse would cost more memory than `limit` values (about 100 bytes each)."""
     values = data.count(b"{") + data.count(b"[") + data.count(b",") + data.count(b":")
-    if values > MAX_JSON_VALUES:
-        raise ArchiveError(f"{what} holds more than {MAX_JSON_VALUES:,} JSON values (the limit)")
+    if values > limit:
+        raise ArchiveError(f"{what} holds more than {limit:,} JSON values (the limit)")
 
 
 def kind_digest(kind: str) -> str:
@@ -194,7 +195,7 @@ def kind_digest(kind: str) -> str:
 
 def object_kind(path: str, key: ObjectKey, data: bytes) -> str:
     """The object's kind, after checking the file holds one JSON object named as its path says."""
-    check_json_size(shown(path), data)
+    check_json_size(shown(path), data, MAX_JSON_VALUES)
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as e:

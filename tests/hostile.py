@@ -27,7 +27,8 @@ from tests.builders import cr, kc_status, resource_type
 
 KC = resource_type("xyz.example.com", "KubernetesCluster")
 POOL = resource_type("infra.example.com", "ClusterPool", namespaced=False)
-KEY = Key(hashlib.sha256(b"statusvault hostile corpus key").digest())
+SECRET = hashlib.sha256(b"statusvault hostile corpus key").digest()  # a test key, nothing else uses it
+KEY = Key(SECRET)
 BLOCK = 512
 
 

@@ -304,6 +304,42 @@ def json_values_bomb(b: Backup) -> Planted:
     return with_json(b, head + b',"x":[' + b'{"a":1},' * 1_500_000 + b"{}]}")
 
 
+def heavy_then_unlisted(b: Backup, filler: bytes) -> Planted:
+    """prod made as costly to parse as the limits allow (and valid), then a member the manifest does not
+    list: the first read parses the heavy one before it meets the refusal."""
+    with_json(b, orjson.dumps(obj(b, prod(b)))[:-1] + b',"x":[' + filler + b"]}")
+    data = kc("late", b.ns)
+    b.restate(len(data))
+    return with_tar(b, entry(b.path(KCQ, "late", b.ns), data))
+
+
+@case("not listed in the manifest at its place", bomb=True)
+def json_dicts_at_the_limit(b: Backup) -> Planted:
+    return heavy_then_unlisted(b, b",".join([b'{"a":1}'] * 330_000))
+
+
+@case("not listed in the manifest at its place", bomb=True)
+def json_strings_at_the_limit(b: Backup) -> Planted:
+    return heavy_then_unlisted(b, b",".join(b'"%014d"' % i for i in range(900_000)))
+
+
+@case("not listed in the manifest at its place", bomb=True)
+def limits_combined(b: Backup, members: int = 200_000) -> Planted:
+    """Both manifests' heads near their value limit, 200,000 unlisted members, then the heaviest object."""
+    b.head["padding"] = [{"a": 1}] * 60_000
+    filler = b",".join(b'"%014d"' % i for i in range(900_000))
+    b.replace(prod(b), orjson.dumps(obj(b, prod(b)))[:-1] + b',"x":[' + filler + b"]}")
+    extra = [(b.path(KCQ, f"m{i}", b.ns), kc(f"m{i}", b.ns)) for i in range(members)]
+    b.restate(sum(len(d) for _, d in extra))
+    b.head["totals"]["objects"] += members
+
+    def parts() -> Iterator[bytes]:
+        yield from (entry(p, d) for p, d in [*b.members[:2], *extra, *b.members[2:]])
+        yield entry("manifest.json", manifest_bytes(b.head, b.files())) + END
+
+    return b.planted(parts())
+
+
 @case("not valid JSON")
 def json_deeply_nested(b: Backup) -> Planted:
     o = obj(b, prod(b))
@@ -501,7 +537,7 @@ def summary_without_archive(b: Backup) -> Planted:
     return planted
 
 
-@case("more than 1,000,000 JSON values")
+@case("JSON values (the limit)")
 def summary_values_bomb(b: Backup) -> Planted:
     planted = b.planted()
     planted.summary["padding"] = [{"a": 0}] * 400_000

@@ -1,0 +1,107 @@
+"""The hostile corpus (tests/hostile_corpus.py) through the CLI against the real API server.
+
+Each archive is planted in the store with recomputed hashes and manifests; `restore` and `verify` exit
+non-zero with one line and no traceback, and the cluster is left as it was. The biggest bombs run in a
+subprocess whose peak RSS is measured."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from statusvault.kinds import NAMESPACES
+from tests.builders import unique
+from tests.hostile import SECRET, Backup
+from tests.hostile_corpus import CASES, Case
+from tests.integration.test_restore import delete_namespace
+
+RSS_LIMIT_KIB = 256 * 1024
+PEAK = (
+    "import json, resource, subprocess, sys\n"
+    "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+    "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+    "print(json.dumps({'code': p.returncode, 'err': p.stderr, 'rssKiB': rss}))\n"
+)
+
+
+@pytest.fixture
+def key_file(tmp_path) -> str:
+    path = tmp_path / "corpus.key"
+    path.write_text(base64.b64encode(SECRET).decode())
+    return str(path)
+
+
+def census(kube, crds) -> dict[str, int]:
+    """How many objects of each kind the corpus names exist, cluster-wide."""
+    kinds = {"kc": crds.resolve("kubernetesclusters.xyz.example.com"), "pools": crds.resolve("clusterpools")}
+    counts = {k: sum(len(page) for page in kube.list_pages(rt, None)) for k, rt in kinds.items()}
+    counts["namespaces"] = sum(len(page) for page in kube.list_pages(NAMESPACES, None))
+    return counts
+
+
+def plant(case: Case, storage, ns: str) -> str:
+    name = f"h-{case.id.replace('_', '-')}"
+    case.build(Backup.base(name, ns, case.encrypted)).write(storage, name)
+    return name
+
+
+def assert_refused(result, error: str = "") -> None:
+    assert result.code != 0
+    assert "Traceback" not in result.err + result.out and "error: unexpected" not in result.err
+    assert error in result.err
+    assert len(result.err.strip().splitlines()) == 1, result.err
+
+
+def test_the_untwisted_base_restores(run, kube, crds, key_file):
+    """The harness sees writes: the base every case twists restores (then is removed again)."""
+    ns = unique("hostile")
+    name = "h-base"
+    Backup.base(name, ns, encrypted=True).planted().write(run.storage, name)
+    before = census(kube, crds)
+    try:
+        result = run("restore", name, "--encryption-key-file", key_file)
+        assert result.code == 0, result.err
+        assert kube.get(crds.resolve("kc"), ns, "prod")["status"]["clusterID"] == "kc-000001"
+        assert census(kube, crds) == {k: v + {"kc": 2, "pools": 1, "namespaces": 1}[k] for k, v in before.items()}
+    finally:
+        kube.delete(crds.resolve("clusterpools"), None, f"{ns}-pool")
+        delete_namespace(kube, ns)  # gone, not terminating: later censuses must not see it go
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_archive_is_refused_without_a_write(run, kube, crds, key_file, case):
+    ns = unique("hostile")
+    name = plant(case, run.storage, ns)
+    key = ["--encryption-key-file", key_file] if case.encrypted else []
+    before = census(kube, crds)
+    assert_refused(run("restore", name, *key), case.error)
+    assert_refused(run("verify", name, *key))
+    assert census(kube, crds) == before
+    assert kube.get(NAMESPACES, None, ns) is None
+
+
+BOMBS = [c for c in CASES if c.bomb]
+
+
+@pytest.mark.parametrize("command", ["restore", "verify"])
+@pytest.mark.parametrize("case", BOMBS, ids=[c.id for c in BOMBS])
+def test_bombs_stay_under_256_mib(cluster, kube, crds, tmp_path, case, command):
+    ns = unique("hostile")
+    name = plant(case, tmp_path / "store", ns)
+    env = {
+        **os.environ,
+        "STATUSVAULT_STORAGE": str(tmp_path / "store"),
+        "STATUSVAULT_STATE_DIR": str(tmp_path / "state"),
+    }
+    cli = [sys.executable, "-m", "statusvault", "--kubeconfig", str(cluster.kubeconfig), command, name]
+    proc = subprocess.run([sys.executable, "-c", PEAK, *cli], env=env, capture_output=True, text=True, check=True)
+    measured = json.loads(proc.stdout)
+    print(f"{case.id} {command}: peak RSS {measured['rssKiB'] / 1024:.0f} MiB")
+    assert measured["code"] != 0 and "Traceback" not in measured["err"]
+    assert measured["rssKiB"] < RSS_LIMIT_KIB
+    assert kube.get(NAMESPACES, None, ns) is None
