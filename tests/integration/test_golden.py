@@ -1,0 +1,31 @@
+"""The golden v1 backups (fixtures/golden/v1) restore on the real API server, statuses exact."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from statusvault.kinds import NAMESPACES
+from tests.builders import kc_status
+from tests.golden import NAMESPACE, V1
+from tests.integration.test_restore import delete_namespace
+
+
+@pytest.mark.parametrize("folder", ["plain", "encrypted"])
+def test_the_golden_backup_restores(run, kube, crds, folder):
+    shutil.copytree(V1 / folder, run.storage / "backups" / f"golden-{folder}")
+    key = ["--encryption-key-file", str(V1 / "test.key")] if folder == "encrypted" else []
+    pools = crds.resolve("clusterpools")
+    assert kube.get(NAMESPACES, None, NAMESPACE) is None
+    try:
+        result = run("restore", f"golden-{folder}", *key)
+        assert result.code == 0, result.err
+        for i, name in enumerate(("prod", "dev")):
+            restored = kube.get(crds.resolve("kc"), NAMESPACE, name)
+            assert restored["status"] == kc_status(i + 1) and restored["spec"]["region"].endswith("-1")
+        assert kube.get(pools, None, "golden-pool")["status"] == {"allocated": 5, "phase": "Ready"}
+    finally:
+        kube.delete(pools, None, "golden-pool")
+        if kube.get(NAMESPACES, None, NAMESPACE) is not None:
+            delete_namespace(kube, NAMESPACE)
