@@ -146,8 +146,22 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def check_summary(manifest: dict[str, Any]) -> None:
-    """The summary manifest beside the archive: the embedded manifest's rules, plus `archive` and `encryption`."""
+    """The summary manifest beside the archive: the embedded manifest's rules, and well-formed `archive`
+    and `encryption` fields when there (reading the archive requires `archive`: see archive_field)."""
     check_manifest(manifest)
+    if manifest.get("archive") is not None:
+        archive_field(manifest)
+    encryption = manifest.get("encryption")
+    if encryption is not None and (
+        not isinstance(encryption, dict)
+        or not isinstance(encryption.get("algorithm"), str)
+        or not isinstance(encryption.get("keyId"), str)
+    ):
+        raise ArchiveError("manifest has a malformed encryption field")
+
+
+def archive_field(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The summary manifest's `archive`: the stored archive's size and SHA-256."""
     archive = manifest.get("archive")
     if (
         not isinstance(archive, dict)
@@ -157,13 +171,7 @@ def check_summary(manifest: dict[str, Any]) -> None:
         or isinstance(archive["size"], bool)
     ):
         raise ArchiveError("manifest has no valid archive size and sha256")
-    encryption = manifest.get("encryption")
-    if encryption is not None and (
-        not isinstance(encryption, dict)
-        or not isinstance(encryption.get("algorithm"), str)
-        or not isinstance(encryption.get("keyId"), str)
-    ):
-        raise ArchiveError("manifest has a malformed encryption field")
+    return archive
 
 
 def uncompressed_bound(manifest: dict[str, Any]) -> int | None:

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from statusvault.archive import ArchiveReader, VerifyReport, file_sha256
-from statusvault.archiveformat import MAX_HEAD_BYTES, check_json_size, check_summary
+from statusvault.archiveformat import MAX_HEAD_BYTES, archive_field, check_json_size, check_summary
 from statusvault.crypto import ALGORITHM, Key, decrypt_file
 from statusvault.errors import ArchiveError, BackupNotFoundError, ConfigError
 from statusvault.retention import Candidate, Decision, RetentionPolicy, decide
@@ -168,10 +168,11 @@ def readable_archive(store: ObjectStore, name: str, manifest: dict[str, Any], ke
 
     An archive whose size differs from the manifest's is refused before it is downloaded (temp disk stays
     within the size the manifest states)."""
-    if stored_size(store, name) != manifest["archive"]["size"]:
+    archive = archive_field(manifest)
+    if stored_size(store, name) != archive["size"]:
         raise ArchiveError(f"backup {name!r} was modified: the archive's size differs from its manifest")
     with local_archive(store, name) as path:
-        if file_sha256(path) != manifest["archive"]["sha256"]:
+        if file_sha256(path) != archive["sha256"]:
             raise ArchiveError(f"backup {name!r} was modified: the archive checksum differs from its manifest")
         encryption = manifest.get("encryption")
         if not encryption:
@@ -204,14 +205,12 @@ def verify(store: ObjectStore, name: str, key: Key | None = None) -> VerifyRepor
 
     An encrypted backup verified without its key gets the first check only (`objects_unchecked`)."""
     manifest = read_manifest(store, name)
-    if stored_size(store, name) != manifest["archive"]["size"]:
-        error = "the archive's size differs from its manifest: it was modified or cut short"
-        return VerifyReport(archive_sha_ok=False, error=error, objects_unchecked=True)
+    archive = archive_field(manifest)
     encryption = manifest.get("encryption")
     if key is not None and not encryption:  # the key holder is told, not reassured by a swapped-in plaintext
         raise ConfigError(f"backup {name!r} is not encrypted, but an encryption key was given: refusing it")
     with local_archive(store, name) as path:
-        stored_ok = file_sha256(path) == manifest["archive"]["sha256"]
+        stored_ok = path.stat().st_size == archive["size"] and file_sha256(path) == archive["sha256"]
         if not encryption:
             report = ArchiveReader(path, summary=manifest).verify()
         elif key is None or stored_ok is False:
