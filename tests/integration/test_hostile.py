@@ -12,12 +12,15 @@ import os
 import subprocess
 import sys
 
+import boto3
+import orjson
 import pytest
 
 from statusvault.kinds import NAMESPACES
 from tests.builders import unique
 from tests.hostile import SECRET, Backup
 from tests.hostile_corpus import CASES, Case
+from tests.integration.test_backup import s3_args
 from tests.integration.test_restore import delete_namespace
 
 RSS_LIMIT_KIB = 256 * 1024
@@ -105,3 +108,27 @@ def test_bombs_stay_under_256_mib(cluster, kube, crds, tmp_path, case, command):
     assert measured["code"] != 0 and "Traceback" not in measured["err"]
     assert measured["rssKiB"] < RSS_LIMIT_KIB
     assert kube.get(NAMESPACES, None, ns) is None
+
+
+S3_CASES = ["path_traversal", "decompression_bomb", "enc_chunks_swapped", "summary_without_archive"]
+
+
+@pytest.mark.parametrize("case_id", [*S3_CASES, "stored_size_differs"])
+def test_hostile_archives_in_s3_are_refused(run, kube, crds, s3_endpoint, bucket, key_file, case_id):
+    """The same refusals from an S3 store; an archive whose size is not the manifest's is not downloaded."""
+    case = next(c for c in CASES if c.id == (case_id if case_id in S3_CASES else "path_traversal"))
+    ns = unique("hostile")
+    name = f"h-s3-{case_id.replace('_', '-')}"
+    planted = case.build(Backup.base(name, ns, case.encrypted))
+    if case_id == "stored_size_differs":
+        planted.archive += bytes(1 << 20)
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    s3.put_object(Bucket=bucket, Key=f"team/backups/{name}/archive.tar.gz", Body=planted.archive)
+    s3.put_object(Bucket=bucket, Key=f"team/backups/{name}/manifest.json", Body=orjson.dumps(planted.summary))
+    args = ["--storage", f"s3://{bucket}/team", *s3_args(s3_endpoint)]
+    args += ["--encryption-key-file", key_file] if case.encrypted else []
+    before = census(kube, crds)
+    error = "the archive's size differs from its manifest" if case_id == "stored_size_differs" else case.error
+    assert_refused(run("restore", name, *args), error)
+    assert_refused(run("verify", name, *args))
+    assert census(kube, crds) == before
