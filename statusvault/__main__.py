@@ -1,3 +1,4 @@
 from statusvault.cli.main import entry
 
-entry()
+if __name__ == "__main__":  # restore worker processes (spawned) import this module again: do not run twice
+    entry()

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import random
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, Protocol
+
+
+class RateLimiter(Protocol):
+    def acquire(self) -> float:
+        """Take one token, sleeping until one is available; returns the seconds waited."""
+        ...
 
 
 class TokenBucket:
@@ -42,6 +50,32 @@ class TokenBucket:
             wait = -self._tokens / self.qps if self._tokens < 0 else 0.0
         if wait > 0:
             self._sleep(wait)
+        return wait
+
+
+class SharedTokenBucket:
+    """A token bucket shared by processes (one QPS/burst budget for a restore's worker processes).
+
+    Its state lives in shared memory under a process-shared lock; CLOCK_MONOTONIC is the same in every process
+    of the machine. Made in the parent and handed to each worker when it is started (it pickles only then)."""
+
+    def __init__(self, qps: float, burst: int, ctx: Any = None):
+        self.qps = qps
+        self.burst = max(1, burst)
+        ctx = ctx or multiprocessing.get_context()
+        self._state = ctx.RawArray("d", [float(self.burst), time.monotonic()])  # tokens, last refill
+        self._lock = ctx.Lock()
+
+    def acquire(self) -> float:
+        if self.qps <= 0:
+            return 0.0
+        with self._lock:
+            now = time.monotonic()
+            tokens = min(self.burst, self._state[0] + (now - self._state[1]) * self.qps) - 1.0
+            self._state[0], self._state[1] = tokens, now
+        wait = -tokens / self.qps if tokens < 0 else 0.0
+        if wait > 0:
+            time.sleep(wait)
         return wait
 
 

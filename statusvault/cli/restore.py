@@ -30,6 +30,7 @@ from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import restore_options
 from statusvault.restore.results import GENERATION_NOTE, RestoreReport, StatusOutcome
 from statusvault.restore.service import RestoreRequest, run_restore
+from statusvault.restore.workers import MIN_WAVE, WorkerSpec, default_processes
 
 
 @click.command("restore")
@@ -66,7 +67,15 @@ from statusvault.restore.service import RestoreRequest, run_restore
     default=16,
     show_default=True,
     envvar="STATUSVAULT_PARALLEL",
-    help="Concurrent workers.",
+    help="Concurrent requests per process.",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(1, 64),
+    default=None,
+    envvar="STATUSVAULT_PROCESSES",
+    help="Worker processes for large waves (each with --parallel requests in flight). "
+    "[default: the CPUs this process may use (cgroup-aware), at most 8]",
 )
 @click.option(
     "--qps",
@@ -136,7 +145,8 @@ def _restore(app: App, backup_name: str, output: str, kw: dict[str, Any], unpaus
             kw["restart"],
             encryption_key(kw),
             kw["parallel"],
-            app.progress(),
+            workers=worker_spec(app, kw),
+            progress=app.progress(),
             unpause=unpause,
         )
         report = run_restore(client, lambda refresh: app.discovery(refresh=refresh), request)
@@ -163,6 +173,15 @@ def _restore(app: App, backup_name: str, output: str, kw: dict[str, Any], unpaus
             f"restore of {backup_name} finished with {len(report.failures)} failed object(s); "
             f"{report.lacking} object(s) lack their saved status{again.replace('resume', 'retry only those')}"
         )
+
+
+def worker_spec(app: App, kw: dict[str, Any]) -> WorkerSpec:
+    """Worker processes reach the cluster as this process does; the QPS budget is shared by all of them."""
+    explicit = kw["processes"] is not None  # then every wave goes to the processes, small ones too
+    processes = kw["processes"] or default_processes()
+    return WorkerSpec(
+        app.kubeconfig, app.context, processes, kw["parallel"], kw["qps"], kw["burst"], 0 if explicit else MIN_WAVE
+    )
 
 
 def read_modifiers(path: str) -> Modifiers:

@@ -14,7 +14,7 @@ import urllib3
 from statusvault.errors import KubeApiError, KubeConnectionError
 from statusvault.kube.credentials import Credential, CredentialSource
 from statusvault.kube.kubeconfig import ClientConfig, load
-from statusvault.throttle import Backoff, TokenBucket
+from statusvault.throttle import Backoff, RateLimiter, TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,11 @@ class KubeTransport:
         burst: int = 100,
         backoff: Backoff | None = None,
         timeout: float = 60.0,
+        bucket: RateLimiter | None = None,  # a budget shared with other processes; else qps/burst
     ):
         self.config = config
         self.host = config.host
-        self.bucket = TokenBucket(qps, burst)
+        self.bucket: RateLimiter = bucket if bucket is not None else TokenBucket(qps, burst)
         self.backoff = backoff or Backoff()
         self.timeout = urllib3.Timeout(connect=10.0, read=timeout)
         self.stats = TransportStats()

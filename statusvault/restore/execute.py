@@ -22,6 +22,7 @@ from statusvault.restore.results import ItemResult, Outcome, RestoreReport
 from statusvault.restore.served import ServedTypes
 from statusvault.restore.unpause import unpause_all
 from statusvault.restore.waves import WaveRunner
+from statusvault.restore.workers import ProcessPool, WorkerSpec
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ class EngineSettings:
     progress: Progress = dataclasses.field(default_factory=NullProgress)
     cancel: threading.Event | None = None  # set from outside (a lost Lease): no new object is started
     release_kept: bool = False  # unpause what --keep-paused left paused too (statusvault unpause)
+    workers: WorkerSpec | None = None  # worker processes for large waves (None or 1 process: threads only)
+    origin: float = dataclasses.field(default_factory=time.monotonic)  # when the restore began (timings)
 
 
 class RestoreEngine:
@@ -58,9 +61,14 @@ class RestoreEngine:
         )
         progress = self.settings.progress
         progress.start("restore", total=plan.pending(journal.path))
+        processes: ProcessPool | None = None
         try:
             for wave in plan.waves():
-                waves.run(self.served.target(item) for item in plan.items(wave, journal.path))
+                if processes is None and self._wants_processes(wave.size, opts):
+                    processes = self._processes(journal, opts, run)
+                pool = processes if processes is not None and self._wants_processes(wave.size, opts) else None
+                waves.run((self.served.target(item) for item in plan.items(wave, journal.path)), pool)
+                journal.flush()
                 if wave.category == Category.CRD and opts.dry_run == "none":
                     self._after_crds(plan, run.crds_written)
         except KeyboardInterrupt:
@@ -68,12 +76,27 @@ class RestoreEngine:
         except StatusVaultError as e:  # keep what was done: the report says where it stopped
             report.aborted = str(e)
         finally:
+            if processes is not None:
+                processes.close()
+            journal.flush()
             progress.finish()
             report.duration = time.monotonic() - started
         if opts.dry_run == "none":  # a check, not a guess: what the journal has not seen done
             report.unreached = max(0, plan.pending(journal.path, wanted_status=True) - len(report.missing_status))
             self._unpause(plan, journal, opts, report)
         return report
+
+    def _wants_processes(self, size: int, opts: RestoreOptions) -> bool:
+        spec = self.settings.workers
+        usable = spec is not None and spec.processes > 1 and opts.dry_run != "client"
+        return usable and spec is not None and size >= spec.min_wave
+
+    def _processes(self, journal: Journal, opts: RestoreOptions, run: _Run) -> ProcessPool:
+        spec = self.settings.workers
+        assert spec is not None
+        log.info("restoring waves of %d+ objects in %d worker processes", spec.min_wave, spec.processes)
+        run.report.processes = spec.processes
+        return ProcessPool(spec, journal.path, opts, run.record)
 
     def _unpause(self, plan: RestorePlan, journal: Journal, opts: RestoreOptions, report: RestoreReport) -> None:
         """Only once every object of the restore has its status; otherwise what it paused stays paused."""
@@ -118,6 +141,8 @@ class _Run:
         if not result.failed and not result.lacks_status and self.opts.dry_run == "none":
             self.journal.mark_done(item)  # a resumed run leaves it alone
         with self.lock:
+            if not self.report.total:
+                self.report.timings["firstResult"] = time.monotonic() - self.engine.settings.origin
             self.report.add(result)
             self.engine.settings.progress.advance(1)
             if result.resource == CRD_QUALIFIED and result.outcome in (Outcome.CREATED, Outcome.UPDATED):

@@ -24,6 +24,10 @@ CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
+DONE_BATCH = 256
+DONE_EVERY = 0.2  # seconds
+
+
 def new_manager() -> str:
     """A field manager name unique to one restore (kept in its journal, so its resumed runs share it)."""
     return f"statusvault-restore-{secrets.token_hex(8)}"
@@ -40,6 +44,8 @@ class Journal:
         self.kept = kept
         self._db = db
         self._lock = threading.Lock()
+        self._done: list[tuple[int]] = []  # finished objects not yet committed (one commit per batch)
+        self._flushed = time.monotonic()
         self.resumed = self._count("done")  # objects finished by earlier runs
 
     @classmethod
@@ -69,6 +75,7 @@ class Journal:
             raise StatusVaultError(f"restore journal {path} is unreadable ({e}): start over with --restart") from None
 
     def close(self) -> None:
+        self.flush()
         self._db.close()
         if not self.kept:
             remove_db(self.path)
@@ -79,7 +86,22 @@ class Journal:
         remove_db(self.path)
 
     def mark_done(self, item: PlanItem) -> None:
-        self._write("INSERT OR IGNORE INTO done VALUES (?)", (item.seq,))
+        """Batched: committed every DONE_BATCH objects or DONE_EVERY seconds, and by flush(). A mark lost to a
+        kill -9 only makes the re-run write that object again, which it recognises as its own."""
+        with self._lock:
+            self._done.append((item.seq,))
+            if len(self._done) < DONE_BATCH and time.monotonic() - self._flushed < DONE_EVERY:
+                return
+        self.flush()
+
+    def flush(self) -> None:
+        """Commit the batched done marks (before anything reads the journal's done table)."""
+        with self._lock:
+            rows, self._done, self._flushed = self._done, [], time.monotonic()
+            if rows:
+                with self._db:
+                    self._db.execute("BEGIN")
+                    self._db.executemany("INSERT OR IGNORE INTO done VALUES (?)", rows)
 
     def mark_created(self, item: PlanItem) -> None:
         self._write("INSERT OR IGNORE INTO created VALUES (?)", (item.seq,))
@@ -116,7 +138,8 @@ class Journal:
 def _connect(path: Path, must_exist: bool = False) -> sqlite3.Connection:
     if must_exist and not path.exists():
         raise sqlite3.DatabaseError("no such file")
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    # several processes write it (a restore's workers): wait for a busy writer rather than fail
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60.0)
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = NORMAL")
     return db

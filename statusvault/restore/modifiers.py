@@ -57,6 +57,12 @@ class Modifiers:
 
     digest: str
     rules: tuple[Rule, ...] = dataclasses.field(repr=False, compare=False)
+    text: str = dataclasses.field(default="", repr=False, compare=False)  # the file, to rebuild the rules from
+    source: str = dataclasses.field(default="modifiers", repr=False, compare=False)
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        """Pickled as its file (a worker process parses it again): the rules hold closures."""
+        return load_modifiers, (self.text, self.source)
 
     def apply(self, qualified: str, obj: dict[str, Any]) -> tuple[dict[str, Any], Outcome]:
         """The object after every matching rule, in file order. `obj` is not changed."""
@@ -89,7 +95,7 @@ def load_modifiers(text: str, source: str = "modifiers") -> Modifiers:
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"{source}: resourceModifierRules must be a non-empty list")
     rules = tuple(_rule(i, r, f"{source}: rule {i + 1} (resourceModifierRules[{i}])") for i, r in enumerate(raw))
-    return Modifiers(hashlib.sha256(text.encode()).hexdigest()[:16], rules)
+    return Modifiers(hashlib.sha256(text.encode()).hexdigest()[:16], rules, text, source)
 
 
 def _only(d: Mapping[str, Any], allowed: set[str], where: str) -> None:

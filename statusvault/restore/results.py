@@ -113,6 +113,8 @@ class RestoreReport:
         self.left_paused = 0  # objects it created paused that stay paused (--keep-paused, or the run failed)
         self.unpause_failures: list[str] = []  # objects it could not unpause (still paused)
         self.total = 0
+        self.processes = 0  # worker processes used (0: this process's threads only)
+        self.timings: dict[str, float] = {}  # seconds from the restore's start: planned, first object finished
         self.attention: list[ItemResult] = []
         self.table: dict[str, Counter[str]] = {}
         self._spool: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
@@ -196,6 +198,8 @@ class RestoreReport:
             "unpauseFailures": self.unpause_failures,
             "summary": self.counts(),
             "warnings": self.warnings,
+            "processes": self.processes,
+            "timings": {k: round(v, 3) for k, v in self.timings.items()},
         }
 
     def to_dict(self) -> dict[str, Any]:

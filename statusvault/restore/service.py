@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ from statusvault.restore.planstore import RestorePlan
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.served import ServedTypes
 from statusvault.restore.state import finish, restore_state, state_key
+from statusvault.restore.workers import WorkerSpec
 from statusvault.storage.base import ObjectStore
 
 
@@ -37,7 +39,8 @@ class RestoreRequest:
     state_dir: Path | None = None  # None: no journal, the restore cannot be resumed
     restart: bool = False  # discard an unfinished earlier run's state
     key: Key | None = None  # to decrypt an encrypted backup
-    parallel: int = 8
+    parallel: int = 8  # threads (per process)
+    workers: WorkerSpec | None = None  # worker processes for large waves
     progress: Progress = dataclasses.field(default_factory=NullProgress)
     cancel: threading.Event | None = None  # set from outside (a lost Lease): stop starting objects
     unpause: bool = False  # statusvault unpause: finish an earlier restore and release what it kept paused
@@ -63,6 +66,7 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
 
     discover(refresh) gives the cluster's resource types; refresh=True re-reads them after CRDs."""
     opts = req.options
+    origin = time.monotonic()
     workloads = resolve_workloads(opts.scale_down, discover(False))  # a bad name fails before anything
     pauser = Pauser(client)
     for w in workloads:
@@ -72,8 +76,16 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
         planner = _planner(client, discover(False), reader, req)
         keep = opts.dry_run == "none"
         with restore_state(req.state_dir, req.backup, key, planner, keep, req.restart, req.unpause) as state:
+            planned = time.monotonic() - origin
             served = ServedTypes(discover(False), lambda: discover(True))
-            settings = EngineSettings(req.parallel, progress=req.progress, cancel=req.cancel, release_kept=req.unpause)
+            settings = EngineSettings(
+                req.parallel,
+                progress=req.progress,
+                cancel=req.cancel,
+                release_kept=req.unpause,
+                workers=req.workers,
+                origin=origin,
+            )
             engine = RestoreEngine(client, served, settings)
             if opts.dry_run != "none" or not workloads:
                 report = engine.run(reader, state.plan, state.journal, opts)
@@ -84,6 +96,7 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
             else:
                 with pauser.paused(workloads):
                     report = engine.run(reader, state.plan, state.journal, opts)
+            report.timings["planned"] = planned
             if opts.dry_run == "none" and report.succeeded and not report.left_paused:
                 finish(state)
             return report

@@ -11,6 +11,7 @@ from statusvault.errors import StatusVaultError
 from statusvault.restore.objects import ObjectRestorer, client_dry_run, not_attempted
 from statusvault.restore.planstore import Action, Category, PlanItem
 from statusvault.restore.results import ItemResult
+from statusvault.restore.workers import ProcessPool
 
 Record = Callable[[ItemResult, PlanItem], None]
 
@@ -36,10 +37,18 @@ class WaveRunner:
         self.dry_run = restorer.opts.dry_run
         self.reads_all = restorer.opts.modifiers is not None or restorer.opts.pause.enabled
 
-    def run(self, items: Iterator[PlanItem]) -> None:
+    def run(self, items: Iterator[PlanItem], processes: ProcessPool | None = None) -> None:
+        """Restore the items in this process's threads, or in worker processes when `processes` is given."""
         todo = self._to_write(items)
         if self.dry_run == "client":  # previews are read-only GETs, run in order so the plan reads in order
             self._walk(todo, lambda item, data: self.record(self.restorer.restore(item, data), item))
+            return
+        if processes is not None:
+            processes.start_wave(self.restorer.served.discovery)
+            try:
+                self._walk(todo, processes.submit)
+            finally:  # what was handed out is finished (or, for a dead worker, resent) before the next wave
+                processes.drain()
             return
         slots = threading.BoundedSemaphore(self.parallel * 4)  # objects in flight stay bounded
         with ThreadPoolExecutor(self.parallel, thread_name_prefix="restore") as pool:

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
-from statusvault.throttle import Backoff, TokenBucket
+import multiprocessing
+import time
+from typing import Any
+
+from statusvault.throttle import Backoff, SharedTokenBucket, TokenBucket
 
 
 class FakeClock:
@@ -36,3 +40,31 @@ def test_backoff_is_capped_exponential_with_full_jitter():
     b = Backoff(base=0.5, cap=4.0, max_retries=5)
     assert [b.delay(i, rng=lambda: 1.0) for i in range(5)] == [0.5, 1.0, 2.0, 4.0, 4.0]
     assert b.delay(3, rng=lambda: 0.25) == 1.0
+
+
+def _take(bucket: SharedTokenBucket, n: int, start: Any, times: Any, slot: int) -> None:
+    start.wait(30)  # both processes take their tokens at the same time
+    times[2 * slot] = time.monotonic()
+    for _ in range(n):
+        bucket.acquire()
+    times[2 * slot + 1] = time.monotonic()
+
+
+def test_a_shared_bucket_is_one_budget_for_several_processes():
+    """Two processes taking 25 tokens each, at once, from one 50/s bucket (burst 1) need at least 49/50 s
+    together; buckets of their own would let both finish in under half that."""
+    ctx = multiprocessing.get_context("spawn")
+    bucket = SharedTokenBucket(50.0, 1, ctx)
+    start, times = ctx.Barrier(2), ctx.Array("d", 4)
+    procs = [ctx.Process(target=_take, args=(bucket, 25, start, times, i)) for i in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert all(p.exitcode == 0 for p in procs)
+    span = max(times[1], times[3]) - min(times[0], times[2])
+    assert span >= 49 / 50 * 0.99, span
+
+
+def test_a_shared_bucket_without_a_rate_never_waits():
+    assert SharedTokenBucket(0.0, 1).acquire() == 0.0

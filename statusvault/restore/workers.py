@@ -1,0 +1,316 @@
+"""Restore across processes: each worker process has its own connection pool and a few threads, so one
+Python process's interpreter lock no longer caps a restore. The parent keeps everything that must be single:
+the archive walk, the plan, the order of waves, the report and the journal's `done` marks. Workers write
+the journal rows that must precede or follow a write at once (created, paused, owners' UIDs) themselves:
+SQLite in WAL mode takes writers from several processes.
+
+Messages (pickled over one pipe per worker): parent -> worker ("wave", Discovery) | ("item", token, PlanItem,
+bytes) | ("stop",); worker -> parent ("result", token, ItemResult)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from statusvault.errors import StatusVaultError
+from statusvault.kube.discovery import Discovery
+from statusvault.restore.planstore import PlanItem
+from statusvault.restore.results import ItemResult, Outcome, StatusOutcome
+from statusvault.throttle import SharedTokenBucket
+
+log = logging.getLogger(__name__)
+
+MAX_PROCESSES = 8  # the default's cap: more processes than this only add connections the server must serve
+MIN_WAVE = 256  # by default, smaller waves stay in the parent's threads (process start-up is not worth it)
+LOST_TRIES = 2  # a worker that dies holding an object: resent to a new worker this often, then a failure
+
+
+def available_cpus() -> int:
+    """The CPUs this process may use: its affinity mask, capped by a cgroup v2 (or v1) CPU quota."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = _cgroup_quota()
+    return max(1, min(cpus, int(quota + 0.5)) if quota else cpus)
+
+
+def _cgroup_quota() -> float | None:
+    try:
+        raw = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if raw and raw[0] != "max":
+            return int(raw[0]) / int(raw[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        return quota / period if quota > 0 and period > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def default_processes() -> int:
+    return min(MAX_PROCESSES, available_cpus())
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSpec:
+    """How worker processes reach the API server, and how many there are."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    processes: int = 1
+    parallel: int = 16  # threads per process
+    qps: float = 0.0  # one budget for all processes together
+    burst: int = 100
+    min_wave: int = MIN_WAVE  # smaller waves stay in the parent's threads (no process start-up for them)
+
+
+Record = Callable[[ItemResult, PlanItem], None]
+
+
+@dataclasses.dataclass
+class _Worker:
+    process: Any  # multiprocessing.Process (spawn context)
+    conn: Connection
+    send_lock: threading.Lock
+    tokens: set[int] = dataclasses.field(default_factory=set)  # objects it holds
+
+
+class ProcessPool:
+    """Worker processes fed one object at a time; results come back to `record` in the parent (from one
+    collector thread). A worker that dies has its objects resent to a new one (the restore's field manager
+    recognises a create that had already succeeded); a parent that dies closes the pipes and its workers
+    finish what they hold and exit."""
+
+    def __init__(self, spec: WorkerSpec, journal: Path, opts: Any, record: Record):
+        self.spec = spec
+        self.journal = journal
+        self.opts = opts
+        self.record = record
+        self.ctx = multiprocessing.get_context("spawn")  # the parent runs threads: never fork it
+        self.bucket = SharedTokenBucket(spec.qps, spec.burst, self.ctx)
+        self.slots = threading.BoundedSemaphore(max(1, spec.processes * spec.parallel * 4))
+        self._lock = threading.Condition()
+        self._inflight: dict[int, tuple[PlanItem, bytes | None, int, int]] = {}  # token -> item, data, worker, tries
+        self._next = 0
+        self._wave: Discovery | None = None
+        self._closing = False
+        self.workers = [self._start() for _ in range(max(1, spec.processes))]
+        self._collector = threading.Thread(target=self._collect, name="restore-results", daemon=True)
+        self._collector.start()
+
+    # --- parent side: feeding ---
+
+    def start_wave(self, served: Discovery) -> None:
+        """What the next wave is written with (sent again to a worker started later)."""
+        self._wave = served
+        for w in self.workers:
+            self._send(w, ("wave", served))
+
+    def submit(self, item: PlanItem, data: bytes | None) -> None:
+        self.slots.acquire()
+        with self._lock:
+            self._next += 1
+            token = self._next
+            index = min(range(len(self.workers)), key=lambda i: len(self.workers[i].tokens))
+            self._inflight[token] = (item, data, index, 0)
+            self.workers[index].tokens.add(token)
+        self._send(self.workers[index], ("item", token, item, data))
+
+    def drain(self) -> None:
+        """Wait until every submitted object has its result."""
+        with self._lock:
+            while self._inflight:
+                self._lock.wait(0.5)
+
+    def close(self) -> None:
+        """Let the workers finish what they hold and exit."""
+        with self._lock:
+            self._closing = True
+        for w in self.workers:
+            self._send(w, ("stop",))  # a dead one is not sent to
+        for w in self.workers:
+            w.process.join(timeout=60)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
+        self._collector.join(timeout=5)
+        self.drain_lost()
+
+    def drain_lost(self) -> None:
+        """Objects no worker will answer for any more: failures, never silence."""
+        with self._lock:
+            lost, self._inflight = self._inflight, {}
+        for item, _, _, _ in lost.values():
+            self._give_up(item, "its worker process stopped before answering")
+
+    # --- parent side: results and deaths ---
+
+    def _collect(self) -> None:
+        while True:
+            with self._lock:
+                workers = list(self.workers)
+                done = self._closing and not any(w.process.is_alive() for w in workers)
+            if done:  # what the last ones sent before exiting is still in the pipes
+                for w in workers:
+                    self._receive(w)
+                return
+            ready = wait([w.conn for w in workers] + [w.process.sentinel for w in workers], timeout=0.5)
+            for i, w in enumerate(workers):
+                if w.conn in ready or w.process.sentinel in ready:
+                    self._receive(w)
+                if w.process.sentinel in ready:  # dead, and all it sent has been read
+                    self._replace(i, w)
+
+    def _receive(self, w: _Worker) -> None:
+        try:
+            while w.conn.poll():
+                msg = w.conn.recv()
+                if msg[0] == "result":
+                    self._finish(msg[1], msg[2])
+        except (EOFError, OSError):  # it died mid-message: its sentinel tells
+            pass
+
+    def _finish(self, token: int, result: ItemResult) -> None:
+        with self._lock:
+            entry = self._inflight.pop(token, None)
+            for w in self.workers:
+                w.tokens.discard(token)
+            self._lock.notify_all()
+        if entry is not None:
+            self.slots.release()
+            self.record(result, entry[0])
+
+    def _replace(self, index: int, dead: _Worker) -> None:
+        """A worker died (kill -9, OOM): start another and resend what it held, a bounded number of times."""
+        with self._lock:
+            if self.workers[index] is not dead or self._closing:
+                return
+            code = dead.process.exitcode
+            log.warning("restore worker process %d died (exit code %s); resending its objects", index, code)
+            fresh = self._start()
+            self.workers[index] = fresh
+            held = [(t, *self._inflight[t]) for t in sorted(dead.tokens) if t in self._inflight]
+        if self._wave is not None:
+            self._send(fresh, ("wave", self._wave))
+        for token, item, data, _, tries in held:
+            if tries + 1 > LOST_TRIES:
+                with self._lock:
+                    self._inflight.pop(token, None)
+                    self._lock.notify_all()
+                self.slots.release()
+                self._give_up(item, f"its worker process died {tries + 1} times (exit code {code})")
+                continue
+            with self._lock:
+                self._inflight[token] = (item, data, index, tries + 1)
+                fresh.tokens.add(token)
+            self._send(fresh, ("item", token, item, data))
+
+    def _give_up(self, item: PlanItem, why: str) -> None:
+        result = ItemResult(
+            item.rt.qualified,
+            item.namespace,
+            item.name,
+            Outcome.FAILED,
+            StatusOutcome.NOT_WRITTEN,
+            message=why,
+            old_uid=item.old_uid,
+            wanted=item.status_mode.wanted,
+        )
+        self.record(result, item)
+
+    def _start(self) -> _Worker:
+        parent, child = self.ctx.Pipe()
+        args = (child, self.spec, self.journal, self.opts, self.bucket, os.getpid())
+        process = self.ctx.Process(target=worker_main, args=args, name="statusvault-restore-worker", daemon=True)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # Ctrl-C is the parent's to handle
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        child.close()
+        return _Worker(process, parent, threading.Lock())
+
+    @staticmethod
+    def _send(w: _Worker, msg: tuple[Any, ...]) -> None:
+        try:
+            with w.send_lock:
+                w.conn.send(msg)
+        except (OSError, ValueError):  # it died: the collector resends what it held
+            pass
+
+
+# --- worker side ---
+
+
+def worker_main(
+    conn: Connection, spec: WorkerSpec, journal_path: Path, opts: Any, bucket: SharedTokenBucket, parent: int
+) -> None:
+    """A worker process: objects from the pipe through a thread pool of its own, results back up the pipe."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    from statusvault.kube.client import KubeClient
+    from statusvault.kube.transport import load_transport
+    from statusvault.restore.journal import Journal
+
+    transport = load_transport(spec.kubeconfig, spec.context, pool_size=spec.parallel, bucket=bucket)
+    journal = Journal.open(journal_path)
+    session = _Session(conn, KubeClient(transport), journal, opts)
+    try:
+        with ThreadPoolExecutor(spec.parallel, thread_name_prefix="restore") as pool:
+            session.serve(pool, parent)
+    finally:
+        journal.close()
+        transport.close()
+
+
+class _Session:
+    def __init__(self, conn: Connection, client: Any, journal: Any, opts: Any):
+        self.conn = conn
+        self.client = client
+        self.journal = journal
+        self.opts = opts
+        self.send_lock = threading.Lock()
+        self.restorer: Any = None
+
+    def serve(self, pool: ThreadPoolExecutor, parent: int) -> None:
+        while True:
+            try:
+                if not self.conn.poll(1.0):
+                    if os.getppid() != parent:  # the parent was killed: finish what is held, then exit
+                        return
+                    continue
+                msg = self.conn.recv()
+            except (EOFError, OSError):
+                return
+            if msg[0] == "wave":
+                self.restorer = self._restorer(msg[1])
+            elif msg[0] == "item":
+                pool.submit(self._restore, self.restorer, msg[1], msg[2], msg[3])
+            else:
+                return
+
+    def _restorer(self, discovery: Discovery) -> Any:
+        from statusvault.restore.objects import ObjectRestorer
+        from statusvault.restore.served import ServedTypes
+
+        def fixed() -> Discovery:
+            raise StatusVaultError("a restore worker process does not re-read discovery")
+
+        return ObjectRestorer(self.client, ServedTypes(discovery, fixed), self.journal, self.opts)
+
+    def _restore(self, restorer: Any, token: int, item: PlanItem, data: bytes | None) -> None:
+        result = restorer.restore(item, data)
+        try:
+            with self.send_lock:
+                self.conn.send(("result", token, result))
+        except (OSError, ValueError):  # the parent is gone: the journal has what was done
+            pass
