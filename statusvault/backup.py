@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import time
 from typing import Any
@@ -17,9 +18,11 @@ from statusvault.errors import BackupExistsError, ConfigError, KubeApiError
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
+from statusvault.kube.transport import METADATA_LIST, Request
 from statusvault.model import KubeObject, ResourceType, Selection, name_matches, object_key
 from statusvault.progress import NullProgress, Progress
 from statusvault.selection import select_resources
+from statusvault.spools import Spool, in_order
 from statusvault.storage.base import ObjectStore, archive_key, manifest_key, validate_backup_name
 
 log = logging.getLogger(__name__)
@@ -105,8 +108,10 @@ class BackupEngine:
         page_size: int = 500,
         compresslevel: int = 3,
         key: Key | None = None,
+        list_concurrency: int = 1,
     ):
         self.key = key  # client-side encryption of the archive
+        self.list_concurrency = max(1, list_concurrency)  # LIST streams at once (types, namespaces)
         self.client = client
         self.discovery = discovery
         self.store = store
@@ -128,13 +133,15 @@ class BackupEngine:
             raise BackupExistsError(f"backup {name!r} already exists in {self.store.url}")
         explicit_crds = any(self.discovery.resolve(n).is_crd for n in selection.include_resources)
         defined = {(rt.group, rt.resource) for rt in types if rt.custom}
-        summaries: list[ResourceSummary] = []
+        streams = [
+            _Stream(rt, ns, selection, None if (not rt.is_crd or explicit_crds) else defined)
+            for rt in types
+            for ns in self._scopes(rt, selection)
+        ]
         with self.store.open_write(archive_key(name)) as sink:
             writer = ArchiveWriter(sink, self.compresslevel, mtime=created_at.timestamp(), key=self.key)
             try:
-                for rt in types:
-                    crd_filter = None if (not rt.is_crd or explicit_crds) else defined
-                    summaries.append(self._backup_type(writer, rt, selection, crd_filter))
+                summaries = self._write(writer, streams)
                 manifest = self._manifest(name, selection, summaries, writer, created_at)
                 manifest["schedule"] = schedule
                 if self.key is not None:
@@ -152,28 +159,52 @@ class BackupEngine:
             raise
         return BackupResult(name, self.store.url, manifest, time.monotonic() - started)
 
-    def _backup_type(
-        self, writer: ArchiveWriter, rt: ResourceType, sel: Selection, crd_filter: set[tuple[str, str]] | None
-    ) -> ResourceSummary:
-        summary = ResourceSummary(rt)
-        self.progress.start(rt.qualified)
-        scopes: tuple[str | None, ...] = sel.namespaces if (rt.namespaced and sel.namespaces) else (None,)
+    def _scopes(self, rt: ResourceType, sel: Selection) -> list[str | None]:
+        """The LIST streams of one type, in archive order: each -n namespace, or the whole cluster; a large
+        cluster-wide type is split by namespace when LISTs run in parallel (the same order: etcd's key order)."""
+        if rt.namespaced and sel.namespaces:
+            return list(sel.namespaces)
+        if self.list_concurrency == 1 or not rt.namespaced:
+            return [None]
+        return split_by_namespace(self.client, rt, "" if rt.is_crd else sel.label_selector)
+
+    def _write(self, writer: ArchiveWriter, streams: list[_Stream]) -> list[ResourceSummary]:
+        """Every stream's objects into the archive, in order, while later streams are listed ahead."""
+        summaries: dict[str, ResourceSummary] = {}
+        producers = (functools.partial(self._list, stream) for stream in streams)
+        for n, (stream, records) in enumerate(zip(streams, in_order(producers, self.list_concurrency), strict=True)):
+            rt = stream.rt
+            summary = summaries.get(rt.qualified)
+            if summary is None:
+                summary = summaries[rt.qualified] = ResourceSummary(rt)
+                self.progress.start(rt.qualified)
+            for path, data, flags in records:
+                writer.add(path, data)
+                summary.count += 1
+                summary.with_status += flags & WITH_STATUS
+                summary.terminating += (flags & TERMINATING) >> 1
+                if summary.count % 500 == 0:
+                    self.progress.advance(500)
+            if n + 1 == len(streams) or streams[n + 1].rt.qualified != rt.qualified:
+                self.progress.advance(summary.count % 500)
+                self.progress.finish()
+                log.info("backed up %d %s", summary.count, rt.qualified)
+        return list(summaries.values())
+
+    def _list(self, stream: _Stream, spool: Spool) -> None:
+        """One LIST stream, page by page, each object filtered and put in its archived form."""
+        rt, sel = stream.rt, stream.selection
         selector = "" if rt.is_crd else sel.label_selector
-        for ns in scopes:
-            for page in self.client.list_pages(rt, ns, selector, self.page_size):
-                for obj in page:
-                    if crd_filter is not None and _crd_defines(obj) not in crd_filter:
-                        continue
-                    if not rt.is_crd and not name_matches(obj["metadata"].get("name", ""), sel.names):
-                        continue
-                    writer.add(member_path(object_key(rt, obj)), prepare_object(obj))
-                    summary.count += 1
-                    summary.with_status += bool(obj.get("status")) and not rt.is_crd
-                    summary.terminating += "deletionTimestamp" in obj["metadata"]
-                self.progress.advance(len(page))
-        self.progress.finish()
-        log.info("backed up %d %s", summary.count, rt.qualified)
-        return summary
+        for page in self.client.list_pages(rt, stream.namespace, selector, self.page_size):
+            for obj in page:
+                if stream.crd_filter is not None and _crd_defines(obj) not in stream.crd_filter:
+                    continue
+                if not rt.is_crd and not name_matches(obj["metadata"].get("name", ""), sel.names):
+                    continue
+                flags = (WITH_STATUS if obj.get("status") and not rt.is_crd else 0) | (
+                    TERMINATING if "deletionTimestamp" in obj["metadata"] else 0
+                )
+                spool.put(member_path(object_key(rt, obj)), prepare_object(obj), flags)
 
     def _manifest(
         self,
@@ -200,6 +231,39 @@ class BackupEngine:
                 "uncompressedBytes": writer.raw_bytes,
             },
         }
+
+
+LIST_CONCURRENCY = 4  # the CLI's default (docs/performance.md: the measurement behind it)
+WITH_STATUS, TERMINATING = 1, 2  # record flags
+SPLIT_MIN = 5000  # objects of one type before its cluster-wide LIST is split by namespace
+SPLIT_PER_NAMESPACE = 100  # ...and only if namespaces hold this many of them on average
+
+
+@dataclasses.dataclass(frozen=True)
+class _Stream:
+    rt: ResourceType
+    namespace: str | None
+    selection: Selection
+    crd_filter: set[tuple[str, str]] | None  # CRDs: only those defining a selected resource
+
+
+def split_by_namespace(client: KubeClient, rt: ResourceType, selector: str) -> list[str | None]:
+    """Namespaces to LIST a type in, in etcd's key order (`ns/name`: "a-b/" before "a/"), when the type is
+    large and its objects are spread over namespaces; else [None] (one cluster-wide LIST)."""
+    params: list[tuple[str, str]] = [("limit", "1")] + ([("labelSelector", selector)] if selector else [])
+    try:
+        probe = client.request_json(Request("GET", rt.path(None), tuple(params), accept=METADATA_LIST))
+        total = len(probe.get("items") or []) + int((probe.get("metadata") or {}).get("remainingItemCount") or 0)
+        if total < SPLIT_MIN:
+            return [None]
+        namespaces = sorted(client.list_names(NAMESPACES, None), key=lambda ns: ns + "/")
+    except KubeApiError as e:
+        if e.code in (403, 404):  # may not list namespaces (or the type): one cluster-wide LIST
+            return [None]
+        raise
+    if not namespaces or len(namespaces) * SPLIT_PER_NAMESPACE > total:
+        return [None]
+    return list(namespaces)
 
 
 def _crd_defines(crd: KubeObject) -> tuple[str, str]:

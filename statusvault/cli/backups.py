@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from statusvault import catalog
-from statusvault.backup import BackupEngine, default_backup_name
+from statusvault.backup import LIST_CONCURRENCY, BackupEngine, default_backup_name
 from statusvault.cli.app import App
 from statusvault.cli.options import (
     cluster_resources_option,
@@ -49,6 +49,15 @@ from statusvault.storage.base import validate_backup_name
     envvar="STATUSVAULT_PAGE_SIZE",
     help="LIST page size (limit).",
 )
+@click.option(
+    "--list-concurrency",
+    type=click.IntRange(1, 64),
+    default=LIST_CONCURRENCY,
+    show_default=True,
+    envvar="STATUSVAULT_LIST_CONCURRENCY",
+    help="LISTs at once: resource types, -n namespaces, and the namespaces of a large type (written to the "
+    "archive in its usual order).",
+)
 @output_option
 @click.pass_obj
 @click.option(
@@ -82,7 +91,13 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
     store = app.store(kw["storage"], s3)
     with recorded("backup", schedule, kw["metrics_textfile"], kw["metrics_pushgateway"]) as run:
         engine = BackupEngine(
-            app.client(), app.discovery(), store, app.progress(), page_size=kw["page_size"], key=encryption_key(kw)
+            app.client(pool_size=kw["list_concurrency"] * 2 + 4),
+            app.discovery(),
+            store,
+            app.progress(),
+            page_size=kw["page_size"],
+            key=encryption_key(kw),
+            list_concurrency=kw["list_concurrency"],
         )
         result = engine.run(name, selection, schedule)
         run.success, run.duration, run.objects = True, result.duration, result.objects

@@ -13,6 +13,7 @@ import urllib3
 
 from statusvault.errors import KubeApiError, KubeConnectionError
 from statusvault.kube.credentials import Credential, CredentialSource
+from statusvault.kube.http import HttpPool, Response
 from statusvault.kube.kubeconfig import ClientConfig, load
 from statusvault.throttle import Backoff, RateLimiter, TokenBucket
 
@@ -73,6 +74,7 @@ class KubeTransport:
         self.bucket: RateLimiter = bucket if bucket is not None else TokenBucket(qps, burst)
         self.backoff = backoff or Backoff()
         self.timeout = urllib3.Timeout(connect=10.0, read=timeout)
+        self.read_timeout = timeout
         self.stats = TransportStats()
         self._stats_lock = threading.Lock()
         self._pool_size = max(1, pool_size)
@@ -80,8 +82,18 @@ class KubeTransport:
         self._certs = (config.cert_file, config.key_file)
         self.pool = self._new_pool(self._certs)
 
-    def _new_pool(self, certs: tuple[str | None, str | None]) -> urllib3.PoolManager:
+    def _new_pool(self, certs: tuple[str | None, str | None]) -> HttpPool | urllib3.PoolManager:
         config = self.config
+        if not config.proxy:  # the lean client; urllib3 speaks to proxies
+            return HttpPool(
+                config.host,
+                verify=config.verify,
+                ca_file=config.ca_file,
+                cert=certs,
+                server_hostname=config.server_hostname,
+                timeout=self.read_timeout,
+                maxsize=self._pool_size,
+            )
         pool_args: dict[str, Any] = {"num_pools": 4, "maxsize": self._pool_size, "block": False}
         if config.verify:
             pool_args.update(cert_reqs="CERT_REQUIRED", ca_certs=config.ca_file)
@@ -96,7 +108,7 @@ class KubeTransport:
             return urllib3.ProxyManager(config.proxy, **pool_args)
         return urllib3.PoolManager(**pool_args)
 
-    def _pool_for(self, credential: Credential) -> urllib3.PoolManager:
+    def _pool_for(self, credential: Credential) -> HttpPool | urllib3.PoolManager:
         """The pool presenting `credential`'s client certificate; a plugin's new certificate needs new connections."""
         certs = (credential.cert_file, credential.key_file)
         if not credential.cert_file:
@@ -144,7 +156,7 @@ class KubeTransport:
                         log.info("renewed the credentials from %s after a 401", self.config.credentials.description)
                     return bytes(resp.data)
                 error = api_error(req, resp.status, resp.data)
-                retry_after = _retry_after(resp.headers.get("Retry-After"))
+                retry_after = _retry_after(resp.headers.get("retry-after"))
                 code = resp.status
             if code == 401:
                 self._refresh_or_raise(credential, refreshed)
@@ -167,8 +179,11 @@ class KubeTransport:
             time.sleep(delay)
             attempt += 1
 
-    def _request(self, req: Request, credential: Credential) -> urllib3.BaseHTTPResponse:
-        return self._pool_for(credential).request(
+    def _request(self, req: Request, credential: Credential) -> Response | urllib3.BaseHTTPResponse:
+        pool = self._pool_for(credential)
+        if isinstance(pool, HttpPool):
+            return pool.request(req.method, req.url_path(), self._headers(req, credential), req.body)
+        return pool.request(
             req.method,
             self.host + req.url_path(),
             body=req.body,

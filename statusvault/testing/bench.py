@@ -7,16 +7,19 @@ table. Figures go to bench/results.json.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import logging
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,6 +29,7 @@ import orjson
 import urllib3
 
 from statusvault import __version__
+from statusvault.backup import LIST_CONCURRENCY
 from statusvault.testing.benchreport import report
 from statusvault.testing.cluster import ADMIN_TOKEN, LocalCluster, _free_ports
 from statusvault.testing.fixtures import install_crds
@@ -154,12 +158,12 @@ def write_all(http: Http, objs: Iterator[dict[str, Any]], workers: int) -> int:
     return count
 
 
-def bare_list(http: Http, out: Path) -> int:
+def bare_list(http: Http, out: Path, path: str = f"/apis/{GROUP}/v1/{PLURAL}") -> int:
     """Paginated LIST (limit 500), JSON-decoded, each object gzip-written: no statusvault code."""
     count, token = 0, ""
     with gzip.open(out, "wb", compresslevel=3) as gz:
         while True:
-            page = http.call("GET", f"/apis/{GROUP}/v1/{PLURAL}?limit=500" + (f"&continue={token}" if token else ""))
+            page = http.call("GET", f"{path}?limit=500" + (f"&continue={token}" if token else ""))
             for obj in page["items"]:
                 gz.write(orjson.dumps(obj))
                 count += 1
@@ -168,25 +172,47 @@ def bare_list(http: Http, out: Path) -> int:
                 return count
 
 
-def run_cli(args: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """Run statusvault in its own process; return (seconds, peak RSS in MiB of that process, stdout).
+@dataclasses.dataclass
+class CliRun:
+    seconds: float
+    peak_rss_mib: float  # of the main process (worker processes have their own)
+    cpu_seconds: float  # user + system of the process and every process it waited for (its workers)
+    out: str
+
+
+def run_cli(args: list[str], env: dict[str, str]) -> CliRun:
+    """Run statusvault in its own process; measure wall time, peak RSS and the CPU it and its workers used.
 
     Peak RSS is VmHWM read from /proc while it runs: rusage's ru_maxrss would include the RSS of this (large)
-    parent, which Linux carries across fork and exec.
+    parent, which Linux carries across fork and exec. CPU comes from wait4's rusage of that one child.
     """
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "statusvault", *args], env=env, stdout=out, stderr=err)
         peak = 0
-        while proc.poll() is None:
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
             peak = max(peak, _vm_hwm_kib(proc.pid))
             time.sleep(0.01)
         seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         if proc.returncode != 0:
             raise RuntimeError(f"statusvault {' '.join(args)} failed: {err.read().decode()[-2000:]}")
-        return seconds, peak / 1024, out.read().decode()
+        return CliRun(seconds, peak / 1024, usage.ru_utime + usage.ru_stime, out.read().decode())
+
+
+def cpu_now() -> float:
+    """CPU seconds this (bench) process has used so far: the bare-HTTP baselines run in it."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def per_1000(cpu_seconds: float, n: int) -> float:
+    return 1000 * cpu_seconds / n if n else 0.0
 
 
 def _vm_hwm_kib(pid: int) -> int:
@@ -218,6 +244,22 @@ def rate(n: int, seconds: float) -> float:
     return n / seconds if seconds > 0 else 0.0
 
 
+def timed_cpu(fn: Callable[[], int]) -> dict[str, float]:
+    """Run a bare-HTTP baseline in this process: objects/s, seconds, and its CPU per 1,000 objects."""
+    cpu = cpu_now()
+    n, seconds = timed(fn)
+    return {"objects_per_s": rate(n, seconds), "seconds": seconds, "cpu_ms_per_object": per_1000(cpu_now() - cpu, n)}
+
+
+def cli_figures(run: CliRun, n: int) -> dict[str, float]:
+    return {
+        "objects_per_s": rate(n, run.seconds),
+        "seconds": run.seconds,
+        "peak_rss_mib": run.peak_rss_mib,
+        "cpu_ms_per_object": per_1000(run.cpu_seconds, n),
+    }
+
+
 def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
     http = Http(cluster.server, PARALLEL)
     env = {
@@ -226,34 +268,52 @@ def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
         "STATUSVAULT_STORAGE": str(work / "store"),
         "STATUSVAULT_STATE_DIR": str(work / "state"),  # restore journals (removed once a restore finishes)
     }
-    results: dict[str, Any] = {"n": n, "parallel": PARALLEL}
+    results: dict[str, Any] = {"n": n, "parallel": PARALLEL, "list_concurrency": LIST_CONCURRENCY}
     log(f"seeding {n} objects over {NAMESPACES} namespaces")
     make_namespaces(http, "bench")
     _, seconds = timed(lambda: write_all(http, objects(n, "bench"), PARALLEL))
     log(f"  seeded in {seconds:.0f}s")
+    if only("backup"):
+        measure_backup(http, env, n, work, results)
+    if only("restore"):
+        measure_restore(http, cluster, env, n, work, results)
+    if only("planning"):
+        results["planning"] = measure_planning(env, int(os.environ.get("BENCH_PLAN_N", "100000")), work)
+    return results
 
-    log("bare HTTP LIST (limit 500) + JSON + gzip")
-    count, seconds = timed(lambda: bare_list(http, work / "bare.jsonl.gz"))
-    assert count == n, f"listed {count} of {n}"
-    results["list_bare"] = {"objects_per_s": rate(n, seconds), "seconds": seconds}
 
-    log("statusvault backup -> directory")
-    seconds, rss, _ = run_cli(
-        ["backup", "bench-dir", "--include-resources", f"{PLURAL}.{GROUP}", "--no-include-crds"], env
-    )
-    results["backup_dir"] = {"objects_per_s": rate(n, seconds), "seconds": seconds, "peak_rss_mib": rss}
+def only(section: str) -> bool:
+    """BENCH_ONLY=backup,restore,planning runs just those sections (all by default)."""
+    chosen = os.environ.get("BENCH_ONLY", "")
+    return not chosen or section in chosen.split(",")
 
+
+def measure_backup(http: Http, env: dict[str, str], n: int, work: Path, results: dict[str, Any]) -> None:
+    log("bare HTTP LIST (limit 500) + JSON + gzip, one stream")
+    results["list_bare"] = timed_cpu(lambda: bare_list(http, work / "bare.jsonl.gz"))
+    log(f"bare HTTP LIST of {NAMESPACES} namespaces, {LIST_CONCURRENCY} at once")
+    results["list_bare_parallel"] = timed_cpu(lambda: bare_list_parallel(http, work, LIST_CONCURRENCY))
+    for concurrency in (1, LIST_CONCURRENCY):
+        log(f"statusvault backup -> directory (--list-concurrency {concurrency})")
+        name = f"bench-dir-{concurrency}"
+        args = ["backup", name, "--include-resources", f"{PLURAL}.{GROUP}", "--no-include-crds"]
+        run = run_cli([*args, "--list-concurrency", str(concurrency)], env)
+        results[f"backup_dir_{concurrency}"] = cli_figures(run, n)
+    results["backup_dir"] = results[f"backup_dir_{LIST_CONCURRENCY}"]
     log("statusvault backup -> S3 (moto server over HTTP)")
     results["backup_s3"] = backup_to_s3(env, n)
-
     log("statusvault verify")
-    seconds, rss, _ = run_cli(["verify", "bench-dir"], env)
-    results["verify"] = {"objects_per_s": rate(n, seconds), "seconds": seconds, "peak_rss_mib": rss}
+    results["verify"] = cli_figures(run_cli(["verify", "bench-dir-1"], env), n)
 
+
+def measure_restore(
+    http: Http, cluster: LocalCluster, env: dict[str, str], n: int, work: Path, results: dict[str, Any]
+) -> None:
+    if not (work / "store" / "backups" / "bench-dir-1").exists():
+        run_cli(["backup", "bench-dir-1", "--include-resources", f"{PLURAL}.{GROUP}", "--no-include-crds"], env)
     log(f"bare HTTP create + PUT status, {PARALLEL} threads")
     make_namespaces(http, "bare")
-    _, seconds = timed(lambda: write_all(http, objects(n, "bare"), PARALLEL))
-    results["write_bare"] = {"objects_per_s": rate(n, seconds), "seconds": seconds}
+    results["write_bare"] = timed_cpu(lambda: write_all(http, objects(n, "bare"), PARALLEL))
 
     sample = min(n, 1000)
     log(f"sequential baseline: one object at a time (create, then PUT status), {sample} objects")
@@ -263,27 +323,79 @@ def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
     if shutil.which("kubectl"):
         results["write_kubectl"] = kubectl_baseline(cluster, work, min(n, 100))
 
-    log(f"statusvault restore into empty namespaces (--parallel {PARALLEL})")
-    mapping = ",".join(f"bench-{k}:restored-{k}" for k in range(NAMESPACES))
-    seconds, rss, _ = run_cli(
-        ["restore", "bench-dir", "--namespace-mapping", mapping, "--parallel", str(PARALLEL)], env
-    )
-    results["restore"] = {"objects_per_s": rate(n + NAMESPACES, seconds), "seconds": seconds, "peak_rss_mib": rss}
+    for processes in PROCESSES:
+        log(f"statusvault restore into empty namespaces (--processes {processes} --parallel {PARALLEL})")
+        results[f"restore_p{processes}"] = restore_figures(env, n, f"p{processes}", "--processes", str(processes))
+    results["restore"] = results[f"restore_p{PROCESSES[0]}"]
 
     log("statusvault restore with a 3-rule --modifiers file")
     (work / "modifiers.yaml").write_text(MODIFIERS)
-    mapping = ",".join(f"bench-{k}:modified-{k}" for k in range(NAMESPACES))
-    seconds, rss, _ = run_cli(
-        ["restore", "bench-dir", "--namespace-mapping", mapping, "--parallel", str(PARALLEL), "--modifiers",
-         str(work / "modifiers.yaml")],
-        env,
-    )  # fmt: skip
-    results["restore_modifiers"] = {
-        "objects_per_s": rate(n + NAMESPACES, seconds),
-        "seconds": seconds,
-        "peak_rss_mib": rss,
-    }
-    return results
+    results["restore_modifiers"] = restore_figures(
+        env, n, "modified", "--processes", str(PROCESSES[0]), "--modifiers", str(work / "modifiers.yaml")
+    )
+
+
+PROCESSES = (1, 2, 4)
+
+
+def restore_figures(env: dict[str, str], n: int, prefix: str, *extra: str) -> dict[str, Any]:
+    """One restore of the benchmark backup into fresh namespaces; its -o json report gives the timings."""
+    mapping = ",".join(f"bench-{k}:{prefix}-{k}" for k in range(NAMESPACES))
+    args = ["restore", "bench-dir-1", "--namespace-mapping", mapping, "--parallel", str(PARALLEL), "-o", "json"]
+    run = run_cli([*args, *extra], env)
+    head = json.loads(run.out[: run.out.index('"items": [')].rstrip().rstrip(",") + "}")
+    return {**cli_figures(run, n + NAMESPACES), "timings": head.get("timings", {}), "processes": head["processes"]}
+
+
+class SyntheticLister:
+    """What the backup engine needs of a cluster, answering LISTs with generated objects: a backup of any
+    size in seconds, written by the real engine, for measuring what a restore does before its first write."""
+
+    transport = types.SimpleNamespace(host="https://synthetic.invalid")
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def server_version(self) -> dict[str, Any]:
+        return {"gitVersion": "v1.20.2"}
+
+    def list_pages(self, rt: Any, namespace: str | None, selector: str = "", limit: int = 500) -> Iterator[Any]:
+        for start in range(0, self.n, limit):
+            page = []
+            for i in range(start, min(self.n, start + limit)):
+                obj = item(i, f"plan-{i * NAMESPACES // self.n}")  # etcd's order: namespace, then name
+                obj["metadata"].update(uid=f"uid-{i:08d}", resourceVersion=str(i + 1), generation=1)
+                page.append(obj)
+            yield page
+
+
+def measure_planning(env: dict[str, str], n: int, work: Path) -> dict[str, Any]:
+    """Time to first write: a restore of n objects plans (reads, checks and decides every object) before it
+    writes anything. A client dry run of a synthetic n-object backup runs exactly that planning."""
+    from statusvault.backup import BackupEngine
+    from statusvault.kube.discovery import Discovery
+    from statusvault.model import ResourceType, Selection
+    from statusvault.storage.local import LocalStore
+
+    log(f"planning a restore of {n} objects (synthetic backup made by the backup engine)")
+    rt = ResourceType(GROUP, "v1", PLURAL, KIND, True, has_status=True, custom=True, verbs=("list", "create"))
+    selection = Selection(include_resources=(rt.qualified,), include_crds=False)
+    store = LocalStore(work / "store")
+    BackupEngine(SyntheticLister(n), Discovery([rt], [rt]), store).run("plan-bench", selection)  # type: ignore[arg-type]
+    mapping = ",".join(f"plan-{k}:planned-{k}" for k in range(NAMESPACES))
+    run = run_cli(["restore", "plan-bench", "--namespace-mapping", mapping, "--dry-run", "client", "-o", "json"], env)
+    head = json.loads(run.out[: run.out.index('"items": [')].rstrip().rstrip(",") + "}")
+    return {"objects": n, "planned_seconds": head["timings"]["planned"], "peak_rss_mib": run.peak_rss_mib}
+
+
+def bare_list_parallel(http: Http, work: Path, concurrency: int) -> int:
+    """The bare LIST baseline, one stream per namespace, `concurrency` at once."""
+
+    def one(k: int) -> int:
+        return bare_list(http, work / f"bare-{k}.jsonl.gz", f"/apis/{GROUP}/v1/namespaces/bench-{k}/{PLURAL}")
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        return sum(pool.map(one, range(NAMESPACES)))
 
 
 MODIFIERS = f"""
@@ -320,7 +432,7 @@ def backup_to_s3(env: dict[str, str], n: int) -> dict[str, Any]:
             aws_access_key_id="bench",
             aws_secret_access_key="bench",
         ).create_bucket(Bucket="bench")
-        seconds, rss, _ = run_cli(
+        run = run_cli(
             [
                 "backup",
                 "bench-s3",
@@ -338,7 +450,7 @@ def backup_to_s3(env: dict[str, str], n: int) -> dict[str, Any]:
         )
     finally:
         server.stop()
-    return {"objects_per_s": rate(n, seconds), "seconds": seconds, "peak_rss_mib": rss}
+    return cli_figures(run, n)
 
 
 def kubectl_baseline(cluster: LocalCluster, work: Path, sample: int) -> dict[str, Any]:

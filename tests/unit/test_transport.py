@@ -209,5 +209,4 @@ def test_a_new_client_certificate_gets_a_new_pool(server):
     Scripted.script = [(401, {}, status(401, "Unauthorized")), (200, {}, {"ok": 1})]
     t = transport(server, Rotating())
     assert json.loads(t.send(Request("GET", "/api"))) == {"ok": 1}
-    kw = t.pool.connection_pool_kw
-    assert (kw["cert_file"], kw["key_file"]) == ("/certs/1.crt", "/certs/1.key")
+    assert t.pool.cert == ("/certs/1.crt", "/certs/1.key")

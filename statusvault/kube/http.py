@@ -1,0 +1,183 @@
+"""A lean HTTP/1.1 client for the API server: keep-alive connections over TLS, a thread-safe pool of them.
+
+The restore's client CPU per object is mostly HTTP machinery: urllib3 and http.client build header objects,
+parse URLs and run the email parser over every response's headers. This client writes each request as one
+buffer and reads the status line and headers with C-level readline calls, so a request costs a fraction of
+that. It speaks only what the API server needs (Content-Length and chunked bodies, no compression, no
+proxies: the transport uses urllib3 when a proxy is configured)."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import ssl
+import threading
+from typing import IO
+from urllib.parse import urlsplit
+
+MAX_LINE = 65536  # a status or header line longer than this is not an API server's answer
+MAX_HEADERS = 200
+
+
+class ProtocolError(OSError):
+    """The server's answer was not HTTP/1.1 as expected (or the connection closed mid-answer)."""
+
+
+@dataclasses.dataclass
+class Response:
+    status: int
+    headers: dict[str, str]  # lower-cased names
+    data: bytes
+
+
+class Connection:
+    """One keep-alive connection. Not thread-safe: the pool hands it to one thread at a time."""
+
+    def __init__(self, host: str, port: int, context: ssl.SSLContext | None, sni: str | None, timeout: float):
+        raw = socket.create_connection((host, port), timeout=10.0)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock: socket.socket = context.wrap_socket(raw, server_hostname=sni or host) if context else raw
+        self.sock.settimeout(timeout)
+        self.reader: IO[bytes] = self.sock.makefile("rb")
+        self.reusable = True
+
+    def request(self, head: bytes, body: bytes | None) -> Response:
+        self.sock.sendall(head + body if body else head)
+        status_line = self.reader.readline(MAX_LINE)
+        if not status_line:
+            raise ProtocolError("the API server closed the connection before answering")
+        parts = status_line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+            raise ProtocolError(f"not an HTTP answer: {status_line[:80]!r}")
+        headers = self._headers()
+        status = int(parts[1])
+        data = b"" if status in (204, 304) or 100 <= status < 200 else self._body(headers)
+        if headers.get("connection", "").lower() == "close" or parts[0] == b"HTTP/1.0":
+            self.reusable = False
+        return Response(status, headers, data)
+
+    def _headers(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        for _ in range(MAX_HEADERS):
+            line = self.reader.readline(MAX_LINE)
+            if line in (b"\r\n", b"\n"):
+                return headers
+            if not line:
+                raise ProtocolError("the connection closed in the middle of the headers")
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        raise ProtocolError("too many header lines")
+
+    def _body(self, headers: dict[str, str]) -> bytes:
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            return self._chunked()
+        length = headers.get("content-length")
+        if length is None:  # the body runs to the end of the connection
+            self.reusable = False
+            return self.reader.read()
+        return self._exactly(int(length))
+
+    def _chunked(self) -> bytes:
+        chunks: list[bytes] = []
+        while True:
+            size_line = self.reader.readline(MAX_LINE)
+            try:
+                size = int(size_line.split(b";", 1)[0], 16)
+            except ValueError:
+                raise ProtocolError(f"bad chunk size {size_line[:40]!r}") from None
+            if size == 0:
+                while self.reader.readline(MAX_LINE) not in (b"\r\n", b"\n", b""):  # trailers
+                    pass
+                return b"".join(chunks)
+            chunks.append(self._exactly(size))
+            self.reader.readline(MAX_LINE)  # the CRLF after the chunk
+
+    def _exactly(self, n: int) -> bytes:
+        data = self.reader.read(n)
+        if len(data) != n:
+            raise ProtocolError(f"the connection closed after {len(data)} of {n} body bytes")
+        return data
+
+    def close(self) -> None:
+        self.reusable = False
+        try:
+            self.reader.close()
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class HttpPool:
+    """Idle connections to one server, reused most-recent first; a connection that failed is never reused."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        verify: bool = True,
+        ca_file: str | None = None,
+        cert: tuple[str | None, str | None] = (None, None),
+        server_hostname: str | None = None,
+        timeout: float = 60.0,
+        maxsize: int = 16,
+    ):
+        parts = urlsplit(url)
+        self.host = parts.hostname or "localhost"
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.host_header = parts.netloc.encode("idna") if parts.netloc else self.host.encode()
+        self.base_path = parts.path.rstrip("/")
+        self.cert = cert  # the client certificate its connections present
+        self.context = _context(verify, ca_file, cert) if parts.scheme == "https" else None
+        self.sni = server_hostname
+        self.timeout = timeout
+        self.maxsize = maxsize
+        self._idle: list[Connection] = []
+        self._lock = threading.Lock()
+
+    def request(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> Response:
+        head = self._head(method, target, headers, body)
+        conn = self._take()
+        try:
+            resp = conn.request(head, body)
+        except BaseException:
+            conn.close()
+            raise
+        self._give_back(conn)
+        return resp
+
+    def _head(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> bytes:
+        lines = [f"{method} {self.base_path}{target} HTTP/1.1", f"Host: {self.host_header.decode()}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        if body is not None or method in ("POST", "PUT", "PATCH"):
+            lines.append(f"Content-Length: {len(body or b'')}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def _take(self) -> Connection:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return Connection(self.host, self.port, self.context, self.sni, self.timeout)
+
+    def _give_back(self, conn: Connection) -> None:
+        if conn.reusable:
+            with self._lock:
+                if len(self._idle) < self.maxsize:
+                    self._idle.append(conn)
+                    return
+        conn.close()
+
+    def clear(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+def _context(verify: bool, ca_file: str | None, cert: tuple[str | None, str | None]) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=ca_file) if verify else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if cert[0]:
+        context.load_cert_chain(cert[0], cert[1])
+    return context

@@ -1,0 +1,113 @@
+"""Run several producers at once and read their records back in a fixed order, through disk spools.
+
+A backup lists several resource types (or namespaces) at once, but the archive must hold them in archive
+order. Each producer writes its records to a spool of its own (a temp file, so memory stays bounded); the
+consumer reads the spools one after another, each while it is still being written."""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import IO
+
+Record = tuple[str, bytes, int]  # (name, data, flags)
+_HEAD = struct.Struct("<IIB")  # name length, data length, flags
+
+
+class Cancelled(Exception):
+    """Raised inside a producer once the consumer has stopped reading."""
+
+
+class Spool:
+    """One producer's records on a temp file: appended by the producer, read by the consumer as they come."""
+
+    def __init__(self, cancelled: threading.Event) -> None:
+        self._file: IO[bytes] = tempfile.TemporaryFile(prefix="statusvault-list-")  # noqa: SIM115 - close()
+        self._fd = self._file.fileno()
+        self._cond = threading.Condition()
+        self._written = 0
+        self._done = False
+        self._error: BaseException | None = None
+        self._cancelled = cancelled
+
+    def put(self, name: str, data: bytes, flags: int = 0) -> None:
+        if self._cancelled.is_set():
+            raise Cancelled
+        raw = name.encode()
+        blob = _HEAD.pack(len(raw), len(data), flags) + raw + data
+        os.pwrite(self._fd, blob, self._written)
+        with self._cond:
+            self._written += len(blob)
+            self._cond.notify_all()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        with self._cond:
+            self._done, self._error = True, error
+            self._cond.notify_all()
+
+    def records(self) -> Iterator[Record]:
+        """Every record in the order it was put; raises the producer's error at the point it stopped."""
+        offset = 0
+        while True:
+            with self._cond:
+                while offset >= self._written and not self._done:
+                    self._cond.wait()
+                written, done, error = self._written, self._done, self._error
+            while offset < written:
+                name_len, data_len, flags = _HEAD.unpack(os.pread(self._fd, _HEAD.size, offset))
+                offset += _HEAD.size
+                body = os.pread(self._fd, name_len + data_len, offset)
+                offset += name_len + data_len
+                yield body[:name_len].decode(), body[name_len:], flags
+            if done and offset >= written:
+                if error is not None:
+                    raise error
+                return
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def in_order(producers: Iterable[Callable[[Spool], None]], concurrency: int) -> Iterator[Iterator[Record]]:
+    """Run the producers `concurrency` at a time (in their order); yield each one's records in that order
+    (read each to its end before the next).
+
+    At most `concurrency` producers run ahead of the one being read, so the spools on disk stay bounded by
+    what those produce. If the consumer stops early, the producers still running stop at their next record."""
+    cancelled = threading.Event()
+    todo = iter(producers)
+    window: list[Spool] = []
+    with ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="list") as pool:
+
+        def start_next() -> None:
+            produce = next(todo, None)
+            if produce is not None:
+                window.append(Spool(cancelled))
+                pool.submit(_run, produce, window[-1])
+
+        try:
+            for _ in range(max(1, concurrency)):
+                start_next()
+            while window:
+                yield window[0].records()
+                window.pop(0).close()
+                start_next()
+        finally:
+            cancelled.set()  # producers still running stop at their next record; the pool waits for them
+    for spool in window:  # only once no producer can write to them any more
+        spool.close()
+
+
+def _run(produce: Callable[[Spool], None], spool: Spool) -> None:
+    try:
+        produce(spool)
+    except Cancelled:
+        spool.finish()
+    except BaseException as e:  # handed to the consumer, raised where it reads
+        spool.finish(e)
+    else:
+        spool.finish()

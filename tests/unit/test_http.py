@@ -1,0 +1,133 @@
+"""The lean HTTP/1.1 client against a raw socket server that answers exactly what each test scripts."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from statusvault.kube.http import HttpPool, ProtocolError
+
+
+class RawServer:
+    """Answers each request with the next scripted bytes; None closes the connection (instead of answering,
+    or right after the answer before it)."""
+
+    def __init__(self, answers: list[bytes | None]):
+        self.answers = answers
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        reader = conn.makefile("rb")
+        with conn:
+            while self.answers:
+                head = b""
+                while not head.endswith(b"\r\n\r\n"):
+                    line = reader.readline()
+                    if not line:
+                        return
+                    head += line
+                length = next(
+                    (int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")), 0
+                )
+                self.requests.append(head + reader.read(length))
+                answer = self.answers.pop(0)
+                if answer is None:
+                    return
+                conn.sendall(answer)
+                if self.answers and self.answers[0] is None:  # a None after an answer: close once it is sent
+                    self.answers.pop(0)
+                    return
+
+    def pool(self) -> HttpPool:
+        return HttpPool(f"http://127.0.0.1:{self.port}/prefix", timeout=5)
+
+
+@pytest.fixture
+def serve() -> Iterator:
+    servers: list[RawServer] = []
+
+    def _serve(answers: list[bytes | None]) -> RawServer:
+        servers.append(RawServer(answers))
+        return servers[-1]
+
+    yield _serve
+    for s in servers:
+        s.sock.close()
+
+
+def ok(body: bytes, extra: bytes = b"") -> bytes:
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        + extra
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
+
+
+def test_requests_reuse_one_connection_and_carry_path_headers_and_body(serve):
+    server = serve([ok(b'{"a":1}'), ok(b'{"b":2}')])
+    pool = server.pool()
+    first = pool.request("POST", "/apis/x?fieldManager=m", {"Authorization": "Bearer t"}, b'{"k":"v"}')
+    second = pool.request("GET", "/api", {}, None)
+    assert (first.status, first.data, second.data) == (200, b'{"a":1}', b'{"b":2}')
+    assert first.headers["content-type"] == "application/json"
+    assert server.connections == 1
+    head = server.requests[0]
+    assert head.startswith(b"POST /prefix/apis/x?fieldManager=m HTTP/1.1\r\n")
+    assert b"\r\nAuthorization: Bearer t\r\n" in head and b"\r\nContent-Length: 9\r\n" in head
+    assert head.endswith(b'\r\n\r\n{"k":"v"}')
+
+
+def test_a_chunked_body_with_trailers_is_joined(serve):
+    chunked = (
+        b'HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{"a"\r\n3;ext=1\r\n:1}\r\n0\r\nX-T: 1\r\n\r\n'
+    )
+    server = serve([chunked, ok(b"{}")])
+    pool = server.pool()
+    resp = pool.request("GET", "/x", {}, None)
+    assert (resp.status, resp.data) == (201, b'{"a":1}')
+    assert pool.request("GET", "/y", {}, None).data == b"{}", "the connection is still in step"
+    assert server.connections == 1
+
+
+def test_connection_close_and_no_content_answers(serve):
+    server = serve([ok(b"{}", b"Connection: close\r\n"), b"HTTP/1.1 204 No Content\r\n\r\n", ok(b"[]")])
+    pool = server.pool()
+    assert pool.request("GET", "/a", {}, None).data == b"{}"
+    assert pool.request("DELETE", "/b", {}, None).status == 204
+    assert pool.request("GET", "/c", {}, None).data == b"[]"
+    assert server.connections == 2, "a connection the server closes is not reused"
+
+
+def test_a_connection_closed_before_answering_or_mid_body_is_an_error_and_not_reused(serve):
+    server = serve([None, b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}", ok(b"{}")])
+    pool = server.pool()
+    with pytest.raises(ProtocolError, match="closed the connection before answering"):
+        pool.request("GET", "/a", {}, None)
+    server.answers.insert(1, None)  # the short body is followed by a close
+    with pytest.raises(ProtocolError, match="after 2 of 10 body bytes"):
+        pool.request("GET", "/b", {}, None)
+    assert pool.request("GET", "/c", {}, None).data == b"{}"
+    assert server.connections == 3
+
+
+def test_garbage_is_not_taken_for_an_answer(serve):
+    server = serve([b"SSH-2.0-OpenSSH\r\n\r\n"])
+    with pytest.raises(ProtocolError, match="not an HTTP answer"):
+        server.pool().request("GET", "/", {}, None)
