@@ -18,7 +18,7 @@ from statusvault.errors import BackupExistsError, ConfigError, KubeApiError
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
-from statusvault.kube.transport import METADATA_LIST, Request
+from statusvault.kube.transport import Request
 from statusvault.model import KubeObject, ResourceType, Selection, name_matches, object_key
 from statusvault.progress import NullProgress, Progress
 from statusvault.selection import select_resources
@@ -252,7 +252,7 @@ def split_by_namespace(client: KubeClient, rt: ResourceType, selector: str) -> l
     large and its objects are spread over namespaces; else [None] (one cluster-wide LIST)."""
     params: list[tuple[str, str]] = [("limit", "1")] + ([("labelSelector", selector)] if selector else [])
     try:
-        probe = client.request_json(Request("GET", rt.path(None), tuple(params), accept=METADATA_LIST))
+        probe = client.request_json(Request("GET", rt.path(None), tuple(params)))  # metadata-only lists lack the count
         total = len(probe.get("items") or []) + int((probe.get("metadata") or {}).get("remainingItemCount") or 0)
         if total < SPLIT_MIN:
             return [None]

@@ -57,7 +57,7 @@ def test_a_large_type_is_split_by_namespace_in_etcds_key_order(run, kube, crds, 
     """With the split threshold lowered, the cluster-wide types are listed per namespace; the archive's
     objects of each type are in the order one cluster-wide LIST gives."""
     monkeypatch.setattr(backup, "SPLIT_MIN", 3)
-    monkeypatch.setattr(backup, "SPLIT_PER_NAMESPACE", 1)
+    monkeypatch.setattr(backup, "SPLIT_PER_NAMESPACE", 0)
     kc = crds.resolve("kc")
     assert backup.split_by_namespace(kube, kc, "")[:1] != [None], "the type is split"
     assert run("backup", "split", "--include-resources", "kc,widgets.example.com", "--list-concurrency", "4").code == 0
