@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from statusvault.archivecheck import FirstRead, VerifyReport, first_read
+from statusvault.archivecheck import FirstRead, VerifyReport, Visit, first_read
 from statusvault.archiveformat import (
     FORMAT_VERSION,
     MANIFEST_MEMBER,
@@ -59,6 +59,7 @@ class ArchiveReader:
         self.path = path
         self.sha256 = sha256  # of the whole archive file, when the opener computed it
         self.inflated = 0  # bytes inflated by all reads so far
+        self.summary = summary  # the backup's summary manifest, when the opener read it
         self._budget = stream_bound(summary or {})  # the summary manifest's totals, when given, bound the first read
         self._first: FirstRead | None = None
 
@@ -67,6 +68,23 @@ class ArchiveReader:
             self._first = first_read(self.path, self._budget)
             self.inflated += self._first.inflated
         return self._first
+
+    @property
+    def unread(self) -> bool:
+        """Whether the first (checking) read has yet to happen."""
+        return self._first is None
+
+    def walk_first(self, visit: Visit) -> bool:
+        """Hand each object to `visit` during the first read, which checks it, so a caller that must see every
+        object anyway (planning) needs no second pass. False when the first read has happened already (walk
+        objects() then). The archive's problems raise once the read ends: what `visit` saw counts only if
+        this returns."""
+        if self._first is not None:
+            return False
+        self._first = first_read(self.path, self._budget, visit)
+        self.inflated += self._first.inflated
+        self._first.checked()
+        return True
 
     def head(self) -> dict[str, Any]:
         """The manifest without its `files` list."""

@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import itertools
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -77,12 +78,18 @@ class _Sizes:
     paths: int = 0  # bytes of member paths: every one is listed in the manifest, so they cannot exceed it
 
 
-def first_read(path: Path, budget: int) -> FirstRead:
-    """Read the archive once; any problem ends up in the report (and, as one line, in `problem`)."""
+Visit = Callable[[str, bytes], None]
+
+
+def first_read(path: Path, budget: int, visit: Visit | None = None) -> FirstRead:
+    """Read the archive once; any problem ends up in the report (and, as one line, in `problem`).
+
+    visit(path, data) gets each object member once its own checks passed, while the read goes on (a restore
+    plans in the same pass); what it saw may be used only if the whole read then shows no problem."""
     result = FirstRead(VerifyReport())
     try:
         with tempfile.TemporaryFile() as seen:  # (path, sha256, kind digest) of each member, in order
-            spool, sizes = _scan(path, budget, seen, result)
+            spool, sizes = _scan(path, budget, seen, result, visit)
             try:
                 result.head, files = load(spool, path.name)
                 check_manifest(result.head)
@@ -98,7 +105,7 @@ def first_read(path: Path, budget: int) -> FirstRead:
     return result
 
 
-def _scan(path: Path, budget: int, seen: IO[bytes], result: FirstRead) -> tuple[IO[bytes], _Sizes]:
+def _scan(path: Path, budget: int, seen: IO[bytes], result: FirstRead, visit: Visit | None) -> tuple[IO[bytes], _Sizes]:
     """Pass over every member; return manifest.json spooled to a temp file."""
     sizes, names = _Sizes(), array.array("q")
     manifest: IO[bytes] | None = None
@@ -111,8 +118,11 @@ def _scan(path: Path, budget: int, seen: IO[bytes], result: FirstRead) -> tuple[
                 if member.name == MANIFEST_MEMBER:
                     manifest = _spool(tar, member)
                 else:
-                    seen.write(_record(tar, member, sizes))
+                    line, data = _record(tar, member, sizes)
+                    seen.write(line)
                     names.append(hash(member.name))
+                    if visit is not None:
+                        visit(member.name, data)
             result.inflated = tar.inflated
         if manifest is None:
             raise ArchiveError(f"archive {path.name} has no manifest.json: the backup is incomplete")
@@ -124,8 +134,8 @@ def _scan(path: Path, budget: int, seen: IO[bytes], result: FirstRead) -> tuple[
     return manifest, sizes
 
 
-def _record(tar: TarStream, member: Member, sizes: _Sizes) -> bytes:
-    """One object member checked; its line for the comparison with the manifest."""
+def _record(tar: TarStream, member: Member, sizes: _Sizes) -> tuple[bytes, bytes]:
+    """One object member checked; its line for the comparison with the manifest, and its bytes."""
     key, name = parse_member_path(member.name), shown(member.name)
     if member.size > MAX_OBJECT_BYTES:
         raise ArchiveError(f"archive member {name} has {member.size:,} bytes, above the limit for an object")
@@ -136,7 +146,7 @@ def _record(tar: TarStream, member: Member, sizes: _Sizes) -> bytes:
         raise ArchiveError(f"archive {tar.label} holds more object files than the limits allow, at {name}")
     data = tar.read(member)
     kind = object_kind(member.name, key, data)
-    return orjson.dumps([member.name, hashlib.sha256(data).hexdigest(), kind_digest(kind)]) + b"\n"
+    return orjson.dumps([member.name, hashlib.sha256(data).hexdigest(), kind_digest(kind)]) + b"\n", data
 
 
 def _check_unique(names: array.array[int], seen: IO[bytes]) -> None:

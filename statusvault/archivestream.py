@@ -83,7 +83,10 @@ class _Inflater:
             if out:
                 self.total += len(out)
                 if self.total > self._budget:
-                    raise ArchiveError(f"archive {self._label} inflates to more than {self._budget:,} bytes")
+                    raise ArchiveError(
+                        f"archive {self._label} inflates to more than {self._budget:,} bytes, "
+                        "beyond what its manifest's uncompressedBytes or the format's limits allow"
+                    )
                 return out
         raise ArchiveError(f"archive {self._label} is cut short (its gzip stream ends inside the tar stream)")
 

@@ -67,15 +67,22 @@ class _Decider:
         self.status_exclude = self._resolve(opts.status_exclude)
         self.selector = parse_selector(opts.selection.label_selector)
         self.mapping = opts.mapping
-        restorable_crds = crds_in_backup if self.resource_selected(CRD_QUALIFIED) else set()
-        self.backup_types = {rt.qualified: rt for rt in types}
-        self.target: dict[str, ResourceType | None] = {}
-        for rt in types:
-            served = live.by_qualified(rt.qualified)
+        self.crds_in_backup = crds_in_backup  # filled while planning when the CRDs are read in the same pass
+        self._targets: dict[str, ResourceType | None] = {}
+
+    def target(self, qualified: str) -> ResourceType | None:
+        """The type an object is written with: as served, or as backed up when its CRD comes with the backup
+        (discovery is refreshed after CRDs are created); None: unavailable. CRDs precede their objects in the
+        archive, so the first object of a type is decided after every CRD was read."""
+        if qualified not in self._targets:
+            rt = self.backup_types[qualified]
+            served = self.live.by_qualified(qualified)
             if served is not None:
-                self.target[rt.qualified] = dataclasses.replace(served, custom=served.custom or rt.custom)
-            else:  # its CRD may come with the backup; discovery is refreshed after CRDs are created
-                self.target[rt.qualified] = rt if rt.qualified in restorable_crds else None
+                self._targets[qualified] = dataclasses.replace(served, custom=served.custom or rt.custom)
+            else:
+                restorable = self.resource_selected(CRD_QUALIFIED) and qualified in self.crds_in_backup
+                self._targets[qualified] = rt if restorable else None
+        return self._targets[qualified]
 
     def _resolve(self, names: Iterable[str]) -> set[str]:
         """Qualified names of user-given resources: as the backup recorded them, or via live discovery."""
@@ -130,59 +137,82 @@ def build_plan(
     exists: Callable[[ResourceType, str, str], bool],
     backup: str = "",
     path: Path | None = None,
+    summary: dict[str, Any] | None = None,
 ) -> RestorePlan:
-    """Read every object (verifying each hash), filter, decide and order. Raises before any write."""
-    manifest = reader.head()
-    types = manifest_types(manifest)
-    crds_in_backup = {
-        parse_member_path(p).name for p, _ in reader.file_entries() if p.startswith(f"resources/{CRD_QUALIFIED}/")
-    }
-    decider = _Decider(opts, types, live, crds_in_backup)
-    by_qualified = {rt.qualified: rt for rt in types}
-    plan = RestorePlan(backup, manifest, path)
+    """Read every object (verifying each hash), filter, decide and order. Raises before any write.
+
+    With the backup's summary manifest, an archive not read yet is planned during its first, checking read
+    (one pass instead of two): the summary's resource types guide the decisions, and the archive's own
+    manifest must then describe the same types."""
+    single = summary is not None and isinstance(summary.get("resources"), dict) and reader.unread
+    head = summary if single and summary is not None else reader.head()
+    types = manifest_types(head)
+    crds: set[str] = set()
+    if not single:
+        prefix = f"resources/{CRD_QUALIFIED}/"
+        crds = {parse_member_path(p).name for p, _ in reader.file_entries() if p.startswith(prefix)}
+    planner = _Planner(RestorePlan(backup, head, path), opts, _Decider(opts, types, live, crds), exists, single)
     try:
-        _add_items(plan, reader, opts, decider, by_qualified, exists)
+        if not reader.walk_first(planner.add):
+            for member, data in reader.objects():  # checks every hash, and that nothing is missing or extra
+                planner.add(member, data)
+        if single and reader.head().get("resources") != head.get("resources"):
+            raise ArchiveError("the backup's summary manifest does not describe the resources in its archive")
+        planner.plan.manifest = reader.head()
+        planner.finish()
     except BaseException:
-        plan.close()
+        planner.plan.close()
         raise
-    return plan
+    return planner.plan
 
 
-def _add_items(
-    plan: RestorePlan,
-    reader: ArchiveReader,
-    opts: RestoreOptions,
-    decider: _Decider,
-    by_qualified: dict[str, ResourceType],
-    exists: Callable[[ResourceType, str, str], bool],
-) -> None:
-    sel = opts.selection
-    namespaces_needed: set[str] = set()
-    named: set[str] = set()  # --name patterns that matched something
-    matched = 0  # objects the selection chose (CRDs come along with -n, so they count only when asked for)
-    for path, data in reader.objects():  # checks every hash, and that nothing is missing or extra
+class _Planner:
+    """Each object read from the archive decided and added to the plan; then the namespaces it needs."""
+
+    def __init__(
+        self,
+        plan: RestorePlan,
+        opts: RestoreOptions,
+        decider: _Decider,
+        exists: Callable[[ResourceType, str, str], bool],
+        learn_crds: bool,
+    ):
+        self.plan, self.opts, self.decider, self.exists = plan, opts, decider, exists
+        self.learn_crds = learn_crds  # single pass: the CRDs in the backup are learnt as they are read
+        self.namespaces_needed: set[str] = set()
+        self.named: set[str] = set()  # --name patterns that matched something
+        self.matched = 0  # objects the selection chose (CRDs come along with -n: they count only when asked for)
+
+    def add(self, path: str, data: bytes) -> None:
         key = parse_member_path(path)
-        if key.qualified not in by_qualified:
+        decider, sel = self.decider, self.opts.selection
+        rt = decider.backup_types.get(key.qualified)
+        if rt is None:
             raise ArchiveError(f"{path} belongs to a resource the manifest does not describe")
-        cat = _category(by_qualified[key.qualified])
+        cat = _category(rt)
+        if cat == Category.CRD and self.learn_crds:
+            decider.crds_in_backup.add(key.name)
         if not decider.resource_selected(key.qualified) or not _in_scope(sel, cat, key.namespace or key.name):
-            continue
-        obj = _checked_object(path, data, key, by_qualified[key.qualified])
+            return
+        obj = _checked_object(path, data, key, rt)
         meta = obj["metadata"]
         if cat not in (Category.CRD, Category.NAMESPACE):
             if not decider.selector(meta.get("labels") or {}) or not name_matches(key.name, sel.names):
-                continue
-            named.update(p for p in sel.names if fnmatch.fnmatchcase(key.name, p))
-        item = _plan_item(key.qualified, obj, cat, decider, exists)
-        matched += cat != Category.CRD or CRD_QUALIFIED in decider.include
+                return
+            self.named.update(p for p in sel.names if fnmatch.fnmatchcase(key.name, p))
+        item = _plan_item(key.qualified, obj, cat, decider, self.exists)
+        self.matched += cat != Category.CRD or CRD_QUALIFIED in decider.include
         if item.rt.namespaced and item.action != Action.UNAVAILABLE:
-            namespaces_needed.add(item.namespace)
-        plan.add(item, (r.get("uid", "") for r in meta.get("ownerReferences") or []))
-    if not matched and _selection(sel):
-        raise ConfigError(f"nothing in backup {plan.backup} matches {_selection(sel)}: nothing to restore")
-    plan.warnings += [f"no object in the selection is named {p!r}" for p in sel.names if p not in named]
-    _add_namespaces(plan, namespaces_needed, exists)
-    plan.seal()
+            self.namespaces_needed.add(item.namespace)
+        self.plan.add(item, (r.get("uid", "") for r in meta.get("ownerReferences") or []))
+
+    def finish(self) -> None:
+        sel, plan = self.opts.selection, self.plan
+        if not self.matched and _selection(sel):
+            raise ConfigError(f"nothing in backup {plan.backup} matches {_selection(sel)}: nothing to restore")
+        plan.warnings += [f"no object in the selection is named {p!r}" for p in sel.names if p not in self.named]
+        _add_namespaces(plan, self.namespaces_needed, self.exists)
+        plan.seal()
 
 
 def _selection(sel: Selection) -> str:
@@ -236,7 +266,7 @@ def _plan_item(
     exists: Callable[[ResourceType, str, str], bool],
 ) -> PlanItem:
     meta = obj.get("metadata") or {}
-    target = decider.target[qualified]
+    target = decider.target(qualified)
     rt = target if target is not None else decider.backup_types[qualified]
     ns = map_namespace(meta.get("namespace", ""), decider.mapping) if rt.namespaced else ""
     if target is None:

@@ -53,7 +53,7 @@ def open_backup(store: ObjectStore, name: str, key: Key | None = None) -> Iterat
     manifest = read_manifest(store, name)
     with readable_archive(store, name, manifest, key) as path:
         stored = (manifest.get("archive") or {}).get("sha256") or file_sha256(path)
-        reader = ArchiveReader(path, sha256=stored)
+        reader = ArchiveReader(path, sha256=stored, summary=manifest)  # its totals bound the first read
         if manifest.get("encryption") and reader.head().get("name") != name:  # the authenticated inner name
             raise ArchiveError(
                 f"the encrypted archive stored as {name!r} belongs to backup {reader.head().get('name')!r}"
@@ -106,6 +106,7 @@ def _planner(
     client: KubeApi, discovery: Discovery, reader: ArchiveReader, req: RestoreRequest
 ) -> Callable[[str, Path | None], RestorePlan]:
     def plan(manager: str, path: Path | None) -> RestorePlan:
-        return build_plan(reader, req.options, discovery, ExistenceIndex(client, manager), req.backup, path)
+        exists = ExistenceIndex(client, manager)
+        return build_plan(reader, req.options, discovery, exists, req.backup, path, reader.summary)
 
     return plan
