@@ -1,7 +1,7 @@
 """Move custom resources, with their status, from one cluster to another: pause the source, back it up (kept as
 the audit trail), restore into the target with every object created paused, verify, unpause the target, and
-leave the source paused (or delete it). The same command resumes a move that stopped part-way; --abort
-unpauses the source.
+leave the source paused (or delete what was moved). The same command resumes a move that stopped part-way;
+--abort (with the same command) gives it up: the record goes, the source is unpaused, a re-run starts afresh.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
-from statusvault.kube.transport import JSON_PATCH
+from statusvault.kube.transport import JSON_PATCH, Request
 from statusvault.model import KubeObject, ResourceType, Selection, display
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.pausing import PauseOptions, pause_patch, unpause_patch
+from statusvault.restore.pausing import RECORD, PauseOptions, pause_patch, unpause_patch
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.service import RestoreRequest, open_backup, run_restore
 from statusvault.selection import select_resources
@@ -64,10 +64,19 @@ class MoveReport:
     restore: RestoreReport | None = None
     verify_problems: list[str] = dataclasses.field(default_factory=list)
     source_deleted: int = 0
+    source_kept: list[str] = dataclasses.field(default_factory=list)  # --delete-source: not the object moved
 
     @property
     def succeeded(self) -> bool:
         return self.restore is not None and self.restore.succeeded and not self.verify_problems
+
+
+@dataclasses.dataclass
+class AbortReport:
+    name: str
+    record_dropped: bool = False  # the move's backup was deleted: the next run starts a fresh move
+    target_deleted: int = 0  # copies the move created in the target, still paused by it
+    source_unpaused: int = 0
 
 
 def move_name(source: str, target: str, selection: Selection) -> str:
@@ -75,8 +84,14 @@ def move_name(source: str, target: str, selection: Selection) -> str:
     return f"move-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
+def request_name(req: MoveRequest) -> str:
+    return req.name or move_name(req.source.client.server, req.target.client.server, req.selection)
+
+
 def run_move(req: MoveRequest) -> MoveReport:
-    name = req.name or move_name(req.source.client.server, req.target.client.server, req.selection)
+    """Run the move, or resume it: its backup (the record) exists only from a run that got past the backup
+    phase and was not aborted since."""
+    name = request_name(req)
     report = MoveReport(name)
     pause = req.options.pause if req.options.pause.enabled else PauseOptions(auto=True)
     options = dataclasses.replace(req.options, pause=pause)
@@ -88,17 +103,30 @@ def run_move(req: MoveRequest) -> MoveReport:
     if report.restore.succeeded:
         report.verify_problems = verify(req.target.client, req.target.discover(True), req.store, name, options)
     if report.succeeded and req.delete_source:
-        report.source_deleted = _delete_source(req.source, req.selection)
+        report.source_deleted, report.source_kept = delete_source(req.source, req.store, name)
     return report
 
 
-def abort_move(source: Cluster, selection: Selection) -> int:
-    """Unpause what a move paused in the source; returns how many objects were unpaused."""
-    count = 0
-    for rt, obj in _selected(source, selection):
-        if _patch(source.client, rt, obj, unpause_patch):
-            count += 1
-    return count
+def abort_move(req: MoveRequest) -> AbortReport:
+    """Give a move up: delete the copies it left paused in the target, drop its record (so the same command
+    starts a fresh move, never resumes a stale backup), then unpause the source. Refused once an object of the
+    move is live in the target: the source's operator would manage it too."""
+    report = AbortReport(request_name(req))
+    if req.store.exists(manifest_key(report.name)):
+        ours, live = _target_copies(req, report.name)
+        if live:
+            raise StatusVaultError(
+                f"cannot abort move {report.name}: {len(live)} object(s) are live (not paused) in the target, "
+                f"e.g. {live[0]}; unpausing the source would let two operators manage them. Move them back instead"
+            )
+        for obj in ours:
+            report.target_deleted += _delete_exact(req.target, obj)
+        catalog.delete(req.store, report.name)  # before the unpause: a killed abort never leaves a stale record
+        report.record_dropped = True
+    for rt, obj in _selected(req.source, req.selection):
+        if _patch(req.source.client, rt, obj, unpause_patch):
+            report.source_unpaused += 1
+    return report
 
 
 def _selected(cluster: Cluster, selection: Selection) -> Iterator[tuple[ResourceType, KubeObject]]:
@@ -181,12 +209,69 @@ def _check(client: KubeApi, discovery: Discovery, data: bytes, opts: RestoreOpti
     return ""
 
 
-def _delete_source(source: Cluster, selection: Selection) -> int:
-    count = 0
-    for rt, obj in _selected(source, selection):
-        source.client.delete(rt, obj["metadata"].get("namespace"), obj["metadata"]["name"])
-        count += 1
-    return count
+def delete_source(source: Cluster, store: ObjectStore, name: str) -> tuple[int, list[str]]:
+    """Delete in the source exactly the objects the move backed up (by UID): never one created or replaced
+    there since. Returns how many were deleted and the objects left alone."""
+    deleted, kept = 0, []
+    for rt, obj in _backed_up(source.discover(False), store, name):
+        meta = obj["metadata"]
+        live = source.client.get(rt, meta.get("namespace"), meta["name"])
+        if live is None:
+            continue
+        if live["metadata"].get("uid") != meta.get("uid"):
+            kept.append(f"{_display(rt, obj)} (not the object moved: created again since the backup)")
+            continue
+        deleted += _delete_exact(source, live)
+    return deleted, kept
+
+
+def _delete_exact(cluster: Cluster, obj: KubeObject) -> int:
+    """Delete this very object (a UID precondition): 1, or 0 when it is gone or was replaced meanwhile."""
+    meta = obj["metadata"]
+    group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
+    rt = cluster.discover(False).find(group, version, str(obj.get("kind", "")))
+    if rt is None:
+        return 0
+    body = orjson.dumps({"preconditions": {"uid": meta["uid"]}})
+    try:
+        cluster.client.request_json(Request("DELETE", rt.path(meta.get("namespace"), meta["name"]), body=body))
+    except KubeApiError as e:
+        if e.code in (404, 409):  # gone, or another object by that name now
+            return 0
+        raise
+    return 1
+
+
+def _backed_up(discovery: Discovery, store: ObjectStore, name: str) -> Iterator[tuple[ResourceType, KubeObject]]:
+    """The custom resources (CRDs aside) of the move's backup, as they were in the source."""
+    with open_backup(store, name) as reader:
+        for _, data in reader.objects():
+            obj = orjson.loads(data)
+            group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
+            rt = discovery.find(group, version, str(obj.get("kind", "")))
+            if rt is not None and rt.custom and not rt.is_crd:
+                yield rt, obj
+
+
+def _target_copies(req: MoveRequest, name: str) -> tuple[list[KubeObject], list[str]]:
+    """The objects of the move's backup found in the target: those still paused by the move's restore (its
+    record on them), and those live there (an operator may act on them). Objects paused by their owner are
+    neither: they stay as they are."""
+    discovery = req.target.discover(True)
+    pause = req.options.pause if req.options.pause.enabled else PauseOptions(auto=True)
+    ours, live = [], []
+    for rt, obj in _backed_up(discovery, req.store, name):
+        meta = obj["metadata"]
+        ns = map_namespace(meta.get("namespace", ""), req.options.mapping) if rt.namespaced else ""
+        copy = req.target.client.get(rt, ns or None, meta["name"])
+        if copy is None:
+            continue
+        marker = pause.marker_for(rt, copy)
+        if RECORD in (copy["metadata"].get("annotations") or {}):
+            ours.append(copy)
+        elif marker is None or not marker.present(copy):
+            live.append(display(rt.qualified, ns, meta["name"]))
+    return ours, live
 
 
 def _display(rt: ResourceType, obj: KubeObject) -> str:

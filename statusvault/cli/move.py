@@ -25,7 +25,7 @@ from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import load_transport
 from statusvault.model import Selection
-from statusvault.move import Cluster, MoveReport, MoveRequest, abort_move, check_distinct, run_move
+from statusvault.move import AbortReport, Cluster, MoveReport, MoveRequest, abort_move, check_distinct, run_move
 from statusvault.restore.options import restore_options
 
 
@@ -55,7 +55,8 @@ from statusvault.restore.options import restore_options
 @click.option("--parallel", type=click.IntRange(1, 128), default=16, show_default=True, help="Concurrent workers.")
 @click.option("--delete-source", is_flag=True, help="After a verified move, delete the moved objects in the source.")
 @click.option("--yes", is_flag=True, help="Confirm --delete-source without asking.")
-@click.option("--abort", is_flag=True, help="Unpause the source instead (a move you gave up on).")
+@click.option("--abort", is_flag=True, help="Give the move up (the same command plus --abort): delete its paused "
+              "copies in the target and its record, unpause the source.")  # fmt: skip
 @state_dir_option
 @output_option
 @click.pass_obj
@@ -71,12 +72,9 @@ def move_cmd(app: App, /, output: str, **kw: Any) -> None:
         include_cluster_resources=kw["include_cluster_resources"],
         names=split_csv(kw["names"]),
     )
-    if kw["abort"]:
-        click.echo(f"move aborted: {abort_move(source, selection)} object(s) unpaused in the source")
-        return
     target = _cluster(kw["to_kubeconfig"] or app.kubeconfig, kw["to_context"] or app.context)
     check_distinct(source.client.server, target.client.server)
-    if kw["delete_source"] and not kw["yes"]:
+    if kw["delete_source"] and not kw["yes"] and not kw["abort"]:
         click.confirm("Delete the moved objects in the source once the move is verified?", abort=True)
     options = restore_options(kw)
     if kw["modifiers_file"]:
@@ -86,6 +84,9 @@ def move_cmd(app: App, /, output: str, **kw: Any) -> None:
         source, target, store, selection, options, kw["backup_name"], Path(kw["state_dir"]), kw["parallel"],
         kw["delete_source"],
     )  # fmt: skip
+    if kw["abort"]:
+        _show_abort(abort_move(request))
+        return
     report = run_move(request)
     _show(report, output)
 
@@ -102,6 +103,14 @@ def _cluster(kubeconfig: str | None, context: str | None) -> Cluster:
     return Cluster(client, discovered)
 
 
+def _show_abort(report: AbortReport) -> None:
+    dropped = f"record {report.name} dropped (the same command starts a fresh move)" if report.record_dropped else ""
+    click.echo(
+        f"move aborted: {report.source_unpaused} object(s) unpaused in the source, "
+        f"{report.target_deleted} paused copy(ies) deleted in the target" + (f"; {dropped}" if dropped else "")
+    )
+
+
 def _show(report: MoveReport, output: str) -> None:
     restore = report.restore
     lines = [f"Move recorded as backup {report.name}: {report.source_paused} object(s) paused in the source."]
@@ -109,6 +118,7 @@ def _show(report: MoveReport, output: str) -> None:
     if restore is not None:
         lines += ["", render(restore)]
     lines += [f"VERIFY FAILED: {p}" for p in report.verify_problems]
+    lines += [f"note: left in the source: {x}" for x in report.source_kept]
     if report.succeeded:
         gone = f"; {report.source_deleted} deleted in the source" if report.source_deleted else ""
         lines.append(f"Move verified: every object and status is in the target{gone}.")
@@ -118,6 +128,7 @@ def _show(report: MoveReport, output: str) -> None:
         "sourceNotPaused": report.source_unpausable,
         "verifyProblems": report.verify_problems,
         "sourceDeleted": report.source_deleted,
+        "sourceKept": report.source_kept,
         "restore": restore.to_dict() if restore is not None else None,
     }
     emit(data, output, "\n".join(lines))

@@ -13,7 +13,7 @@ from statusvault.model import KubeObject, ResourceType
 from statusvault.restore.journal import Journal
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.owners import OwnerResolver
-from statusvault.restore.pausing import without_record
+from statusvault.restore.pausing import Marker, pause_lost, without_record
 from statusvault.restore.planstore import Action, PlanItem, StatusMode
 from statusvault.restore.results import GENERATION_NOTE, ItemResult, Outcome, StatusOutcome
 from statusvault.restore.served import ServedTypes
@@ -77,11 +77,9 @@ class ObjectRestorer:
             mode = StatusMode.SUBRESOURCE if rt.has_status else StatusMode.IN_BODY
         body = self._body(item, obj, rt, mode)
         notes = self._remap_owners(item, body)
+        lost = ""
         if item.action == Action.CREATE:
-            result.paused = self._pause(item, rt, body)
-            live, outcome = self.writer.create(rt, item, body)
-            if outcome == Outcome.CREATED:
-                self.journal.mark_created(item)  # a resumed run will know the object is its own
+            live, outcome, lost = self._create(item, rt, body, result)
         else:
             live, outcome = self.writer.update(rt, item, body)
         if live is None:
@@ -99,8 +97,16 @@ class ObjectRestorer:
             self.journal.learn_uid(item.old_uid, result.new_uid)
         notes += _generation_notes(saved_status, meta.get("generation"))
         result.notes = tuple(notes)
+        self._write_status(item, rt, mode, live, saved_status, outcome, result)
+        if lost:  # its status is written all the same: the sooner, the shorter the operator's window
+            result.outcome, result.message = Outcome.FAILED, "; ".join(m for m in (lost, result.message) if m)
+
+    def _write_status(
+        self, item: PlanItem, rt: ResourceType, mode: StatusMode, live: KubeObject, saved: Any, outcome: str,
+        result: ItemResult,
+    ) -> None:  # fmt: skip
         try:
-            result.status, raced = self.writer.write_status(rt, item, mode, live, saved_status, outcome)
+            result.status, raced = self.writer.write_status(rt, item, mode, live, saved, outcome)
         except StatusVaultError as e:  # the object is there, its status is not: a failure, never a warning
             result.status, result.message = StatusOutcome.FAILED, str(e)
             return
@@ -109,10 +115,33 @@ class ObjectRestorer:
         if result.status == StatusOutcome.MISMATCH:
             result.message = "the server changed the restored status (pruned or defaulted fields?)"
 
-    def _pause(self, item: PlanItem, rt: ResourceType, body: KubeObject) -> str:
-        """Add the object's pause marker to its create body (recorded in the journal first); "" when it is
-        not paused by this restore, "kept" when the backup had it paused already (it stays paused)."""
+    def _create(
+        self, item: PlanItem, rt: ResourceType, body: KubeObject, result: ItemResult
+    ) -> tuple[KubeObject | None, str, str]:
+        """Create the object, paused when a marker applies; the third value says why it is NOT paused although
+        it was meant to be (the server dropped the marker), else ""."""
+        marker = self._marker(rt, body, result)
+        result.paused = self._pause(item, marker, body)
+        live, outcome = self.writer.create(rt, item, body)
+        if outcome == Outcome.CREATED:
+            self.journal.mark_created(item)  # a resumed run will know the object is its own
+        if live is None or marker is None or marker.present(live):
+            return live, outcome, ""
+        if result.paused != "kept" and self.opts.dry_run == "none":
+            self.journal.mark_unpaused(item)  # never paused: nothing for the unpause to take away
+        result.paused = ""
+        return live, outcome, pause_lost(marker)
+
+    def _marker(self, rt: ResourceType, body: KubeObject, result: ItemResult) -> Marker | None:
+        """The object's pause marker; with --pause auto, a custom resource no profile knows is flagged
+        (the report warns, once per resource type, that such objects are not paused)."""
         marker = self.opts.pause.marker_for(rt, body)
+        result.unmarked = marker is None and self.opts.pause.auto and rt.custom and not rt.is_crd
+        return marker
+
+    def _pause(self, item: PlanItem, marker: Marker | None, body: KubeObject) -> str:
+        """Add the pause marker to the create body (recorded in the journal first); "" when it is not paused
+        by this restore, "kept" when the backup had it paused already (it stays paused)."""
         if marker is None:
             return ""
         if marker.present(body):
@@ -139,7 +168,8 @@ class ObjectRestorer:
         result = client_dry_run(item)
         result.rules, result.rules_skipped = planned.rules, planned.rules_skipped
         if item.action == Action.CREATE:
-            result.paused = self._pause(item, item.rt, self._body(item, obj, item.rt, StatusMode.NONE))
+            body = self._body(item, obj, item.rt, StatusMode.NONE)
+            result.paused = self._pause(item, self._marker(item.rt, body, result), body)
         if item.action not in (Action.UPDATE, Action.SKIP_EXISTS):
             return result
         try:

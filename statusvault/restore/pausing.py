@@ -141,6 +141,26 @@ def pause_options(
     return opts
 
 
+def pause_lost(marker: Marker) -> str:
+    """Why an object created with `marker` is not paused: the server did not keep the marker."""
+    if marker.kind == "field":
+        cause = f"the server dropped the field {marker.key} (its CRD's schema has no such field?)"
+    else:
+        cause = f"the server dropped the annotation {marker.key} (a mutating webhook?)"
+    return (
+        f"created WITHOUT its pause marker {marker.describe()}: {cause}; its operator was free to act on it "
+        "before its status was written. Pause it with a marker the server keeps (--pause-annotation)"
+    )
+
+
+def unmarked_warning(resource: str) -> str:
+    """The report's warning for a custom resource that --pause auto has no marker for."""
+    return (
+        f"--pause auto knows no pause marker for {resource}: its objects were NOT paused (name a marker with "
+        f"--pause-annotation or --pause-field and --pause-resources {resource})"
+    )
+
+
 def unpause_patch(live: KubeObject) -> list[dict[str, Any]] | None:
     """The JSON patch that takes away what statusvault added (guarded by resourceVersion); None when the
     object carries no record of ours."""

@@ -12,6 +12,7 @@ from typing import IO, Any
 import orjson
 
 from statusvault.model import display
+from statusvault.restore.pausing import unmarked_warning
 
 
 class Outcome:
@@ -56,6 +57,7 @@ class ItemResult:
     rules: tuple[int, ...] = ()  # modifier rules applied (1-based, file order)
     rules_skipped: tuple[int, ...] = ()  # modifier rules skipped because their `test` failed
     paused: str = ""  # the pause marker it was created with ("kept": paused in the backup already)
+    unmarked: bool = False  # --pause auto has no marker for its (custom) resource type: not paused
 
     @property
     def lacks_status(self) -> bool:
@@ -126,6 +128,10 @@ class RestoreReport:
         c["status:" + r.status] += 1
         if r.paused:
             c["pause:" + ("kept" if r.paused == "kept" else "paused")] += 1
+        elif r.unmarked and not c["pause:no-marker"]:  # once per resource type
+            self.warnings.append(unmarked_warning(r.resource))
+        if r.unmarked:
+            c["pause:no-marker"] += 1
         if r.rules:
             c["rules:modified"] += 1
         if r.rules_skipped:

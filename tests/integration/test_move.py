@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -10,10 +15,15 @@ from statusvault.errors import ExitStatus
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import load_transport
+from statusvault.model import Selection
+from statusvault.move import Cluster, MoveRequest, run_move
+from statusvault.restore.options import RestoreOptions
 from statusvault.restore.pausing import RECORD
-from statusvault.testing.cluster import LocalCluster
+from statusvault.storage.local import LocalStore
+from statusvault.testing.cluster import ADMIN_TOKEN, LocalCluster, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, install_crds
 from tests.builders import cr, crd
+from tests.faultproxy import FaultProxy, self_signed
 from tests.integration.test_pause import GROUP, QUALIFIED, Operator, saved
 
 N = 12
@@ -63,10 +73,10 @@ def test_move_pauses_the_source_restores_paused_verifies_and_unpauses_the_target
         again = run(*args, "-n", ns)
         assert again.code == ExitStatus.SUCCESS, "a re-run of a finished move finds it done"
 
-        aborted = run("move", "--abort", "--from-kubeconfig", str(cluster.kubeconfig), "-n", ns)
-        assert aborted.code == 0 and f"{N} object(s) unpaused in the source" in aborted.out
+        aborted = run(*args, "-n", ns, "--abort")
+        assert aborted.code == ExitStatus.ERROR and "live (not paused) in the target" in aborted.err
         source = kube.get(discover(kube).by_qualified(QUALIFIED), ns, "db-03")
-        assert not ({PAUSED, RECORD} & set(source["metadata"].get("annotations") or {}))
+        assert source["metadata"]["annotations"][PAUSED] == "true", "a finished move's source stays paused"
     finally:
         for op in ops:
             op.stop()
@@ -75,3 +85,129 @@ def test_move_pauses_the_source_restores_paused_verifies_and_unpauses_the_target
 def test_move_refuses_the_same_cluster_on_both_sides(run, cluster, moving):
     result = run("move", "--from-kubeconfig", str(cluster.kubeconfig), "--to-kubeconfig", str(cluster.kubeconfig))
     assert result.code == ExitStatus.USAGE and "are the same API server" in result.err
+
+
+@pytest.fixture
+def target_proxy(target, tmp_path):
+    """A proxy in front of the target (its `before` hook sees each request) and a kubeconfig through it."""
+    proxy = FaultProxy(target.server, 0.0, certs=self_signed(tmp_path)).start()
+    path = tmp_path / "kubeconfig-target-proxy"
+    path.write_text(kubeconfig_yaml(proxy.url, "admin", ADMIN_TOKEN))
+    yield proxy, path
+    proxy.stop()
+
+
+def kill_move_at_db05(run, proxy: FaultProxy, args: list[str]) -> None:
+    """Run the move as a process and kill -9 it as it creates db-05 in the target (db-00.. are there, paused)."""
+    victim: dict[str, subprocess.Popen[bytes]] = {}
+
+    def kill(method: str, path: str, body: bytes | None) -> None:
+        proc = victim.get("proc")
+        if proc is not None and proc.poll() is None and method == "POST" and b'"name":"db-05"' in (body or b""):
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    proxy.before = kill
+    env = {**os.environ, "STATUSVAULT_STORAGE": str(run.storage), "STATUSVAULT_STATE_DIR": str(run.state)}
+    victim["proc"] = subprocess.Popen([sys.executable, "-m", "statusvault", *args], env=env, stderr=subprocess.PIPE)
+    _, err = victim["proc"].communicate(timeout=180)
+    assert victim["proc"].returncode == -signal.SIGKILL, f"the move was never killed: {err.decode()}"
+    proxy.before = lambda method, path, body: None
+
+
+def move_args(cluster, kubeconfig: Path, ns: str) -> list[str]:
+    return [
+        "--kubeconfig", str(cluster.kubeconfig), "move", "--from-kubeconfig", str(cluster.kubeconfig),
+        "--to-kubeconfig", str(kubeconfig), "-n", ns, "--parallel", "2",
+    ]  # fmt: skip
+
+
+def assert_moved(kube, target_kube, ns: str, statuses: dict[str, dict]) -> None:
+    """Every object in the target with its status and unpaused; the source paused by the move."""
+    moved = discover(target_kube).by_qualified(QUALIFIED)
+    source_type = discover(kube).by_qualified(QUALIFIED)
+    for name, status in statuses.items():
+        obj = target_kube.get(moved, ns, name)
+        assert obj is not None and obj["status"] == status, name
+        assert not ({PAUSED, RECORD} & set(obj["metadata"].get("annotations") or {})), f"{name} unpaused"
+        source = kube.get(source_type, ns, name)["metadata"]["annotations"]
+        assert source[PAUSED] == "true" and RECORD in source, f"{name} paused in the source by the move"
+
+
+def test_a_move_killed_mid_restore_resumes_with_the_same_command(run, kube, cluster, target, moving, target_proxy):
+    proxy, kubeconfig = target_proxy
+    args = move_args(cluster, kubeconfig, moving)
+    kill_move_at_db05(run, proxy, args)
+    target_kube = KubeClient(load_transport(str(target.kubeconfig)))
+    early = target_kube.get(discover(target_kube).by_qualified(QUALIFIED), moving, "db-00")
+    assert early["metadata"]["annotations"][PAUSED] == "true", "what the killed run created is paused"
+
+    again = run(*args[2:], "-o", "json")
+
+    assert again.code == ExitStatus.SUCCESS, again.out + again.err
+    report = json.loads(again.out)
+    assert report["sourcePaused"] == 0, "resumed: the source was paused and backed up by the killed run"
+    assert report["restore"]["resumed"] >= 1 and report["verifyProblems"] == []
+    assert_moved(kube, target_kube, moving, {f"db-{i:02d}": saved(i) for i in range(N)})
+
+
+def test_an_aborted_move_is_not_resumed_the_same_command_starts_a_fresh_one(
+    run, kube, cluster, target, moving, target_proxy
+):
+    proxy, kubeconfig = target_proxy
+    args = move_args(cluster, kubeconfig, moving)
+    kill_move_at_db05(run, proxy, args)
+    aborted = run(*args[2:], "--abort")
+    assert aborted.code == ExitStatus.SUCCESS, aborted.err
+    assert f"{N} object(s) unpaused in the source" in aborted.out and "dropped" in aborted.out
+    target_kube = KubeClient(load_transport(str(target.kubeconfig)))
+    moved = discover(target_kube).by_qualified(QUALIFIED)
+    assert target_kube.get(moved, moving, "db-00") is None, "the paused copies the move left are gone"
+    instances = discover(kube).by_qualified(QUALIFIED)
+    live = kube.get(instances, moving, "db-03")  # the source's operator is back and changes a status
+    assert not ({PAUSED, RECORD} & set(live["metadata"].get("annotations") or {}))
+    kube.replace(instances, moving, "db-03", {**live, "status": {"externalID": "db-9999"}}, sub="status")
+
+    again = run(*args[2:], "-o", "json")
+
+    assert again.code == ExitStatus.SUCCESS, again.out + again.err
+    report = json.loads(again.out)
+    assert report["sourcePaused"] == N, "the source is paused again before the new backup"
+    assert report["restore"]["resumed"] == 0
+    statuses = {f"db-{i:02d}": saved(i) for i in range(N)} | {"db-03": {"externalID": "db-9999"}}
+    assert_moved(kube, target_kube, moving, statuses)
+
+
+def test_delete_source_deletes_exactly_the_objects_moved(kube, cluster, target, moving, tmp_path):
+    ns = moving
+    instances = discover(kube).by_qualified(QUALIFIED)
+
+    def after_the_backup() -> None:  # while the move restores into the target, the source changes
+        kube.create(instances, ns, cr(f"{GROUP}/v1", "Instance", "late", spec={"forProvider": {}}))
+        kube.delete(instances, ns, "db-01")
+        kube.create(instances, ns, cr(f"{GROUP}/v1", "Instance", "db-01", spec={"forProvider": {}}))
+
+    target_kube = KubeClient(load_transport(str(target.kubeconfig)))
+    hooked = []
+
+    def target_discovery(refresh: bool):
+        if not hooked:
+            hooked.append(True)
+            after_the_backup()
+        return discover(target_kube)
+
+    request = MoveRequest(
+        Cluster(kube, lambda refresh: discover(kube)), Cluster(target_kube, target_discovery),
+        LocalStore(tmp_path / "store"), Selection(namespaces=(ns,)), RestoreOptions(), state_dir=tmp_path / "state",
+        delete_source=True,
+    )  # fmt: skip
+    report = run_move(request)
+
+    assert report.succeeded and hooked
+    assert report.source_deleted == N - 1
+    assert report.source_kept == [f"{QUALIFIED} {ns}/db-01 (not the object moved: created again since the backup)"]
+    left = {o["metadata"]["name"] for page in kube.list_pages(instances, ns) for o in page}
+    assert left == {"late", "db-01"}, "what was created in the source after the backup survives"
+    moved = discover(target_kube).by_qualified(QUALIFIED)
+    assert target_kube.get(moved, ns, "db-01")["status"] == saved(1), "the object moved is the backed-up one"
+    report.restore.close()

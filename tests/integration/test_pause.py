@@ -184,3 +184,116 @@ def test_without_either_the_operator_races_the_status_write_and_the_report_says_
     assert raced and raced <= provisioned, "each object it raced is named in the report"
     for i in range(1, N):  # statusvault's saved status won; the duplicates the operator made are the user's to find
         assert kube.get(instances, backed_up, f"db-{i:02d}")["status"] == saved(i)
+
+
+# --- when a pause does not take, and what the report says before and after ---
+
+
+def widget_crd(group: str) -> dict:
+    """A structural schema with no spec.paused and no preserve-unknown-fields there: the server prunes it."""
+    spec = {"type": "object", "properties": {"size": {"type": "integer"}}}
+    status = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    schema = {"type": "object", "properties": {"spec": spec, "status": status}}
+    return crd(group, "Widget", schema=schema)
+
+
+def backed_up_and_gone(run, kube, ns: str, bodies: list[dict]) -> None:
+    d = discover(kube)
+    for body in bodies:
+        create_with_status(kube, d, body, ns)
+    assert run("backup", "b", "-n", ns).code == 0
+    kube.delete(NAMESPACES, None, ns)
+    wait_gone(kube, NAMESPACES, None, ns)
+
+
+def test_a_pause_field_the_server_prunes_fails_the_object_loudly_and_nothing_is_unpaused(run, kube, namespace):
+    group = f"{unique('p')}.example.com"
+    widgets = install_crds(kube, [widget_crd(group)]).by_qualified(f"widgets.{group}")
+    bodies = [cr(f"{group}/v1", "Widget", f"w-{i}", spec={"size": i}, status={"id": f"w{i}"}) for i in range(3)]
+    backed_up_and_gone(run, kube, namespace, bodies)
+
+    flags = ["--pause-field", "/spec/paused=true", "--pause-resources", widgets.qualified]
+    result = run("restore", "b", *flags, "-o", "json")
+
+    assert result.code == ExitStatus.PARTIAL_FAILURE, result.out + result.err
+    report = json.loads(result.out)
+    items = [i for i in report["items"] if i["resource"] == widgets.qualified]
+    assert len(items) == 3
+    for item in items:
+        assert item["result"] == "failed" and item["status"] == "written", item
+        assert "created WITHOUT its pause marker /spec/paused=true" in item["message"]
+        assert "pausedWith" not in item, "not counted as paused"
+    assert "pause" not in report["summary"]
+    assert (report["unpaused"], report["leftPaused"], report["unpauseFailures"]) == (0, 0, []), "never paused"
+    for i in range(3):
+        obj = kube.get(widgets, namespace, f"w-{i}")
+        assert obj["status"] == {"id": f"w{i}"} and "paused" not in obj["spec"]
+
+
+@pytest.fixture
+def mixed(run, kube, instances, namespace):
+    """Two Crossplane instances (one paused by its owner) and two custom resources no profile knows, backed up
+    and gone."""
+    group = f"{unique('db')}.example.com"
+    databases = install_crds(kube, [crd(group, "Database")]).by_qualified(f"databases.{group}")
+    owner_paused = {"crossplane.io/paused": "true"}
+    bodies = [
+        cr(f"{GROUP}/v1", "Instance", "i-0", spec={"forProvider": {}}, status=saved(0), annotations=owner_paused),
+        cr(f"{GROUP}/v1", "Instance", "i-1", spec={"forProvider": {}}, status=saved(1)),
+        *(cr(f"{group}/v1", "Database", f"d-{i}", spec={"size": i}, status={"id": f"d{i}"}) for i in range(2)),
+    ]
+    backed_up_and_gone(run, kube, namespace, bodies)
+    return namespace, databases
+
+
+def paused_with(report: dict, ns: str) -> dict[str, str | None]:
+    """Each object of the namespace: the pause marker it was (or would be) created with."""
+    return {i["name"]: i.get("pausedWith") for i in report["items"] if i["namespace"] == ns}
+
+
+def test_pause_auto_warns_once_per_type_it_cannot_pause_and_a_dry_run_shows_each_marker(run, kube, mixed):
+    ns, databases = mixed
+    warning = f"--pause auto knows no pause marker for {databases.qualified}: its objects were NOT paused"
+
+    dry = run("restore", "b", "--pause", "auto", "--dry-run", "client", "-o", "json")
+
+    assert dry.code == ExitStatus.SUCCESS, dry.err
+    preview = json.loads(dry.out)
+    assert paused_with(preview, ns) == {"i-0": "kept", "i-1": "crossplane.io/paused=true", "d-0": None, "d-1": None}
+    assert [w for w in preview["warnings"] if w.startswith(warning)] == [warning + f" (name a marker with "
+        f"--pause-annotation or --pause-field and --pause-resources {databases.qualified})"]  # fmt: skip
+
+    result = run("restore", "b", "--pause", "auto", "-o", "json")
+
+    assert result.code == ExitStatus.SUCCESS, result.err
+    report = json.loads(result.out)
+    assert len([w for w in report["warnings"] if w.startswith(warning)]) == 1, "once, not once per object"
+    assert report["summary"]["pause"] == {"paused": 1, "kept": 1, "no-marker": 2}
+    assert report["unpaused"] == 1
+
+
+def test_generic_pause_annotation_for_named_resources(run, kube, mixed, proxied):
+    ns, databases = mixed
+    flags = ["--pause-annotation", "hold.example.com/frozen=yes", "--pause-resources", databases.qualified]
+    dry = run("restore", "b", *flags, "--dry-run", "client", "-o", "json")
+    assert paused_with(json.loads(dry.out), ns) == {
+        "i-0": None, "i-1": None, "d-0": "hold.example.com/frozen=yes", "d-1": "hold.example.com/frozen=yes"
+    }, "only the named resources; --pause auto was not given"  # fmt: skip
+    created: dict[str, dict] = {}
+
+    def seen(method: str, path: str, body: bytes | None) -> None:
+        if method == "POST" and f"/{databases.resource}?" in path + "?":
+            obj = json.loads(body or b"{}")
+            created[obj["metadata"]["name"]] = obj["metadata"].get("annotations") or {}
+
+    _, kubeconfig = proxied(0.0, before=seen)
+    result = run("restore", "b", *flags, "-o", "json", kubeconfig=kubeconfig)
+
+    assert result.code == ExitStatus.SUCCESS, result.err
+    assert {name: a.get("hold.example.com/frozen") for name, a in created.items()} == {"d-0": "yes", "d-1": "yes"}
+    assert all(RECORD in a for a in created.values()), "created paused, with the record of what was added"
+    assert json.loads(result.out)["unpaused"] == 2
+    for i in range(2):
+        obj = kube.get(databases, ns, f"d-{i}")
+        assert obj["status"] == {"id": f"d{i}"}
+        assert not ({"hold.example.com/frozen", RECORD} & set(obj["metadata"].get("annotations") or {})), "unpaused"

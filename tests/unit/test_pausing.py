@@ -8,7 +8,18 @@ import jsonpatch
 import pytest
 
 from statusvault.errors import ConfigError
-from statusvault.restore.pausing import RECORD, PauseOptions, pause_options, pause_patch, unpause_patch, without_record
+from statusvault.restore.pausing import (
+    RECORD,
+    Marker,
+    PauseOptions,
+    pause_lost,
+    pause_options,
+    pause_patch,
+    unmarked_warning,
+    unpause_patch,
+    without_record,
+)
+from statusvault.restore.results import ItemResult, Outcome, RestoreReport, StatusOutcome
 from tests.builders import cr, resource_type
 
 
@@ -114,3 +125,25 @@ def test_bad_pause_flags_are_refused(args, message):
 def test_generic_field_values_are_json():
     opts = pause_options("none", "", "/spec/suspend=true", ("gadgets.example.com",), ())
     assert opts.marker_for(resource_type("example.com", "Gadget"), obj("example.com/v1", "Gadget")).value is True
+
+
+@pytest.mark.parametrize(
+    ("marker", "cause"),
+    [
+        (Marker("field", "/spec/paused", True), "dropped the field /spec/paused (its CRD's schema"),
+        (Marker("annotation", "example.com/hold", "yes"), "dropped the annotation example.com/hold (a mutating"),
+    ],
+)
+def test_a_lost_pause_names_the_marker_and_the_likely_cause(marker, cause):
+    message = pause_lost(marker)
+    assert message.startswith(f"created WITHOUT its pause marker {marker.describe()}: the server {cause}")
+
+
+def test_the_report_warns_once_per_type_without_a_marker():
+    report = RestoreReport("b", "none", warnings=["from the plan"])
+    for name in ("a", "b"):
+        report.add(ItemResult("dbs.example.com", "ns", name, Outcome.CREATED, StatusOutcome.WRITTEN, unmarked=True))
+    report.add(ItemResult("x.upbound.io", "ns", "c", Outcome.CREATED, StatusOutcome.WRITTEN, paused="p=true"))
+    assert report.warnings == ["from the plan", unmarked_warning("dbs.example.com")]
+    assert report.counts()["pause"] == {"no-marker": 2, "paused": 1}
+    report.close()
