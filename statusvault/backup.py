@@ -23,7 +23,14 @@ from statusvault.model import KubeObject, ResourceType, Selection, name_matches,
 from statusvault.progress import NullProgress, Progress
 from statusvault.selection import select_resources
 from statusvault.spools import Spool, in_order
-from statusvault.storage.base import ObjectStore, archive_key, manifest_key, validate_backup_name
+from statusvault.storage.base import (
+    ObjectStore,
+    archive_key,
+    backup_prefix,
+    manifest_key,
+    sweep_stale_writes,
+    validate_backup_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -125,12 +132,11 @@ class BackupEngine:
         created_at = dt.datetime.now(dt.UTC)
         types = select_resources(self.discovery, selection)  # unknown names fail here, before any write
         _check_namespaces(self.client, selection.namespaces)
-        self.store.check()
-        swept = self.store.sweep(STALE_WRITE_AFTER)
+        if any(True for _ in self.store.list(backup_prefix(name))):  # also fails fast on an unusable store
+            raise BackupExistsError(f"backup {name!r} already exists in {self.store.url}")
+        swept = sweep_stale_writes(self.store, STALE_WRITE_AFTER)
         if swept:
             log.info("removed %d leftover(s) of backups killed mid-write from %s", swept, self.store.url)
-        if self.store.exists(manifest_key(name)) or self.store.exists(archive_key(name)):
-            raise BackupExistsError(f"backup {name!r} already exists in {self.store.url}")
         explicit_crds = any(self.discovery.resolve(n).is_crd for n in selection.include_resources)
         defined = {(rt.group, rt.resource) for rt in types if rt.custom}
         streams = [

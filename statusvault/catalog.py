@@ -28,7 +28,6 @@ from statusvault.storage.base import (
     backup_prefix,
     manifest_key,
 )
-from statusvault.storage.local import LocalStore
 
 
 @dataclasses.dataclass
@@ -60,13 +59,12 @@ class BackupInfo:
 
 def read_manifest(store: ObjectStore, name: str) -> dict[str, Any]:
     """The stored summary manifest of a complete backup; its absence means missing or incomplete."""
-    if not store.exists(manifest_key(name)):
-        if store.exists(archive_key(name)):
+    stored = {o.key for o in store.list(backup_prefix(name))}  # an unusable store says so, not "not found"
+    if manifest_key(name) not in stored:
+        if archive_key(name) in stored:
             raise ArchiveError(f"backup {name!r} is incomplete (no manifest): it cannot be used")
-        store.check()  # a missing bucket or a denial says so, rather than "not found"
         raise BackupNotFoundError(f"backup {name!r} not found in {store.url}")
-    with store.open_read(manifest_key(name)) as f:
-        data = f.read(MAX_HEAD_BYTES + 1)
+    data = store.get(manifest_key(name), MAX_HEAD_BYTES + 1)
     if len(data) > MAX_HEAD_BYTES:
         raise ArchiveError(f"manifest of backup {name!r} is larger than the limit ({MAX_HEAD_BYTES:,} bytes)")
     check_json_size(f"manifest of backup {name!r}", data)
@@ -136,11 +134,7 @@ def describe(store: ObjectStore, name: str) -> dict[str, Any]:
 def stored_size(store: ObjectStore, name: str) -> int:
     """The size of the backup's archive as stored (read before anything is downloaded)."""
     key = archive_key(name)
-    if isinstance(store, LocalStore):
-        path = store.local_path(key)
-        size = path.stat().st_size if path.exists() else None
-    else:
-        size = next((o.size for o in store.list(key) if o.key == key), None)
+    size = next((o.size for o in store.list(backup_prefix(name)) if o.key == key), None)
     if size is None:
         raise BackupNotFoundError(f"archive of backup {name!r} not found in {store.url}")
     return size
@@ -148,18 +142,13 @@ def stored_size(store: ObjectStore, name: str) -> int:
 
 @contextlib.contextmanager
 def local_archive(store: ObjectStore, name: str) -> Iterator[Path]:
-    """A local path to the backup's archive: the file itself for a directory store, else a temp copy."""
+    """A local file of the backup's archive: the stored file itself, or a temporary download (the store's
+    choice)."""
     key = archive_key(name)
-    if isinstance(store, LocalStore):
-        path = store.local_path(key)
-        if not path.exists():
-            raise BackupNotFoundError(f"archive of backup {name!r} not found in {store.url}")
+    if not store.exists(key):
+        raise BackupNotFoundError(f"archive of backup {name!r} not found in {store.url}")
+    with store.local_file(key) as path:
         yield path
-        return
-    with tempfile.TemporaryDirectory(prefix="statusvault-") as tmp:
-        dest = Path(tmp) / ARCHIVE_FILE
-        store.fetch(key, dest)
-        yield dest
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ import datetime as dt
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Protocol, runtime_checkable
 
 from statusvault.errors import ConfigError
 
@@ -41,38 +41,51 @@ class Writer(Protocol):
 
 
 class ObjectStore(Protocol):
-    """A flat key/value blob store; keys use '/' separators and come from the helpers below."""
+    """A flat blob store: five verbs on whole objects, and the two streams an archive needs.
+
+    Keys use '/' separators and come from the helpers below; nothing that takes an ObjectStore learns which
+    backend it is."""
 
     url: str
 
-    def check(self) -> None:
-        """Fail fast (StorageError) when the store is missing, unreachable or denies access."""
-        ...
-
-    def sweep(self, older_than: float) -> int:
-        """Remove what writes interrupted more than `older_than` seconds ago left behind (a killed backup's
-        partial file, an S3 multipart upload never completed nor aborted); returns how many."""
-        ...
-
     def put(self, key: str, data: bytes) -> None: ...
 
-    def open_write(self, key: str) -> AbstractContextManager[Writer]:
-        """A writer whose content becomes visible under `key` only when the block exits cleanly."""
+    def get(self, key: str, limit: int = -1) -> bytes:
+        """The object's bytes, at most `limit` of them when limit >= 0; StorageError when there is none."""
         ...
-
-    def get(self, key: str) -> bytes: ...
-
-    def fetch(self, key: str, dest: Path) -> None:
-        """Copy the object to a local file (streamed)."""
-        ...
-
-    def open_read(self, key: str) -> AbstractContextManager[BinaryIO]: ...
 
     def exists(self, key: str) -> bool: ...
 
-    def list(self, prefix: str) -> Iterator[StoredObject]: ...
+    def list(self, prefix: str) -> Iterator[StoredObject]:
+        """Every object whose key starts with `prefix`, in no set order. StorageError when the store cannot be
+        read (a missing bucket, bad credentials, a denial): a listing is also how a store is checked."""
+        ...
 
     def delete(self, key: str) -> None: ...
+
+    def open_write(self, key: str) -> AbstractContextManager[Writer]:
+        """A writer for an object too big for memory; it appears under `key` only when the block exits cleanly."""
+        ...
+
+    def local_file(self, key: str) -> AbstractContextManager[Path]:
+        """A local file holding the object, for readers that read it more than once: the stored file itself when
+        the store is a directory, else a download removed on exit."""
+        ...
+
+
+@runtime_checkable
+class SweepsStaleWrites(Protocol):
+    """A store whose interrupted writes leave something behind (a directory's partial files, S3's multipart
+    uploads) that it can find and remove."""
+
+    def sweep(self, older_than: float) -> int:
+        """Remove what writes interrupted more than `older_than` seconds ago left behind; returns how many."""
+        ...
+
+
+def sweep_stale_writes(store: ObjectStore, older_than: float) -> int:
+    """What killed writers left in `store` more than `older_than` seconds ago, removed (0 when it keeps none)."""
+    return store.sweep(older_than) if isinstance(store, SweepsStaleWrites) else 0
 
 
 def validate_backup_name(name: str) -> str:

@@ -9,7 +9,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
 
 from statusvault.errors import StorageError
 from statusvault.storage.base import StoredObject, Writer
@@ -25,14 +24,6 @@ class LocalStore:
         if self.root not in path.parents:
             raise StorageError(f"key {key!r} escapes the storage root {self.root}")
         return path
-
-    def check(self) -> None:
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise StorageError(f"cannot use {self.root} as backup storage: {e.strerror}") from e
-        if not os.access(self.root, os.W_OK | os.X_OK):
-            raise StorageError(f"backup storage {self.root} is not writable")
 
     def sweep(self, older_than: float) -> int:
         """Stale `.<name>.*.partial` files (a SIGKILLed writer's), and the directories they leave empty."""
@@ -72,50 +63,42 @@ class LocalStore:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def get(self, key: str) -> bytes:
-        with self.open_read(key) as f:
-            return f.read()
-
-    @contextmanager
-    def open_read(self, key: str) -> Iterator[BinaryIO]:
-        path = self._path(key)
+    def get(self, key: str, limit: int = -1) -> bytes:
+        path = self._existing(key)
         try:
-            f = open(path, "rb")  # noqa: SIM115 - closed below
-        except FileNotFoundError as e:
-            raise StorageError(f"{self.url}/{key} does not exist") from e
+            with open(path, "rb") as f:
+                return f.read(limit)
         except OSError as e:
             raise StorageError(f"cannot read {path}: {e.strerror}") from e
-        with f:
-            yield f
 
-    def fetch(self, key: str, dest: Path) -> None:
-        import shutil
+    @contextmanager
+    def local_file(self, key: str) -> Iterator[Path]:
+        yield self._existing(key)
 
-        with self.open_read(key) as src, open(dest, "wb") as out:
-            shutil.copyfileobj(src, out, 1 << 20)
-
-    def local_path(self, key: str) -> Path:
-        """The file behind `key`, so readers can skip a copy."""
-        return self._path(key)
+    def _existing(self, key: str) -> Path:
+        path = self._path(key)
+        if not path.is_file():
+            raise StorageError(f"{self.url}/{key} does not exist")
+        return path
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
     def list(self, prefix: str) -> Iterator[StoredObject]:
-        base = self._path(prefix) if prefix.strip("/") else self.root
+        folder = prefix.rpartition("/")[0]  # the deepest directory every match lies under
+        base = self._path(folder) if folder.strip("/") else self.root
         if not base.is_dir():
             return
-        for dirpath, _dirs, files in os.walk(base):
+        for dirpath, dirs, files in os.walk(base):
+            dirs.sort()
             for fname in sorted(files):
                 if fname.startswith("."):
                     continue  # in-flight partial writes
                 full = Path(dirpath) / fname
-                st = full.stat()
-                yield StoredObject(
-                    full.relative_to(self.root).as_posix(),
-                    st.st_size,
-                    dt.datetime.fromtimestamp(st.st_mtime, dt.UTC),
-                )
+                key = full.relative_to(self.root).as_posix()
+                if key.startswith(prefix):
+                    st = full.stat()
+                    yield StoredObject(key, st.st_size, dt.datetime.fromtimestamp(st.st_mtime, dt.UTC))
 
     def delete(self, key: str) -> None:
         path = self._path(key)

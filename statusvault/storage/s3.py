@@ -6,10 +6,11 @@ import contextlib
 import datetime as dt
 import io
 import logging
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, TypeVar
 
 import boto3
 import boto3.exceptions
@@ -47,8 +48,14 @@ class S3Store:
         return args
 
     def _call(self, what: str, fn: Callable[..., T], **kwargs: Any) -> T:
-        try:
+        with self._errors(what):
             return fn(**kwargs)
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """botocore's and boto3's exceptions as one-line StorageErrors that say what to check."""
+        try:
+            yield
         except botocore.exceptions.ClientError as e:
             raise _client_error(self, what, e) from e
         except botocore.exceptions.NoCredentialsError as e:
@@ -57,10 +64,6 @@ class S3Store:
             ) from e
         except (botocore.exceptions.BotoCoreError, boto3.exceptions.Boto3Error) as e:
             raise StorageError(f"cannot {what} {self.url}: {e}") from e
-
-    def check(self) -> None:
-        # a GET, not HEAD: its error body tells a missing bucket, bad keys and a denial apart
-        self._call("reach", self.client.list_objects_v2, Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
 
     def sweep(self, older_than: float) -> int:
         """Abort multipart uploads under the prefix started more than older_than seconds ago (a killed
@@ -101,29 +104,28 @@ class S3Store:
             writer.abort()
             raise
 
-    def get(self, key: str) -> bytes:
-        resp = self._call("read from", self.client.get_object, Bucket=self.bucket, Key=self._key(key))
-        data: bytes = self._call("read from", resp["Body"].read)
-        return data
-
-    @contextmanager
-    def open_read(self, key: str) -> Iterator[BinaryIO]:
+    def get(self, key: str, limit: int = -1) -> bytes:
         resp = self._call("read from", self.client.get_object, Bucket=self.bucket, Key=self._key(key))
         body = resp["Body"]
         try:
-            yield body
+            data: bytes = self._call("read from", body.read, amt=limit if limit >= 0 else None)
         finally:
-            body.close()
+            body.close()  # the rest of a longer object is not downloaded
+        return data
 
-    def fetch(self, key: str, dest: Path) -> None:
-        self._call(
-            "download from",
-            self.client.download_file,
-            Bucket=self.bucket,
-            Key=self._key(key),
-            Filename=str(dest),
-            Config=self.transfer,
-        )
+    @contextmanager
+    def local_file(self, key: str) -> Iterator[Path]:
+        with tempfile.TemporaryDirectory(prefix="statusvault-") as tmp:
+            dest = Path(tmp) / key.rsplit("/", 1)[-1]
+            self._call(
+                "download from",
+                self.client.download_file,
+                Bucket=self.bucket,
+                Key=self._key(key),
+                Filename=str(dest),
+                Config=self.transfer,
+            )
+            yield dest
 
     def exists(self, key: str) -> bool:
         try:
@@ -137,16 +139,11 @@ class S3Store:
         return True
 
     def list(self, prefix: str) -> Iterator[StoredObject]:
-        paginator = self.client.get_paginator("list_objects_v2")
-        pages = paginator.paginate(Bucket=self.bucket, Prefix=self._key(prefix))
-        try:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._key(prefix))
+        with self._errors("list"):
             for page in pages:
                 for item in page.get("Contents") or []:
                     yield StoredObject(item["Key"][len(self.prefix) :], item["Size"], item["LastModified"])
-        except botocore.exceptions.ClientError as e:
-            raise _client_error(self, "list", e) from e
-        except botocore.exceptions.BotoCoreError as e:
-            raise StorageError(f"cannot list {self.url}: {e}") from e
 
     def delete(self, key: str) -> None:
         self._call("delete from", self.client.delete_object, Bucket=self.bucket, Key=self._key(key))
@@ -221,7 +218,7 @@ class _MultipartWriter:
 def _client_error(store: S3Store, what: str, e: botocore.exceptions.ClientError) -> StorageError:
     err = e.response.get("Error", {})
     code = str(err.get("Code", ""))
-    if code == "NoSuchBucket" or (code in ("404", "NotFound") and what == "reach"):
+    if code == "NoSuchBucket" or (code in ("404", "NotFound") and what == "list"):
         return StorageError(f"bucket {store.bucket!r} does not exist ({store.url})")
     if code in ("AccessDenied", "403", "Forbidden"):
         return StorageError(f"access denied to {store.url}: check the credentials and the bucket policy")

@@ -4,13 +4,20 @@ same corpus through the CLI against the real API server."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
-from statusvault import catalog
-from statusvault.errors import StatusVaultError
-from statusvault.restore.service import open_backup
+from statusvault import archive, archivecheck, catalog
+from statusvault.archiveformat import MAX_MANIFEST_BYTES, stream_bound
+from statusvault.archivestream import STEP, TarStream
+from statusvault.errors import ArchiveError, StatusVaultError
+from statusvault.kinds import NAMESPACES
+from statusvault.kube.discovery import Discovery
+from statusvault.restore.service import RestoreRequest, open_backup, run_restore
 from statusvault.storage.local import LocalStore
-from tests.hostile import KEY, Backup
+from tests.fakekube import FakeKube
+from tests.hostile import KC, KEY, POOL, Backup
+from tests.hostile_cases import MiB
 from tests.hostile_corpus import CASES, Case
 
 
@@ -57,3 +64,31 @@ def test_verify_fails(tmp_path, case):
         return
     assert not report.ok
     assert "\n" not in catalog.describe_problems(report)
+
+
+def test_a_restore_stops_inflating_at_the_summary_manifests_bound(tmp_path, monkeypatch):
+    """Forty 15 MiB objects (600 MiB) where the summary manifest says a few KiB: the restore's first read is
+    bounded by the summary's totals (its uncompressedBytes, tar framing per member and the embedded manifest's
+    limit: `stream_bound`), not by the format's maxima (64 GiB), and refused before any write."""
+    case = next(c for c in CASES if c.id == "decompression_bomb")
+    name, key = plant(case, tmp_path)
+    summary = orjson.loads((tmp_path / "backups" / name / "manifest.json").read_bytes())
+    streams: list[TarStream] = []
+
+    class Counted(TarStream):
+        def __init__(self, path, budget: int):
+            super().__init__(path, budget)
+            streams.append(self)
+
+    monkeypatch.setattr(archivecheck, "TarStream", Counted)
+    monkeypatch.setattr(archive, "TarStream", Counted)
+    fake = FakeKube()
+    types = [KC, POOL, NAMESPACES]
+    with pytest.raises(ArchiveError, match="inflates to more than") as refused:
+        run_restore(fake, lambda refresh: Discovery(types, types), RestoreRequest(LocalStore(tmp_path), name, key=key))
+    bound = stream_bound(summary)
+    assert f"{bound:,} bytes" in str(refused.value)
+    assert [s.inflated for s in streams] == [pytest.approx(bound, abs=STEP)], "one read, stopped at the bound"
+    slack = bound - summary["totals"]["uncompressedBytes"]  # the embedded manifest's limit, 10 KiB a member
+    assert slack <= MAX_MANIFEST_BYTES + (1 << 20) and bound < 40 * 15 * MiB // 2
+    assert fake.calls == [] and fake.objects == {}

@@ -1,0 +1,84 @@
+"""How often a whole restore reads its archive, counted rather than assumed (docs/architecture.md, *How often
+a restore reads the archive*): the first, checking read plans as it goes; then each wave that has objects to
+send walks the archive from its start, up to the wave's last object."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from statusvault import archive, archivecheck
+from statusvault.archivestream import TarStream
+from statusvault.kinds import NAMESPACES
+from statusvault.kube.discovery import Discovery
+from statusvault.restore.service import RestoreRequest, run_restore
+from statusvault.storage.local import LocalStore
+from tests.fakekube import FakeKube
+from tests.hostile import KC, POOL, Backup
+
+NS = "passes"
+TYPES = [KC, POOL, NAMESPACES]
+
+
+@pytest.fixture
+def passes(monkeypatch) -> list[TarStream]:
+    """Every pass over an archive's tar.gz (each inflates it from its start), in the order they began."""
+    opened: list[TarStream] = []
+
+    class Counted(TarStream):
+        def __init__(self, path: Path, budget: int):
+            super().__init__(path, budget)
+            opened.append(self)
+
+    monkeypatch.setattr(archivecheck, "TarStream", Counted)
+    monkeypatch.setattr(archive, "TarStream", Counted)
+    return opened
+
+
+@pytest.fixture
+def store(tmp_path) -> LocalStore:
+    """A backup of a ClusterPool, a Namespace and two KubernetesClusters, `dev` (the last, 1 MB) owned by `prod`."""
+    b = Backup.base("b", NS)
+    prod_path, dev_path = b.path(KC.qualified, "prod", NS), b.path(KC.qualified, "dev", NS)
+    prod, dev = (orjson.loads(dict(b.members)[p]) for p in (prod_path, dev_path))
+    prod["metadata"]["uid"] = "uid-prod"
+    dev["spec"]["blob"] = os.urandom(500_000).hex()
+    dev["metadata"]["ownerReferences"] = [
+        {"apiVersion": prod["apiVersion"], "kind": prod["kind"], "name": "prod", "uid": "uid-prod"}
+    ]
+    b.replace(prod_path, orjson.dumps(prod, option=orjson.OPT_SORT_KEYS))
+    b.replace(dev_path, orjson.dumps(dev, option=orjson.OPT_SORT_KEYS))
+    b.restate()
+    b.planted().write(tmp_path, "b")
+    return LocalStore(tmp_path)
+
+
+def restore(fake: FakeKube, store: LocalStore) -> None:
+    report = run_restore(fake, lambda refresh: Discovery(TYPES, TYPES), RestoreRequest(store, "b", parallel=2))
+    assert report.succeeded, [r.to_dict() for r in report.attention]
+    report.close()
+
+
+def test_a_restore_reads_the_archive_once_to_check_and_plan_then_once_per_wave(passes, store):
+    fake = FakeKube()
+    restore(fake, store)
+    assert (
+        fake.get(KC, NS, "dev")["metadata"]["ownerReferences"][0]["uid"] == fake.get(KC, NS, "prod")["metadata"]["uid"]
+    )
+    # waves: Namespace; cluster-scoped (the pool); namespaced at owner depth 0 (prod), at depth 1 (dev)
+    assert len(passes) == 1 + 4
+    first, *waves = (p.inflated for p in passes)
+    assert all(w < first / 4 for w in waves[:3]), "a wave's walk stops after its last object: before dev"
+    assert first / 2 < waves[3] <= first
+
+
+def test_waves_with_nothing_to_send_do_not_read_the_archive(passes, store):
+    """Everything exists already (policy none): the first read plans, and no wave reads again."""
+    fake = FakeKube()
+    restore(fake, store)
+    passes.clear()
+    restore(fake, store)
+    assert len(passes) == 1
