@@ -19,7 +19,7 @@ from statusvault.kube.transport import load_transport
 from statusvault.testing.cluster import ADMIN_TOKEN, LocalCluster, _free_ports, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, fixture_crds, install_crds
 from tests.builders import unique
-from tests.faultproxy import FaultProxy, self_signed
+from tests.faultproxy import S3_FAULTS, FaultProxy, s3_faults_on, s3_operation, self_signed
 
 
 @pytest.fixture(scope="session")
@@ -131,5 +131,25 @@ def proxied(cluster, tmp_path) -> Iterator[Any]:
         return proxy, path
 
     yield _proxied
+    for p in started:
+        p.stop()
+
+
+@pytest.fixture
+def s3_proxied(s3_endpoint: str) -> Iterator[Any]:
+    """s3_proxied(rate, ops=(...), seed=..., faults=...) -> a FaultProxy in front of moto; pass its `url` as
+    --s3-endpoint-url (path-style). Only the named S3 operations meet faults; `by_operation` counts them all."""
+    started: list[FaultProxy] = []
+
+    def _s3_proxied(rate: float, ops: tuple[str, ...], **kw: Any) -> FaultProxy:
+        kw.setdefault("faults", S3_FAULTS)
+        kw.setdefault("retry_after", "0")
+        proxy = FaultProxy(
+            s3_endpoint, rate, applies=s3_faults_on(*ops), dialect="s3", classify=s3_operation, **kw
+        ).start()
+        started.append(proxy)
+        return proxy
+
+    yield _s3_proxied
     for p in started:
         p.stop()

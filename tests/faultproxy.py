@@ -2,9 +2,12 @@
 
 At a set rate (seeded), a request meets one of these faults instead of a clean answer:
 - ``429``: answered 429 Too Many Requests with Retry-After, not forwarded;
-- ``500`` / ``503``: answered with that error, not forwarded (``503`` carries S3's SlowDown code too);
+- ``500`` / ``503``: answered with that error, not forwarded (as a Kubernetes Status, or in the ``s3`` dialect
+  as S3's XML error: InternalError, SlowDown with Retry-After);
 - ``reset``: the connection is reset before the request is forwarded;
 - ``lost``: the request is forwarded and acted on, then the connection is reset instead of answering.
+
+`s3_operation` names an S3 request (path-style addressing) so that faults can be applied to chosen operations.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import ssl
 import struct
 import subprocess
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,7 +28,31 @@ from pathlib import Path
 import urllib3
 
 FAULTS = ("429", "500", "503", "reset", "lost")
-_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+S3_FAULTS = ("500", "503", "reset", "lost")
+_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "expect"}
+_S3_ERRORS = {500: b"InternalError", 503: b"SlowDown"}
+
+
+def s3_operation(method: str, path: str) -> str:
+    """The S3 API operation of a path-style request (``/bucket/key?query``), e.g. "UploadPart"."""
+    parts = urllib.parse.urlsplit(path)
+    query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
+    has_key = "/" in parts.path.strip("/")
+    upload = "uploadId" in query
+    if not has_key:
+        return {"GET": "ListMultipartUploads" if "uploads" in query else "ListObjects"}.get(method, f"{method}Bucket")
+    if method == "PUT":
+        return "UploadPart" if upload and "partNumber" in query else "PutObject"
+    if method == "POST":
+        return "CompleteMultipartUpload" if upload else "CreateMultipartUpload" if "uploads" in query else "POST"
+    if method == "DELETE":
+        return "AbortMultipartUpload" if upload else "DeleteObject"
+    return {"GET": "GetObject", "HEAD": "HeadObject"}.get(method, method)
+
+
+def s3_faults_on(*operations: str) -> Callable[[str, str], bool]:
+    """An `applies` for FaultProxy: only requests of these S3 operations meet faults."""
+    return lambda method, path: s3_operation(method, path) in operations
 
 
 class FaultProxy:
@@ -40,15 +68,21 @@ class FaultProxy:
         certs: tuple[Path, Path] | None = None,
         retry_after: str = "1",
         before: Callable[[str, str, bytes | None], None] = lambda method, path, body: None,
+        dialect: str = "kube",
+        classify: Callable[[str, str], str] | None = None,
     ):
         assert set(faults) <= set(FAULTS), faults
+        assert dialect in ("kube", "s3"), dialect
         self.upstream = upstream.rstrip("/")
         self.rate = rate
         self.faults = faults
         self.applies = applies
         self.retry_after = retry_after
         self.before = before  # runs before a request is forwarded: another writer racing the client
+        self.dialect = dialect
+        self.classify = classify  # names a request (e.g. s3_operation) for `by_operation`
         self.counts: collections.Counter[str] = collections.Counter()
+        self.by_operation: collections.Counter[tuple[str, str]] = collections.Counter()  # (name, fault or "")
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._pool = urllib3.PoolManager(maxsize=64, cert_reqs="CERT_NONE", retries=False)
@@ -81,10 +115,12 @@ class FaultProxy:
         """The fault this request meets, or "" to pass it through."""
         with self._lock:
             self.counts["requests"] += 1
-            if not self.applies(method, path) or self._rng.random() >= self.rate:
-                return ""
-            fault = self._rng.choice(self.faults)
-            self.counts[fault] += 1
+            fault = ""
+            if self.applies(method, path) and self._rng.random() < self.rate:
+                fault = self._rng.choice(self.faults)
+                self.counts[fault] += 1
+            if self.classify is not None:
+                self.by_operation[self.classify(method, path), fault] += 1
             return fault
 
     @property
@@ -168,14 +204,17 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(resp.data)
 
         def _error(self, code: int) -> None:
-            body = (
-                b'<?xml version="1.0"?><Error><Code>SlowDown</Code><Message>injected</Message></Error>'
-                if code == 503 and "amz" in " ".join(self.headers.keys()).lower()
-                else b'{"kind":"Status","apiVersion":"v1","status":"Failure","message":"injected","code":%d}' % code
-            )
+            s3 = proxy.dialect == "s3"
+            if s3:
+                body = b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>injected</Message>'
+                body = body % _S3_ERRORS.get(code, b"InternalError") + b"<RequestId>fault</RequestId></Error>"
+            else:
+                body = b'{"kind":"Status","apiVersion":"v1","status":"Failure","message":"injected","code":%d}' % code
             self.send_response(code)
-            if code == 429:
+            if code == 429 or (s3 and code == 503):
                 self.send_header("Retry-After", proxy.retry_after)
+            if s3:
+                self.send_header("Content-Type", "application/xml")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

@@ -7,6 +7,7 @@ import datetime as dt
 import io
 import logging
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ from statusvault.storage.base import S3Options, StoredObject, Writer
 log = logging.getLogger(__name__)
 
 PART_SIZE = 8 * 1024 * 1024  # S3 needs >= 5 MiB for every part but the last
+WRITE_ID = "statusvault-write"  # user metadata naming one write, so that its object is recognised as its own
 T = TypeVar("T")
 
 
@@ -65,6 +67,23 @@ class S3Store:
         except (botocore.exceptions.BotoCoreError, boto3.exceptions.Boto3Error) as e:
             raise StorageError(f"cannot {what} {self.url}: {e}") from e
 
+    def _write(self, key: str, write_id: str, fn: Callable[..., Any], **kwargs: Any) -> None:
+        """A write whose answer was lost may have been done all the same (and its retry then refused, as S3
+        refuses a completed upload's id): it failed only if the key does not hold this very write."""
+        try:
+            self._call("write to", fn, Key=key, **kwargs)
+        except StorageError:
+            if not self._holds(key, write_id):
+                raise
+            log.info("the answer to a write of %s was lost, but S3 holds it", key)
+
+    def _holds(self, key: str, write_id: str) -> bool:
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=key)
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError):
+            return False
+        return bool((head.get("Metadata") or {}).get(WRITE_ID) == write_id)
+
     def sweep(self, older_than: float) -> int:
         """Abort multipart uploads under the prefix started more than older_than seconds ago (a killed
         backup's); without s3:ListBucketMultipartUploads this is skipped and the bucket lifecycle rule
@@ -85,12 +104,14 @@ class S3Store:
         return aborted
 
     def put(self, key: str, data: bytes) -> None:
-        self._call(
-            "write to",
+        write_id = uuid.uuid4().hex
+        self._write(
+            self._key(key),
+            write_id,
             self.client.put_object,
             Bucket=self.bucket,
-            Key=self._key(key),
             Body=data,
+            Metadata={WRITE_ID: write_id},
             **self._sse_args(),
         )
 
@@ -155,11 +176,15 @@ class _MultipartWriter:
     def __init__(self, store: S3Store, key: str):
         self.store = store
         self.key = key
+        self.write_id = uuid.uuid4().hex
         self.buffer = io.BytesIO()
         self.upload_id: str | None = None
         self.parts: list[dict[str, Any]] = []
+        self.aborted = False
 
     def write(self, data: bytes) -> int:
+        if self.aborted:  # a tar or gzip stream closed by the garbage collector after a failure: dropped
+            return len(data)
         self.buffer.write(data)
         if self.buffer.tell() >= PART_SIZE:
             self._flush_part()
@@ -168,7 +193,14 @@ class _MultipartWriter:
     def _flush_part(self) -> None:
         s = self.store
         if self.upload_id is None:
-            resp = s._call("write to", s.client.create_multipart_upload, Bucket=s.bucket, Key=self.key, **s._sse_args())
+            resp = s._call(
+                "write to",
+                s.client.create_multipart_upload,
+                Bucket=s.bucket,
+                Key=self.key,
+                Metadata={WRITE_ID: self.write_id},
+                **s._sse_args(),
+            )
             self.upload_id = resp["UploadId"]
         number = len(self.parts) + 1
         resp = s._call(
@@ -186,27 +218,30 @@ class _MultipartWriter:
     def finish(self) -> None:
         s = self.store
         if self.upload_id is None:  # small: one PUT
-            s._call(
-                "write to",
+            s._write(
+                self.key,
+                self.write_id,
                 s.client.put_object,
                 Bucket=s.bucket,
-                Key=self.key,
                 Body=self.buffer.getvalue(),
+                Metadata={WRITE_ID: self.write_id},
                 **s._sse_args(),
             )
             return
         if self.buffer.tell():
             self._flush_part()
-        s._call(
-            "write to",
+        s._write(
+            self.key,
+            self.write_id,
             s.client.complete_multipart_upload,
             Bucket=s.bucket,
-            Key=self.key,
             UploadId=self.upload_id,
             MultipartUpload={"Parts": self.parts},
         )
 
     def abort(self) -> None:
+        self.aborted = True
+        self.buffer = io.BytesIO()
         if self.upload_id is not None:
             # if this fails too, the bucket's lifecycle rule for incomplete uploads cleans up the rest
             with contextlib.suppress(botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError):
