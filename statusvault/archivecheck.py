@@ -24,8 +24,8 @@ from statusvault.archiveformat import (
     MAX_UNCOMPRESSED_BYTES,
     check_manifest,
     check_member_type,
+    checked_object,
     kind_digest,
-    object_kind,
     parse_member_path,
     shown,
     uncompressed_bound,
@@ -33,6 +33,7 @@ from statusvault.archiveformat import (
 from statusvault.archivemanifest import FileList, load
 from statusvault.archivestream import Member, TarStream
 from statusvault.errors import ArchiveError
+from statusvault.model import ObjectKey
 
 MAX_PROBLEMS = 1000  # names a report lists per kind of problem; more ends the check
 
@@ -78,13 +79,13 @@ class _Sizes:
     paths: int = 0  # bytes of member paths: every one is listed in the manifest, so they cannot exceed it
 
 
-Visit = Callable[[str, bytes], None]
+Visit = Callable[[str, ObjectKey, dict[str, Any]], None]  # (member path, its key, the parsed object)
 
 
 def first_read(path: Path, budget: int, visit: Visit | None = None) -> FirstRead:
     """Read the archive once; any problem ends up in the report (and, as one line, in `problem`).
 
-    visit(path, data) gets each object member once its own checks passed, while the read goes on (a restore
+    visit(path, key, object) gets each object member once its own checks passed, while the read goes on (a restore
     plans in the same pass); what it saw may be used only if the whole read then shows no problem."""
     result = FirstRead(VerifyReport())
     try:
@@ -118,11 +119,10 @@ def _scan(path: Path, budget: int, seen: IO[bytes], result: FirstRead, visit: Vi
                 if member.name == MANIFEST_MEMBER:
                     manifest = _spool(tar, member)
                 else:
-                    line, data = _record(tar, member, sizes)
-                    seen.write(line)
+                    key, obj = _record(tar, member, sizes, seen)
                     names.append(hash(member.name))
                     if visit is not None:
-                        visit(member.name, data)
+                        visit(member.name, key, obj)
             result.inflated = tar.inflated
         if manifest is None:
             raise ArchiveError(f"archive {path.name} has no manifest.json: the backup is incomplete")
@@ -134,8 +134,8 @@ def _scan(path: Path, budget: int, seen: IO[bytes], result: FirstRead, visit: Vi
     return manifest, sizes
 
 
-def _record(tar: TarStream, member: Member, sizes: _Sizes) -> tuple[bytes, bytes]:
-    """One object member checked; its line for the comparison with the manifest, and its bytes."""
+def _record(tar: TarStream, member: Member, sizes: _Sizes, seen: IO[bytes]) -> tuple[ObjectKey, dict[str, Any]]:
+    """One object member checked and its line written for the comparison with the manifest; its object."""
     key, name = parse_member_path(member.name), shown(member.name)
     if member.size > MAX_OBJECT_BYTES:
         raise ArchiveError(f"archive member {name} has {member.size:,} bytes, above the limit for an object")
@@ -145,8 +145,9 @@ def _record(tar: TarStream, member: Member, sizes: _Sizes) -> tuple[bytes, bytes
     if sizes.objects > MAX_OBJECTS or sizes.data > MAX_UNCOMPRESSED_BYTES or sizes.paths > MAX_MANIFEST_BYTES:
         raise ArchiveError(f"archive {tar.label} holds more object files than the limits allow, at {name}")
     data = tar.read(member)
-    kind = object_kind(member.name, key, data)
-    return orjson.dumps([member.name, hashlib.sha256(data).hexdigest(), kind_digest(kind)]) + b"\n", data
+    obj = checked_object(member.name, key, data)
+    seen.write(orjson.dumps([member.name, hashlib.sha256(data).hexdigest(), kind_digest(obj["kind"])]) + b"\n")
+    return key, obj
 
 
 def _check_unique(names: array.array[int], seen: IO[bytes]) -> None:

@@ -4,6 +4,7 @@ Pure functions over names, dicts and bytes; docs/archive-format.md describes the
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from typing import Any
@@ -196,13 +197,14 @@ def check_json_size(what: str, data: bytes, limit: int = MAX_HEAD_VALUES) -> Non
         raise ArchiveError(f"{what} holds more than {limit:,} JSON values (the limit)")
 
 
+@functools.lru_cache(maxsize=4096)  # an archive holds few kinds, met once per member
 def kind_digest(kind: str) -> str:
     """A fixed-size stand-in for a kind, to remember one per member without holding what a member says."""
     return hashlib.sha256(kind.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def object_kind(path: str, key: ObjectKey, data: bytes) -> str:
-    """The object's kind, after checking the file holds one JSON object named as its path says."""
+def checked_object(path: str, key: ObjectKey, data: bytes) -> dict[str, Any]:
+    """The object, after checking the file holds one JSON object with a kind, named as its path says."""
     check_json_size(shown(path), data, MAX_JSON_VALUES)
     try:
         obj = orjson.loads(data)
@@ -218,7 +220,8 @@ def object_kind(path: str, key: ObjectKey, data: bytes) -> str:
         or (meta.get("namespace") or "") != key.namespace
     ):
         raise ArchiveError(f"{shown(path)} holds an object whose kind, namespace or name does not match its path")
-    return kind
+    checked: dict[str, Any] = obj
+    return checked
 
 
 def check_member_type(path: str, key: ObjectKey, kind: str, resources: dict[str, Any]) -> None:

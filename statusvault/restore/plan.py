@@ -8,9 +8,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from statusvault.archive import ArchiveReader, parse_member_path
+from statusvault.archiveformat import checked_object
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.kinds import CRD_QUALIFIED, NAMESPACES
 from statusvault.kube.discovery import Discovery
@@ -155,7 +154,8 @@ def build_plan(
     try:
         if not reader.walk_first(planner.add):
             for member, data in reader.objects():  # checks every hash, and that nothing is missing or extra
-                planner.add(member, data)
+                key = parse_member_path(member)
+                planner.add(member, key, checked_object(member, key, data))
         if single and reader.head().get("resources") != head.get("resources"):
             raise ArchiveError("the backup's summary manifest does not describe the resources in its archive")
         planner.plan.manifest = reader.head()
@@ -183,8 +183,7 @@ class _Planner:
         self.named: set[str] = set()  # --name patterns that matched something
         self.matched = 0  # objects the selection chose (CRDs come along with -n: they count only when asked for)
 
-    def add(self, path: str, data: bytes) -> None:
-        key = parse_member_path(path)
+    def add(self, path: str, key: ObjectKey, obj: dict[str, Any]) -> None:
         decider, sel = self.decider, self.opts.selection
         rt = decider.backup_types.get(key.qualified)
         if rt is None:
@@ -194,7 +193,8 @@ class _Planner:
             decider.crds_in_backup.add(key.name)
         if not decider.resource_selected(key.qualified) or not _in_scope(sel, cat, key.namespace or key.name):
             return
-        obj = _checked_object(path, data, key, rt)
+        if obj.get("kind") != rt.kind:
+            raise ArchiveError(f"{path} holds an object whose kind, namespace or name does not match its path")
         meta = obj["metadata"]
         if cat not in (Category.CRD, Category.NAMESPACE):
             if not decider.selector(meta.get("labels") or {}) or not name_matches(key.name, sel.names):
@@ -238,24 +238,6 @@ def _in_scope(sel: Selection, cat: Category, namespace: str) -> bool:
     if cat == Category.CLUSTER:
         return sel.cluster_resources
     return namespace in sel.namespaces
-
-
-def _checked_object(path: str, data: bytes, key: ObjectKey, rt: ResourceType) -> dict[str, Any]:
-    """The object, refusing one whose identity differs from its place in the archive."""
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        raise ArchiveError(f"{path} is not valid JSON: {e}") from None
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    if (
-        not isinstance(meta, dict)
-        or meta.get("name") != key.name
-        or obj.get("kind") != rt.kind
-        or (meta.get("namespace") or "") != key.namespace
-    ):
-        raise ArchiveError(f"{path} holds an object whose kind, namespace or name does not match its path")
-    checked: dict[str, Any] = obj
-    return checked
 
 
 def _plan_item(
