@@ -95,4 +95,9 @@ class ArchiveWriter:
         return self._out.size, self._out.sha.hexdigest()
 
     def abort(self) -> None:
+        """Drop what is buffered: nothing more is written to the sink, now or when the streams are freed."""
+        self._tar.fileobj.closed = True  # type: ignore[attr-defined]  # tarfile's stream would flush at deletion
+        self._tar.closed = True  # type: ignore[attr-defined]
+        self._gz.fileobj = None  # type: ignore[assignment]  # GzipFile.close would write its trailer
+        self._gz.close()
         self._spool.close()
