@@ -177,6 +177,30 @@ class KubeTransport:
             preload_content=True,
         )
 
+    def open_stream(self, req: Request, read_timeout: float) -> urllib3.BaseHTTPResponse:
+        """Send `req` once and return the response unread (a WATCH): the caller reads it line by line and
+        reconnects itself; an error status is raised as KubeApiError, a lost connection as KubeConnectionError."""
+        credential = self.config.credentials.current()
+        self.bucket.acquire()
+        try:
+            resp = self._pool_for(credential).request(
+                req.method,
+                self.host + req.url_path(),
+                headers=self._headers(req, credential),
+                timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
+                retries=False,
+                preload_content=False,
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise KubeConnectionError(f"cannot reach the API server at {self.host}: {type(e).__name__}: {e}") from e
+        if resp.status >= 400:
+            data = resp.read()
+            resp.release_conn()
+            if resp.status == 401:
+                self.config.credentials.refresh(credential)
+            raise api_error(req, resp.status, data)
+        return resp
+
     def _refresh_or_raise(self, rejected: Credential, refreshed: bool) -> None:
         """After a 401: refresh the credential, once per request, or raise the error naming its source."""
         source = self.config.credentials
