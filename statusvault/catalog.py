@@ -261,7 +261,9 @@ def prune(
     infos = [
         b
         for b in list_backups(store)
-        if not schedule or b.schedule == schedule or (not b.complete and b.name.startswith(f"{schedule}-"))
+        if (not schedule and not b.schedule.startswith("watch:"))  # a watch's bases: `prune --watch` only
+        or (schedule and b.schedule == schedule)
+        or (schedule and not b.complete and b.name.startswith(f"{schedule}-"))
     ]
     candidates = [Candidate(b.name, _created(b), b.complete) for b in infos]
     decisions = decide(candidates, policy, now or dt.datetime.now(dt.UTC))

@@ -23,6 +23,7 @@ from statusvault.cli.options import (
     storage_options,
 )
 from statusvault.cli.output import emit, human_size, table
+from statusvault.cli.watchviews import is_watch, verify_watch
 from statusvault.errors import ArchiveError
 from statusvault.metrics import recorded
 from statusvault.model import Selection
@@ -113,11 +114,17 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
 
 @click.command("list")
 @storage_options
+@click.option("--timeline", is_flag=True, help="List watches and the ranges `restore WATCH --at` can restore.")
 @output_option
 @click.pass_obj
-def list_cmd(app: App, /, output: str, **kw: Any) -> None:
+def list_cmd(app: App, /, output: str, timeline: bool, **kw: Any) -> None:
     """List backups; a backup without its manifest is Incomplete and cannot be restored."""
     store = app.store(kw.pop("storage"), s3_options(kw))
+    if timeline:
+        from statusvault.cli.watchviews import show_timeline
+
+        show_timeline(store, output)
+        return
     infos = catalog.list_backups(store)
     rows = [
         (
@@ -182,6 +189,9 @@ def verify(app: App, /, name: str, output: str, **kw: Any) -> None:
     checksum can be checked."""
     key = encryption_key(kw)
     store = app.store(kw.pop("storage"), s3_options(kw))
+    if is_watch(store, name):
+        verify_watch(store, name, key, output)
+        return
     report = catalog.verify(store, name, key)
     data = {
         "name": name,

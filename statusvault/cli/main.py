@@ -88,7 +88,7 @@ def cluster_info(app: App, output: str) -> None:
 
 
 def _register() -> None:
-    from statusvault.cli import backups, controller, move, restore, schedule
+    from statusvault.cli import backups, controller, move, restore, schedule, watch
 
     for command in (
         *backups.COMMANDS,
@@ -97,6 +97,7 @@ def _register() -> None:
         move.move_cmd,
         *schedule.COMMANDS,
         *controller.COMMANDS,
+        *watch.COMMANDS,
     ):
         cli.add_command(command)
 

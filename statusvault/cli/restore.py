@@ -31,6 +31,7 @@ from statusvault.restore.options import restore_options
 from statusvault.restore.results import GENERATION_NOTE, RestoreReport, StatusOutcome
 from statusvault.restore.service import RestoreRequest, run_restore
 from statusvault.restore.workers import MIN_WAVE, WorkerSpec, default_processes
+from statusvault.storage.base import ObjectStore
 
 
 @click.command("restore")
@@ -118,6 +119,11 @@ from statusvault.restore.workers import MIN_WAVE, WorkerSpec, default_processes
 @state_dir_option
 @encryption_option
 @click.option(
+    "--at",
+    metavar="RFC3339|latest",
+    help="BACKUP names a watch: restore its state at this moment (e.g. 2026-11-22T10:15:00Z), or the latest.",
+)
+@click.option(
     "--restart",
     is_flag=True,
     help="Discard the journal of an earlier, unfinished run of this restore and start over.",
@@ -132,6 +138,20 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
 
 def _restore(app: App, backup_name: str, output: str, kw: dict[str, Any], unpause: bool) -> None:
     store = app.store(kw.pop("storage"), s3_options(kw))
+    at = kw.pop("at", None)
+    if not at:
+        _run_restore(app, store, backup_name, output, kw, unpause)
+        return
+    from statusvault.watch.pointintime import parse_at, point_in_time
+
+    with point_in_time(store, backup_name, parse_at(at), encryption_key(kw)) as (moment_store, name, moment):
+        click.echo(f"restoring watch {backup_name} as it was at {moment.isoformat()} (as {name})", err=True)
+        _run_restore(app, moment_store, name, output, kw, unpause)
+
+
+def _run_restore(
+    app: App, store: ObjectStore, backup_name: str, output: str, kw: dict[str, Any], unpause: bool
+) -> None:
     opts = restore_options(kw)
     if kw["modifiers_file"]:
         opts = dataclasses.replace(opts, modifiers=read_modifiers(kw["modifiers_file"]))

@@ -149,6 +149,7 @@ def apply_and_report(app: App, discovery: Discovery, manifests: list[dict[str, A
 @click.command()
 @storage_options
 @click.option("--schedule", default="", help="Only backups made by this schedule.")
+@click.option("--watch", default="", help="Prune this watch's chains instead: never one a kept moment needs.")
 @retention_options
 @click.option(
     "--incomplete-grace",
@@ -170,6 +171,11 @@ def prune(app: App, /, output: str, **kw: Any) -> None:
         kw["keep_weekly"],
         parse_duration(kw["incomplete_grace"]),
     )
+    if kw["watch"]:
+        from statusvault.cli.watchviews import prune_watch_cmd
+
+        prune_watch_cmd(store, kw["watch"], policy, kw["dry_run"], output)
+        return
     with recorded("prune", kw["schedule"], kw["metrics_textfile"], kw["metrics_pushgateway"]) as run:
         decisions = catalog.prune(store, policy, kw["schedule"], kw["dry_run"])
         deleted = [d for d in decisions if d.delete]

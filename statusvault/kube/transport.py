@@ -80,6 +80,7 @@ class KubeTransport:
         self._pool_size = max(1, pool_size)
         self._pool_lock = threading.Lock()
         self._certs = (config.cert_file, config.key_file)
+        self._streams: tuple[tuple[str | None, str | None], urllib3.PoolManager] | None = None
         self.pool = self._new_pool(self._certs)
 
     def _new_pool(self, certs: tuple[str | None, str | None]) -> HttpPool | urllib3.PoolManager:
@@ -94,6 +95,10 @@ class KubeTransport:
                 timeout=self.read_timeout,
                 maxsize=self._pool_size,
             )
+        return self._urllib3_pool(certs)
+
+    def _urllib3_pool(self, certs: tuple[str | None, str | None]) -> urllib3.PoolManager:
+        config = self.config
         pool_args: dict[str, Any] = {"num_pools": 4, "maxsize": self._pool_size, "block": False}
         if config.verify:
             pool_args.update(cert_reqs="CERT_REQUIRED", ca_certs=config.ca_file)
@@ -193,6 +198,40 @@ class KubeTransport:
             preload_content=True,
         )
 
+    def open_stream(self, req: Request, read_timeout: float) -> urllib3.BaseHTTPResponse:
+        """Send `req` once and return the response unread (a WATCH): the caller reads it line by line and
+        reconnects itself; an error status is raised as KubeApiError, a lost connection as KubeConnectionError."""
+        credential = self.config.credentials.current()
+        self.bucket.acquire()
+        try:
+            resp = self._stream_pool(credential).request(
+                req.method,
+                self.host + req.url_path(),
+                headers=self._headers(req, credential),
+                timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
+                retries=False,
+                preload_content=False,
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise KubeConnectionError(f"cannot reach the API server at {self.host}: {type(e).__name__}: {e}") from e
+        if resp.status >= 400:
+            data = resp.read()
+            resp.release_conn()
+            if resp.status == 401:
+                self.config.credentials.refresh(credential)
+            raise api_error(req, resp.status, data)
+        return resp
+
+    def _stream_pool(self, credential: Credential) -> urllib3.PoolManager:
+        """urllib3 connections for WATCH streams (read incrementally, long-lived), per client certificate."""
+        certs = (credential.cert_file, credential.key_file) if credential.cert_file else self._certs
+        with self._pool_lock:
+            if self._streams is None or self._streams[0] != certs:
+                old, self._streams = self._streams, (certs, self._urllib3_pool(certs))
+                if old is not None:
+                    old[1].clear()
+            return self._streams[1]
+
     def _refresh_or_raise(self, rejected: Credential, refreshed: bool) -> None:
         """After a 401: refresh the credential, once per request, or raise the error naming its source."""
         source = self.config.credentials
@@ -208,6 +247,8 @@ class KubeTransport:
 
     def close(self) -> None:
         self.pool.clear()
+        if self._streams is not None:
+            self._streams[1].clear()
 
 
 def _retry_after(value: str | None) -> float | None:

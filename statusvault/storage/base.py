@@ -114,3 +114,41 @@ def backup_name_of(key: str) -> str | None:
     if len(parts) == 3 and parts[0] == BACKUPS_DIR:
         return parts[1]
     return None
+
+
+WATCHES_DIR = "watches"
+WATCH_HEAD_FILE = "head.json"  # the writer's latest flush: how far the record reaches, where to resume
+CHAIN_FILE = "chain.json"  # written once its base is complete: the chain's first restorable moment
+
+
+def watch_prefix(watch: str) -> str:
+    return f"{WATCHES_DIR}/{validate_backup_name(watch)}/"
+
+
+def watch_head_key(watch: str) -> str:
+    return f"{watch_prefix(watch)}{WATCH_HEAD_FILE}"
+
+
+def chain_prefix(watch: str, base: str) -> str:
+    return f"{watch_prefix(watch)}chains/{validate_backup_name(base)}/"
+
+
+def chain_key(watch: str, base: str) -> str:
+    return f"{chain_prefix(watch, base)}{CHAIN_FILE}"
+
+
+def segment_key(watch: str, base: str, seq: int) -> str:
+    """A segment's compressed JSON Lines; its manifest is the same key ending in `.json`."""
+    return f"{chain_prefix(watch, base)}{seq:010d}.jsonl.gz"
+
+
+def segment_manifest_key(watch: str, base: str, seq: int) -> str:
+    return f"{chain_prefix(watch, base)}{seq:010d}.json"
+
+
+def chain_of(key: str, watch: str) -> tuple[str, str] | None:
+    """(base, file name) of a key under a watch's chains, or None."""
+    parts = key[len(watch_prefix(watch)) :].split("/") if key.startswith(watch_prefix(watch)) else []
+    if len(parts) == 3 and parts[0] == "chains":
+        return parts[1], parts[2]
+    return None

@@ -178,7 +178,7 @@ def run_cli(args: list[str], env: dict[str, str]) -> CliRun:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
-            peak = max(peak, _vm_hwm_kib(proc.pid))
+            peak = max(peak, vm_hwm_kib(proc.pid))
             time.sleep(0.01)
         seconds = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -199,7 +199,7 @@ def per_1000(cpu_seconds: float, n: int) -> float:
     return 1000 * cpu_seconds / n if n else 0.0
 
 
-def _vm_hwm_kib(pid: int) -> int:
+def vm_hwm_kib(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:

@@ -1,0 +1,54 @@
+"""The watch views of list, verify and prune: timelines, chain checks, chain retention."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from statusvault.cli.output import emit, human_size, table
+from statusvault.crypto import Key
+from statusvault.errors import ArchiveError
+from statusvault.retention import Decision, RetentionPolicy
+from statusvault.storage.base import ObjectStore, manifest_key
+from statusvault.watch import chains
+from statusvault.watch.prune import prune_watch
+
+
+def is_watch(store: ObjectStore, name: str) -> bool:
+    """NAME is a watch (and no backup has that name)."""
+    return not store.exists(manifest_key(name)) and chains.watch_exists(store, name)
+
+
+def show_timeline(store: ObjectStore, output: str) -> None:
+    data, rows = [], []
+    for watch in chains.watch_names(store):
+        found = chains.chains(store, watch)
+        data.append({"watch": watch, "chains": [c.to_dict() for c in found]})
+        for c in found:
+            d = c.to_dict()
+            rows.append((watch, c.base, d["from"], d["until"], c.segments, human_size(c.stored_bytes)))
+    text = table(["WATCH", "BASE", "FROM", "UNTIL", "SEGMENTS", "SIZE"], rows) if rows else f"No watches in {store.url}"
+    emit(data, output, text)
+
+
+def verify_watch(store: ObjectStore, name: str, key: Key | None, output: str) -> None:
+    """Walk every chain; a broken one is one line and a non-zero exit."""
+    try:
+        found = chains.verify(store, name, key)
+    except ArchiveError as e:
+        emit({"name": name, "ok": False, "error": str(e)}, output, f"Watch {name}: FAILED: {e}")
+        raise ArchiveError(f"watch {name!r} failed verification") from None
+    segments = sum(c.segments for c in found)
+    data = {"name": name, "ok": True, "chains": [c.to_dict() for c in found]}
+    emit(data, output, f"Watch {name}: OK ({len(found)} chain(s), {segments} segment(s) checked)")
+
+
+def prune_watch_cmd(store: ObjectStore, watch: str, policy: RetentionPolicy, dry_run: bool, output: str) -> None:
+    decisions: list[Decision] = prune_watch(store, watch, policy, dry_run)
+    verb = "would delete" if dry_run else "deleted"
+    rows = [(d.name, verb if d.delete else "keep", d.reason) for d in decisions]
+    deleted = sum(d.delete for d in decisions)
+    text = (table(["CHAIN", "ACTION", "REASON"], rows) + "\n\n" if rows else "") + (
+        f"{deleted} chain(s) of watch {watch} {verb}, {len(decisions) - deleted} kept"
+    )
+    data: dict[str, Any] = {"watch": watch, "dryRun": dry_run, "decisions": [vars(d) for d in decisions]}
+    emit(data, output, text)

@@ -1,0 +1,163 @@
+"""A watch's record in a store: its chains (a base and the segments after it), their restorable ranges, and
+the walk that checks every link of a chain on the way (used by verify and by a point-in-time restore)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+from statusvault.catalog import read_manifest
+from statusvault.crypto import Key
+from statusvault.errors import ArchiveError, BackupNotFoundError
+from statusvault.storage.base import (
+    CHAIN_FILE,
+    ObjectStore,
+    chain_key,
+    chain_of,
+    segment_key,
+    segment_manifest_key,
+    watch_head_key,
+    watch_prefix,
+)
+from statusvault.watch.segments import (
+    CHAIN_KIND,
+    check_segment_manifest,
+    fetched_segment,
+    parse_time,
+    read_json,
+    records,
+)
+
+
+@dataclasses.dataclass
+class Chain:
+    """One base and its segments: restorable from `start` (the base's LIST had ended) to `until`."""
+
+    watch: str
+    base: str
+    start: dt.datetime
+    base_sha256: str
+    segments: int  # segments listed in the store
+    until: dt.datetime
+    stored_bytes: int = 0
+    head_seq: int = 0  # the last segment the head names, when the head is on this chain
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "base": self.base,
+            "from": self.start.isoformat().replace("+00:00", "Z"),
+            "until": self.until.isoformat().replace("+00:00", "Z"),
+            "segments": self.segments,
+            "segmentBytes": self.stored_bytes,
+        }
+
+
+def watch_exists(store: ObjectStore, watch: str) -> bool:
+    return next(iter(store.list(watch_prefix(watch))), None) is not None
+
+
+def read_head(store: ObjectStore, watch: str) -> dict[str, Any] | None:
+    key = watch_head_key(watch)
+    return read_json(store, key, f"head of watch {watch!r}") if store.exists(key) else None
+
+
+def chains(store: ObjectStore, watch: str) -> list[Chain]:
+    """The watch's complete chains, oldest first (a chain without chain.json is being made or half pruned)."""
+    found: dict[str, dict[str, Any]] = {}
+    for obj in store.list(f"{watch_prefix(watch)}chains/"):
+        where = chain_of(obj.key, watch)
+        if where is None:
+            continue
+        entry = found.setdefault(where[0], {"chain": False, "seqs": [], "bytes": 0})
+        if where[1] == CHAIN_FILE:
+            entry["chain"] = True
+        elif where[1].endswith(".json") and where[1][:-5].isdigit():
+            entry["seqs"].append(int(where[1][:-5]))
+        else:
+            entry["bytes"] += obj.size
+    head = read_head(store, watch) or {}
+    out = [_chain(store, watch, base, e, head) for base, e in found.items() if e["chain"]]
+    return sorted(out, key=lambda c: c.start)
+
+
+def _chain(store: ObjectStore, watch: str, base: str, entry: dict[str, Any], head: dict[str, Any]) -> Chain:
+    info = read_json(store, chain_key(watch, base), f"chain {base} of watch {watch!r}")
+    if info.get("kind") != CHAIN_KIND or info.get("base") != base or not isinstance(info.get("from"), str):
+        raise ArchiveError(f"chain {base} of watch {watch!r}: chain.json is malformed")
+    start = parse_time(info["from"])
+    seqs = sorted(entry["seqs"])
+    until = start
+    if seqs:
+        last = read_json(store, segment_manifest_key(watch, base, seqs[-1]), f"segment {seqs[-1]} of {base}")
+        until = parse_time(str(last.get("until") or info["from"]))
+    head_seq = 0
+    if head.get("base") == base:
+        head_seq = int(head.get("seq") or 0)
+        if head_seq == (seqs[-1] if seqs else 0):
+            until = max(until, parse_time(str(head.get("until") or info["from"])))
+    return Chain(watch, base, start, str(info.get("baseSha256", "")), len(seqs), until, entry["bytes"], head_seq)
+
+
+def walk(
+    store: ObjectStore, chain: Chain, key: Key | None, upto: dt.datetime | None = None
+) -> Iterator[dict[str, Any]]:
+    """Every record of the chain (up to `upto`), in order, checking each link: the base is there and is the one
+    the chain names, segments are numbered 1..n without a gap, each names its predecessor's SHA-256 and has
+    its own, and none the head names is missing. Raises ArchiveError at the first broken link."""
+    _check_base(store, chain)
+    previous, seq = chain.base_sha256, 0
+    last = max(chain.segments, chain.head_seq)
+    while seq < last:
+        seq += 1
+        where = f"segment {seq} of watch {chain.watch!r} (base {chain.base})"
+        mkey = segment_manifest_key(chain.watch, chain.base, seq)
+        if not store.exists(mkey):
+            raise ArchiveError(f"{where} is missing from the store: the chain is broken")
+        m = check_segment_manifest(read_json(store, mkey, where), chain.watch, chain.base, seq)
+        if m["previous"] != previous:
+            raise ArchiveError(f"{where} does not follow segment {seq - 1}: the chain is broken")
+        if upto is not None and m.get("firstSeen") and parse_time(m["firstSeen"]) > upto:
+            return
+        with fetched_segment(store, segment_key(chain.watch, chain.base, seq), m, key, where) as path:
+            yield from records(path, where)
+        previous = m["sha256"]
+
+
+def _check_base(store: ObjectStore, chain: Chain) -> None:
+    try:
+        manifest = read_manifest(store, chain.base)
+    except BackupNotFoundError:
+        raise ArchiveError(f"base {chain.base} of watch {chain.watch!r} is missing: the chain is broken") from None
+    if (manifest.get("archive") or {}).get("sha256") != chain.base_sha256:
+        raise ArchiveError(f"base {chain.base} of watch {chain.watch!r} is not the one its chain names")
+
+
+def verify(store: ObjectStore, watch: str, key: Key | None) -> list[Chain]:
+    """Walk every chain of the watch in full; ArchiveError at the first broken link."""
+    found = chains(store, watch)
+    if not found:
+        raise BackupNotFoundError(f"watch {watch!r} has no restorable chain in {store.url}")
+    for chain in found:
+        for _ in walk(store, chain, key):
+            pass
+    return found
+
+
+def chain_for(found: list[Chain], at: dt.datetime | None, watch: str) -> tuple[Chain, dt.datetime]:
+    """The newest chain whose range holds `at` (None: the latest restorable moment)."""
+    if not found:
+        raise BackupNotFoundError(f"watch {watch!r} has no restorable chain yet")
+    if at is None:
+        return found[-1], found[-1].until
+    for chain in reversed(found):
+        if chain.start <= at <= chain.until:
+            return chain, at
+    ranges = ", ".join(f"{c.to_dict()['from']} .. {c.to_dict()['until']}" for c in found)
+    raise ArchiveError(f"watch {watch!r} cannot restore {at.isoformat()}: its restorable ranges are {ranges}")
+
+
+def watch_names(store: ObjectStore) -> list[str]:
+    names = {obj.key.split("/")[1] for obj in store.list("watches/") if obj.key.count("/") >= 2}
+    return sorted(names)

@@ -1,0 +1,144 @@
+"""Rebuild a watch's state at one moment as a temporary v1 backup: the chain's base, then every change seen up
+to that moment, folded in an on-disk SQLite table (memory does not grow with the objects). The normal restore
+then reads it like any backup."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from statusvault.archive import ArchiveWriter, member_path, parse_member_path
+from statusvault.catalog import read_manifest
+from statusvault.crypto import Key
+from statusvault.errors import ArchiveError, ConfigError
+from statusvault.model import ObjectKey
+from statusvault.restore.service import open_backup
+from statusvault.storage.base import ObjectStore, archive_key, manifest_key
+from statusvault.storage.local import LocalStore
+from statusvault.watch.chains import Chain, chain_for, chains, walk
+from statusvault.watch.segments import parse_time, stamp
+
+SCHEMA = """
+CREATE TABLE objs (resource TEXT, namespace TEXT, name TEXT, data BLOB, PRIMARY KEY (resource, namespace, name))
+"""
+
+
+def parse_at(text: str) -> dt.datetime | None:
+    """`latest` (None) or an RFC 3339 time with its zone, e.g. 2026-11-22T10:15:00Z."""
+    if text.strip().lower() == "latest":
+        return None
+    try:
+        t = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"invalid --at {text!r}: use an RFC 3339 time (2026-11-22T10:15:00Z) or latest") from None
+    if t.tzinfo is None:
+        raise ConfigError(f"--at {text!r} has no time zone: add Z (UTC) or an offset")
+    return t.astimezone(dt.UTC)
+
+
+def point_name(watch: str, at: dt.datetime) -> str:
+    """The materialised backup's name: the same watch and moment always give the same name (and bytes)."""
+    return f"{watch}-at-{at.astimezone(dt.UTC):%Y%m%d%H%M%S}-{at.microsecond:06d}"
+
+
+@contextlib.contextmanager
+def point_in_time(
+    store: ObjectStore, watch: str, at: dt.datetime | None, key: Key | None
+) -> Iterator[tuple[ObjectStore, str, dt.datetime]]:
+    """(a temporary store, the backup name in it, the moment) holding the watch's state at `at` (None: latest).
+
+    The temporary store's URL names the watch, so a restore's journal (keyed by store URL, name and archive
+    SHA-256) resumes when the same restore --at runs again."""
+    chain, moment = chain_for(chains(store, watch), at, watch)
+    name = point_name(watch, moment)
+    with tempfile.TemporaryDirectory(prefix="statusvault-at-") as tmp:
+        out = LocalStore(Path(tmp) / "store")
+        out.url = f"{store.url}#watch={watch}"
+        with contextlib.closing(sqlite3.connect(Path(tmp) / "state.sqlite")) as db:
+            db.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;" + SCHEMA)
+            base = _load_base(db, store, chain, key)
+            _apply_changes(db, store, chain, key, moment, base["resources"])
+            _write_backup(db, out, name, base, moment, chain)
+        yield out, name, moment
+
+
+def _load_base(db: sqlite3.Connection, store: ObjectStore, chain: Chain, key: Key | None) -> dict[str, Any]:
+    with open_backup(store, chain.base, key) as reader:
+        head = reader.head()
+        rows = ((k.qualified, k.namespace, k.name, data) for k, data in _keyed(reader.objects()))
+        db.executemany("INSERT INTO objs VALUES (?, ?, ?, ?)", rows)
+    db.commit()
+    return head
+
+
+def _keyed(objects: Iterator[tuple[str, bytes]]) -> Iterator[tuple[ObjectKey, bytes]]:
+    for path, data in objects:
+        yield parse_member_path(path), data
+
+
+def _apply_changes(
+    db: sqlite3.Connection,
+    store: ObjectStore,
+    chain: Chain,
+    key: Key | None,
+    moment: dt.datetime,
+    resources: dict[str, Any],
+) -> None:
+    """Fold every change seen up to `moment` into the table: the object after it, or its absence."""
+    for rec in walk(store, chain, key, upto=moment):
+        if parse_time(rec["seen"]) > moment:
+            break
+        rt = resources.get(rec["resource"])
+        if rt is None:
+            raise ArchiveError(f"watch {chain.watch!r}: a record names {rec['resource']!r}, which its base has not")
+        meta = rec["object"].get("metadata") or {}
+        ident = (rec["resource"], meta.get("namespace", "") if rt["namespaced"] else "", meta["name"])
+        if rec["op"] == "delete":
+            db.execute("DELETE FROM objs WHERE resource = ? AND namespace = ? AND name = ?", ident)
+        else:
+            data = orjson.dumps(rec["object"], option=orjson.OPT_SORT_KEYS)
+            db.execute("INSERT OR REPLACE INTO objs VALUES (?, ?, ?, ?)", (*ident, data))
+    db.commit()
+
+
+def _write_backup(
+    db: sqlite3.Connection, out: ObjectStore, name: str, base: dict[str, Any], moment: dt.datetime, chain: Chain
+) -> None:
+    """The table as a v1 backup: the base's resource types in its order, objects by namespace and name."""
+    manifest = {k: v for k, v in base.items() if k not in ("files", "encryption")}
+    resources = {q: {**r, "count": 0, "withStatus": 0, "terminating": 0} for q, r in base["resources"].items()}
+    with out.open_write(archive_key(name)) as sink:
+        writer = ArchiveWriter(sink, compresslevel=1, mtime=moment.timestamp())
+        for qualified, entry in resources.items():
+            cursor = db.execute(
+                "SELECT namespace, name, data FROM objs WHERE resource = ? ORDER BY namespace, name", (qualified,)
+            )
+            for namespace, obj_name, data in cursor:
+                writer.add(member_path(ObjectKey(qualified, namespace, obj_name)), data)
+                _count(entry, orjson.loads(data), qualified.startswith("customresourcedefinitions."))
+        when = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+        manifest.update(name=name, createdAt=when, completedAt=when, resources=resources)
+        manifest["totals"] = {
+            "objects": sum(r["count"] for r in resources.values()),
+            "withStatus": sum(r["withStatus"] for r in resources.values()),
+            "terminating": sum(r["terminating"] for r in resources.values()),
+            "uncompressedBytes": writer.raw_bytes,
+        }
+        manifest["pointInTime"] = {"watch": chain.watch, "at": stamp(moment), "base": chain.base}
+        size, sha = writer.finish(manifest)
+    manifest["archive"] = {"file": archive_key(name).rsplit("/", 1)[1], "size": size, "sha256": sha}
+    out.put(manifest_key(name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+    read_manifest(out, name)  # the same checks as any stored backup
+
+
+def _count(entry: dict[str, Any], obj: dict[str, Any], is_crd: bool) -> None:
+    entry["count"] += 1
+    entry["withStatus"] += int(bool(obj.get("status")) and not is_crd)
+    entry["terminating"] += int("deletionTimestamp" in (obj.get("metadata") or {}))

@@ -1,0 +1,127 @@
+"""Continuous backup, pure parts: the segment format, chain retention, --at parsing, rendered RBAC."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+
+import pytest
+
+from statusvault.crypto import Key
+from statusvault.errors import ArchiveError, ConfigError
+from statusvault.model import ResourceType, Selection
+from statusvault.retention import RetentionPolicy
+from statusvault.schedule import ScheduleSpec
+from statusvault.storage.local import LocalStore
+from statusvault.watch.chains import Chain
+from statusvault.watch.manifests import WatchSpec, render
+from statusvault.watch.pointintime import parse_at, point_name
+from statusvault.watch.prune import decide
+from statusvault.watch.segments import SegmentBuffer, check_segment_manifest, fetched_segment, record, records
+
+T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
+KC = ResourceType("xyz.example.com", "v1", "kubernetesclusters", "KubernetesCluster", True, True, True, ("list",))
+
+
+def test_a_segment_round_trips_encrypted_and_a_changed_byte_is_refused(tmp_path):
+    store, key = LocalStore(tmp_path), Key(b"k" * 32)
+    buf = SegmentBuffer()
+    buf.add(record("put", KC.qualified, "7", T0, b'{"metadata":{"name":"a"},"status":{"phase":"Ready"}}'), T0)
+    buf.add(record("delete", KC.qualified, "8", T0, b'{"metadata":{"name":"a"}}'), T0)
+    size, sha = buf.upload(store, "s.jsonl.gz", key)
+    m = {"size": size, "sha256": sha, "encryption": key.describe()}
+    with fetched_segment(store, "s.jsonl.gz", m, key, "segment 1") as path:
+        assert [(r["op"], r["rv"]) for r in records(path, "segment 1")] == [("put", "7"), ("delete", "8")]
+    no_key = fetched_segment(store, "s.jsonl.gz", m, None, "segment 1")
+    with pytest.raises(ArchiveError, match="pass --encryption-key-file"), no_key:
+        pass
+    data = bytearray(store.get("s.jsonl.gz"))
+    data[-1] ^= 1
+    store.put("s.jsonl.gz", bytes(data))
+    changed = fetched_segment(store, "s.jsonl.gz", m, key, "segment 1")
+    with pytest.raises(ArchiveError, match="segment 1 was modified"), changed:
+        pass
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b'{"op":"patch","resource":"r","seen":"x","object":{"metadata":{"name":"a"}}}\n', b"[1]\n", b"{not json\n"],
+)
+def test_a_malformed_record_is_refused(tmp_path, line):
+    path = tmp_path / "seg.gz"
+    path.write_bytes(gzip.compress(line))
+    with pytest.raises(ArchiveError, match="segment 3"):
+        list(records(path, "segment 3"))
+
+
+def manifest(**over):
+    m = {"formatVersion": "1.0", "kind": "statusvault-watch-segment", "watch": "w", "base": "b", "seq": 2,
+         "sha256": "x", "previous": "y", "size": 1, "records": 1, "until": "t", "resourceVersions": {}}  # fmt: skip
+    return {**m, **over}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"formatVersion": "2.0"}, "segment format '2.0' is not supported"),
+        ({"seq": 3}, "names another place"),
+        ({"kind": "other"}, "not a segment manifest"),
+        ({"previous": None}, "'previous' is missing"),
+    ],
+)
+def test_segment_manifests_are_checked(change, message):
+    assert check_segment_manifest(manifest(), "w", "b", 2)["seq"] == 2
+    with pytest.raises(ArchiveError, match=message):
+        check_segment_manifest(manifest(**change), "w", "b", 2)
+
+
+def chain(base: str, start_h: int, until_h: int) -> Chain:
+    return Chain("w", base, T0 + dt.timedelta(hours=start_h), "", 3, T0 + dt.timedelta(hours=until_h))
+
+
+def test_prune_keeps_every_chain_a_kept_moment_needs_and_always_the_newest():
+    found = [chain("b1", 0, 1), chain("b2", 1, 2), chain("b3", 2, 3), chain("b4", 3, 4)]
+    now = T0 + dt.timedelta(hours=4)
+    by_ttl = {d.name: d.delete for d in decide(found, RetentionPolicy(ttl=dt.timedelta(minutes=90)), now)}
+    assert by_ttl == {"b1": True, "b2": True, "b3": False, "b4": False}, "b3 reaches into the window"
+    by_last = {d.name: d.delete for d in decide(found, RetentionPolicy(keep_last=1), now)}
+    assert by_last == {"b1": True, "b2": True, "b3": True, "b4": False}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("latest", None),
+        ("2026-11-22T10:15:00Z", dt.datetime(2026, 11, 22, 10, 15, tzinfo=dt.UTC)),
+        ("2026-11-22T11:15:00+01:00", dt.datetime(2026, 11, 22, 10, 15, tzinfo=dt.UTC)),
+    ],
+)
+def test_at_is_rfc3339_or_latest(text, expected):
+    assert parse_at(text) == expected
+
+
+@pytest.mark.parametrize("text", ["yesterday", "2026-11-22T10:15:00"])
+def test_an_at_without_a_zone_or_unparsable_is_a_usage_error(text):
+    with pytest.raises(ConfigError):
+        parse_at(text)
+
+
+def test_the_point_name_is_stable_for_a_moment():
+    assert point_name("w", T0 + dt.timedelta(microseconds=5)) == "w-at-20261122100000-000005"
+
+
+def test_rendered_watch_may_only_read_and_watch_its_types_and_hold_its_lease():
+    sel = Selection(namespaces=("prod",), include_crds=False)
+    spec = WatchSpec(ScheduleSpec("w", "", sel, "s3://b/p", job_namespace="sv"))
+    docs = render(spec, [KC])
+    assert [d["kind"] for d in docs] == ["Namespace", "ServiceAccount", "Role", "RoleBinding", "Role",
+                                         "RoleBinding", "Deployment"]  # fmt: skip
+    assert docs[2]["rules"] == [{"apiGroups": ["xyz.example.com"], "resources": ["kubernetesclusters"],
+                                 "verbs": ["get", "list", "watch"]}]  # fmt: skip
+    assert docs[4]["metadata"]["namespace"] == "sv" and docs[4]["rules"][0]["resources"] == ["leases"]
+    deploy = docs[-1]
+    args = deploy["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert deploy["spec"]["replicas"] == 2
+    assert args[:6] == ["statusvault", "--log-format", "json", "watch", "run", "w"]
+    assert args[args.index("-n") : args.index("-n") + 2] == ["-n", "prod"]
+    assert "--lease-namespace" in args and "kubernetesclusters.xyz.example.com" in args
