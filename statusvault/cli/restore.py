@@ -281,6 +281,8 @@ def render(report: RestoreReport) -> str:
                 "(generation restarts at 1); their operator may reconcile them once"
             )
     lines += _status_notes(report)
+    if report.warnings and report.dry_run != "client":
+        lines += ["", *(f"warning: {w}" for w in report.warnings)]
     verb = "Dry run of restore" if report.dry_run != "none" else "Restore"
     lines.append("")
     if report.resumed:
