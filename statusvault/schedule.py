@@ -235,13 +235,36 @@ def secure_container(name: str, image: str, command: list[str], credentials_secr
     return container
 
 
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster clients look
+TOKEN_SECONDS = 3600  # the kubelet rewrites the token before it expires; statusvault re-reads the file
+
+
+def service_account_volume() -> dict[str, Any]:
+    """A bound ServiceAccount token (TokenRequest), the cluster CA and the namespace: what the kubelet mounts by
+    itself from Kubernetes 1.22, made explicit for every version. No token Secret, which 1.24+ no longer creates."""
+    namespace = {"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
+    return {
+        "name": "kube-api-access",
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_SECONDS}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [namespace]}},
+            ]
+        },
+    }
+
+
 def secure_pod(
     account: str, container: dict[str, Any], restart_policy: str, labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
+    """Pod Security Standard "restricted"; the API token is the projected one of service_account_volume."""
+    container["volumeMounts"].append({"name": "kube-api-access", "mountPath": SA_DIR, "readOnly": True})
     return {
         "metadata": {"labels": dict(labels or LABELS)},
         "spec": {
             "serviceAccountName": account,
+            "automountServiceAccountToken": False,
             "restartPolicy": restart_policy,
             "securityContext": {
                 "runAsNonRoot": True,
@@ -251,7 +274,7 @@ def secure_pod(
                 "seccompProfile": {"type": "RuntimeDefault"},
             },
             "containers": [container],
-            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
+            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}, service_account_volume()],
         },
     }
 

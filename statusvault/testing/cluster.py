@@ -203,8 +203,8 @@ class LocalCluster:
                 str(bindir / "kube-controller-manager"),
                 f"--kubeconfig={self.kubeconfig}",
                 "--leader-elect=false",
-                "--controllers=namespace,garbagecollector,deployment,replicaset,serviceaccount-token",
-                f"--service-account-private-key-file={wd / 'sa.key'}",
+                # no serviceaccount-token: no token Secrets, as on Kubernetes 1.24+ (tests use TokenRequest)
+                "--controllers=namespace,garbagecollector,deployment,replicaset",
                 "--bind-address=127.0.0.1",
                 "--secure-port=0",
                 "--port=0",

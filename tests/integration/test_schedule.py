@@ -5,19 +5,21 @@ from __future__ import annotations
 import http.server
 import json
 import threading
-import time
 from pathlib import Path
 
+import orjson
 import pytest
 import yaml
 
 from statusvault.errors import ExitStatus, KubeApiError
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
-from statusvault.kube.transport import load_transport
+from statusvault.kube.transport import Request, load_transport
+from statusvault.model import ResourceType
 from statusvault.testing.cluster import kubeconfig_yaml
 from statusvault.testing.fixtures import ensure_namespace
 from tests.builders import cr, kc_status, unique
+from tests.unit.test_pod_security import pod_templates, restricted_violations
 
 KC = "xyz.example.com/v1"
 
@@ -40,6 +42,7 @@ def test_render_targets_the_served_cronjob_version_and_is_least_privilege(run, c
     container = pod["containers"][0]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert restricted_violations(spec["jobTemplate"]["spec"]["template"]) == []
     assert container["envFrom"] == [{"secretRef": {"name": "s3"}}]
     assert "statusvault --log-format json backup --schedule nightly --storage s3://bkt/sv" in container["command"][2]
     assert "&& statusvault --log-format json prune --schedule nightly" in container["command"][2]
@@ -86,6 +89,32 @@ def test_render_without_a_cluster_defaults_to_batch_v1(run, tmp_path):
     assert list(yaml.safe_load_all(overridden.out))[-1]["apiVersion"] == "batch/v1beta1"
 
 
+RENDER_COMMANDS = {
+    "schedule": ("schedule", "render", "nightly", "--schedule", "0 2 * * *", "--namespace-of-job"),
+    "controller": ("controller", "render", "--namespace"),
+    "watch": ("watch", "render", "nightly", "--namespace-of-watch"),
+}
+SECRETS = ("--credentials-secret", "s3", "--encryption-key-secret", "backup-key")
+
+
+@pytest.mark.parametrize("options", [(), SECRETS], ids=["plain", "secrets"])
+@pytest.mark.parametrize("command", RENDER_COMMANDS)
+def test_each_render_command_makes_a_restricted_pod_the_server_accepts(run, kube, crds, command, options):
+    """Pod Security "restricted" and a projected token (no token Secret): valid for Kubernetes 1.30+ too."""
+    job_ns = unique("sv")
+    ensure_namespace(kube, job_ns)  # a server dry run cannot create the namespace its other objects go into
+    args = (*RENDER_COMMANDS[command], job_ns, "--storage", "s3://b/p", "--include-resources", "kc", *options)
+    try:
+        rendered = run(*args)
+        assert rendered.code == 0, rendered.err
+        pods = [pod for doc in yaml.safe_load_all(rendered.out) for pod in pod_templates(doc)]
+        assert len(pods) == 1 and restricted_violations(pods[0]) == []
+        dry = run(*args, "--apply", "--dry-run", "server")
+        assert dry.code == 0, dry.err
+    finally:
+        kube.delete(NAMESPACES, None, job_ns)
+
+
 def test_render_refuses_local_storage(run):
     result = run("schedule", "render", "n", "--schedule", "@daily", "--storage", "/tmp/x")
     assert result.code == ExitStatus.USAGE
@@ -93,26 +122,13 @@ def test_render_refuses_local_storage(run):
 
 
 def _service_account_kubeconfig(kube: KubeClient, cluster, ns: str, account: str, tmp_path: Path) -> Path:
-    """A kubeconfig holding the ServiceAccount's token (the token controller writes it into a Secret)."""
-    from statusvault.model import ResourceType
-
+    """A kubeconfig holding a bound token of the ServiceAccount, from the TokenRequest API (Kubernetes 1.24+
+    writes no token Secrets; the test cluster's token controller is off, as there)."""
     sa_type = ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True)
-    secret_type = ResourceType("", "v1", "secrets", "Secret", True)
-    deadline = time.monotonic() + 60
-    while True:
-        sa = kube.get(sa_type, ns, account) or {}
-        names = [s["name"] for s in sa.get("secrets") or []]
-        if names:
-            secret = kube.get(secret_type, ns, names[0])
-            if secret and (secret.get("data") or {}).get("token"):
-                break
-        assert time.monotonic() < deadline, "no ServiceAccount token"
-        time.sleep(0.3)
-    import base64
-
-    token = base64.b64decode(secret["data"]["token"]).decode()
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}
+    answer = kube.request_json(Request("POST", sa_type.path(ns, account, "token"), body=orjson.dumps(request)))
     path = tmp_path / f"kubeconfig-{account}"
-    path.write_text(kubeconfig_yaml(cluster.server, account, token))
+    path.write_text(kubeconfig_yaml(cluster.server, account, answer["status"]["token"]))
     return path
 
 
