@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install cluster-bin test unit lint demo bench cluster-up cluster-down clean docs
+.PHONY: install cluster-bin apiext-bin test unit lint demo bench cluster-up cluster-down clean docs
 
 install: $(STAMP)
 
@@ -26,7 +26,12 @@ $(STAMP): pyproject.toml
 cluster-bin: $(STAMP)
 	@$(PY) -m statusvault.testing.cluster build >/dev/null
 
-test: cluster-bin
+# The Kubernetes 1.36 CRD server (apiextensions-apiserver) + etcd 3.5, built from Debian unstable's Go sources
+# once per machine (5-15 minutes on 2 cores) into the same cache; tests/integration/crs/ runs on both servers.
+apiext-bin: $(STAMP)
+	@$(PY) -m statusvault.testing.apiext build >/dev/null
+
+test: cluster-bin apiext-bin
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: $(STAMP)

@@ -92,7 +92,9 @@ def prepare_object(obj: KubeObject) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
 
 
-def _check_namespaces(client: KubeClient, namespaces: tuple[str, ...]) -> None:
+def _check_namespaces(client: KubeClient, discovery: Discovery, namespaces: tuple[str, ...]) -> None:
+    if discovery.by_qualified(NAMESPACES.qualified) is None:
+        return  # a server without the core API (a bare CRD server) has no Namespace objects: any name is valid
     for ns in namespaces:
         try:
             if client.get(NAMESPACES, None, ns) is None:
@@ -131,7 +133,7 @@ class BackupEngine:
         started = time.monotonic()
         created_at = dt.datetime.now(dt.UTC)
         types = select_resources(self.discovery, selection)  # unknown names fail here, before any write
-        _check_namespaces(self.client, selection.namespaces)
+        _check_namespaces(self.client, self.discovery, selection.namespaces)
         if any(True for _ in self.store.list(backup_prefix(name))):  # also fails fast on an unusable store
             raise BackupExistsError(f"backup {name!r} already exists in {self.store.url}")
         swept = sweep_stale_writes(self.store, STALE_WRITE_AFTER)

@@ -1,4 +1,6 @@
-"""Shared fixtures: a real kube-apiserver + etcd (session), a moto S3 server (session), per-test namespaces."""
+"""Shared fixtures: a real kube-apiserver + etcd (session), a moto S3 server (session), per-test namespaces.
+
+tests/integration/crs/ runs its tests on two servers: Kubernetes 1.20 and the 1.36 CRD server (its conftest)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import load_transport
+from statusvault.testing.apiext import ApiextServer
 from statusvault.testing.cluster import ADMIN_TOKEN, LocalCluster, _free_ports, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, fixture_crds, install_crds
 from tests.builders import unique
@@ -23,10 +26,24 @@ from tests.faultproxy import S3_FAULTS, FaultProxy, s3_faults_on, s3_operation, 
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[LocalCluster]:
-    """A real control plane. Never skipped: a missing cluster is a failure."""
+def cluster_120() -> Iterator[LocalCluster]:
+    """A real control plane (Kubernetes 1.20). Never skipped: a missing cluster is a failure."""
     with LocalCluster.start() as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def cluster(cluster_120: LocalCluster) -> LocalCluster:
+    """The server of the tests here (tests/integration/crs/ overrides it with one per parameter)."""
+    return cluster_120
+
+
+@pytest.fixture(scope="session")
+def apiext() -> Iterator[ApiextServer]:
+    """A Kubernetes 1.36 CRD server (apiextensions-apiserver + etcd; no core API), started when first asked for.
+    Never skipped: a missing build is a failure."""
+    with ApiextServer.start() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")
@@ -123,8 +140,10 @@ def proxied(cluster, tmp_path) -> Iterator[Any]:
     """proxied(rate, faults=...) -> (proxy, kubeconfig) in front of the test cluster."""
     started: list[FaultProxy] = []
 
+    client_cert = getattr(cluster, "admin_cert", None)  # the 1.36 CRD server knows its admin by certificate
+
     def _proxied(rate: float, **kw: Any) -> tuple[FaultProxy, Path]:
-        proxy = FaultProxy(cluster.server, rate, certs=self_signed(tmp_path), **kw).start()
+        proxy = FaultProxy(cluster.server, rate, certs=self_signed(tmp_path), client_cert=client_cert, **kw).start()
         started.append(proxy)
         path = tmp_path / f"kubeconfig-proxy-{len(started)}"
         path.write_text(kubeconfig_yaml(proxy.url, "admin", ADMIN_TOKEN))

@@ -70,6 +70,7 @@ class FaultProxy:
         before: Callable[[str, str, bytes | None], None] = lambda method, path, body: None,
         dialect: str = "kube",
         classify: Callable[[str, str], str] | None = None,
+        client_cert: tuple[Path, Path] | None = None,
     ):
         assert set(faults) <= set(FAULTS), faults
         assert dialect in ("kube", "s3"), dialect
@@ -85,7 +86,9 @@ class FaultProxy:
         self.by_operation: collections.Counter[tuple[str, str]] = collections.Counter()  # (name, fault or "")
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        self._pool = urllib3.PoolManager(maxsize=64, cert_reqs="CERT_NONE", retries=False)
+        # An upstream that knows clients by certificate only (the 1.36 CRD server) gets this one from the proxy.
+        cert = {"cert_file": str(client_cert[0]), "key_file": str(client_cert[1])} if client_cert else {}
+        self._pool = urllib3.PoolManager(maxsize=64, cert_reqs="CERT_NONE", retries=False, **cert)
         urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True

@@ -211,7 +211,8 @@ class _Planner:
         if not self.matched and _selection(sel):
             raise ConfigError(f"nothing in backup {plan.backup} matches {_selection(sel)}: nothing to restore")
         plan.warnings += [f"no object in the selection is named {p!r}" for p in sel.names if p not in self.named]
-        _add_namespaces(plan, self.namespaces_needed, self.exists)
+        if self.decider.live.by_qualified(NAMESPACES.qualified) is not None:  # a server without the core API
+            _add_namespaces(plan, self.namespaces_needed, self.exists)  # (a bare CRD server) takes any name
         plan.seal()
 
 

@@ -10,7 +10,7 @@ from statusvault.controller.lease import micro_time
 from statusvault.kinds import CONFIGMAPS, EVENTS, LEASES
 from statusvault.testing.fixtures import ensure_namespace
 from tests.builders import cr, kc_status, unique
-from tests.integration.test_restore import KC, delete_namespace
+from tests.integration.crs.test_restore import KC, delete_namespace
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from statusvault.crypto import is_encrypted
 from statusvault.errors import ExitStatus
 from tests.builders import cr, kc_status
-from tests.integration.test_restore import KC, delete_namespace
+from tests.integration.crs.test_restore import KC, delete_namespace
 
 
 @pytest.fixture

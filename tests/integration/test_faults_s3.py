@@ -23,7 +23,7 @@ from statusvault.testing.fixtures import create_with_status, ensure_namespace
 from tests.builders import cr, unique
 from tests.conftest import CliResult
 from tests.faultproxy import FaultProxy, s3_operation
-from tests.integration.test_backup import s3_args
+from tests.integration.crs.test_backup import s3_args
 
 WIDGETS = "widgets.example.com"
 ERRORS = ("500", "503", "reset")  # the request is refused or never reaches S3

@@ -20,8 +20,8 @@ from statusvault.kinds import NAMESPACES
 from tests.builders import unique
 from tests.hostile import SECRET, Backup
 from tests.hostile_corpus import CASES, Case
-from tests.integration.test_backup import s3_args
-from tests.integration.test_restore import delete_namespace
+from tests.integration.crs.test_backup import s3_args
+from tests.integration.crs.test_restore import delete_namespace
 
 RSS_LIMIT_KIB = 256 * 1024
 PEAK = (

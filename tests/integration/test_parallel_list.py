@@ -11,7 +11,7 @@ from statusvault.archive import ArchiveReader
 from statusvault.kinds import NAMESPACES
 from statusvault.testing.fixtures import create_with_status, ensure_namespace
 from tests.builders import cr, kc_status, unique
-from tests.integration.test_backup import archive_of
+from tests.integration.crs.test_backup import archive_of
 
 KC = "xyz.example.com/v1"
 

@@ -20,7 +20,7 @@ from statusvault.kube.discovery import discover
 from statusvault.restore.pausing import RECORD
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, install_crds
 from tests.builders import cr, crd, unique
-from tests.integration.test_faults import wait_gone
+from tests.integration.crs.servers import wait_gone
 
 GROUP = "rds.aws.upbound.io"  # a Crossplane provider's group: --pause auto picks the crossplane.io/paused annotation
 QUALIFIED = f"instances.{GROUP}"

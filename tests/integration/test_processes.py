@@ -20,7 +20,7 @@ import pytest
 from statusvault.errors import ExitStatus
 from statusvault.kinds import CRD_QUALIFIED, NAMESPACES
 from tests.builders import unique
-from tests.integration.test_faults import FAULT_RESOURCES, assert_exact, populate, snapshot
+from tests.integration.crs.test_faults import FAULT_RESOURCES, assert_exact, populate, snapshot
 
 N = 300
 

@@ -28,8 +28,8 @@ def members(storage: Path, name: str) -> dict[str, dict]:
 
 
 @pytest.fixture
-def seeded(make, namespace):
-    """Two KubernetesClusters, a Database, a LegacyApp (no /status), a Widget and a ConfigMap."""
+def seeded(make, namespace, core_api):
+    """Two KubernetesClusters, a Database, a LegacyApp (no /status), a Widget and (with the core API) a ConfigMap."""
     make(
         cr(
             KC,
@@ -57,7 +57,8 @@ def seeded(make, namespace):
     )
     make(cr("legacy.example.com/v1", "LegacyApp", "billing", status={"externalRef": "app-1"}), namespace)
     make(cr("example.com/v1", "Widget", "gear", status={"state": "Spinning"}), namespace)
-    make({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "b"}}, namespace)
+    if core_api:
+        make({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "b"}}, namespace)
     return namespace
 
 
@@ -88,11 +89,11 @@ def test_default_selection_takes_custom_resources_with_status_and_their_crds(run
     assert report["resources"]["legacyapps.legacy.example.com"]["hasStatusSubresource"] is False
 
 
-def test_manifest_records_selection_versions_and_hashes(run, seeded):
+def test_manifest_records_selection_versions_and_hashes(run, seeded, git_version):
     assert run("backup", "m1", "-n", seeded).code == 0
     manifest = ArchiveReader(archive_of(run.storage, "m1")).manifest()
     assert manifest["formatVersion"] == "1.0"
-    assert manifest["server"]["gitVersion"] == "v1.20.2"
+    assert manifest["server"]["gitVersion"] == git_version
     assert manifest["selection"]["namespaces"] == [seeded]
     widgets = manifest["resources"]["widgets.example.com"]
     assert (widgets["version"], widgets["kind"], widgets["namespaced"]) == ("v1", "Widget", True)
@@ -134,6 +135,7 @@ def test_select_objects_by_name_or_pattern(run, seeded):
     assert json.loads(result.out)["selection"]["names"] == ["pro*", "orders"]
 
 
+@pytest.mark.core_api("backs up ConfigMaps")
 def test_builtins_when_named(run, seeded):
     assert run("backup", "cm", "-n", seeded, "--include-resources", "configmaps").code == 0
     files = members(run.storage, "cm")
@@ -171,6 +173,7 @@ def test_unknown_resource_is_an_error_and_nothing_is_written(run, namespace):
     assert not run.storage.exists() or not any(run.storage.rglob("*"))
 
 
+@pytest.mark.core_api("checks Namespaces")
 def test_unknown_namespace_is_an_error(run):
     result = run("backup", "bad", "-n", "no-such-namespace-x")
     assert result.code == ExitStatus.USAGE

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -22,6 +21,13 @@ from statusvault.kube.discovery import Discovery, discover
 from statusvault.model import ResourceType
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, install_crds
 from tests.builders import cr, crd, kc_status, owner_ref, unique
+from tests.integration.crs.servers import (
+    delete_namespace,
+    make_namespace,
+    namespace_absent,
+    serves_namespaces,
+    wait_gone,
+)
 
 KC = "xyz.example.com/v1"
 BARE = ("g0", "g1", "g2", "g3", "g4")
@@ -80,7 +86,8 @@ def test_objects_created_by_the_run_are_its_own_whatever_the_server_changed(
 
     assert result.code == ExitStatus.SUCCESS, result.err
     report = json.loads(result.out)
-    assert report["summary"]["results"].get("created") == len(saved) + 1, "the namespace and every object"
+    created = len(saved) + serves_namespaces(kube)
+    assert report["summary"]["results"].get("created") == created, "the namespace (if served) and every object"
     assert "failed" not in report["summary"]["results"]
     assert report["withoutSavedStatus"] == 0
     if lost:
@@ -144,7 +151,7 @@ def test_a_selection_that_matches_nothing_says_so_and_changes_nothing(run, kube,
         result = run("restore", "b", *args)
         assert result.code == ExitStatus.USAGE, (args, result.out)
         assert "nothing in backup b matches" in result.err and "Traceback" not in result.err
-    assert kube.get(NAMESPACES, None, namespace) is None, "nothing was written"
+    assert namespace_absent(kube, namespace), "nothing was written"
 
 
 # --- the harness: >= 1,000 objects through faults of every kind ---
@@ -216,10 +223,10 @@ def assert_exact(before: dict[str, Any], after: dict[str, Any]) -> None:
 @pytest.fixture(scope="module")
 def big_namespace(kube, crds) -> Iterator[tuple[str, dict[str, Any]]]:
     ns = unique("big")
-    ensure_namespace(kube, ns)
+    make_namespace(kube, ns)
     populate(kube, crds, ns, 1000)
     yield ns, snapshot(kube, [crds.resolve(r) for r in FAULT_RESOURCES], ns)
-    kube.delete(NAMESPACES, None, ns)
+    delete_namespace(kube, ns)
 
 
 @pytest.mark.parametrize("rate", [0.1, 0.3])
@@ -254,18 +261,13 @@ def test_a_thousand_objects_through_every_fault(run, kube, crds, proxied, big_na
             assert faults.get(kind, 0) > 0, f"no {kind} was injected: {faults}"
         record_figures(rate, faults, len(before), result.code)
     finally:
-        kube.delete(NAMESPACES, None, target)
+        delete_namespace(kube, target)
 
 
 def record_figures(rate: float, faults: dict[str, int], objects: int, code: int) -> None:
     """Figures for docs/reliability.md, printed with -s and kept in .pytest_cache."""
     line = {"rate": rate, "objects": objects, "exit": int(code), **faults}
     print("fault-harness", orjson.dumps(line).decode())
-
-
-def delete_namespace(kube, ns: str) -> None:
-    kube.delete(NAMESPACES, None, ns)
-    wait_gone(kube, NAMESPACES, None, ns)
 
 
 # --- kill -9 at every phase; the plain re-run ends exact and the operator is back at its replicas ---
@@ -307,6 +309,7 @@ def _gadgets(kube, ns: str) -> tuple[str, ResourceType]:
     return group, rt
 
 
+@pytest.mark.core_api("the operator it scales down and back is a Deployment")
 @pytest.mark.parametrize("phase", list(PHASES))
 def test_kill_9_at_any_phase_then_the_plain_rerun_ends_exact(run, kube, cluster, namespace, proxied, phase):
     group, rt = _gadgets(kube, namespace)
@@ -362,10 +365,3 @@ def test_kill_9_at_any_phase_then_the_plain_rerun_ends_exact(run, kube, cluster,
     kube.delete(NAMESPACES, None, target)
     kube.delete(NAMESPACES, None, ops)
     kube.delete(CRDS, None, f"gadgets.{group}")
-
-
-def wait_gone(kube, rt, ns, name) -> None:
-    deadline = time.monotonic() + 60
-    while kube.get(rt, ns, name) is not None:
-        assert time.monotonic() < deadline, f"{name} still exists"
-        time.sleep(0.2)
