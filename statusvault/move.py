@@ -198,7 +198,7 @@ def _check(client: KubeApi, discovery: Discovery, data: bytes, opts: RestoreOpti
     meta = obj["metadata"]
     ns = map_namespace(meta.get("namespace", ""), opts.mapping) if rt.namespaced else ""
     if opts.modifiers is not None:
-        obj, _ = opts.modifiers.apply(rt.qualified, {**obj, "metadata": {**meta, "namespace": ns}})
+        obj, _ = opts.modifiers.apply(rt.qualified, obj, ns if rt.namespaced else None)
     live = client.get(rt, ns or None, meta["name"])
     where = display(rt.qualified, ns, meta["name"])
     if live is None:

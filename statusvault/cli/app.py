@@ -1,4 +1,6 @@
-"""The one factory the commands get their dependencies from; tests can replace it."""
+"""The one factory the commands get their dependencies from (clients, discovery, store, progress), built by the
+`cli` group from the global options. It is not injectable: the CLI tests run the real commands against a real API
+server and store."""
 
 from __future__ import annotations
 
@@ -31,6 +33,12 @@ class App:
             self._client = KubeClient(transport)
             self._closers.append(transport.close)
         return self._client
+
+    def client_of(self, kubeconfig: str | None, context: str | None, pool_size: int = 16) -> KubeClient:
+        """A client of a cluster other than the global options' (a move's source or target)."""
+        transport = load_transport(kubeconfig, context, pool_size=pool_size)
+        self._closers.append(transport.close)
+        return KubeClient(transport)
 
     def discovery(self, refresh: bool = False) -> Discovery:
         if self._discovery is None or refresh:

@@ -21,9 +21,7 @@ from statusvault.cli.options import (
 from statusvault.cli.output import emit
 from statusvault.cli.restore import read_modifiers, render
 from statusvault.errors import PartialFailure
-from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover
-from statusvault.kube.transport import load_transport
 from statusvault.model import Selection
 from statusvault.move import AbortReport, Cluster, MoveReport, MoveRequest, abort_move, check_distinct, run_move
 from statusvault.restore.options import restore_options
@@ -63,7 +61,7 @@ from statusvault.restore.options import restore_options
 def move_cmd(app: App, /, output: str, **kw: Any) -> None:
     """Move custom resources with their status: pause the source, back it up, restore into the target paused,
     verify, unpause the target; the source stays paused (or --delete-source). Run it again to resume."""
-    source = _cluster(kw["from_kubeconfig"] or app.kubeconfig, kw["from_context"] or app.context)
+    source = _cluster(app, kw["from_kubeconfig"] or app.kubeconfig, kw["from_context"] or app.context)
     selection = Selection(
         namespaces=split_csv(kw["namespaces"]),
         include_resources=split_csv(kw["include_resources"]),
@@ -72,7 +70,7 @@ def move_cmd(app: App, /, output: str, **kw: Any) -> None:
         include_cluster_resources=kw["include_cluster_resources"],
         names=split_csv(kw["names"]),
     )
-    target = _cluster(kw["to_kubeconfig"] or app.kubeconfig, kw["to_context"] or app.context)
+    target = _cluster(app, kw["to_kubeconfig"] or app.kubeconfig, kw["to_context"] or app.context)
     check_distinct(source.client.server, target.client.server)
     if kw["delete_source"] and not kw["yes"] and not kw["abort"]:
         click.confirm("Delete the moved objects in the source once the move is verified?", abort=True)
@@ -91,8 +89,8 @@ def move_cmd(app: App, /, output: str, **kw: Any) -> None:
     _show(report, output)
 
 
-def _cluster(kubeconfig: str | None, context: str | None) -> Cluster:
-    client = KubeClient(load_transport(kubeconfig, context, pool_size=20))
+def _cluster(app: App, kubeconfig: str | None, context: str | None) -> Cluster:
+    client = app.client_of(kubeconfig, context, pool_size=20)
     cache: dict[str, Discovery] = {}
 
     def discovered(refresh: bool) -> Discovery:

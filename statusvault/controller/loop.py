@@ -225,6 +225,8 @@ class Controller:
                 withoutStatus=str(report.lacking),
                 resumed=str(report.resumed),
             )
+            if intent.options.pause.enabled:
+                outcome.update(unpaused=str(report.unpaused), leftPaused=str(report.left_paused))
         if ok:
             outcome.update(phase=Phase.COMPLETE, appliedDigest=intent.digest, appliedBackup=intent.backup)
             self._write_status(cm, status_cm, outcome, drop=("nextAttemptAt",))
@@ -304,7 +306,7 @@ def modifiers_from(cm: KubeObject | None, name: str, namespace: str) -> Modifier
     """A modifiers file held in a ConfigMap: its one data key (as Velero's), or `modifiers.yaml`."""
     where = f"modifiers ConfigMap {namespace}/{name}"
     if cm is None:
-        raise ConfigError(f"{where} does not exist")
+        raise ConfigError(f"{where} does not exist: create it (the next attempt reads it again) or fix the intent")
     data: dict[str, str] = cm.get("data") or {}
     if "modifiers.yaml" in data:
         return load_modifiers(data["modifiers.yaml"], where)
@@ -319,7 +321,12 @@ def _summary(backup: str, report: RestoreReport) -> str:
     if report.interrupted:
         return f"restore of {backup} was interrupted"
     resumed = f" ({report.resumed} done by an earlier attempt)" if report.resumed else ""
+    kept = (
+        f"; {report.left_paused} left paused as asked (drop keep-paused from the intent to release them)"
+        if report.left_paused and report.succeeded
+        else ""
+    )
     return (
         f"restore of {backup}: {report.total} objects{resumed}, {len(report.failures)} failed, "
-        f"{report.lacking} without their saved status"
+        f"{report.lacking} without their saved status{kept}"
     )

@@ -46,7 +46,7 @@ class Outcome:
 @dataclasses.dataclass(frozen=True)
 class Rule:
     index: int
-    matches: Callable[[str, Mapping[str, Any]], bool]
+    matches: Callable[[str, Mapping[str, Any], str], bool]  # (resource, object, namespace backed up from)
     patch: jsonpatch.JsonPatch  # patches then statusPatches (status paths checked at load)
     merges: tuple[Any, ...]  # mergePatches then statusMergePatches
 
@@ -64,12 +64,19 @@ class Modifiers:
         """Pickled as its file (a worker process parses it again): the rules hold closures."""
         return load_modifiers, (self.text, self.source)
 
-    def apply(self, qualified: str, obj: dict[str, Any]) -> tuple[dict[str, Any], Outcome]:
-        """The object after every matching rule, in file order. `obj` is not changed."""
+    def apply(
+        self, qualified: str, obj: dict[str, Any], namespace: str | None = None
+    ) -> tuple[dict[str, Any], Outcome]:
+        """The object after every matching rule, in file order; `obj` (as backed up) is not changed. Rules
+        patch it in its target `namespace` (a namespace mapping's), while `conditions.namespaces` matches the
+        namespace it was backed up from, as Velero's does."""
+        source = str((obj.get("metadata") or {}).get("namespace", ""))
+        if namespace is not None:
+            obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}}
         applied: list[int] = []
         skipped: list[int] = []
         for rule in self.rules:
-            if not rule.matches(qualified, obj):
+            if not rule.matches(qualified, obj, source):
                 continue
             patched = _apply(rule, obj)
             if patched is None:
@@ -120,7 +127,7 @@ def _rule(index: int, raw: Any, where: str) -> Rule:
     return Rule(index + 1, _conditions(raw.get("conditions"), f"{where}.conditions"), jsonpatch.JsonPatch(ops), merges)
 
 
-def _conditions(raw: Any, where: str) -> Callable[[str, Mapping[str, Any]], bool]:
+def _conditions(raw: Any, where: str) -> Callable[[str, Mapping[str, Any], str], bool]:
     if not isinstance(raw, dict) or not isinstance(raw.get("groupResource"), str) or not raw["groupResource"]:
         raise ConfigError(f"{where}.groupResource: required (resource.group, wildcards allowed, '*' for all)")
     _only(raw, CONDITION_KEYS, where)
@@ -131,14 +138,14 @@ def _conditions(raw: Any, where: str) -> Callable[[str, Mapping[str, Any]], bool
     labels = parse_selector(_selector(raw.get("labelSelector"), f"{where}.labelSelector"))
     tests = _matches(raw.get("matches"), f"{where}.matches")
 
-    def matches(qualified: str, obj: Mapping[str, Any]) -> bool:
+    def matches(qualified: str, obj: Mapping[str, Any], source_namespace: str) -> bool:
         meta = obj.get("metadata") or {}
         name = str(meta.get("name", ""))
         return (
             fnmatch.fnmatchcase(qualified, resource)
             and (regex is None or regex.search(name) is not None)
             and (not names or any(fnmatch.fnmatchcase(name, n) for n in names))
-            and (not namespaces or any(fnmatch.fnmatchcase(str(meta.get("namespace", "")), n) for n in namespaces))
+            and (not namespaces or any(fnmatch.fnmatchcase(source_namespace, n) for n in namespaces))
             and labels(meta.get("labels") or {})
             and all(_holds(obj, pointer, value) for pointer, value in tests)
         )

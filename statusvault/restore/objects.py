@@ -152,14 +152,12 @@ class ObjectRestorer:
         return marker.describe()
 
     def _modified(self, item: PlanItem, obj: KubeObject, result: ItemResult) -> KubeObject:
-        """The object after the restore's modifiers, matched in its target namespace; the result says which
+        """The object after the restore's modifiers, patched in its target namespace; the result says which
         rules applied and which a failed `test` skipped."""
         modifiers = self.opts.modifiers
         if modifiers is None or not item.in_archive:
             return obj
-        if item.rt.namespaced:
-            obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": item.namespace}}
-        obj, changes = modifiers.apply(item.rt.qualified, obj)
+        obj, changes = modifiers.apply(item.rt.qualified, obj, item.namespace if item.rt.namespaced else None)
         result.rules, result.rules_skipped = changes.applied, changes.skipped
         return obj
 

@@ -122,7 +122,7 @@ def test_velero_documented_example_on_persistent_volume_claims(run, kube, namesp
          resourceNameRegex: "^mysql.*$"
          namespaces:
          - bar
-         - {target}
+         - {namespace}
          labelSelector:
             matchLabels:
                foo: bar
