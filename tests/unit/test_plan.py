@@ -8,7 +8,7 @@ import pytest
 
 from statusvault.archive import ArchiveReader
 from statusvault.errors import ConfigError
-from statusvault.kinds import CRDS
+from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
 from statusvault.restore.options import RestoreOptions
@@ -71,7 +71,7 @@ SELECTION = {f.name for f in dataclasses.fields(Selection)}
 
 def plan(archive, exists=lambda rt, ns, name: False, live=None, **opts):
     """Plan with RestoreOptions given flat: the selection's fields go into its Selection."""
-    live = live or live_discovery(CRDS, KC, DB, LEGACY, POOL, SVC)
+    live = live or live_discovery(CRDS, NAMESPACES, KC, DB, LEGACY, POOL, SVC)
     selection = Selection(**{k: opts.pop(k) for k in list(opts) if k in SELECTION})
     return build_plan(archive, RestoreOptions(selection=selection, **opts), live, exists, backup="b")
 
@@ -108,6 +108,15 @@ def test_no_status(archive):
     modes = {i.name: i.status_mode for i in plan(archive, no_status=True).items()}
     assert set(modes.values()) == {StatusMode.NONE, StatusMode.LEFT_OUT}
     assert modes["parent"] == StatusMode.LEFT_OUT and modes["nostatus"] == StatusMode.NONE
+
+
+def test_a_server_without_namespaces_gets_no_namespace_creates(archive):
+    """A bare CRD server (no core API) takes namespaced objects in any namespace name: none is planned."""
+    p = plan(archive, live=live_discovery(CRDS, KC, DB, LEGACY, POOL, SVC))
+    assert not [i for i in p.items() if i.category == Category.NAMESPACE]
+    assert "team-a" in {i.namespace for i in p.items()}
+    with_core = plan(archive)
+    assert [i.name for i in with_core.items() if i.category == Category.NAMESPACE] == ["team-a"]
 
 
 def test_waves_put_crds_namespaces_cluster_then_owners_before_dependents(archive):
