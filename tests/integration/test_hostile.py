@@ -40,11 +40,20 @@ def key_file(tmp_path) -> str:
 
 
 def census(kube, crds) -> dict[str, int]:
-    """How many objects of each kind the corpus names exist, cluster-wide."""
-    kinds = {"kc": crds.resolve("kubernetesclusters.xyz.example.com"), "pools": crds.resolve("clusterpools")}
-    counts = {k: sum(len(page) for page in kube.list_pages(rt, None)) for k, rt in kinds.items()}
-    counts["namespaces"] = sum(len(page) for page in kube.list_pages(NAMESPACES, None))
-    return counts
+    """How many live objects of each kind the corpus names exist, cluster-wide.
+
+    Objects already being deleted (a namespace an earlier test removed) are left out: they vanish
+    on the server's schedule, not because of anything the command under test did.
+    """
+    kinds = {
+        "kc": crds.resolve("kubernetesclusters.xyz.example.com"),
+        "pools": crds.resolve("clusterpools"),
+        "namespaces": NAMESPACES,
+    }
+    return {
+        k: sum(1 for page in kube.list_pages(rt, None) for o in page if not o["metadata"].get("deletionTimestamp"))
+        for k, rt in kinds.items()
+    }
 
 
 def plant(case: Case, storage, ns: str) -> str:

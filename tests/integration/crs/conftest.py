@@ -7,7 +7,8 @@
 
 A test that needs the core API says so with `@pytest.mark.core_api("why")`; one that exercises the store rather than
 the server with `@pytest.mark.store_only("why")`. Both run on 1.20 only. One about what only a current server does
-(CEL rules) says `@pytest.mark.current_only("why")` and runs on 1.36 only.
+(CEL rules) says `@pytest.mark.current_only("why")` and runs on 1.36 only. The markers are registered in
+pyproject.toml.
 
 The fixtures that hold a server or a client (`cluster`, `kube`, `crds`, `namespace`) are overridden here, so that no
 cached session value of one server reaches a test of the other (tests/conftest.py's function-scoped fixtures,
@@ -30,12 +31,6 @@ from tests.builders import unique
 SERVERS = ("1.20", "1.36")
 GIT_VERSIONS = {"1.20": "v1.20.2", "1.36": "v1.36.4"}  # what each server says it is
 ONE_SERVER_MARKS = ("core_api", "store_only")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "core_api(why): needs the core API (Namespaces, RBAC, workloads): 1.20 only")
-    config.addinivalue_line("markers", "store_only(why): exercises the store, not the server: 1.20 only")
-    config.addinivalue_line("markers", "current_only(why): what only a current server does: 1.36 only")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
