@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import signal
 import socket
+import threading
 from typing import Any
 
 import click
@@ -98,15 +100,20 @@ def run_cmd(app: App, /, name: str, **kw: Any) -> None:
     if kw["metrics_port"]:
         metrics.serve(kw["metrics_port"])
     engine = WatchEngine(app.client(), lambda: app.discovery(refresh=True), store, config, key, metrics)
-    signal.signal(signal.SIGTERM, _interrupt)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, functools.partial(_stop, engine.stop))
     with contextlib.suppress(KeyboardInterrupt):
         engine.run()
     engine.stop.set()
     click.echo(f"watch {name} stopped", err=True)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+def _stop(stop: threading.Event, signum: int, frame: object) -> None:
+    """The first SIGTERM or Ctrl-C stops the watch cleanly (buffered changes flushed, the Lease released, so a
+    standby takes over at once); a second one stops it now."""
+    if stop.is_set():
+        raise KeyboardInterrupt
+    stop.set()
 
 
 def _backup_selection(kw: dict[str, Any]) -> Selection:

@@ -33,13 +33,17 @@ def show_timeline(store: ObjectStore, output: str) -> None:
 def verify_watch(store: ObjectStore, name: str, key: Key | None, output: str) -> None:
     """Walk every chain; a broken one is one line and a non-zero exit."""
     try:
-        found = chains.verify(store, name, key)
+        found, unread = chains.verify(store, name, key)
     except ArchiveError as e:
         emit({"name": name, "ok": False, "error": str(e)}, output, f"Watch {name}: FAILED: {e}")
         raise ArchiveError(f"watch {name!r} failed verification") from None
     segments = sum(c.segments for c in found)
-    data = {"name": name, "ok": True, "chains": [c.to_dict() for c in found]}
-    emit(data, output, f"Watch {name}: OK ({len(found)} chain(s), {segments} segment(s) checked)")
+    data = {"name": name, "ok": True, "recordsChecked": not unread, "chains": [c.to_dict() for c in found]}
+    text = f"Watch {name}: OK ({len(found)} chain(s), {segments} segment(s) checked)"
+    if unread:
+        text = (f"Watch {name}: links and checksums OK ({len(found)} chain(s), {segments} segment(s)); "
+                "encrypted: pass --encryption-key-file to check every record")  # fmt: skip
+    emit(data, output, text)
 
 
 def prune_watch_cmd(store: ObjectStore, watch: str, policy: RetentionPolicy, dry_run: bool, output: str) -> None:

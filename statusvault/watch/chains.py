@@ -28,6 +28,7 @@ from statusvault.watch.segments import (
     parse_time,
     read_json,
     records,
+    stored_segment,
 )
 
 
@@ -103,9 +104,17 @@ def _chain(store: ObjectStore, watch: str, base: str, entry: dict[str, Any], hea
 def walk(
     store: ObjectStore, chain: Chain, key: Key | None, upto: dt.datetime | None = None
 ) -> Iterator[dict[str, Any]]:
-    """Every record of the chain (up to `upto`), in order, checking each link: the base is there and is the one
-    the chain names, segments are numbered 1..n without a gap, each names its predecessor's SHA-256 and has
-    its own, and none the head names is missing. Raises ArchiveError at the first broken link."""
+    """Every record of the chain (up to `upto`), in order, checking each link (see `links`) and each segment's
+    SHA-256. Raises ArchiveError at the first broken link."""
+    for where, m in links(store, chain, upto):
+        with fetched_segment(store, segment_key(chain.watch, chain.base, m["seq"]), m, key, where) as path:
+            yield from records(path, where)
+
+
+def links(store: ObjectStore, chain: Chain, upto: dt.datetime | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, manifest) of each segment (up to the first seen after `upto`), checking the chain's links: the base
+    is there and is the one the chain names, segments are numbered 1..n without a gap, each names its
+    predecessor's SHA-256, and none the head names is missing. Raises ArchiveError at the first broken link."""
     _check_base(store, chain)
     previous, seq = chain.base_sha256, 0
     last = max(chain.segments, chain.head_seq)
@@ -120,8 +129,7 @@ def walk(
             raise ArchiveError(f"{where} does not follow segment {seq - 1}: the chain is broken")
         if upto is not None and m.get("firstSeen") and parse_time(m["firstSeen"]) > upto:
             return
-        with fetched_segment(store, segment_key(chain.watch, chain.base, seq), m, key, where) as path:
-            yield from records(path, where)
+        yield where, m
         previous = m["sha256"]
 
 
@@ -134,15 +142,46 @@ def _check_base(store: ObjectStore, chain: Chain) -> None:
         raise ArchiveError(f"base {chain.base} of watch {chain.watch!r} is not the one its chain names")
 
 
-def verify(store: ObjectStore, watch: str, key: Key | None) -> list[Chain]:
-    """Walk every chain of the watch in full; ArchiveError at the first broken link."""
+def verify(store: ObjectStore, watch: str, key: Key | None) -> tuple[list[Chain], int]:
+    """Walk every chain of the watch in full; ArchiveError at the first broken link. Returns the chains and the
+    number of encrypted segments whose records went unread for want of the key (their links and stored
+    SHA-256 were checked, as `verify` does for an encrypted backup without its key)."""
     found = chains(store, watch)
     if not found:
         raise BackupNotFoundError(f"watch {watch!r} has no restorable chain in {store.url}")
+    unread = 0
     for chain in found:
-        for _ in walk(store, chain, key):
-            pass
-    return found
+        for where, m in links(store, chain):
+            skey = segment_key(chain.watch, chain.base, m["seq"])
+            if key is None and m.get("encryption"):
+                with stored_segment(store, skey, m, where):
+                    unread += 1
+                continue
+            with fetched_segment(store, skey, m, key, where) as path:
+                for _ in records(path, where):
+                    pass
+    return found, unread
+
+
+def why_not_continued(
+    store: ObjectStore, head: dict[str, Any], selection: dict[str, Any], key: Key | None
+) -> str | None:
+    """Why a new writer with this selection and key must not continue the head's chain (None: it may): a chain
+    holds one selection and one key from its base on, or no restore could read it whole."""
+    watch, base = str(head["watch"]), str(head["base"])
+    if not store.exists(chain_key(watch, base)):
+        return f"chain {base} is gone"
+    info = read_json(store, chain_key(watch, base), f"chain {base} of watch {watch!r}")
+    if info.get("selection") != selection:
+        return f"chain {base} was made for another selection"
+    try:
+        theirs = (read_manifest(store, base).get("encryption") or {}).get("keyId")
+    except BackupNotFoundError:
+        return f"base {base} is gone"
+    ours = key.id if key is not None else None
+    if theirs != ours:
+        return f"chain {base} is encrypted with another key ({theirs or 'none'}; this writer's: {ours or 'none'})"
+    return None
 
 
 def chain_for(found: list[Chain], at: dt.datetime | None, watch: str) -> tuple[Chain, dt.datetime]:

@@ -18,13 +18,15 @@ from typing import Any
 from statusvault.backup import BackupEngine
 from statusvault.controller.lease import Lease
 from statusvault.crypto import Key
+from statusvault.errors import ArchiveError
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
 from statusvault.selection import select_resources
 from statusvault.storage.base import ObjectStore, validate_backup_name
-from statusvault.watch.chains import read_head
+from statusvault.watch.chains import read_head, why_not_continued
 from statusvault.watch.metrics import WatchMetrics
+from statusvault.watch.segments import parse_time
 from statusvault.watch.streams import Change, Gone, Item, Position, StreamSet, streams_for
 from statusvault.watch.writer import ChainWriter, FencedError
 
@@ -86,6 +88,7 @@ class WatchEngine:
             except FencedError as e:
                 log.error("watch %s: %s; standing down", self.config.name, e)
             finally:
+                self.metrics.standing_by()
                 lease.release()
 
     def _lead(self, lease: Lease) -> None:
@@ -93,21 +96,39 @@ class WatchEngine:
         discovery = self.discover()
         streams = streams_for(select_resources(discovery, cfg.selection), cfg.selection)
         items: queue.Queue[Item] = queue.Queue(maxsize=10000)
-        head = read_head(self.store, cfg.name) or {}
-        resumable = not head.get("closed") and set(head.get("resourceVersions") or ()) == {s.key for s in streams}
-        resumable = resumable and bool(head)
+        head = read_head(self.store, cfg.name)
+        self.metrics.leading(parse_time(str(head["until"])) if head and head.get("until") else None)
+        resumed = self._resume(head, {s.key for s in streams})
         streamset = StreamSet(self.client, streams, items, cfg.watch_timeout)
-        positions = streamset.start(head["resourceVersions"] if resumable else {})
+        positions = streamset.start(resumed.positions if resumed else {})
         loop = _Loop(self, items, streamset, lease)
+        loop.current = resumed
         try:
-            if resumable:
-                log.info("watch %s: continuing chain %s after segment %s", cfg.name, head["base"], head["seq"])
-                loop.current = ChainWriter.resume(self.store, head, self.key)
-            else:
-                log.info("watch %s: no chain to continue: starting a new base", cfg.name)
             loop.run(positions, discovery)
         finally:
             streamset.stop.set()
+
+    def _resume(self, head: dict[str, Any] | None, streams: set[str]) -> ChainWriter | None:
+        """A writer continuing the head's chain, when this one may (same streams, selection and key); else None,
+        and the log says why a new base starts."""
+        if head is None:
+            why: str | None = "no chain to continue"
+        elif head.get("closed"):
+            why = f"chain {head.get('base')} was closed (a stream lost changes)"
+        elif set(head.get("resourceVersions") or ()) != streams:
+            why = "the watched collections changed"
+        else:
+            try:
+                why = why_not_continued(self.store, head, self.config.selection.to_dict(), self.key)
+                if why is None:
+                    writer = ChainWriter.resume(self.store, head, self.key)
+                    log.info("watch %s: continuing chain %s after segment %s", self.config.name, writer.base,
+                             writer.seq)  # fmt: skip
+                    return writer
+            except ArchiveError as e:
+                why = str(e)
+        log.info("watch %s: %s: starting a new base", self.config.name, why)
+        return None
 
 
 class _Loop:
@@ -146,7 +167,6 @@ class _Loop:
         if isinstance(item, Change):
             for w in writers:
                 w.add(item, now)
-            self.e.metrics.seen(now)
         elif isinstance(item, Position):
             for w in writers:
                 w.note(item.stream, item.rv)

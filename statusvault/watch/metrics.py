@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import os
 import time
 from typing import Any
@@ -15,36 +16,52 @@ log = logging.getLogger(__name__)
 
 
 class WatchMetrics:
+    """Lag is the writer's to tell: a standby (one not holding the Lease) reports NaN, which alerts ignore, and
+    leader 0; a new writer's lag starts from the head it found, so the time without a writer counts."""
+
     def __init__(self, watch: str = "", textfile: str | None = None):
         self.registry = CollectorRegistry()
         self.textfile = textfile
         self._until = time.time()
-        self._last_change = 0.0
+        self._leading = False
         labels = ["watch"]
         lag = Gauge("statusvault_watch_lag_seconds", "Seconds since the moment up to which every change is "
-                    "flushed to the store (the recovery point).", labels, registry=self.registry)  # fmt: skip
-        lag.labels(watch).set_function(lambda: time.time() - self._until)
-        self.segments = Counter("statusvault_watch_segments", "Segments written.", labels, registry=self.registry)
-        self.bytes = Counter("statusvault_watch_bytes", "Segment bytes stored.", labels, registry=self.registry)
-        self.records = Counter("statusvault_watch_records", "Changes written.", labels, registry=self.registry)
-        self.bases = Counter("statusvault_watch_bases", "Bases completed.", labels, registry=self.registry)
-        self.watch = watch
+                    "flushed to the store (the recovery point); NaN on a standby.", labels,
+                    registry=self.registry)  # fmt: skip
+        lag.labels(watch).set_function(lambda: time.time() - self._until if self._leading else math.nan)
+        leader = Gauge("statusvault_watch_leader", "1 while this replica holds the Lease and writes.", labels,
+                       registry=self.registry)  # fmt: skip
+        leader.labels(watch).set_function(lambda: float(self._leading))
+
+        # Labelled at once, so that every series is there (at 0) before the first write, on a standby too.
+        def counter(name: str, text: str) -> Any:
+            return Counter(f"statusvault_watch_{name}", text, labels, registry=self.registry).labels(watch)
+
+        self.segments = counter("segments", "Segments written.")
+        self.bytes = counter("bytes", "Segment bytes stored.")
+        self.records = counter("records", "Changes written.")
+        self.bases = counter("bases", "Bases completed.")
 
     def serve(self, port: int) -> None:
         start_http_server(port, registry=self.registry)
 
-    def seen(self, when: dt.datetime) -> None:
-        self._last_change = when.timestamp()
+    def leading(self, until: dt.datetime | None) -> None:
+        """This replica writes from now on; the record reaches `until` (None: nothing is stored yet)."""
+        self._until = until.timestamp() if until is not None else time.time()
+        self._leading = True
+
+    def standing_by(self) -> None:
+        self._leading = False
 
     def based(self) -> None:
-        self.bases.labels(self.watch).inc()
+        self.bases.inc()
 
     def flushed(self, until: dt.datetime, manifest: dict[str, Any] | None) -> None:
         self._until = until.timestamp()
         if manifest is not None:
-            self.segments.labels(self.watch).inc()
-            self.bytes.labels(self.watch).inc(manifest["size"])
-            self.records.labels(self.watch).inc(manifest["records"])
+            self.segments.inc()
+            self.bytes.inc(manifest["size"])
+            self.records.inc(manifest["records"])
         if self.textfile:
             try:
                 write_to_textfile(os.fspath(self.textfile), self.registry)

@@ -15,8 +15,8 @@ from typing import IO, Any
 import orjson
 
 from statusvault.archive import file_sha256
-from statusvault.crypto import EncryptingWriter, Key, decrypt_file
-from statusvault.errors import ArchiveError
+from statusvault.crypto import ALGORITHM, EncryptingWriter, Key, decrypt_file
+from statusvault.errors import ArchiveError, ConfigError
 from statusvault.storage.base import ObjectStore
 
 SEGMENT_FORMAT = "1.0"
@@ -127,25 +127,38 @@ def read_json(store: ObjectStore, key: str, what: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def fetched_segment(store: ObjectStore, key: str, m: dict[str, Any], enc: Key | None, where: str) -> Iterator[Path]:
-    """The segment's plaintext gzip as a local file, after its stored size and SHA-256 were checked."""
+def stored_segment(store: ObjectStore, key: str, m: dict[str, Any], where: str) -> Iterator[Path]:
+    """The segment as stored (ciphertext when encrypted), as a local file, after its size and SHA-256 were
+    checked against its manifest."""
     if not store.exists(key):
         raise ArchiveError(f"{where} is missing from the store: the chain is broken")
-    with tempfile.TemporaryDirectory(prefix="statusvault-seg-") as tmp, store.local_file(key) as stored:
-        sha = file_sha256(stored)
-        if stored.stat().st_size != m["size"] or sha != m["sha256"]:
+    with store.local_file(key) as stored:
+        if stored.stat().st_size != m["size"] or file_sha256(stored) != m["sha256"]:
             raise ArchiveError(f"{where} was modified: its SHA-256 differs from its manifest")
+        yield stored
+
+
+@contextlib.contextmanager
+def fetched_segment(store: ObjectStore, key: str, m: dict[str, Any], enc: Key | None, where: str) -> Iterator[Path]:
+    """The segment's plaintext gzip as a local file, after its stored size and SHA-256 were checked. Key problems
+    are the archives' (catalog.readable_archive): a ConfigError, as is a plaintext segment met with a key."""
+    with tempfile.TemporaryDirectory(prefix="statusvault-seg-") as tmp, stored_segment(store, key, m, where) as path:
         encryption = m.get("encryption")
         if not encryption:
-            yield stored
+            if enc is not None:  # else whoever can write the bucket could swap in a plaintext segment
+                raise ConfigError(f"{where} is not encrypted, but an encryption key was given: refusing it")
+            yield path
             return
+        key_id, algorithm = str(encryption.get("keyId"))[:64], str(encryption.get("algorithm"))[:64]
+        if algorithm != ALGORITHM:
+            raise ArchiveError(f"{where} is encrypted with {algorithm!r}, which this statusvault cannot read")
         if enc is None:
-            raise ArchiveError(f"{where} is encrypted (key {encryption.get('keyId')!r}): pass --encryption-key-file")
-        if enc.id != encryption.get("keyId"):
-            raise ArchiveError(f"{where} was encrypted with key {encryption.get('keyId')!r}, not the given one")
+            raise ConfigError(f"{where} is encrypted (key {key_id!r}): pass --encryption-key-file")
+        if enc.id != key_id:
+            raise ConfigError(f"{where} was encrypted with key {key_id!r}, not with the given key ({enc.id})")
         plain = Path(tmp) / "plain"
         with open(plain, "wb") as f:
-            decrypt_file(stored, f, enc)
+            decrypt_file(path, f, enc)
         yield plain
 
 

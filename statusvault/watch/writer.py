@@ -11,9 +11,18 @@ import orjson
 
 from statusvault import __version__
 from statusvault.crypto import Key
-from statusvault.errors import StatusVaultError
+from statusvault.errors import ArchiveError, StatusVaultError
 from statusvault.storage.base import ObjectStore, chain_key, segment_key, segment_manifest_key, watch_head_key
-from statusvault.watch.segments import CHAIN_KIND, SEGMENT_FORMAT, SEGMENT_KIND, SegmentBuffer, record, stamp
+from statusvault.watch.segments import (
+    CHAIN_KIND,
+    SEGMENT_FORMAT,
+    SEGMENT_KIND,
+    SegmentBuffer,
+    check_segment_manifest,
+    read_json,
+    record,
+    stamp,
+)
 from statusvault.watch.streams import Change
 
 log = logging.getLogger(__name__)
@@ -34,9 +43,16 @@ class ChainWriter:
 
     @classmethod
     def resume(cls, store: ObjectStore, head: dict[str, Any], key: Key | None) -> ChainWriter:
-        """Continue the chain the head describes, after its last segment."""
+        """Continue the chain the head describes, after its last segment: one stored by a writer that died before
+        moving the head counts (else every later flush would meet it and be fenced off)."""
         w = cls(store, head["watch"], head["base"], head["resourceVersions"], key)
         w.seq, w.previous = int(head["seq"]), str(head["previous"])
+        while store.exists(mkey := segment_manifest_key(w.watch, w.base, w.seq + 1)):
+            where = f"segment {w.seq + 1} of watch {w.watch!r} (base {w.base})"
+            m = check_segment_manifest(read_json(store, mkey, where), w.watch, w.base, w.seq + 1)
+            if m["previous"] != w.previous:
+                raise ArchiveError(f"{where} does not follow segment {w.seq}: the chain is broken")
+            w.seq, w.previous, w.positions = m["seq"], m["sha256"], dict(m["resourceVersions"])
         return w
 
     def add(self, change: Change, seen: dt.datetime) -> None:

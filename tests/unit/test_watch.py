@@ -33,7 +33,7 @@ def test_a_segment_round_trips_encrypted_and_a_changed_byte_is_refused(tmp_path)
     with fetched_segment(store, "s.jsonl.gz", m, key, "segment 1") as path:
         assert [(r["op"], r["rv"]) for r in records(path, "segment 1")] == [("put", "7"), ("delete", "8")]
     no_key = fetched_segment(store, "s.jsonl.gz", m, None, "segment 1")
-    with pytest.raises(ArchiveError, match="pass --encryption-key-file"), no_key:
+    with pytest.raises(ConfigError, match="pass --encryption-key-file"), no_key:
         pass
     data = bytearray(store.get("s.jsonl.gz"))
     data[-1] ^= 1
