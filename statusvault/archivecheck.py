@@ -14,8 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-import orjson
-
 from statusvault.archiveformat import (
     MANIFEST_MEMBER,
     MAX_MANIFEST_BYTES,
@@ -89,7 +87,7 @@ def first_read(path: Path, budget: int, visit: Visit | None = None) -> FirstRead
     plans in the same pass); what it saw may be used only if the whole read then shows no problem."""
     result = FirstRead(VerifyReport())
     try:
-        with tempfile.TemporaryFile() as seen:  # (path, sha256, kind digest) of each member, in order
+        with tempfile.TemporaryFile() as seen:  # a line per member, in order (`_fields`)
             spool, sizes = _scan(path, budget, seen, result, visit)
             try:
                 result.head, files = load(spool, path.name)
@@ -146,7 +144,8 @@ def _record(tar: TarStream, member: Member, sizes: _Sizes, seen: IO[bytes]) -> t
         raise ArchiveError(f"archive {tar.label} holds more object files than the limits allow, at {name}")
     data = tar.read(member)
     obj = checked_object(member.name, key, data)
-    seen.write(orjson.dumps([member.name, hashlib.sha256(data).hexdigest(), kind_digest(obj["kind"])]) + b"\n")
+    fields = (member.name, hashlib.sha256(data).hexdigest(), kind_digest(obj["kind"]), key.qualified, key.namespace)
+    seen.write("\t".join(fields).encode() + b"\n")  # a checked path holds no control character
     return key, obj
 
 
@@ -158,7 +157,7 @@ def _check_unique(names: array.array[int], seen: IO[bytes]) -> None:
     met: set[str] = set()  # paths whose fingerprint repeats: a repeated path, or (rarely) a collision
     seen.seek(0)
     for line in seen if twice else ():
-        path = orjson.loads(line)[0]
+        path = _fields(line)[0]
         if hash(path) in twice:
             if path in met:
                 raise ArchiveError(f"archive member {shown(path)} appears twice")
@@ -192,8 +191,8 @@ def _compare(seen: IO[bytes], files: FileList, resources: dict[str, Any], result
     report = result.report
     seen.seek(0)
     for line in seen:
-        path, sha, kind = orjson.loads(line)
-        check_member_type(path, parse_member_path(path), kind, resources)
+        path, sha, kind, qualified, namespace = _fields(line)
+        check_member_type(path, qualified, bool(namespace), kind, resources)
         expected = ahead.pop(path, None)
         if expected is not None:
             result.problem = result.problem or _misplaced(path)
@@ -217,6 +216,11 @@ def _compare(seen: IO[bytes], files: FileList, resources: dict[str, Any], result
         result.problem = result.problem or f"the manifest lists object files the archive does not hold: {shown(path)}"
         _note(report.missing, path)
     report.missing.sort()
+
+
+def _fields(line: bytes) -> list[str]:
+    """(path, sha256, kind digest, resource, namespace) of a line `_record` wrote."""
+    return line[:-1].decode().split("\t")
 
 
 def _misplaced(path: str) -> str:

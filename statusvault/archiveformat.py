@@ -49,8 +49,9 @@ def member_path(key: ObjectKey) -> str:
 
 def parse_member_path(path: str) -> ObjectKey:
     """The inverse of member_path; refuses anything else, so each object has exactly one path."""
-    key = _split(path) if len(path.encode("utf-8", "surrogatepass")) <= MAX_PATH_BYTES else None
-    if key is None or not all(_segment_ok(s) for s in (key.qualified, key.name)):
+    short = len(path) * 4 <= MAX_PATH_BYTES or len(path.encode("utf-8", "surrogatepass")) <= MAX_PATH_BYTES
+    key = _split(path) if short else None
+    if key is None or not (_segment_ok(key.qualified) and _segment_ok(key.name)):
         raise ArchiveError(f"archive member {shown(path)} is outside the archive layout")
     return key
 
@@ -192,6 +193,8 @@ def stream_bound(manifest: dict[str, Any]) -> int:
 
 def check_json_size(what: str, data: bytes, limit: int = MAX_HEAD_VALUES) -> None:
     """Refuse a document whose parse would cost more memory than `limit` values (about 100 bytes each)."""
+    if len(data) <= limit:  # each value counted is one byte: no need to count
+        return
     values = data.count(b"{") + data.count(b"[") + data.count(b",") + data.count(b":")
     if values > limit:
         raise ArchiveError(f"{what} holds more than {limit:,} JSON values (the limit)")
@@ -205,7 +208,8 @@ def kind_digest(kind: str) -> str:
 
 def checked_object(path: str, key: ObjectKey, data: bytes) -> dict[str, Any]:
     """The object, after checking the file holds one JSON object with a kind, named as its path says."""
-    check_json_size(shown(path), data, MAX_JSON_VALUES)
+    if len(data) > MAX_JSON_VALUES:
+        check_json_size(shown(path), data, MAX_JSON_VALUES)
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as e:
@@ -224,14 +228,12 @@ def checked_object(path: str, key: ObjectKey, data: bytes) -> dict[str, Any]:
     return checked
 
 
-def check_member_type(path: str, key: ObjectKey, kind: str, resources: dict[str, Any]) -> None:
+def check_member_type(path: str, qualified: str, namespaced: bool, kind: str, resources: dict[str, Any]) -> None:
     """The member's resource is described in the manifest, with its scope and (by digest) its kind."""
-    entry = resources.get(key.qualified)
+    entry = resources.get(qualified)
     if entry is None:
         raise ArchiveError(f"{shown(path)} belongs to a resource the manifest does not describe")
-    if bool(key.namespace) != entry["namespaced"]:
-        raise ArchiveError(
-            f"{shown(path)} has a {'namespaced' if key.namespace else 'cluster'} path, unlike its resource"
-        )
+    if namespaced != entry["namespaced"]:
+        raise ArchiveError(f"{shown(path)} has a {'namespaced' if namespaced else 'cluster'} path, unlike its resource")
     if kind != kind_digest(entry["kind"]):
         raise ArchiveError(f"{shown(path)} holds an object whose kind, namespace or name does not match its path")

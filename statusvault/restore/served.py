@@ -21,12 +21,13 @@ class ServedTypes:
         self.discovery = discovery
         self._rediscover = rediscover
         self._lock = threading.Lock()
+        self._written_as: dict[ResourceType, ResourceType | None] = {}  # per discovery; None: not served
 
     def rediscover(self) -> Discovery:
         """Read what the cluster serves now; the new view is used from here on."""
         live = self._rediscover()
         with self._lock:
-            self.discovery = live
+            self.discovery, self._written_as = live, {}
         return live
 
     def find(self, group: str, version: str, kind: str) -> ResourceType | None:
@@ -37,9 +38,16 @@ class ServedTypes:
 
     def target(self, item: PlanItem) -> PlanItem:
         """The item as it is written now: its served type; an unavailable one becomes a create once served."""
-        served = self.discovery.by_qualified(item.rt.qualified)
-        if served is None or item.rt.is_crd:
+        if item.rt.is_crd:
             return item
-        rt = dataclasses.replace(served, custom=served.custom or item.rt.custom)
+        try:
+            rt = self._written_as[item.rt]
+        except KeyError:
+            served = self.discovery.by_qualified(item.rt.qualified)
+            rt = None if served is None else dataclasses.replace(served, custom=served.custom or item.rt.custom)
+            rt = item.rt if rt == item.rt else rt  # the same: `is` below spares a copy per object
+            self._written_as[item.rt] = rt
+        if rt is None or (rt is item.rt and item.action != Action.UNAVAILABLE):
+            return item
         action = Action.CREATE if item.action == Action.UNAVAILABLE else item.action
         return dataclasses.replace(item, rt=rt, action=action)
