@@ -129,9 +129,9 @@ class TarStream:
 
     def read(self, member: Member) -> bytes:
         """The data of the member just yielded (the caller has checked its size)."""
-        data = self._z.read(member.size)
-        self._left -= member.size
-        return data
+        padded = self._z.read(self._left)  # with its padding: one read per member
+        self._left = 0
+        return padded[: member.size]
 
     def chunks(self, member: Member) -> Iterator[bytes]:
         """The data of the member just yielded, in pieces of at most 64 KiB."""
@@ -166,7 +166,7 @@ class TarStream:
 def _header(block: bytes, label: str) -> tuple[str, int, bytes]:
     """(name, size, type flag) of a ustar header block, after checking its checksum and fields."""
     stored = _octal(block[148:156])
-    unsigned = sum(block[:148]) + sum(block[156:]) + 8 * 32
+    unsigned = _byte_sum(block[:148]) + _byte_sum(block[156:]) + 8 * 32
     if stored != unsigned and stored != _signed_sum(block):
         raise ArchiveError(f"archive {label} has a damaged tar header (not a tar stream, or modified)")
     magic = block[257:263]
@@ -179,6 +179,16 @@ def _header(block: bytes, label: str) -> tuple[str, int, bytes]:
     if size is None:
         raise ArchiveError(f"archive member {shown(text)} has an invalid size field")
     return text, size, block[156:157]
+
+
+def _byte_sum(data: bytes) -> int:
+    """The sum of the bytes, exactly: Adler-32's first half is 1 + that sum modulo 65,521, which 256 bytes
+    (at most 65,280) never reach. A C loop per 256 bytes instead of a Python one per byte (planning reads
+    100,000 headers)."""
+    total = 0
+    for i in range(0, len(data), 256):
+        total += (zlib.adler32(data[i : i + 256]) & 0xFFFF) - 1
+    return total
 
 
 def _signed_sum(block: bytes) -> int:

@@ -23,16 +23,18 @@ class ExistenceIndex:
     def __init__(self, client: KubeApi, manager: str):
         self.client = client
         self.manager = manager
-        self._names: dict[tuple[str, str], set[str]] = {}
+        self._names: dict[tuple[str, str, str], set[str]] = {}
         self._lock = threading.Lock()
 
     def __call__(self, rt: ResourceType, namespace: str, name: str) -> bool:
-        key = (rt.path(namespace or None), namespace)
-        with self._lock:
-            names = self._names.get(key)
-            if names is None:
-                names = self._list(rt, namespace)
-                self._names[key] = names
+        key = (rt.group, rt.resource, namespace)
+        names = self._names.get(key)  # called once per planned object: no lock once the collection is listed
+        if names is None:
+            with self._lock:
+                names = self._names.get(key)
+                if names is None:
+                    names = self._list(rt, namespace)
+                    self._names[key] = names
         if names is _UNLISTABLE:
             return self._namespace_exists(name)
         return name in names

@@ -19,6 +19,7 @@ from statusvault.errors import StatusVaultError
 from statusvault.model import ObjectKey, ResourceType, display
 
 MAX_OWNER_DEPTH = 64  # ownership chains deeper than this are treated as a cycle
+ADD_BATCH = 1024  # plan rows inserted at once while planning
 
 
 class Category(enum.IntEnum):
@@ -140,6 +141,9 @@ class RestorePlan:
         self.kept = kept  # False: a scratch plan, removed on close
         self._sealed = False
         self._journal: Path | None = None
+        self._next_seq = 1  # rows are numbered here, so that a batch knows its numbers before it is inserted
+        self._items: list[tuple[Any, ...]] = []  # rows not inserted yet: one executemany per ADD_BATCH
+        self._refs: list[tuple[int, str]] = []
 
     @classmethod
     def open(cls, path: Path) -> RestorePlan:
@@ -178,11 +182,13 @@ class RestorePlan:
 
     def add(self, item: PlanItem, owner_uids: Iterable[str] = ()) -> None:
         assert not self._sealed, "the plan is sealed"
-        self.types.setdefault(item.rt.qualified, item.rt)
-        cur = self._db.execute(
-            f"INSERT INTO items ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        qualified = item.rt.qualified
+        self.types.setdefault(qualified, item.rt)
+        seq, self._next_seq = self._next_seq, self._next_seq + 1
+        self._items.append(
             (
-                item.rt.qualified,
+                seq,
+                qualified,
                 item.source_namespace,
                 item.namespace,
                 item.name,
@@ -192,15 +198,25 @@ class RestorePlan:
                 str(item.status_mode),
                 item.depth,
                 int(item.in_archive),
-            ),
+            )
         )
-        refs = [(cur.lastrowid, uid) for uid in owner_uids if uid]
-        if refs:
-            self._db.executemany("INSERT INTO refs VALUES (?, ?)", refs)
+        self._refs += [(seq, uid) for uid in owner_uids if uid]
+        if len(self._items) >= ADD_BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Insert the rows added since the last flush (before anything reads the items)."""
+        if self._items:
+            self._db.executemany(f"INSERT INTO items (seq, {_COLUMNS}) VALUES ({', '.join('?' * 11)})", self._items)
+            self._items = []
+        if self._refs:
+            self._db.executemany("INSERT INTO refs VALUES (?, ?)", self._refs)
+            self._refs = []
 
     def seal(self) -> None:
         """Order owners before their dependents, index the rows for reading wave by wave, and move the
         plan into place, read-only from here on."""
+        self._flush()
         self._assign_depths()
         self._db.execute("CREATE INDEX items_order ON items (category, depth, in_archive, seq)")
         meta = {
@@ -245,11 +261,13 @@ class RestorePlan:
     # --- reading ---
 
     def __len__(self) -> int:
+        self._flush()
         count: int = self._db.execute("SELECT COUNT(*) FROM items").fetchone()[0]
         return count
 
     def waves(self) -> list[Wave]:
         """Groups to run in order: by category, then by owner depth (owners before dependents)."""
+        self._flush()
         rows = self._db.execute(
             "SELECT category, depth, COUNT(*) FROM items GROUP BY category, depth ORDER BY category, depth"
         )
@@ -259,6 +277,7 @@ class RestorePlan:
         """A wave's items (all items when None): those the plan added first, then archive order.
 
         journal: only the items that journal has not seen done."""
+        self._flush()
         query = f"SELECT {_COLUMNS}, seq FROM items WHERE 1"
         args: tuple[int, ...] = ()
         if wave is not None:
@@ -303,6 +322,7 @@ class RestorePlan:
 
     def names(self, category: Category, action: Action | None = None) -> set[str]:
         """Names of the items of one category (optionally with one action): small sets, such as namespaces."""
+        self._flush()
         query = "SELECT name FROM items WHERE category = ?"
         args: list[int | str] = [int(category)]
         if action is not None:
@@ -311,6 +331,7 @@ class RestorePlan:
 
     def resources(self, exclude: Category) -> set[str]:
         """The qualified resource names with at least one item outside one category."""
+        self._flush()
         rows = self._db.execute("SELECT DISTINCT qualified FROM items WHERE category != ?", (int(exclude),))
         return {q for (q,) in rows}
 
