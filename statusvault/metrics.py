@@ -12,9 +12,10 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway, write_to_textfile
-from prometheus_client.parser import text_string_to_metric_families
+if TYPE_CHECKING:  # prometheus_client is imported when a run publishes metrics, not by every command
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger(__name__)
 JOB = "statusvault"
@@ -34,6 +35,8 @@ class RunMetrics:
     finished: float = dataclasses.field(default_factory=time.time)
 
     def registry(self, last_success: float | None = None) -> CollectorRegistry:
+        from prometheus_client import CollectorRegistry, Gauge
+
         reg = CollectorRegistry()
         labels = {"schedule": self.schedule}
 
@@ -60,6 +63,8 @@ class RunMetrics:
 
 def _previous_success(path: Path, operation: str, schedule: str) -> float | None:
     """The last-success timestamp an earlier run wrote to the textfile, kept across a failure."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     try:
         text = path.read_text()
     except OSError:
@@ -73,12 +78,16 @@ def _previous_success(path: Path, operation: str, schedule: str) -> float | None
 
 
 def write_textfile(path: Path, run: RunMetrics) -> None:
+    from prometheus_client import write_to_textfile
+
     previous = None if run.success else _previous_success(path, run.operation, run.schedule)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_to_textfile(os.fspath(path), run.registry(previous))  # writes a temp file and renames
 
 
 def push(gateway: str, run: RunMetrics) -> None:
+    from prometheus_client import pushadd_to_gateway
+
     grouping = {"operation": run.operation, "schedule": run.schedule or "none"}
     pushadd_to_gateway(gateway, job=JOB, registry=run.registry(), grouping_key=grouping, timeout=10)
 

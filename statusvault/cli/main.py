@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -16,12 +17,35 @@ from statusvault.errors import ExitStatus, StatusVaultError
 log = logging.getLogger("statusvault")
 
 
+# Each command's module, imported when the command runs (or help lists it): a restore does not pay for
+# importing the controller, the watcher and their libraries. tests/unit/test_cli_lazy.py keeps this complete.
+COMMAND_MODULES = {
+    **dict.fromkeys(("backup", "list", "describe", "verify", "download", "delete"), "backups"),
+    **dict.fromkeys(("restore", "unpause"), "restore"),
+    "move": "move",
+    **dict.fromkeys(("schedule", "prune"), "schedule"),
+    "controller": "controller",
+    "watch": "watch",
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMAND_MODULES})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in COMMAND_MODULES:
+            load_commands(COMMAND_MODULES[name])
+        return self.commands.get(name)
+
+
 @click.group(
+    cls=_LazyGroup,
     context_settings={
         "help_option_names": ["-h", "--help"],
         "max_content_width": 100,
         "auto_envvar_prefix": "STATUSVAULT",
-    }
+    },
 )
 @click.version_option(__version__, "--version", prog_name="statusvault")
 @click.option(
@@ -87,22 +111,13 @@ def cluster_info(app: App, output: str) -> None:
     emit(data, output, text)
 
 
-def _register() -> None:
-    from statusvault.cli import backups, controller, move, restore, schedule, watch
-
-    for command in (
-        *backups.COMMANDS,
-        restore.restore_cmd,
-        restore.unpause_cmd,
-        move.move_cmd,
-        *schedule.COMMANDS,
-        *controller.COMMANDS,
-        *watch.COMMANDS,
-    ):
+def load_commands(module: str) -> list[click.Command]:
+    """Import one command module and add its commands to the group."""
+    loaded = importlib.import_module(f"statusvault.cli.{module}")
+    commands: list[click.Command] = list(loaded.COMMANDS)
+    for command in commands:
         cli.add_command(command)
-
-
-_register()
+    return commands
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -134,3 +134,6 @@ def _show(report: MoveReport, output: str) -> None:
         restore.close()
     if not report.succeeded:
         raise PartialFailure(f"move {report.name} is not complete: fix what is listed and run the same command again")
+
+
+COMMANDS = (move_cmd,)

@@ -339,3 +339,5 @@ unpause_cmd = click.Command(
     help="Finish an earlier restore (same backup and options) and unpause what it left paused, "
     "--keep-paused types included.",
 )
+
+COMMANDS = (restore_cmd, unpause_cmd)

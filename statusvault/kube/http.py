@@ -9,6 +9,8 @@ proxies: the transport uses urllib3 when a proxy is configured)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 import socket
 import ssl
 import threading
@@ -17,6 +19,8 @@ from urllib.parse import urlsplit
 
 MAX_LINE = 65536  # a status or header line longer than this is not an API server's answer
 MAX_HEADERS = 200
+_FIELD = re.compile(rb"^([^:\r\n]+):[ \t]*([^\r\n]*?)[ \t]*\r?$", re.MULTILINE)  # one header line: name, value
+_FRAMING = re.compile(rb"^(content-length|transfer-encoding|connection):[ \t]*([^\r\n]*?)[ \t]*\r?$", re.M | re.I)
 
 
 class ProtocolError(OSError):
@@ -26,8 +30,13 @@ class ProtocolError(OSError):
 @dataclasses.dataclass
 class Response:
     status: int
-    headers: dict[str, str]  # lower-cased names
+    head: bytes  # the header lines as received
     data: bytes
+
+    @functools.cached_property
+    def headers(self) -> dict[str, str]:
+        """Every header by lower-cased name, parsed when asked for: most answers need only their framing."""
+        return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in _FIELD.findall(self.head)}
 
 
 class Connection:
@@ -43,38 +52,50 @@ class Connection:
 
     def request(self, head: bytes, body: bytes | None) -> Response:
         self.sock.sendall(head + body if body else head)
-        status_line = self.reader.readline(MAX_LINE)
-        if not status_line:
-            raise ProtocolError("the API server closed the connection before answering")
+        block = self._head_block()
+        status_line, _, rest = block.partition(b"\n")
         parts = status_line.split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
             raise ProtocolError(f"not an HTTP answer: {status_line[:80]!r}")
-        headers = self._headers()
+        if rest.count(b"\n") > MAX_HEADERS:
+            raise ProtocolError("too many header lines")
+        framing = {name.lower(): value.lower() for name, value in _FRAMING.findall(rest)}
         status = int(parts[1])
-        data = b"" if status in (204, 304) or 100 <= status < 200 else self._body(headers)
-        if headers.get("connection", "").lower() == "close" or parts[0] == b"HTTP/1.0":
+        data = b"" if status in (204, 304) or 100 <= status < 200 else self._body(framing)
+        if framing.get(b"connection") == b"close" or parts[0] == b"HTTP/1.0":
             self.reusable = False
-        return Response(status, headers, data)
+        return Response(status, rest, data)
 
-    def _headers(self) -> dict[str, str]:
-        headers: dict[str, str] = {}
-        for _ in range(MAX_HEADERS):
+    def _head_block(self) -> bytes:
+        """The status line and the header lines, through the blank line that ends them.
+
+        Usually the whole answer came in with one read: found in the read buffer and taken in one call.
+        Otherwise line by line (also the way for a server that ends lines with a bare LF)."""
+        buffered = self.reader.peek(MAX_LINE)  # type: ignore[attr-defined]  # a BufferedReader
+        end = buffered.find(b"\r\n\r\n")
+        if end >= 0 and b"\n\n" not in buffered[:end]:
+            return self.reader.read(end + 4)
+        lines: list[bytes] = []
+        for _ in range(MAX_HEADERS + 1):
             line = self.reader.readline(MAX_LINE)
-            if line in (b"\r\n", b"\n"):
-                return headers
             if not line:
-                raise ProtocolError("the connection closed in the middle of the headers")
-            name, _, value = line.decode("latin-1").partition(":")
-            headers[name.strip().lower()] = value.strip()
+                if lines:
+                    raise ProtocolError("the connection closed in the middle of the headers")
+                raise ProtocolError("the API server closed the connection before answering")
+            lines.append(line)
+            if len(lines) > 1 and line in (b"\r\n", b"\n"):
+                return b"".join(lines)
         raise ProtocolError("too many header lines")
 
-    def _body(self, headers: dict[str, str]) -> bytes:
-        if headers.get("transfer-encoding", "").lower() == "chunked":
+    def _body(self, framing: dict[bytes, bytes]) -> bytes:
+        if framing.get(b"transfer-encoding") == b"chunked":
             return self._chunked()
-        length = headers.get("content-length")
+        length = framing.get(b"content-length")
         if length is None:  # the body runs to the end of the connection
             self.reusable = False
             return self.reader.read()
+        if not length.isdigit():
+            raise ProtocolError(f"bad Content-Length {length[:40]!r}")
         return self._exactly(int(length))
 
     def _chunked(self) -> bytes:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 import urllib3
@@ -43,9 +45,13 @@ class Request:
     def url_path(self) -> str:
         if not self.params:
             return self.path
-        from urllib.parse import urlencode
+        return f"{self.path}?{_query(self.params)}"
 
-        return f"{self.path}?{urlencode(self.params)}"
+
+@functools.lru_cache(maxsize=64)
+def _query(params: tuple[tuple[str, str], ...]) -> str:
+    """Encoded once per distinct query: a restore sends the same few (field manager, dry run) every time."""
+    return urlencode(params)
 
 
 @dataclasses.dataclass

@@ -45,6 +45,7 @@ class Journal:
         self._db = db
         self._lock = threading.Lock()
         self._done: list[tuple[int]] = []  # finished objects not yet committed (one commit per batch)
+        self._created: set[int] = set()  # created objects not yet committed (same batches)
         self._flushed = time.monotonic()
         self.resumed = self._count("done")  # objects finished by earlier runs
 
@@ -90,21 +91,33 @@ class Journal:
         kill -9 only makes the re-run write that object again, which it recognises as its own."""
         with self._lock:
             self._done.append((item.seq,))
-            if len(self._done) < DONE_BATCH and time.monotonic() - self._flushed < DONE_EVERY:
+        self._maybe_flush()
+
+    def mark_created(self, item: PlanItem) -> None:
+        """Batched with the done marks. A re-run that lost this mark to a kill -9 still knows the object as its
+        own by its field manager (writes.ObjectWriter.wrote); the mark covers an object whose managedFields
+        another writer has since taken over entirely."""
+        with self._lock:
+            self._created.add(item.seq)
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        with self._lock:
+            pending = len(self._done) + len(self._created)
+            if pending < DONE_BATCH and time.monotonic() - self._flushed < DONE_EVERY:
                 return
         self.flush()
 
     def flush(self) -> None:
-        """Commit the batched done marks (before anything reads the journal's done table)."""
+        """Commit the batched marks (before anything reads the journal's done table)."""
         with self._lock:
-            rows, self._done, self._flushed = self._done, [], time.monotonic()
-            if rows:
+            done, self._done, self._flushed = self._done, [], time.monotonic()
+            created, self._created = self._created, set()
+            if done or created:
                 with self._db:
                     self._db.execute("BEGIN")
-                    self._db.executemany("INSERT OR IGNORE INTO done VALUES (?)", rows)
-
-    def mark_created(self, item: PlanItem) -> None:
-        self._write("INSERT OR IGNORE INTO created VALUES (?)", (item.seq,))
+                    self._db.executemany("INSERT OR IGNORE INTO created VALUES (?)", [(seq,) for seq in created])
+                    self._db.executemany("INSERT OR IGNORE INTO done VALUES (?)", done)
 
     def mark_paused(self, item: PlanItem) -> None:
         """Before the create that pauses it: a run killed right after still knows to unpause it."""
@@ -116,6 +129,8 @@ class Journal:
     def was_created(self, item: PlanItem) -> bool:
         """Whether a run of this restore created the object: a resumed run then owns it, changed or not."""
         with self._lock:
+            if item.seq in self._created:
+                return True
             return self._db.execute("SELECT 1 FROM created WHERE seq = ?", (item.seq,)).fetchone() is not None
 
     def learn_uid(self, old: str, new: str) -> None:

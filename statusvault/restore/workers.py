@@ -1,8 +1,8 @@
 """Restore across processes: each worker process has its own connection pool and a few threads, so one
 Python process's interpreter lock no longer caps a restore. The parent keeps everything that must be single:
 the archive walk, the plan, the order of waves, the report and the journal's `done` marks. Workers write
-the journal rows that must precede or follow a write at once (created, paused, owners' UIDs) themselves:
-SQLite in WAL mode takes writers from several processes.
+the journal rows that must precede or follow a write (paused, owners' UIDs at once; created in batches)
+themselves: SQLite in WAL mode takes writers from several processes.
 
 Messages (pickled over one pipe per worker): parent -> worker ("wave", Discovery) | ("item", token, PlanItem,
 bytes) | ("stop",); worker -> parent ("result", token, ItemResult)."""

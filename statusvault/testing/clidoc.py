@@ -28,8 +28,11 @@ def sections(command: click.Command, path: str) -> list[str]:
     """This command's help, then each subcommand's, depth first."""
     out = [f"\n## {path}\n\n```\n{help_text(command, path)}\n```\n"]
     if isinstance(command, click.Group):
-        for name in sorted(command.commands):
-            out += sections(command.commands[name], f"{path} {name}")
+        with click.Context(command, info_name=path) as ctx:
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None, f"{path} lists {name} but has no such command"
+                out += sections(sub, f"{path} {name}")
     return out
 
 

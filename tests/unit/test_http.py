@@ -131,3 +131,22 @@ def test_garbage_is_not_taken_for_an_answer(serve):
     server = serve([b"SSH-2.0-OpenSSH\r\n\r\n"])
     with pytest.raises(ProtocolError, match="not an HTTP answer"):
         server.pool().request("GET", "/", {}, None)
+
+
+def test_headers_read_line_by_line_when_not_all_buffered_or_ended_by_bare_lf(serve):
+    big = b"X-Big: " + b"v" * 9000 + b"\r\n"  # a head larger than the read buffer
+    bare_lf = b"HTTP/1.1 200 OK\nRetry-After: 3 \nContent-Length: 2\n\n{}"
+    server = serve([ok(b'{"a":1}', big), bare_lf, ok(b"[]")])
+    pool = server.pool()
+    first = pool.request("GET", "/a", {}, None)
+    assert (first.data, len(first.headers["x-big"])) == (b'{"a":1}', 9000)
+    second = pool.request("GET", "/b", {}, None)
+    assert (second.data, second.headers["retry-after"]) == (b"{}", "3")
+    assert pool.request("GET", "/c", {}, None).data == b"[]", "the connection is still in step"
+    assert server.connections == 1
+
+
+def test_a_bad_content_length_is_a_protocol_error(serve):
+    server = serve([b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n{}"])
+    with pytest.raises(ProtocolError, match="bad Content-Length"):
+        server.pool().request("GET", "/", {}, None)
