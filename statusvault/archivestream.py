@@ -166,7 +166,7 @@ class TarStream:
 def _header(block: bytes, label: str) -> tuple[str, int, bytes]:
     """(name, size, type flag) of a ustar header block, after checking its checksum and fields."""
     stored = _octal(block[148:156])
-    unsigned = _byte_sum(block[:148]) + _byte_sum(block[156:]) + 8 * 32
+    unsigned = byte_sum(block[:148]) + byte_sum(block[156:]) + 8 * 32
     if stored != unsigned and stored != _signed_sum(block):
         raise ArchiveError(f"archive {label} has a damaged tar header (not a tar stream, or modified)")
     magic = block[257:263]
@@ -181,7 +181,7 @@ def _header(block: bytes, label: str) -> tuple[str, int, bytes]:
     return text, size, block[156:157]
 
 
-def _byte_sum(data: bytes) -> int:
+def byte_sum(data: bytes | bytearray) -> int:
     """The sum of the bytes, exactly: Adler-32's first half is 1 + that sum modulo 65,521, which 256 bytes
     (at most 65,280) never reach. A C loop per 256 bytes instead of a Python one per byte (planning reads
     100,000 headers)."""

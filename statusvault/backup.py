@@ -204,6 +204,7 @@ class BackupEngine:
         rt, sel = stream.rt, stream.selection
         selector = "" if rt.is_crd else sel.label_selector
         for page in self.client.list_pages(rt, stream.namespace, selector, self.page_size):
+            records = []
             for obj in page:
                 if stream.crd_filter is not None and _crd_defines(obj) not in stream.crd_filter:
                     continue
@@ -212,7 +213,8 @@ class BackupEngine:
                 flags = (WITH_STATUS if obj.get("status") and not rt.is_crd else 0) | (
                     TERMINATING if "deletionTimestamp" in obj["metadata"] else 0
                 )
-                spool.put(member_path(object_key(rt, obj)), prepare_object(obj), flags)
+                records.append((member_path(object_key(rt, obj)), prepare_object(obj), flags))
+            spool.put_many(records)
 
     def _manifest(
         self,

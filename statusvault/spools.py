@@ -10,7 +10,7 @@ import os
 import struct
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO
 
@@ -35,10 +35,17 @@ class Spool:
         self._cancelled = cancelled
 
     def put(self, name: str, data: bytes, flags: int = 0) -> None:
+        self.put_many([(name, data, flags)])
+
+    def put_many(self, records: list[Record]) -> None:
+        """Append records (a LIST page's) with one write, and wake the reader once."""
         if self._cancelled.is_set():
             raise Cancelled
-        raw = name.encode()
-        blob = _HEAD.pack(len(raw), len(data), flags) + raw + data
+        parts: list[bytes] = []
+        for name, data, flags in records:
+            raw = name.encode()
+            parts += (_HEAD.pack(len(raw), len(data), flags), raw, data)
+        blob = b"".join(parts)
         os.pwrite(self._fd, blob, self._written)
         with self._cond:
             self._written += len(blob)
@@ -58,18 +65,34 @@ class Spool:
                     self._cond.wait()
                 written, done, error = self._written, self._done, self._error
             while offset < written:
-                name_len, data_len, flags = _HEAD.unpack(os.pread(self._fd, _HEAD.size, offset))
-                offset += _HEAD.size
-                body = os.pread(self._fd, name_len + data_len, offset)
-                offset += name_len + data_len
-                yield body[:name_len].decode(), body[name_len:], flags
+                offset += yield from self._read(offset, written)
             if done and offset >= written:
                 if error is not None:
                     raise error
                 return
 
+    def _read(self, offset: int, written: int) -> Generator[Record, None, int]:
+        """The whole records in up to READ_CHUNK bytes from offset (at least one); returns the bytes read."""
+        chunk = os.pread(self._fd, min(written - offset, READ_CHUNK), offset)
+        name_len, data_len, _ = _HEAD.unpack_from(chunk)
+        if _HEAD.size + name_len + data_len > len(chunk):  # one record larger than READ_CHUNK
+            chunk = os.pread(self._fd, _HEAD.size + name_len + data_len, offset)
+        pos = 0
+        while pos + _HEAD.size <= len(chunk):
+            name_len, data_len, flags = _HEAD.unpack_from(chunk, pos)
+            start = pos + _HEAD.size
+            end = start + name_len + data_len
+            if end > len(chunk):
+                break
+            yield chunk[start : start + name_len].decode(), chunk[start + name_len : end], flags
+            pos = end
+        return pos
+
     def close(self) -> None:
         self._file.close()
+
+
+READ_CHUNK = 1 << 20
 
 
 def in_order(producers: Iterable[Callable[[Spool], None]], concurrency: int) -> Iterator[Iterator[Record]]:

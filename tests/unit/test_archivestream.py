@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from statusvault.archivestream import _byte_sum, _header
+from statusvault.archivestream import _header, byte_sum
 from statusvault.errors import ArchiveError
 
 
@@ -16,7 +16,7 @@ from statusvault.errors import ArchiveError
 def test_the_byte_sum_equals_the_plain_sum(size):
     rng = random.Random(size)
     for data in (bytes(rng.randrange(256) for _ in range(size)), b"\xff" * size, bytes(size)):
-        assert _byte_sum(data) == sum(data)
+        assert byte_sum(data) == sum(data)
 
 
 def _block(name: str, size: int) -> bytes:

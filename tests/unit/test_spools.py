@@ -74,3 +74,18 @@ def test_a_consumer_that_stops_early_stops_the_producers():
     after = puts["n"]
     time.sleep(0.05)
     assert puts["n"] == after, "the endless producer was stopped"
+
+
+def test_pages_and_records_larger_than_one_read_come_back_whole(monkeypatch):
+    import statusvault.spools as spools
+
+    monkeypatch.setattr(spools, "READ_CHUNK", 64)
+    pages = [[(f"p{p}/{i}", bytes([p + i]) * (i * 37), i % 3) for i in range(5)] for p in range(4)]
+
+    def produce(spool: Spool) -> None:
+        for page in pages:
+            spool.put_many(page)
+        spool.put_many([])
+
+    got = [list(records) for records in in_order([produce], 1)]
+    assert got == [[r for page in pages for r in page]]
