@@ -94,6 +94,8 @@ def run_cmd(app: App, /, **kw: Any) -> None:
         state_dir=Path(kw["state_dir"]),
         interval=kw["interval"],
         lease_seconds=kw["lease_seconds"],
+        kubeconfig=app.kubeconfig,
+        context=app.context,
     )
     controller = Controller(
         app.client(),

@@ -44,7 +44,8 @@ RESTORE_KEYS = frozenset(
     }
 )
 # request: free text, change it to re-run; modifiers: a ConfigMap in the controller's namespace holding the file
-INTENT_KEYS = RESTORE_KEYS | {"backup", "storage", "parallel", "request", "modifiers"}
+INTENT_KEYS = RESTORE_KEYS | {"backup", "storage", "parallel", "processes", "request", "modifiers"}
+MAX_INTENT_PROCESSES = 64
 
 RETRY_BASE = 30.0  # seconds before the first retry of a failed restore; doubles per attempt
 RETRY_MAX = 3600.0
@@ -68,6 +69,7 @@ class Intent:
     parallel: int
     digest: str  # of the intent's data: a change means a new desired state
     modifiers: str = ""  # name of the ConfigMap holding a modifiers file
+    processes: int = 0  # worker processes; 0: as many as the controller's CPUs (cgroup-aware), for large waves
 
     @property
     def status_name(self) -> str:
@@ -96,6 +98,7 @@ def parse_intent(cm: Mapping[str, Any]) -> Intent:
         raise ConfigError(f"parallel must be a number, not {data['parallel']!r}") from None
     if not 1 <= parallel <= 128:
         raise ConfigError("parallel must be between 1 and 128")
+    processes = _processes(data.get("processes", "auto").strip())
     options = restore_options({_option(k): v for k, v in data.items() if k in RESTORE_KEYS})
     return Intent(
         meta.get("name", ""),
@@ -107,7 +110,16 @@ def parse_intent(cm: Mapping[str, Any]) -> Intent:
         parallel,
         digest_of(data),
         data.get("modifiers", "").strip(),
+        processes,
     )
+
+
+def _processes(value: str) -> int:
+    if value == "auto":
+        return 0
+    if not value.isdigit() or not 1 <= int(value) <= MAX_INTENT_PROCESSES:
+        raise ConfigError(f"processes must be auto or a number from 1 to {MAX_INTENT_PROCESSES}, not {value!r}")
+    return int(value)
 
 
 def _option(key: str) -> str:

@@ -41,6 +41,7 @@ from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.service import RestoreRequest, run_restore
+from statusvault.restore.workers import MIN_WAVE, WorkerSpec, default_processes
 from statusvault.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,8 @@ class ControllerConfig:
     state_dir: Path | None
     interval: float = 10.0
     lease_seconds: int = 60
+    kubeconfig: str | None = None  # how restore worker processes reach the API server (None: in-cluster,
+    context: str | None = None  # or $KUBECONFIG), as the controller does
 
 
 class Controller:
@@ -197,6 +200,7 @@ class Controller:
                 self._with_modifiers(intent),
                 self.config.state_dir,
                 parallel=intent.parallel,
+                workers=self._workers(intent),
                 key=self.key,
                 cancel=lost,  # another replica may take over once our Lease lapses: stop starting objects
             )
@@ -224,6 +228,7 @@ class Controller:
                 failed=str(len(report.failures)),
                 withoutStatus=str(report.lacking),
                 resumed=str(report.resumed),
+                processes=str(report.processes),
             )
             if intent.options.pause.enabled:
                 outcome.update(unpaused=str(report.unpaused), leftPaused=str(report.left_paused))
@@ -240,6 +245,17 @@ class Controller:
             self._write_status(cm, status_cm, outcome)
             self._event(cm, "Warning", "RestoreFailed", f"{message}; next attempt at {format_time(due)}")
         return True
+
+    def _workers(self, intent: Intent) -> WorkerSpec:
+        """Large waves across processes, as `statusvault restore` does: auto uses the CPUs the pod may use."""
+        explicit = intent.processes > 0  # then every wave goes to the processes, small ones too
+        return WorkerSpec(
+            self.config.kubeconfig,
+            self.config.context,
+            intent.processes or default_processes(),
+            intent.parallel,
+            min_wave=0 if explicit else MIN_WAVE,
+        )
 
     def _write_status(
         self, intent: KubeObject, current: KubeObject | None, changes: dict[str, Any], drop: tuple[str, ...] = ()

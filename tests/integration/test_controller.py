@@ -73,6 +73,20 @@ def test_an_intent_restores_its_backup_with_phases_events_and_a_released_lease(
     assert reasons(kube, ctl_ns, "restore-a") == ["RestoreCompleted", "RestoreStarted"]
 
 
+def test_an_intent_can_restore_across_worker_processes(run, kube, crds, make, namespace, ctl_ns):
+    for i in range(6):
+        make(cr(KC, "KubernetesCluster", f"kc-{i}", status=kc_status(i)), namespace)
+    assert run("backup", "nightly", "-n", namespace).code == 0
+    delete_namespace(kube, namespace)
+    intent(kube, ctl_ns, "restore-p", backup="nightly", namespaces=namespace, processes="2", parallel="2")
+
+    assert once(run, ctl_ns) == 1
+    status = status_of(kube, ctl_ns, "restore-p")
+    assert (status["phase"], status["processes"], status["withoutStatus"]) == ("Complete", "2", "0"), status
+    for i in range(6):
+        assert kube.get(crds.resolve("kc"), namespace, f"kc-{i}")["status"] == kc_status(i)
+
+
 def test_a_failed_restore_backs_off_until_the_intent_changes(run, kube, crds, make, namespace, ctl_ns):
     make(cr(KC, "KubernetesCluster", "k1", status=kc_status(1)), namespace)
     assert run("backup", "nightly", "-n", namespace).code == 0

@@ -34,6 +34,8 @@ def test_an_intent_carries_the_restore_options_by_their_long_names():
         )
     )
     assert (intent.backup, intent.storage, intent.parallel) == ("nightly-1", "s3://b/p", 4)
+    assert intent.processes == 0, "auto: the controller's CPUs, for large waves"
+    assert parse_intent(cm(backup="b", processes="3")).processes == 3
     assert intent.options.selection.namespaces == ("team-a", "team-b")
     assert intent.options.status_include == ("kubernetesclusters.xyz.example.com",)
     assert intent.options.namespace_mapping == (("team-a", "team-a-copy"),)
@@ -53,6 +55,8 @@ def test_an_intent_carries_the_restore_options_by_their_long_names():
         ({"backup": "b", "no-status": "yes"}, "no-status must be true or false"),
         ({"backup": "b", "namespace-mapping": "a"}, "expected OLD:NEW"),
         ({"backup": "b", "parallel": "0"}, "between 1 and 128"),
+        ({"backup": "b", "processes": "0"}, "processes must be auto or a number from 1 to 64"),
+        ({"backup": "b", "processes": "many"}, "processes must be auto"),
     ],
 )
 def test_a_bad_intent_is_a_clear_error(data, message):
