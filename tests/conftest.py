@@ -19,7 +19,8 @@ from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import load_transport
 from statusvault.testing.apiext import ApiextServer
-from statusvault.testing.cluster import ADMIN_TOKEN, LocalCluster, _free_ports, kubeconfig_yaml
+from statusvault.testing.cluster import ADMIN_TOKEN, LocalCluster, kubeconfig_yaml
+from statusvault.testing.controlplane import free_ports
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, fixture_crds, install_crds
 from tests.builders import unique
 from tests.faultproxy import S3_FAULTS, FaultProxy, s3_faults_on, s3_operation, self_signed
@@ -121,7 +122,7 @@ def s3_endpoint() -> Iterator[str]:
 
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
     os.environ.pop("AWS_PROFILE", None)
-    (port,) = _free_ports(1)
+    (port,) = free_ports(1)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     yield f"http://127.0.0.1:{port}"

@@ -17,18 +17,15 @@ import base64
 import json
 import shutil
 import signal
-import ssl
 import subprocess
 import sys
-import tempfile
-import time
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from statusvault.testing.cluster import _alive, _free_ports, _terminate, cache_dir, issue_cert, kubeconfig_yaml
+from statusvault.testing.cluster import cache_dir, issue_cert, kubeconfig_yaml
+from statusvault.testing.controlplane import ControlPlane, free_ports, insecure_context
 
 MINOR = "1.36"
 # The stock server answers 404 for /api and /apis (kube-aggregator serves those in a real cluster); this build of
@@ -60,22 +57,12 @@ def _b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
 
 
-@dataclass
-class ApiextServer:
-    """A running etcd + apiextensions-apiserver; `stop()` ends both by PID."""
+class ApiextServer(ControlPlane):
+    """A running etcd + apiextensions-apiserver."""
 
-    workdir: Path
-    port: int = 0
-    pids: dict[str, int] = field(default_factory=dict)
-    _owned_workdir: bool = False
-
-    @property
-    def server(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.workdir / "kubeconfig"
+    PROCESSES = ("apiextensions-apiserver", "etcd")
+    SERVER = "apiextensions-apiserver"
+    PREFIX = "statusvault-apiext-"
 
     @property
     def admin_cert(self) -> tuple[Path, Path]:
@@ -85,31 +72,7 @@ class ApiextServer:
     @classmethod
     def start(cls, workdir: Path | None = None, detach: bool = False, root_discovery: bool = True) -> ApiextServer:
         binary = ensure_apiext_binary(root_discovery)
-        owned = workdir is None
-        wd = Path(workdir or tempfile.mkdtemp(prefix="statusvault-apiext-"))
-        wd.mkdir(parents=True, exist_ok=True)
-        for attempt in range(3):  # a port taken between choosing and binding: try again with new ones
-            server = cls(wd, _owned_workdir=owned)
-            try:
-                server._start(binary, detach)
-                return server
-            except BaseException as e:
-                server.stop(keep_workdir=True)
-                if attempt == 2 or "address already in use" not in str(e):
-                    if owned:
-                        shutil.rmtree(wd, ignore_errors=True)
-                    raise
-                for child in ("etcd", "certs"):
-                    shutil.rmtree(wd / child, ignore_errors=True)
-        raise AssertionError("unreachable")
-
-    def _spawn(self, name: str, argv: list[str], detach: bool) -> None:
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
-        proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=detach
-        )
-        log.close()
-        self.pids[name] = proc.pid
+        return cls.launch(workdir, lambda server: server._start(binary, detach))
 
     def _write_kubeconfig(self) -> None:
         cfg = yaml.safe_load(kubeconfig_yaml(self.server, "admin", ""))
@@ -119,31 +82,12 @@ class ApiextServer:
 
     def _start(self, binary: Path, detach: bool) -> None:
         wd = self.workdir
-        self.port, etcd_port, peer_port = _free_ports(3)
-        self._spawn(
-            "etcd",
-            [
-                str(binary.with_name(ETCD)),
-                "--data-dir",
-                str(wd / "etcd"),
-                "--listen-client-urls",
-                f"http://127.0.0.1:{etcd_port}",
-                "--advertise-client-urls",
-                f"http://127.0.0.1:{etcd_port}",
-                "--listen-peer-urls",
-                f"http://127.0.0.1:{peer_port}",
-                "--initial-advertise-peer-urls",
-                f"http://127.0.0.1:{peer_port}",
-                "--initial-cluster",
-                f"default=http://127.0.0.1:{peer_port}",
-                "--quota-backend-bytes=8589934592",
-            ],
-            detach,
-        )
+        self.port, etcd_port, peer_port = free_ports(3)
+        self.spawn_etcd(str(binary.with_name(ETCD)), etcd_port, peer_port, detach)
         ca = issue_cert("/CN=statusvault-apiext-client-ca", wd / "client-ca.crt", wd / "client-ca.key")
         issue_cert("/CN=admin/O=system:masters", *self.admin_cert, ca=ca)
         self._write_kubeconfig()
-        self._spawn(
+        self.spawn(
             "apiextensions-apiserver",
             [
                 str(binary),
@@ -172,43 +116,12 @@ class ApiextServer:
         self._wait_ready()
         (wd / "apiext.json").write_text(json.dumps({"port": self.port, "pids": self.pids}))
 
-    def _wait_ready(self, timeout: float = 90.0) -> None:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        ctx.load_cert_chain(*map(str, self.admin_cert))
-        deadline = time.monotonic() + timeout
-        last = ""
+    def _wait_ready(self) -> None:
+        context = insecure_context()
+        context.load_cert_chain(*map(str, self.admin_cert))
         # informer-sync never passes: the Service informer (for conversion webhooks' service references) lists
         # /api/v1/services, which this server does not have.
-        url = f"{self.server}/readyz?exclude=informer-sync"
-        while time.monotonic() < deadline:
-            for name, pid in self.pids.items():
-                if not _alive(pid):
-                    tail = (self.workdir / f"{name}.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"{name} exited during start-up:\n{tail}")
-            try:
-                with urllib.request.urlopen(url, context=ctx, timeout=5) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError as e:
-                last = str(e)
-            time.sleep(0.3)
-        raise RuntimeError(f"apiextensions-apiserver not ready after {timeout:.0f}s: {last}")
-
-    def stop(self, keep_workdir: bool = False) -> None:
-        for name in ("apiextensions-apiserver", "etcd"):
-            pid = self.pids.pop(name, None)
-            if pid is not None:
-                _terminate(pid)
-        if self._owned_workdir and not keep_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> ApiextServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.wait_ready(urllib.request.Request(f"{self.server}/readyz?exclude=informer-sync"), context)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,7 +47,8 @@ from statusvault.testing.benchcore import (
     write_all,
 )
 from statusvault.testing.benchreport import report
-from statusvault.testing.cluster import LocalCluster, _free_ports
+from statusvault.testing.cluster import LocalCluster
+from statusvault.testing.controlplane import free_ports
 from statusvault.testing.fixtures import install_crds
 
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -211,7 +212,7 @@ def backup_to_s3(env: dict[str, str], n: int) -> dict[str, Any]:
     import boto3
     from moto.server import ThreadedMotoServer
 
-    (port,) = _free_ports(1)
+    (port,) = free_ports(1)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:

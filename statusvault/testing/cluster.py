@@ -8,22 +8,18 @@ python -m statusvault.testing.cluster run    # start, print the kubeconfig path,
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
 import signal
-import socket
-import ssl
 import subprocess
 import sys
-import tempfile
-import time
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from statusvault.testing.controlplane import ControlPlane, free_ports, insecure_context, terminate
 
 ADMIN_TOKEN = "admintoken"
 # Extra token users for least-privilege tests; they belong to no group, so they can do nothing until bound.
@@ -47,18 +43,6 @@ def ensure_binaries() -> Path:
     script = Path(__file__).with_name("build-kube.sh")
     subprocess.run(["bash", str(script), str(cache_dir())], check=True)
     return bindir
-
-
-def _free_ports(n: int) -> list[int]:
-    """n distinct free loopback ports (all held open while choosing, so none repeats)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def issue_cert(subject: str, cert: Path, key: Path, ca: tuple[Path, Path] | None = None) -> tuple[Path, Path]:
@@ -88,22 +72,12 @@ def kubeconfig_yaml(server: str, user: str, token: str) -> str:
     )
 
 
-@dataclass
-class LocalCluster:
-    """A running local control plane; `stop()` ends its processes by PID."""
+class LocalCluster(ControlPlane):
+    """A running local control plane: etcd, kube-apiserver 1.20 and kube-controller-manager."""
 
-    workdir: Path
-    port: int = 0
-    pids: dict[str, int] = field(default_factory=dict)
-    _owned_workdir: bool = False
-
-    @property
-    def server(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.workdir / "kubeconfig"
+    PROCESSES = ("kube-controller-manager", "kube-apiserver", "etcd")
+    SERVER = "kube-apiserver"
+    PREFIX = "statusvault-cluster-"
 
     @property
     def client_ca(self) -> tuple[Path, Path]:
@@ -119,62 +93,19 @@ class LocalCluster:
     @classmethod
     def start(cls, workdir: Path | None = None, detach: bool = False) -> LocalCluster:
         bindir = ensure_binaries()
-        owned = workdir is None
-        wd = Path(workdir or tempfile.mkdtemp(prefix="statusvault-cluster-"))
-        wd.mkdir(parents=True, exist_ok=True)
-        for attempt in range(3):  # a port taken between choosing and binding: try again with new ones
-            cluster = cls(wd, _owned_workdir=owned)
-            try:
-                cluster._start(bindir, detach)
-                return cluster
-            except BaseException as e:
-                cluster.stop(keep_workdir=True)
-                if attempt == 2 or "address already in use" not in str(e):
-                    if owned:
-                        shutil.rmtree(wd, ignore_errors=True)
-                    raise
-                for child in ("etcd", "certs"):
-                    shutil.rmtree(wd / child, ignore_errors=True)
-        raise AssertionError("unreachable")
-
-    def _spawn(self, name: str, argv: list[str], detach: bool) -> None:
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
-        proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=detach
-        )
-        log.close()
-        self.pids[name] = proc.pid
+        return cls.launch(workdir, lambda cluster: cluster._start(bindir, detach))
 
     def _start(self, bindir: Path, detach: bool) -> None:
         wd = self.workdir
-        self.port, etcd_port, peer_port = _free_ports(3)
-        self._spawn(
-            "etcd",
-            [
-                shutil.which("etcd") or "etcd",
-                "--data-dir",
-                str(wd / "etcd"),
-                "--listen-client-urls",
-                f"http://127.0.0.1:{etcd_port}",
-                "--advertise-client-urls",
-                f"http://127.0.0.1:{etcd_port}",
-                "--listen-peer-urls",
-                f"http://127.0.0.1:{peer_port}",
-                "--initial-advertise-peer-urls",
-                f"http://127.0.0.1:{peer_port}",
-                "--initial-cluster",
-                f"default=http://127.0.0.1:{peer_port}",
-                "--quota-backend-bytes=8589934592",  # room for the 100k-object benchmark
-            ],
-            detach,
-        )
+        self.port, etcd_port, peer_port = free_ports(3)
+        self.spawn_etcd(shutil.which("etcd") or "etcd", etcd_port, peer_port, detach)
         subprocess.run(["openssl", "genrsa", "-out", str(wd / "sa.key"), "2048"], check=True, capture_output=True)
         ca_cert, _ = issue_cert("/CN=statusvault-test-client-ca", *self.client_ca)
         lines = [f'{ADMIN_TOKEN},admin,admin,"system:masters"']
         lines += [f"{token},{user},{user}" for user, token in TEST_USERS.items()]
         lines += [f'{token},{ROTATING_USER},{ROTATING_USER},"system:masters"' for token in ROTATING_TOKENS]
         (wd / "tokens.csv").write_text("\n".join(lines) + "\n")
-        self._spawn(
+        self.spawn(
             "kube-apiserver",
             [
                 str(bindir / "kube-apiserver"),
@@ -196,8 +127,9 @@ class LocalCluster:
             detach,
         )
         self.kubeconfig.write_text(kubeconfig_yaml(self.server, "admin", ADMIN_TOKEN))
-        self._wait_ready()
-        self._spawn(
+        ready = urllib.request.Request(f"{self.server}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        self.wait_ready(ready, insecure_context())
+        self.spawn(
             "kube-controller-manager",
             [
                 str(bindir / "kube-controller-manager"),
@@ -212,67 +144,6 @@ class LocalCluster:
             detach,
         )
         (wd / "cluster.json").write_text(json.dumps({"port": self.port, "pids": self.pids}))
-
-    def _wait_ready(self, timeout: float = 90.0) -> None:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        deadline = time.monotonic() + timeout
-        last = ""
-        while time.monotonic() < deadline:
-            for name, pid in self.pids.items():
-                if not _alive(pid):
-                    tail = (self.workdir / f"{name}.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"{name} exited during start-up:\n{tail}")
-            req = urllib.request.Request(f"{self.server}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-            try:
-                with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError as e:
-                last = str(e)
-            time.sleep(0.3)
-        raise RuntimeError(f"kube-apiserver not ready after {timeout:.0f}s: {last}")
-
-    def stop(self, keep_workdir: bool = False) -> None:
-        for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
-            pid = self.pids.pop(name, None)
-            if pid is not None:
-                _terminate(pid)
-        if self._owned_workdir and not keep_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> LocalCluster:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        waited = 0
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-    return waited == 0
-
-
-def _terminate(pid: int, grace: float = 10.0) -> None:
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and _alive(pid):
-        time.sleep(0.1)
-    if _alive(pid):
-        os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
 
 
 def _state_dir(arg: str | None) -> Path:
@@ -296,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         pids = json.loads(info.read_text())["pids"]
         for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
             if name in pids:
-                _terminate(pids[name])
+                terminate(pids[name])
         shutil.rmtree(state, ignore_errors=True)
         print("local cluster stopped")
         return 0
