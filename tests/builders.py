@@ -138,3 +138,29 @@ def with_meta(obj: dict[str, Any], namespace: str = "", uid: str = "") -> dict[s
     if namespace:
         obj["metadata"]["namespace"] = namespace
     return obj
+
+
+REGION_URL = "https://prod.eu-central-1.example.net:6443"
+
+
+def region_move(*, namespaces: str = "", more_rules: str = "") -> str:
+    """A modifiers file whose first rule moves KubernetesClusters from eu-west-1 to eu-central-1 (spec.region)
+    and points their saved status at the new API server (status.apiServerURL = REGION_URL); `namespaces`
+    limits it (a YAML list's items), `more_rules` are further rules (YAML list items at column 0)."""
+    where = f"    namespaces: [{namespaces}]\n" if namespaces else ""
+    return f"""version: v1
+resourceModifierRules:
+- conditions:
+    groupResource: kubernetesclusters.xyz.example.com
+{where}    matches:
+    - path: /spec/region
+      value: eu-west-1
+  patches:
+  - operation: replace
+    path: /spec/region
+    value: eu-central-1
+  statusPatches:
+  - operation: replace
+    path: /status/apiServerURL
+    value: {REGION_URL}
+{more_rules}"""

@@ -14,7 +14,7 @@ import pytest
 from statusvault.kinds import CONFIGMAPS, EVENTS, NAMESPACES
 from statusvault.restore.pausing import RECORD
 from statusvault.testing.fixtures import ensure_namespace, install_crds
-from tests.builders import cr, crd, kc_status, unique
+from tests.builders import REGION_URL, cr, crd, kc_status, region_move, unique
 
 GROUP = "rds.aws.upbound.io"  # a Crossplane provider's group: --pause auto picks the crossplane.io/paused annotation
 INSTANCES = f"instances.{GROUP}"
@@ -223,23 +223,7 @@ def test_a_generic_pause_annotation_replaces_a_value_and_restores_it(
     assert (on["status"], off["status"]) == (kc_status(1), kc_status(2))
 
 
-RULES = """
-version: v1
-resourceModifierRules:
-- conditions:
-    groupResource: kubernetesclusters.xyz.example.com
-    matches:
-    - path: /spec/region
-      value: eu-west-1
-  patches:
-  - operation: replace
-    path: /spec/region
-    value: eu-central-1
-  statusPatches:
-  - operation: replace
-    path: /status/apiServerURL
-    value: https://prod.eu-central-1.example.net:6443
-"""
+RULES = region_move()
 
 
 def modifiers_configmap(kube, ns: str, name: str, **data: str) -> None:
@@ -257,7 +241,7 @@ def test_an_intent_applies_the_modifiers_its_configmap_holds(run, kube, crds, ma
     assert status_of(kube, ctl, "r")["phase"] == "Complete"
     prod, us = (kube.get(crds.resolve("kc"), target, n) for n in ("prod", "us"))
     assert prod["spec"] == {"region": "eu-central-1"}
-    assert prod["status"] == {**kc_status(1), "apiServerURL": "https://prod.eu-central-1.example.net:6443"}
+    assert prod["status"] == {**kc_status(1), "apiServerURL": REGION_URL}
     assert (us["spec"], us["status"]) == ({"region": "us-east-1"}, kc_status(2)), "its condition did not match"
 
 

@@ -9,7 +9,7 @@ from statusvault.errors import ExitStatus
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import discover
 from statusvault.testing.fixtures import create_with_status, ensure_namespace
-from tests.builders import cr, kc_status, unique
+from tests.builders import REGION_URL, cr, kc_status, region_move, unique
 
 KC = "xyz.example.com/v1"
 DB = "db.example.com/v1"
@@ -21,23 +21,8 @@ def modifiers_file(tmp_path, text: str):
     return str(path)
 
 
-MOVE_REGION = """
-version: v1
-resourceModifierRules:
-- conditions:
-    groupResource: kubernetesclusters.xyz.example.com
-    matches:
-    - path: /spec/region
-      value: eu-west-1
-  patches:
-  - operation: replace
-    path: /spec/region
-    value: eu-central-1
-  statusPatches:
-  - operation: replace
-    path: /status/apiServerURL
-    value: https://prod.eu-central-1.example.net:6443
-- conditions:
+MOVE_REGION = region_move(
+    more_rules="""- conditions:
     groupResource: databases.db.example.com
   patches:
   - operation: test
@@ -55,6 +40,7 @@ resourceModifierRules:
   - patchData: |
       {"metadata": {"labels": {"legacy": null}}}
 """
+)
 
 
 def test_rules_rewrite_region_storage_class_labels_and_the_status_endpoint(run, kube, crds, namespace, tmp_path):
@@ -86,7 +72,7 @@ def test_rules_rewrite_region_storage_class_labels_and_the_status_endpoint(run, 
     assert result.code == ExitStatus.SUCCESS, result.err
     moved = kube.get(kc, target, "prod")
     assert moved["spec"] == {"region": "eu-central-1"}
-    assert moved["status"] == {**kc_status(1), "apiServerURL": "https://prod.eu-central-1.example.net:6443"}
+    assert moved["status"] == {**kc_status(1), "apiServerURL": REGION_URL}
     assert "legacy" not in (moved["metadata"].get("labels") or {})
     assert kube.get(kc, target, "us")["spec"] == {"region": "us-east-1"}, "its condition did not match"
     assert kube.get(kc, target, "us")["status"] == kc_status(2)

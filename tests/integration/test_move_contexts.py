@@ -15,30 +15,12 @@ import yaml
 from statusvault.errors import ExitStatus
 from statusvault.kinds import NAMESPACES
 from statusvault.testing.cluster import ADMIN_TOKEN
-from tests.builders import cr, kc_status, unique
+from tests.builders import REGION_URL, cr, kc_status, region_move, unique
 
 KC = "xyz.example.com/v1"
 HOLD = "example.com/hold"
 PAUSE = ("--pause-annotation", f"{HOLD}=true", "--pause-resources", "kubernetesclusters.xyz.example.com")
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
-RULES = """
-version: v1
-resourceModifierRules:
-- conditions:
-    groupResource: kubernetesclusters.xyz.example.com
-    namespaces: [{source}]
-    matches:
-    - path: /spec/region
-      value: eu-west-1
-  patches:
-  - operation: replace
-    path: /spec/region
-    value: eu-central-1
-  statusPatches:
-  - operation: replace
-    path: /status/apiServerURL
-    value: https://prod.eu-central-1.example.net:6443
-"""
 
 
 class Requests:
@@ -103,7 +85,7 @@ def test_move_uses_each_sides_context_and_applies_its_modifiers(
     result = run(
         "move", "--from-context", "old", "--to-context", "new", "-n", namespace,
         "--namespace-mapping", f"{namespace}:{target}", *PAUSE,
-        "--modifiers", modifiers(tmp_path, RULES.format(source=namespace)), "-o", "json",
+        "--modifiers", modifiers(tmp_path, region_move(namespaces=namespace)), "-o", "json",
         kubeconfig=kubeconfig,
     )  # fmt: skip
 
@@ -123,7 +105,7 @@ def test_move_uses_each_sides_context_and_applies_its_modifiers(
     kc = crds.resolve("kc")
     moved_prod, moved_us = (kube.get(kc, target, n) for n in ("prod", "us"))
     assert moved_prod["spec"] == {"region": "eu-central-1"}, "--modifiers applied"
-    assert moved_prod["status"] == {**kc_status(1), "apiServerURL": "https://prod.eu-central-1.example.net:6443"}
+    assert moved_prod["status"] == {**kc_status(1), "apiServerURL": REGION_URL}
     assert (moved_us["spec"], moved_us["status"]) == ({"region": "us-east-1"}, kc_status(2))
     assert not moved_prod["metadata"].get("annotations"), "unpaused in the target"
     for name, region in (("prod", "eu-west-1"), ("us", "us-east-1")):
@@ -137,7 +119,7 @@ def test_a_bad_modifiers_file_stops_the_move_before_either_side_is_touched(
 ):
     kubeconfig, seen = contexts
     make(cr(KC, "KubernetesCluster", "prod", spec={"region": "eu-west-1"}, status=kc_status(1)), namespace)
-    bad = RULES.format(source=namespace).replace(
+    bad = region_move(namespaces=namespace).replace(
         "operation: replace\n    path: /spec/region", "operation: swap\n    path: /spec/region"
     )
     result = run(
