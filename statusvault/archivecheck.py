@@ -134,14 +134,18 @@ def _scan(path: Path, budget: int, seen: IO[bytes], result: FirstRead, visit: Vi
 
 def _record(tar: TarStream, member: Member, sizes: _Sizes, seen: IO[bytes]) -> tuple[ObjectKey, dict[str, Any]]:
     """One object member checked and its line written for the comparison with the manifest; its object."""
-    key, name = parse_member_path(member.name), shown(member.name)
+    key = parse_member_path(member.name)
     if member.size > MAX_OBJECT_BYTES:
-        raise ArchiveError(f"archive member {name} has {member.size:,} bytes, above the limit for an object")
+        raise ArchiveError(
+            f"archive member {shown(member.name)} has {member.size:,} bytes, above the limit for an object"
+        )
     sizes.objects += 1
     sizes.data += member.size
     sizes.paths += len(member.name)
     if sizes.objects > MAX_OBJECTS or sizes.data > MAX_UNCOMPRESSED_BYTES or sizes.paths > MAX_MANIFEST_BYTES:
-        raise ArchiveError(f"archive {tar.label} holds more object files than the limits allow, at {name}")
+        raise ArchiveError(
+            f"archive {tar.label} holds more object files than the limits allow, at {shown(member.name)}"
+        )
     data = tar.read(member)
     obj = checked_object(member.name, key, data)
     fields = (member.name, hashlib.sha256(data).hexdigest(), kind_digest(obj["kind"]), key.qualified, key.namespace)

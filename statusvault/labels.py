@@ -53,4 +53,6 @@ def _requirement(expr: str) -> Matcher:
 def parse_selector(selector: str) -> Matcher:
     """Parse `a=b,c!=d,e in (x,y),!f`; the empty selector matches everything."""
     reqs = [_requirement(p) for p in _split(selector or "")]
+    if not reqs:
+        return lambda labels: True
     return lambda labels: all(r(labels) for r in reqs)

@@ -197,14 +197,18 @@ class _Planner:
             raise ArchiveError(f"{path} holds an object whose kind, namespace or name does not match its path")
         meta = obj["metadata"]
         if cat not in (Category.CRD, Category.NAMESPACE):
-            if not decider.selector(meta.get("labels") or {}) or not name_matches(key.name, sel.names):
+            if not decider.selector(meta.get("labels") or {}):
                 return
-            self.named.update(p for p in sel.names if fnmatch.fnmatchcase(key.name, p))
+            if sel.names:
+                if not name_matches(key.name, sel.names):
+                    return
+                self.named.update(p for p in sel.names if fnmatch.fnmatchcase(key.name, p))
         item = _plan_item(key.qualified, obj, cat, decider, self.exists)
         self.matched += cat != Category.CRD or CRD_QUALIFIED in decider.include
         if item.rt.namespaced and item.action != Action.UNAVAILABLE:
             self.namespaces_needed.add(item.namespace)
-        self.plan.add(item, (r.get("uid", "") for r in meta.get("ownerReferences") or []))
+        refs = meta.get("ownerReferences")
+        self.plan.add(item, [r.get("uid", "") for r in refs] if refs else ())
 
     def finish(self) -> None:
         sel, plan = self.opts.selection, self.plan
