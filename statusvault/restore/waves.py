@@ -47,6 +47,9 @@ class WaveRunner:
             processes.start_wave(self.restorer.served.discovery)
             try:
                 self._walk(todo, processes.submit)
+            except BaseException:
+                processes.withdraw()  # objects not yet sent to a worker are not started
+                raise
             finally:  # what was handed out is finished (or, for a dead worker, resent) before the next wave
                 processes.drain()
             return

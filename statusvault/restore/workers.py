@@ -4,17 +4,21 @@ the archive walk, the plan, the order of waves, the report and the journal's `do
 the journal rows that must precede or follow a write (paused, owners' UIDs at once; created in batches)
 themselves: SQLite in WAL mode takes writers from several processes.
 
-Messages (pickled over one pipe per worker): parent -> worker ("wave", Discovery) | ("item", token, PlanItem,
-bytes) | ("stop",); worker -> parent ("result", token, ItemResult)."""
+Messages (pickled over one pipe per worker): parent -> worker ("wave", Discovery) | ("items", [(token,
+PlanItem, bytes), ...]) | ("stop",); worker -> parent ("results", [(token, ItemResult), ...]). Items and
+results travel in batches (up to BATCH, or what a few milliseconds bring): a pickled message per object each
+way cost the parent more CPU than the restore's own work."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import multiprocessing
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection, wait
@@ -32,6 +36,8 @@ log = logging.getLogger(__name__)
 MAX_PROCESSES = 8  # the default's cap: more processes than this only add connections the server must serve
 MIN_WAVE = 256  # by default, smaller waves stay in the parent's threads (process start-up is not worth it)
 LOST_TRIES = 2  # a worker that dies holding an object: resent to a new worker this often, then a failure
+BATCH = 16  # objects (or results) per message at most
+RESULT_DELAY = 0.005  # seconds a worker holds a result back for others to travel with it
 
 
 def available_cpus() -> int:
@@ -81,7 +87,8 @@ class _Worker:
     process: Any  # multiprocessing.Process (spawn context)
     conn: Connection
     send_lock: threading.Lock
-    tokens: set[int] = dataclasses.field(default_factory=set)  # objects it holds
+    tokens: set[int] = dataclasses.field(default_factory=set)  # objects it holds (sent, or in its outbox)
+    outbox: list[tuple[int, PlanItem, bytes | None]] = dataclasses.field(default_factory=list)  # not yet sent
 
 
 class ProcessPool:
@@ -111,28 +118,61 @@ class ProcessPool:
 
     def start_wave(self, served: Discovery) -> None:
         """What the next wave is written with (sent again to a worker started later)."""
+        self.flush()
         self._wave = served
         for w in self.workers:
             self._send(w, ("wave", served))
 
     def submit(self, item: PlanItem, data: bytes | None) -> None:
-        self.slots.acquire()
+        if not self.slots.acquire(blocking=False):
+            self.flush()  # what waits in the outboxes must go before waiting for room
+            self.slots.acquire()
         with self._lock:
             self._next += 1
             token = self._next
             index = min(range(len(self.workers)), key=lambda i: len(self.workers[i].tokens))
             self._inflight[token] = (item, data, index, 0)
-            self.workers[index].tokens.add(token)
-        self._send(self.workers[index], ("item", token, item, data))
+            w = self.workers[index]
+            w.tokens.add(token)
+            w.outbox.append((token, item, data))
+            batch = self._take_outbox(w) if len(w.outbox) >= BATCH else []
+        if batch:
+            self._send(w, ("items", batch))
+
+    def flush(self) -> None:
+        """Send every outbox's objects now."""
+        with self._lock:
+            batches = [(w, self._take_outbox(w)) for w in self.workers]
+        for w, batch in batches:
+            if batch:
+                self._send(w, ("items", batch))
+
+    def withdraw(self) -> None:
+        """Forget the objects not yet sent (the run stops: a cancel or Ctrl-C means no new object is started);
+        the journal has them as not done, so the report counts them as not reached."""
+        with self._lock:
+            for w in self.workers:
+                for token, _, _ in self._take_outbox(w):
+                    self._inflight.pop(token, None)
+                    w.tokens.discard(token)
+                    self.slots.release()
+            self._lock.notify_all()
+
+    @staticmethod
+    def _take_outbox(w: _Worker) -> list[tuple[int, PlanItem, bytes | None]]:
+        batch, w.outbox = w.outbox, []
+        return batch
 
     def drain(self) -> None:
         """Wait until every submitted object has its result."""
+        self.flush()
         with self._lock:
             while self._inflight:
                 self._lock.wait(0.5)
 
     def close(self) -> None:
         """Let the workers finish what they hold and exit."""
+        self.flush()
         with self._lock:
             self._closing = True
         for w in self.workers:
@@ -174,8 +214,9 @@ class ProcessPool:
         try:
             while w.conn.poll():
                 msg = w.conn.recv()
-                if msg[0] == "result":
-                    self._finish(msg[1], msg[2])
+                if msg[0] == "results":
+                    for token, result in msg[1]:
+                        self._finish(token, result)
         except (EOFError, OSError):  # it died mid-message: its sentinel tells
             pass
 
@@ -198,9 +239,11 @@ class ProcessPool:
             log.warning("restore worker process %d died (exit code %s); resending its objects", index, code)
             fresh = self._start()
             self.workers[index] = fresh
+            dead.outbox = []  # its unsent objects are among those it held: resent below
             held = [(t, *self._inflight[t]) for t in sorted(dead.tokens) if t in self._inflight]
         if self._wave is not None:
             self._send(fresh, ("wave", self._wave))
+        resend = []
         for token, item, data, _, tries in held:
             if tries + 1 > LOST_TRIES:
                 with self._lock:
@@ -212,7 +255,9 @@ class ProcessPool:
             with self._lock:
                 self._inflight[token] = (item, data, index, tries + 1)
                 fresh.tokens.add(token)
-            self._send(fresh, ("item", token, item, data))
+            resend.append((token, item, data))
+        for start in range(0, len(resend), BATCH):
+            self._send(fresh, ("items", resend[start : start + BATCH]))
 
     def _give_up(self, item: PlanItem, why: str) -> None:
         result = ItemResult(
@@ -264,10 +309,14 @@ def worker_main(
     transport = load_transport(spec.kubeconfig, spec.context, pool_size=spec.parallel, bucket=bucket)
     journal = Journal.open(journal_path)
     session = _Session(conn, KubeClient(transport), journal, opts)
+    sender = threading.Thread(target=session.send_results, name="restore-results", daemon=True)
+    sender.start()
     try:
         with ThreadPoolExecutor(spec.parallel, thread_name_prefix="restore") as pool:
             session.serve(pool, parent)
-    finally:
+    finally:  # every object taken has its result (the pool waited for them): send the last, then exit
+        session.stop_sending()
+        sender.join()
         journal.close()
         transport.close()
 
@@ -278,8 +327,10 @@ class _Session:
         self.client = client
         self.journal = journal
         self.opts = opts
-        self.send_lock = threading.Lock()
         self.restorer: Any = None
+        self._results: list[tuple[int, ItemResult]] = []
+        self._ready = threading.Condition()
+        self._stopping = False
 
     def serve(self, pool: ThreadPoolExecutor, parent: int) -> None:
         while True:
@@ -293,8 +344,9 @@ class _Session:
                 return
             if msg[0] == "wave":
                 self.restorer = self._restorer(msg[1])
-            elif msg[0] == "item":
-                pool.submit(self._restore, self.restorer, msg[1], msg[2], msg[3])
+            elif msg[0] == "items":
+                for token, item, data in msg[1]:
+                    pool.submit(self._restore, self.restorer, token, item, data)
             else:
                 return
 
@@ -309,8 +361,32 @@ class _Session:
 
     def _restore(self, restorer: Any, token: int, item: PlanItem, data: bytes | None) -> None:
         result = restorer.restore(item, data)
-        try:
-            with self.send_lock:
-                self.conn.send(("result", token, result))
-        except (OSError, ValueError):  # the parent is gone: the journal has what was done
-            pass
+        with self._ready:
+            self._results.append((token, result))
+            if len(self._results) in (1, BATCH):  # the sender waits for the first, or for a full batch
+                self._ready.notify()
+
+    def send_results(self) -> None:
+        """The one thread sending results up: each batch as soon as it is full, or RESULT_DELAY after its first."""
+        while True:
+            with self._ready:
+                while not self._results and not self._stopping:
+                    self._ready.wait()
+                deadline = time.monotonic() + RESULT_DELAY
+                while len(self._results) < BATCH and not self._stopping:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._ready.wait(left)
+                batch, self._results = self._results, []
+                stopping = self._stopping
+            if batch:
+                with contextlib.suppress(OSError, ValueError):  # the parent is gone: the journal has what was done
+                    self.conn.send(("results", batch))
+            elif stopping:
+                return
+
+    def stop_sending(self) -> None:
+        with self._ready:
+            self._stopping = True
+            self._ready.notify()

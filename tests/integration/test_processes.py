@@ -143,3 +143,45 @@ def test_parent_killed_mid_wave_leaves_no_worker_and_the_rerun_ends_exact(run, k
     assert again.code == ExitStatus.SUCCESS, again.out + again.err
     assert_exact(before, snapshot(kube, [crds.resolve(r) for r in FAULT_RESOURCES], target))
     kube.delete(NAMESPACES, None, target)
+
+
+def test_ctrl_c_mid_wave_starts_no_new_object_and_the_rerun_ends_exact(run, kube, crds, proxied, source):
+    ns, before = source
+    assert run("backup", "p", "-n", ns).code == 0
+    target = unique("to")
+    victim: dict[str, Any] = {}
+    posts = {"before": 0, "after": 0}
+
+    def interrupt(method: str, path: str, body: bytes | None) -> None:
+        proc = victim.get("proc")
+        if proc is None or method != "POST" or f"/{target}/" not in path:
+            return
+        if "signalled" in victim:
+            posts["after"] += 1
+            return
+        posts["before"] += 1
+        if posts["before"] == 60:
+            os.kill(proc.pid, signal.SIGINT)
+            victim["signalled"] = True
+
+    proxy, kubeconfig = proxied(0.0, before=interrupt)
+    env = {**os.environ, "STATUSVAULT_STORAGE": str(run.storage), "STATUSVAULT_STATE_DIR": str(run.state)}
+    args = restore_args(ns, target)
+    victim["proc"] = subprocess.Popen(
+        [sys.executable, "-m", "statusvault", "--kubeconfig", str(kubeconfig), *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    _, err = victim["proc"].communicate(timeout=300)
+
+    assert victim["proc"].returncode == ExitStatus.INTERRUPTED, err.decode()
+    in_flight = 2 * 4 * 4  # --processes 2 x --parallel 4 x 4 slots per thread
+    assert posts["after"] <= in_flight, f"{posts['after']} objects started after Ctrl-C"
+    proxy.before = lambda method, path, body: None
+
+    again = run(*args, kubeconfig=kubeconfig)
+
+    assert again.code == ExitStatus.SUCCESS, again.out + again.err
+    assert_exact(before, snapshot(kube, [crds.resolve(r) for r in FAULT_RESOURCES], target))
+    kube.delete(NAMESPACES, None, target)
