@@ -5,6 +5,8 @@ tests/integration/crs/ runs its tests on two servers: Kubernetes 1.20 and the 1.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,8 +112,18 @@ def run(cluster: LocalCluster, capsys: pytest.CaptureFixture[str], tmp_path: Pat
         out, err = capsys.readouterr()
         return CliResult(int(code), out, err)
 
+    def spawn(*args: str, kubeconfig: Path | None = None) -> subprocess.Popen[bytes]:
+        """The CLI in a process of its own (to be killed or interrupted), with the same storage and state."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "statusvault", "--kubeconfig", str(kubeconfig or cluster.kubeconfig), *args],
+            env={**os.environ, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
     _run.storage = storage  # type: ignore[attr-defined]
     _run.state = tmp_path / "state"  # type: ignore[attr-defined]
+    _run.spawn = spawn  # type: ignore[attr-defined]
     return _run
 
 

@@ -135,10 +135,9 @@ def test_kill_9_mid_restore_then_rerun_provisions_nothing(run, kube, instances, 
             proc.wait()
 
     proxy, kubeconfig = proxied(0.0, before=kill_at_the_15th)
-    env = {**os.environ, "STATUSVAULT_STORAGE": str(run.storage), "STATUSVAULT_STATE_DIR": str(run.state)}
-    args = ["--kubeconfig", str(kubeconfig), "restore", "b", "--pause", "auto", "--parallel", "2"]
-    victim["proc"] = subprocess.Popen([sys.executable, "-m", "statusvault", *args], env=env)
-    assert victim["proc"].wait(timeout=120) == -signal.SIGKILL
+    victim["proc"] = run.spawn("restore", "b", "--pause", "auto", "--parallel", "2", kubeconfig=kubeconfig)
+    _, err = victim["proc"].communicate(timeout=120)
+    assert victim["proc"].returncode == -signal.SIGKILL, err.decode()
     assert op.provisions() == [], "what the killed run created is paused"
     proxy.before = lambda method, path, body: None
 

@@ -8,8 +8,6 @@ import json
 import multiprocessing
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,14 +118,8 @@ def test_parent_killed_mid_wave_leaves_no_worker_and_the_rerun_ends_exact(run, k
             proc.wait()
 
     proxy, kubeconfig = proxied(0.0, before=kill_parent)
-    env = {**os.environ, "STATUSVAULT_STORAGE": str(run.storage), "STATUSVAULT_STATE_DIR": str(run.state)}
     args = restore_args(ns, target)
-    victim["proc"] = subprocess.Popen(
-        [sys.executable, "-m", "statusvault", "--kubeconfig", str(kubeconfig), *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    victim["proc"] = run.spawn(*args, kubeconfig=kubeconfig)
     _, err = victim["proc"].communicate(timeout=300)
     assert victim["proc"].returncode == -signal.SIGKILL, err.decode()
     workers = victim["workers"]
@@ -165,14 +157,8 @@ def test_ctrl_c_mid_wave_starts_no_new_object_and_the_rerun_ends_exact(run, kube
             victim["signalled"] = True
 
     proxy, kubeconfig = proxied(0.0, before=interrupt)
-    env = {**os.environ, "STATUSVAULT_STORAGE": str(run.storage), "STATUSVAULT_STATE_DIR": str(run.state)}
     args = restore_args(ns, target)
-    victim["proc"] = subprocess.Popen(
-        [sys.executable, "-m", "statusvault", "--kubeconfig", str(kubeconfig), *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    victim["proc"] = run.spawn(*args, kubeconfig=kubeconfig)
     _, err = victim["proc"].communicate(timeout=300)
 
     assert victim["proc"].returncode == ExitStatus.INTERRUPTED, err.decode()

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -344,13 +343,7 @@ def test_kill_9_at_any_phase_then_the_plain_rerun_ends_exact(run, kube, cluster,
             proc.wait()
 
     proxy, kubeconfig = proxied(0.0, before=kill_at_phase)
-    env = {**os.environ, "STATUSVAULT_STORAGE": str(run.storage), "STATUSVAULT_STATE_DIR": str(run.state)}
-    victim["proc"] = subprocess.Popen(
-        [sys.executable, "-m", "statusvault", "--kubeconfig", str(kubeconfig), *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    victim["proc"] = run.spawn(*args, kubeconfig=kubeconfig)
     _, err = victim["proc"].communicate(timeout=300)
     assert victim["proc"].returncode == -signal.SIGKILL, f"the run was never killed at {phase}: {err.decode()}"
     proxy.before = lambda method, path, body: None
