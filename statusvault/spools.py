@@ -34,9 +34,6 @@ class Spool:
         self._error: BaseException | None = None
         self._cancelled = cancelled
 
-    def put(self, name: str, data: bytes, flags: int = 0) -> None:
-        self.put_many([(name, data, flags)])
-
     def put_many(self, records: list[Record]) -> None:
         """Append records (a LIST page's) with one write, and wake the reader once."""
         if self._cancelled.is_set():

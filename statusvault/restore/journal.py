@@ -91,7 +91,9 @@ class Journal:
         kill -9 only makes the re-run write that object again, which it recognises as its own."""
         with self._lock:
             self._done.append((item.seq,))
-        self._maybe_flush()
+            due = self._due()
+        if due:
+            self.flush()
 
     def mark_created(self, item: PlanItem) -> None:
         """Batched with the done marks. A re-run that lost this mark to a kill -9 still knows the object as its
@@ -99,14 +101,14 @@ class Journal:
         another writer has since taken over entirely."""
         with self._lock:
             self._created.add(item.seq)
-        self._maybe_flush()
+            due = self._due()
+        if due:
+            self.flush()
 
-    def _maybe_flush(self) -> None:
-        with self._lock:
-            pending = len(self._done) + len(self._created)
-            if pending < DONE_BATCH and time.monotonic() - self._flushed < DONE_EVERY:
-                return
-        self.flush()
+    def _due(self) -> bool:
+        """Whether the batched marks are due for a commit (called holding the lock)."""
+        pending = len(self._done) + len(self._created)
+        return pending >= DONE_BATCH or time.monotonic() - self._flushed >= DONE_EVERY
 
     def flush(self) -> None:
         """Commit the batched marks (before anything reads the journal's done table)."""

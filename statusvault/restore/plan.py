@@ -14,7 +14,7 @@ from statusvault.errors import ArchiveError, ConfigError
 from statusvault.kinds import CRD_QUALIFIED, NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.labels import parse_selector
-from statusvault.model import ObjectKey, ResourceType, Selection, name_matches
+from statusvault.model import ObjectKey, ResourceType, Selection
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.planstore import Action, Category, PlanItem, RestorePlan, StatusMode
 from statusvault.transforms import map_namespace, status_annotation
@@ -200,9 +200,10 @@ class _Planner:
             if not decider.selector(meta.get("labels") or {}):
                 return
             if sel.names:
-                if not name_matches(key.name, sel.names):
+                matched = [p for p in sel.names if fnmatch.fnmatchcase(key.name, p)]
+                if not matched:
                     return
-                self.named.update(p for p in sel.names if fnmatch.fnmatchcase(key.name, p))
+                self.named.update(matched)
         item = _plan_item(key.qualified, obj, cat, decider, self.exists)
         self.matched += cat != Category.CRD or CRD_QUALIFIED in decider.include
         if item.rt.namespaced and item.action != Action.UNAVAILABLE:

@@ -16,7 +16,7 @@ def producer(tag: str, n: int, delay: float = 0.0, fail_at: int | None = None):
             if fail_at == i:
                 raise RuntimeError(f"{tag} failed at {i}")
             time.sleep(delay)
-            spool.put(f"{tag}/{i}", f"data-{tag}-{i}".encode() * (i + 1), i % 4)
+            spool.put_many([(f"{tag}/{i}", f"data-{tag}-{i}".encode() * (i + 1), i % 4)])
 
     return produce
 
@@ -48,7 +48,7 @@ def test_running_ahead_is_bounded_by_the_concurrency():
         def produce(spool: Spool) -> None:
             with lock:
                 started.append(tag)
-            spool.put(tag, b"x")
+            spool.put_many([(tag, b"x", 0)])
 
         return produce
 
@@ -65,7 +65,7 @@ def test_a_consumer_that_stops_early_stops_the_producers():
 
     def endless(spool: Spool) -> None:
         while True:
-            spool.put("x", b"y")
+            spool.put_many([("x", b"y", 0)])
             puts["n"] += 1
 
     streams = in_order([producer("a", 1), endless], 2)
