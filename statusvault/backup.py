@@ -22,7 +22,7 @@ from statusvault.kube.transport import Request
 from statusvault.model import KubeObject, ResourceType, Selection, name_matches, object_key
 from statusvault.progress import NullProgress, Progress
 from statusvault.selection import select_resources
-from statusvault.spools import Spool, in_order
+from statusvault.spools import InOrder, Spool
 from statusvault.storage.base import (
     ObjectStore,
     archive_key,
@@ -180,23 +180,24 @@ class BackupEngine:
         """Every stream's objects into the archive, in order, while later streams are listed ahead."""
         summaries: dict[str, ResourceSummary] = {}
         producers = (functools.partial(self._list, stream) for stream in streams)
-        for n, (stream, records) in enumerate(zip(streams, in_order(producers, self.list_concurrency), strict=True)):
-            rt = stream.rt
-            summary = summaries.get(rt.qualified)
-            if summary is None:
-                summary = summaries[rt.qualified] = ResourceSummary(rt)
-                self.progress.start(rt.qualified)
-            for path, data, flags in records:
-                writer.add(path, data)
-                summary.count += 1
-                summary.with_status += flags & WITH_STATUS
-                summary.terminating += (flags & TERMINATING) >> 1
-                if summary.count % 500 == 0:
-                    self.progress.advance(500)
-            if n + 1 == len(streams) or streams[n + 1].rt.qualified != rt.qualified:
-                self.progress.advance(summary.count % 500)
-                self.progress.finish()
-                log.info("backed up %d %s", summary.count, rt.qualified)
+        with InOrder(producers, self.list_concurrency) as ordered:
+            for n, (stream, records) in enumerate(zip(streams, ordered, strict=True)):
+                rt = stream.rt
+                summary = summaries.get(rt.qualified)
+                if summary is None:
+                    summary = summaries[rt.qualified] = ResourceSummary(rt)
+                    self.progress.start(rt.qualified)
+                for path, data, flags in records:
+                    writer.add(path, data)
+                    summary.count += 1
+                    summary.with_status += flags & WITH_STATUS
+                    summary.terminating += (flags & TERMINATING) >> 1
+                    if summary.count % 500 == 0:
+                        self.progress.advance(500)
+                if n + 1 == len(streams) or streams[n + 1].rt.qualified != rt.qualified:
+                    self.progress.advance(summary.count % 500)
+                    self.progress.finish()
+                    log.info("backed up %d %s", summary.count, rt.qualified)
         return list(summaries.values())
 
     def _list(self, stream: _Stream, spool: Spool) -> None:

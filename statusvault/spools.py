@@ -10,6 +10,7 @@ import os
 import struct
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO
@@ -92,34 +93,51 @@ class Spool:
 READ_CHUNK = 1 << 20
 
 
-def in_order(producers: Iterable[Callable[[Spool], None]], concurrency: int) -> Iterator[Iterator[Record]]:
-    """Run the producers `concurrency` at a time (in their order); yield each one's records in that order
-    (read each to its end before the next).
+class InOrder:
+    """Run the producers `concurrency` at a time (in their order); iterating yields each one's records in that
+    order (read each to its end before the next). Use it as a context manager: leaving the block stops the
+    producers still running (at their next record) and waits for them.
 
     At most `concurrency` producers run ahead of the one being read, so the spools on disk stay bounded by
-    what those produce. If the consumer stops early, the producers still running stop at their next record."""
-    cancelled = threading.Event()
-    todo = iter(producers)
-    window: list[Spool] = []
-    with ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="list") as pool:
+    what those produce. Nothing here joins a thread from a generator's finalizer: a generator abandoned in a
+    reference cycle is finalized by the garbage collector at any point of any thread, and a join there can
+    deadlock on the interpreter's own thread locks. An instance dropped without `close` only tells its
+    producers to stop."""
 
-        def start_next() -> None:
-            produce = next(todo, None)
-            if produce is not None:
-                window.append(Spool(cancelled))
-                pool.submit(_run, produce, window[-1])
+    def __init__(self, producers: Iterable[Callable[[Spool], None]], concurrency: int) -> None:
+        self._cancelled = threading.Event()
+        self._todo = iter(producers)
+        self._window: list[Spool] = []
+        self._pool = ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="list")
+        weakref.finalize(self, self._cancelled.set)
+        for _ in range(max(1, concurrency)):
+            self._start_next()
 
-        try:
-            for _ in range(max(1, concurrency)):
-                start_next()
-            while window:
-                yield window[0].records()
-                window.pop(0).close()
-                start_next()
-        finally:
-            cancelled.set()  # producers still running stop at their next record; the pool waits for them
-    for spool in window:  # only once no producer can write to them any more
-        spool.close()
+    def __enter__(self) -> InOrder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[Iterator[Record]]:
+        while self._window:
+            yield self._window[0].records()
+            self._window.pop(0).close()
+            self._start_next()
+
+    def close(self) -> None:
+        """Stop the producers still running, wait for them, and drop the spools not read."""
+        self._cancelled.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for spool in self._window:  # only once no producer can write to them any more
+            spool.close()
+        self._window.clear()
+
+    def _start_next(self) -> None:
+        produce = next(self._todo, None)
+        if produce is not None:
+            self._window.append(Spool(self._cancelled))
+            self._pool.submit(_run, produce, self._window[-1])
 
 
 def _run(produce: Callable[[Spool], None], spool: Spool) -> None:

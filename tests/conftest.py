@@ -4,6 +4,7 @@ tests/integration/crs/ runs its tests on two servers: Kubernetes 1.20 and the 1.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import subprocess
 import sys
@@ -26,6 +27,12 @@ from statusvault.testing.controlplane import free_ports
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, fixture_crds, install_crds
 from tests.builders import unique
 from tests.faultproxy import S3_FAULTS, FaultProxy, s3_faults_on, s3_operation, self_signed
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A run that hangs after its last test (a thread that never ends, a lock taken twice) fails within a
+    minute with every thread's stack, instead of running into CI's time limit without a word."""
+    faulthandler.dump_traceback_later(60, exit=True)
 
 
 @pytest.fixture(scope="session")

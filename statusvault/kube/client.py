@@ -62,7 +62,10 @@ class KubeClient:
         """
         last_key: str | None = None
         token = ""
-        with ThreadPoolExecutor(1, thread_name_prefix="list-prefetch") as prefetch:
+        # Not a with-block: this generator may be finalized by the garbage collector anywhere, and joining
+        # a thread there can deadlock; the prefetch thread ends by itself once its one request is answered.
+        prefetch = ThreadPoolExecutor(1, thread_name_prefix="list-prefetch")
+        try:
             pending = prefetch.submit(self._list_page, rt, namespace, label_selector, limit, token, accept)
             while True:
                 try:
@@ -87,6 +90,8 @@ class KubeClient:
                     yield items
                 if not token:
                     return
+        finally:
+            prefetch.shutdown(wait=False, cancel_futures=True)
 
     def _list_page(
         self, rt: ResourceType, namespace: str | None, selector: str, limit: int, token: str, accept: str

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -68,3 +69,24 @@ def test_a_first_page_410_is_not_retried_forever():
     transport.send = lambda req: (_ for _ in ()).throw(KubeApiError("gone", 410, "Expired"))  # type: ignore[method-assign]
     with pytest.raises(KubeApiError):
         list(KubeClient(transport).list_pages(KC, "ns"))  # type: ignore[arg-type]
+
+
+def test_dropping_a_pager_never_waits_for_its_prefetch():
+    """The pager is a generator: the garbage collector may finalize it anywhere, where a join can hang."""
+    release = threading.Event()
+    transport = PagedTransport([f"o{i}" for i in range(4)])
+    serve = transport.send
+
+    def slow(req: Request) -> bytes:
+        if dict(req.params).get("continue"):
+            release.wait(10)  # the prefetch of page 2 hangs until the test lets it go
+        return serve(req)
+
+    transport.send = slow  # type: ignore[method-assign]
+    pages = KubeClient(transport).list_pages(KC, "ns", limit=2)  # type: ignore[arg-type]
+    assert len(next(pages)) == 2
+    closer = threading.Thread(target=pages.close)
+    closer.start()
+    closer.join(5)
+    release.set()
+    assert not closer.is_alive(), "closing the pager waited for the page being prefetched"
