@@ -61,6 +61,7 @@ class LocalStore:
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
+            self._prune(path.parent)  # a failed first write leaves no empty backup directory
             raise
 
     def get(self, key: str, limit: int = -1) -> bytes:
@@ -103,10 +104,13 @@ class LocalStore:
     def delete(self, key: str) -> None:
         path = self._path(key)
         path.unlink(missing_ok=True)
-        parent = path.parent
-        while parent != self.root:
+        self._prune(path.parent)
+
+    def _prune(self, directory: Path) -> None:
+        """Remove `directory` and its parents up to the root while they are empty."""
+        while directory != self.root:
             try:
-                parent.rmdir()
+                directory.rmdir()
             except OSError:
                 break
-            parent = parent.parent
+            directory = directory.parent
