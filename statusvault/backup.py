@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import functools
 import logging
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -19,10 +21,11 @@ from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import Request
+from statusvault.listers import ListerPool, ListerSpec
 from statusvault.model import KubeObject, ResourceType, Selection, name_matches, object_key
 from statusvault.progress import NullProgress, Progress
 from statusvault.selection import select_resources
-from statusvault.spools import InOrder, Spool
+from statusvault.spools import InOrder, Record, Spool
 from statusvault.storage.base import (
     ObjectStore,
     archive_key,
@@ -118,9 +121,11 @@ class BackupEngine:
         compresslevel: int = 3,
         key: Key | None = None,
         list_concurrency: int = 1,
+        listers: ListerSpec | None = None,
     ):
         self.key = key  # client-side encryption of the archive
         self.list_concurrency = max(1, list_concurrency)  # LIST streams at once (types, namespaces)
+        self.listers = listers if listers is not None and listers.processes > 1 else None  # None: in threads
         self.client = client
         self.discovery = discovery
         self.store = store
@@ -177,10 +182,16 @@ class BackupEngine:
         return split_by_namespace(self.client, rt, "" if rt.is_crd else sel.label_selector)
 
     def _write(self, writer: ArchiveWriter, streams: list[_Stream]) -> list[ResourceSummary]:
-        """Every stream's objects into the archive, in order, while later streams are listed ahead."""
+        """Every stream's objects into the archive, in order, while later streams are listed ahead (in this
+        process's threads, or in worker processes)."""
         summaries: dict[str, ResourceSummary] = {}
-        producers = (functools.partial(self._list, stream) for stream in streams)
-        with InOrder(producers, self.list_concurrency) as ordered:
+        with contextlib.ExitStack() as stack:
+            produce: Callable[[_Stream, int, Spool], None] = self._list
+            if self.listers is not None:
+                log.info("listing in %d worker processes", self.listers.processes)
+                produce = stack.enter_context(ListerPool(self.listers, stream_pages)).produce
+            producers = (functools.partial(produce, stream, self.page_size) for stream in streams)
+            ordered = stack.enter_context(InOrder(producers, self.list_concurrency))
             for n, (stream, records) in enumerate(zip(streams, ordered, strict=True)):
                 rt = stream.rt
                 summary = summaries.get(rt.qualified)
@@ -200,21 +211,9 @@ class BackupEngine:
                     log.info("backed up %d %s", summary.count, rt.qualified)
         return list(summaries.values())
 
-    def _list(self, stream: _Stream, spool: Spool) -> None:
-        """One LIST stream, page by page, each object filtered and put in its archived form."""
-        rt, sel = stream.rt, stream.selection
-        selector = "" if rt.is_crd else sel.label_selector
-        for page in self.client.list_pages(rt, stream.namespace, selector, self.page_size):
-            records = []
-            for obj in page:
-                if stream.crd_filter is not None and _crd_defines(obj) not in stream.crd_filter:
-                    continue
-                if not rt.is_crd and not name_matches(obj["metadata"].get("name", ""), sel.names):
-                    continue
-                flags = (WITH_STATUS if obj.get("status") and not rt.is_crd else 0) | (
-                    TERMINATING if "deletionTimestamp" in obj["metadata"] else 0
-                )
-                records.append((member_path(object_key(rt, obj)), prepare_object(obj), flags))
+    def _list(self, stream: _Stream, page_size: int, spool: Spool) -> None:
+        """One LIST stream into its spool, in this process."""
+        for records in stream_pages(self.client, stream, page_size):
             spool.put_many(records)
 
     def _manifest(
@@ -256,6 +255,29 @@ class _Stream:
     namespace: str | None
     selection: Selection
     crd_filter: set[tuple[str, str]] | None  # CRDs: only those defining a selected resource
+
+    @property
+    def label(self) -> str:
+        return self.rt.qualified + (f" in namespace {self.namespace}" if self.namespace else "")
+
+
+def stream_pages(client: KubeClient, stream: _Stream, page_size: int) -> Iterator[list[Record]]:
+    """One LIST stream, page by page, each object filtered and in its archived form (run in a worker process
+    too: module-level, its arguments picklable)."""
+    rt, sel = stream.rt, stream.selection
+    selector = "" if rt.is_crd else sel.label_selector
+    for page in client.list_pages(rt, stream.namespace, selector, page_size):
+        records = []
+        for obj in page:
+            if stream.crd_filter is not None and _crd_defines(obj) not in stream.crd_filter:
+                continue
+            if not rt.is_crd and not name_matches(obj["metadata"].get("name", ""), sel.names):
+                continue
+            flags = (WITH_STATUS if obj.get("status") and not rt.is_crd else 0) | (
+                TERMINATING if "deletionTimestamp" in obj["metadata"] else 0
+            )
+            records.append((member_path(object_key(rt, obj)), prepare_object(obj), flags))
+        yield records
 
 
 def split_by_namespace(client: KubeClient, rt: ResourceType, selector: str) -> list[str | None]:

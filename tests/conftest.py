@@ -86,6 +86,27 @@ def make(kube: KubeClient, crds: Discovery) -> Callable[..., dict[str, Any]]:
 
 
 @pytest.fixture
+def grant(kube: KubeClient) -> Callable[[str, str, list[dict[str, Any]]], None]:
+    """grant(namespace, user, rules): a Role with the rules in the namespace, bound to one of TEST_USERS."""
+
+    def _grant(namespace: str, user: str, rules: list[dict[str, Any]]) -> None:
+        rbac = "rbac.authorization.k8s.io/v1"
+        role = {"apiVersion": rbac, "kind": "Role", "metadata": {"name": user}, "rules": rules}
+        binding = {
+            "apiVersion": rbac,
+            "kind": "RoleBinding",
+            "metadata": {"name": user},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": user},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }
+        d = discover(kube)
+        kube.create(d.resolve("roles.rbac.authorization.k8s.io"), namespace, role)
+        kube.create(d.resolve("rolebindings.rbac.authorization.k8s.io"), namespace, binding)
+
+    return _grant
+
+
+@pytest.fixture
 def fresh_discovery(kube: KubeClient) -> Callable[[], Discovery]:
     return lambda: discover(kube)
 

@@ -25,6 +25,7 @@ from statusvault.cli.options import (
 from statusvault.cli.output import emit, human_size, table
 from statusvault.cli.watchviews import is_watch, verify_watch
 from statusvault.errors import ArchiveError
+from statusvault.listers import ListerSpec, default_list_processes
 from statusvault.metrics import recorded
 from statusvault.model import Selection
 from statusvault.storage.base import validate_backup_name
@@ -58,6 +59,14 @@ from statusvault.storage.base import validate_backup_name
     envvar="STATUSVAULT_LIST_CONCURRENCY",
     help="LISTs at once: resource types, -n namespaces, and the namespaces of a large type (written to the "
     "archive in its usual order).",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(1, 64),
+    default=None,
+    envvar="STATUSVAULT_PROCESSES",
+    help="Worker processes that list and serialize (1: threads of this process). [default: half the CPUs this "
+    "process may use (cgroup-aware), at most one per concurrent LIST; 1 below 4 CPUs]",
 )
 @output_option
 @click.pass_obj
@@ -99,6 +108,9 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
             page_size=kw["page_size"],
             key=encryption_key(kw),
             list_concurrency=kw["list_concurrency"],
+            listers=ListerSpec(
+                app.kubeconfig, app.context, kw["processes"] or default_list_processes(kw["list_concurrency"])
+            ),
         )
         result = engine.run(name, selection, schedule)
         run.success, run.duration, run.objects = True, result.duration, result.objects

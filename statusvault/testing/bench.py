@@ -101,12 +101,13 @@ def measure_backup(http: Http, env: dict[str, str], n: int, work: Path, results:
     results["list_bare"] = timed_cpu(lambda: bare_list(http, work / "bare.jsonl.gz"))
     log(f"bare HTTP LIST of {NAMESPACES} namespaces, {LIST_CONCURRENCY} at once")
     results["list_bare_parallel"] = timed_cpu(lambda: bare_list_parallel(http, work, LIST_CONCURRENCY))
-    for concurrency in (1, LIST_CONCURRENCY):
-        log(f"statusvault backup -> directory (--list-concurrency {concurrency})")
-        name = f"bench-dir-{concurrency}"
+    for concurrency, processes in ((1, 1), (LIST_CONCURRENCY, 1), (LIST_CONCURRENCY, 2)):
+        log(f"statusvault backup -> directory (--list-concurrency {concurrency} --processes {processes})")
+        key = f"backup_dir_{concurrency}" + (f"_p{processes}" if processes > 1 else "")
+        name = key.replace("backup_dir_", "bench-dir-").replace("_", "-")
         args = ["backup", name, "--include-resources", f"{PLURAL}.{GROUP}", "--no-include-crds"]
-        run = run_cli([*args, "--list-concurrency", str(concurrency)], env)
-        results[f"backup_dir_{concurrency}"] = cli_figures(run, n)
+        run = run_cli([*args, "--list-concurrency", str(concurrency), "--processes", str(processes)], env)
+        results[key] = cli_figures(run, n)
     results["backup_dir"] = results[f"backup_dir_{LIST_CONCURRENCY}"]
     log("statusvault backup -> S3 (moto server over HTTP)")
     results["backup_s3"] = backup_to_s3(env, n)

@@ -24,6 +24,7 @@ def _backup_rows(r: dict[str, Any]) -> list[Row]:
         _row(f"bare HTTP LIST, {k} namespaces at once", r["list_bare_parallel"], lb),
         _row("statusvault backup -> directory, 1 LIST at a time", r["backup_dir_1"], lb, ">= 0.90"),
         _row(f"statusvault backup -> directory, {k} LISTs at once", r[f"backup_dir_{k}"], lp, ">= 0.80 of parallel"),
+        _row("  the same, listed in 2 worker processes", r[f"backup_dir_{k}_p2"], lp, ">= 0.80 of parallel"),
         _row(f"statusvault backup -> S3 (moto), {k} LISTs", r["backup_s3"], lb, ">= 0.70"),
         _row("statusvault verify", r["verify"]),
     ]

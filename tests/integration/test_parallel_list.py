@@ -74,3 +74,47 @@ def test_a_large_type_is_split_by_namespace_in_etcds_key_order(run, kube, crds, 
     assert archived == listed
     base, dashed = spread[0], spread[1]
     assert archived.index(f"{dashed}/kc-0") < archived.index(f"{base}/kc-0"), "etcd's order, not sorted names"
+
+
+def test_listing_in_worker_processes_writes_the_same_archive(run, spread, monkeypatch):
+    from statusvault import listers
+
+    streams: list[str] = []
+    produce = listers.ListerPool.produce
+
+    def counted(self, stream, page_size, spool):
+        streams.append(stream.label)
+        return produce(self, stream, page_size, spool)
+
+    monkeypatch.setattr(listers.ListerPool, "produce", counted)
+    selection = [arg for ns in spread for arg in ("-n", ns)]
+    assert run("backup", "threads", "--processes", "1", "--list-concurrency", "1", *selection).code == 0
+    assert not streams, "--processes 1 lists in this process"
+    result = run("backup", "procs", "--processes", "2", "--list-concurrency", "3", "--page-size", "2", *selection)
+    assert result.code == 0, result.err
+    assert len(streams) >= 9, "every stream went through a worker process"
+
+    threads, threads_manifest = contents(run.storage, "threads")
+    procs, procs_manifest = contents(run.storage, "procs")
+    assert len(threads) >= 27
+    assert procs == threads
+    assert procs_manifest["resources"] == threads_manifest["resources"]
+    assert run("verify", "procs").code == 0
+
+
+def test_a_list_refused_in_a_worker_process_fails_the_backup_cleanly(run, spread, grant, cluster):
+    """The user may list KubernetesClusters only: the Widgets' LIST fails (403) in a worker process; the
+    backup fails with the server's answer, as it does in threads, and leaves nothing behind."""
+    ns, user = spread[0], "sv-user-4"
+    grant(ns, user, [{"apiGroups": ["xyz.example.com"], "resources": ["kubernetesclusters"], "verbs": ["list"]}])
+    args = ("-n", ns, "--include-resources", "kc,widgets.example.com", "--no-include-crds", "--list-concurrency", "2")
+    kubeconfig = cluster.kubeconfig_for(user)
+    refused = [run("backup", f"refused-{p}", "--processes", p, *args, kubeconfig=kubeconfig) for p in ("2", "1")]
+    errors = [[line for line in r.err.splitlines() if line.startswith("error:")] for r in refused]
+    for result, error in zip(refused, errors, strict=True):
+        assert result.code != 0
+        assert len(error) == 1 and "forbidden" in error[0] and "widgets" in error[0], result.err
+    assert errors[0] == errors[1], "the same error as when listing in threads"
+    listed = run("list").out
+    assert "refused-1" not in listed and "refused-2" not in listed
+    assert not list(run.storage.rglob("refused-*")), "no archive left behind"

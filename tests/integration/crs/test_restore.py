@@ -406,23 +406,7 @@ def test_server_dry_run_into_a_namespace_the_restore_would_create(run, kube, crd
     assert kube.get(NAMESPACES, None, namespace) is None
 
 
-def _grant(kube, namespace, user, rules):
-    rbac = "rbac.authorization.k8s.io/v1"
-    role = {"apiVersion": rbac, "kind": "Role", "metadata": {"name": user}, "rules": rules}
-    binding = {
-        "apiVersion": rbac,
-        "kind": "RoleBinding",
-        "metadata": {"name": user},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": user},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }
-
-    d = discover(kube)
-    kube.create(d.resolve("roles.rbac.authorization.k8s.io"), namespace, role)
-    kube.create(d.resolve("rolebindings.rbac.authorization.k8s.io"), namespace, binding)
-
-
-def _half_restored(run, kube, crds, make, namespace, cluster):
+def _half_restored(run, kube, grant, make, namespace, cluster):
     """Back up two KubernetesClusters and a Database, then restore as a user who cannot write KC status."""
     for n in (1, 2):
         make(cr(KC, "KubernetesCluster", f"k{n}", spec={"region": "eu"}, status=kc_status(n)), namespace)
@@ -431,8 +415,7 @@ def _half_restored(run, kube, crds, make, namespace, cluster):
     delete_namespace(kube, namespace)
     ensure_namespace(kube, namespace)
     user, verbs = "sv-user-3", ["get", "list", "create"]
-    _grant(
-        kube,
+    grant(
         namespace,
         user,
         [
@@ -456,10 +439,10 @@ def _half_restored(run, kube, crds, make, namespace, cluster):
 
 
 @pytest.mark.core_api("an RBAC Role stops the first run halfway")
-def test_an_unfinished_restore_resumes_where_it_stopped(run, kube, crds, make, namespace, cluster):
+def test_an_unfinished_restore_resumes_where_it_stopped(run, kube, crds, grant, make, namespace, cluster):
     """Run 1 cannot write KubernetesCluster status (403); run 2, the same command, finishes only what is left."""
     kc, db = crds.resolve("kc"), crds.resolve("databases.db.example.com")
-    _half_restored(run, kube, crds, make, namespace, cluster)
+    _half_restored(run, kube, grant, make, namespace, cluster)
     orders_rv = kube.get(db, namespace, "orders")["metadata"]["resourceVersion"]
 
     second = run("restore", "b", "-o", "json")
@@ -480,8 +463,8 @@ def test_an_unfinished_restore_resumes_where_it_stopped(run, kube, crds, make, n
 
 
 @pytest.mark.core_api("an RBAC Role stops the first run halfway")
-def test_a_damaged_journal_is_refused_and_restart_discards_it(run, kube, crds, make, namespace, cluster):
-    journal = _half_restored(run, kube, crds, make, namespace, cluster)
+def test_a_damaged_journal_is_refused_and_restart_discards_it(run, kube, grant, make, namespace, cluster):
+    journal = _half_restored(run, kube, grant, make, namespace, cluster)
     journal.write_bytes(b"not a database")
     refused = run("restore", "b")
     assert refused.code == ExitStatus.ERROR

@@ -1,0 +1,191 @@
+"""LIST streams in worker processes, so one Python process's interpreter lock no longer caps a backup.
+
+A worker process lists a stream page by page, filters it and serializes each object to its archived form
+(the CPU of a backup that grows with the objects, apart from the archive's hashing and compression); the
+parent takes the finished records up a pipe and writes them to the stream's spool, in the same thread that
+would otherwise have listed. The archive, its order and its manifest stay with the parent.
+
+Messages (pickled, one pipe per worker): parent -> worker ("list", stream, page size) | ("stop",);
+worker -> parent ("page", [record, ...]) per LIST page, then ("done", None | exception). A pipe holds one
+page at most: a worker whose pages are not read waits, so memory stays bounded as with threads."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import pickle
+import queue
+import signal
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from typing import Any
+
+from statusvault.errors import StatusVaultError
+from statusvault.spools import Record, Spool
+
+log = logging.getLogger(__name__)
+
+MIN_CPUS = 4  # the default: below this many CPUs, processes only add start-up and pickling to a backup
+MAX_PROCESSES = 8
+
+
+def default_list_processes(list_concurrency: int) -> int:
+    """Worker processes for a backup by default: half the CPUs this process may use (the other half is left
+    to the parent's archiving), at most one per concurrent LIST; none (1: list in threads) below MIN_CPUS."""
+    from statusvault.restore.workers import available_cpus
+
+    cpus = available_cpus()
+    return 1 if cpus < MIN_CPUS else max(1, min(list_concurrency, cpus // 2, MAX_PROCESSES))
+
+
+@dataclasses.dataclass(frozen=True)
+class ListerSpec:
+    """How worker processes reach the API server, and how many there are."""
+
+    kubeconfig: str | None
+    context: str | None
+    processes: int
+
+
+Lister = Callable[[Any, Any, int], Iterator[list[Record]]]  # (client, stream, page size) -> pages of records
+
+
+@dataclasses.dataclass
+class _Worker:
+    process: Any  # multiprocessing.Process (spawn context)
+    conn: Connection
+
+
+class ListerPool:
+    """Worker processes, each listing one stream at a time for whichever parent thread holds it."""
+
+    def __init__(self, spec: ListerSpec, lister: Lister):
+        import multiprocessing
+
+        self.ctx = multiprocessing.get_context("spawn")  # the parent runs threads: never fork it
+        self.spec = spec
+        self.lister = lister
+        self.cancelled = self.ctx.Event()
+        self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        self._workers = [self._start() for _ in range(max(1, spec.processes))]
+        for w in self._workers:
+            self._idle.put(w)
+
+    def __enter__(self) -> ListerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def produce(self, stream: Any, page_size: int, spool: Spool) -> None:
+        """List `stream` in a worker process into `spool` (a producer of spools.InOrder)."""
+        w = self._idle.get()
+        clean = False
+        try:
+            w.conn.send(("list", stream, page_size))
+            while True:
+                msg = w.conn.recv()
+                if msg[0] == "page":
+                    spool.put_many(msg[1])  # Cancelled once the backup stops: this worker is left to close()
+                    continue
+                clean = True
+                if msg[1] is not None:
+                    raise msg[1]
+                return
+        except (EOFError, OSError) as e:
+            w.process.join(1)
+            raise StatusVaultError(
+                f"a LIST worker process stopped (exit code {w.process.exitcode}) while listing {stream.label}"
+            ) from e
+        finally:
+            if clean:
+                self._idle.put(w)
+
+    def close(self) -> None:
+        """Stop the workers (once no thread is listing through them): the idle ones are told to exit; one
+        still listing belongs to a backup that stopped, and only reads: it is killed."""
+        self.cancelled.set()
+        idle: set[int] = set()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                idle.add(id(self._idle.get_nowait()))
+        for w in self._workers:
+            if id(w) in idle:
+                with contextlib.suppress(OSError, ValueError):
+                    w.conn.send(("stop",))
+            else:
+                w.process.kill()
+        for w in self._workers:
+            w.process.join(10)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
+            w.conn.close()
+
+    def _start(self) -> _Worker:
+        parent, child = self.ctx.Pipe()
+        args = (child, self.spec, self.lister, self.cancelled, os.getpid())
+        process = self.ctx.Process(target=worker_main, args=args, name="statusvault-list-worker", daemon=True)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # Ctrl-C is the parent's to handle
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        child.close()
+        return _Worker(process, parent)
+
+
+def worker_main(conn: Connection, spec: ListerSpec, lister: Lister, cancelled: Any, parent: int) -> None:
+    """A worker process: streams from the pipe, listed one at a time, their pages sent back up."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    from statusvault.kube.client import KubeClient
+    from statusvault.kube.transport import load_transport
+
+    transport = load_transport(spec.kubeconfig, spec.context, pool_size=4)
+    client = KubeClient(transport)
+    try:
+        while True:
+            try:
+                if not conn.poll(1.0):
+                    if os.getppid() != parent:  # the parent was killed
+                        return
+                    continue
+                msg = conn.recv()
+            except (EOFError, OSError):
+                return
+            if msg[0] != "list":
+                return
+            if not _list(conn, lister, client, msg[1], msg[2], cancelled):
+                return
+    finally:
+        transport.close()
+
+
+def _list(conn: Connection, lister: Lister, client: Any, stream: Any, page_size: int, cancelled: Any) -> bool:
+    """One stream's pages up the pipe, then how it ended; False when the parent is gone or stopped it."""
+    error: BaseException | None = None
+    try:
+        for records in lister(client, stream, page_size):
+            if cancelled.is_set():
+                return False
+            conn.send(("page", records))
+    except (BrokenPipeError, ConnectionResetError):
+        return False
+    except Exception as e:  # handed to the parent, raised where its records stop
+        error = e if _picklable(e) else StatusVaultError(f"{type(e).__name__}: {e}")
+    try:
+        conn.send(("done", error))
+    except OSError:
+        return False
+    return True
+
+
+def _picklable(e: BaseException) -> bool:
+    try:
+        pickle.loads(pickle.dumps(e))
+    except Exception:
+        return False
+    return True

@@ -1,0 +1,114 @@
+"""LIST streams in worker processes (real spawned processes; a fake lister instead of an API server): records
+in the streams' order, errors raised where the records stop, a dead or stopped worker never silent."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from statusvault.errors import KubeApiError, StatusVaultError
+from statusvault.listers import ListerPool, ListerSpec
+from statusvault.spools import InOrder, Record
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeStream:
+    label: str
+    pages: int
+    per_page: int = 3
+    fail_at: int | None = None  # page
+    error: str = "kube"  # kube | unpicklable
+    endless: bool = False
+    die_at: int | None = None  # page: the worker process kills itself
+
+
+class Unpicklable(Exception):
+    def __init__(self, what: str, extra: int):  # pickling passes only args: (what,) -> TypeError on load
+        super().__init__(what)
+        self.extra = extra
+
+
+def fake_lister(client, stream: FakeStream, page_size: int) -> Iterator[list[Record]]:
+    page = 0
+    while stream.endless or page < stream.pages:
+        if page == stream.fail_at:
+            if stream.error == "kube":
+                raise KubeApiError(f"{stream.label}: forbidden", 403, "Forbidden")
+            raise Unpicklable(f"{stream.label}: odd", 1)
+        if page == stream.die_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        yield [
+            (f"{stream.label}/{page}/{i}", f"{stream.label}-{page}-{i}".encode() * page_size, i % 4)
+            for i in range(stream.per_page)
+        ]
+        page += 1
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> ListerSpec:
+    config = tmp_path / "kubeconfig"  # never connected to: the fake lister makes no request
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n"
+    )
+    return ListerSpec(str(config), None, 2)
+
+
+def read_all(pool: ListerPool, streams: list[FakeStream], concurrency: int) -> list[list[Record]]:
+    with InOrder([lambda spool, s=s: pool.produce(s, 2, spool) for s in streams], concurrency) as ordered:
+        return [list(records) for records in ordered]
+
+
+def test_streams_listed_in_processes_come_back_whole_and_in_order(spec):
+    streams = [FakeStream("a", 4), FakeStream("b", 0), FakeStream("c", 7, per_page=50), FakeStream("d", 1)]
+    with ListerPool(spec, fake_lister) as pool:
+        got = read_all(pool, streams, 3)
+        pids = {w.process.pid for w in pool._workers}
+    assert [len(g) for g in got] == [12, 0, 350, 3]
+    assert got[2][:2] == [("c/0/0", b"c-0-0" * 2, 0), ("c/0/1", b"c-0-1" * 2, 1)]
+    assert got[2][-1] == ("c/6/49", b"c-6-49" * 2, 1)
+    assert len(pids) == 2 and os.getpid() not in pids
+
+
+def test_an_error_in_a_worker_is_raised_where_its_records_stop(spec):
+    with ListerPool(spec, fake_lister) as pool:
+        with InOrder([lambda spool: pool.produce(FakeStream("x", 5, fail_at=2), 1, spool)], 1) as ordered:
+            records = next(iter(ordered))
+            seen = []
+            with pytest.raises(KubeApiError, match="x: forbidden") as raised:
+                for name, _, _ in records:
+                    seen.append(name)
+        assert raised.value.code == 403, "the API error crosses the process boundary whole"
+        assert len(seen) == 6
+        # the worker is reusable after an error
+        assert [len(g) for g in read_all(pool, [FakeStream("y", 2)], 1)] == [6]
+
+
+def test_an_error_that_cannot_cross_processes_still_says_what_it_was(spec):
+    with ListerPool(spec, fake_lister) as pool, pytest.raises(StatusVaultError, match="Unpicklable: x: odd"):
+        read_all(pool, [FakeStream("x", 3, fail_at=1, error="unpicklable")], 1)
+
+
+def test_a_worker_that_dies_fails_the_stream_loudly(spec):
+    with ListerPool(spec, fake_lister) as pool, pytest.raises(StatusVaultError, match=r"stopped \(exit code -9\)"):
+        read_all(pool, [FakeStream("a", 2), FakeStream("k", 5, die_at=2)], 2)
+
+
+def test_a_stopped_backup_stops_its_workers(spec):
+    """The consumer stops reading mid-way (a failed archive write, Ctrl-C): closing returns promptly, with
+    the worker that was still listing (and blocked on a full pipe) stopped too."""
+    pool = ListerPool(spec, fake_lister)
+    started = time.monotonic()
+    with InOrder([lambda spool: pool.produce(FakeStream("e", 0, per_page=200, endless=True), 50, spool)], 1) as ordered:
+        records = iter(next(iter(ordered)))
+        assert [next(records) for _ in range(10)][-1][0] == "e/0/9"
+    pool.close()
+    assert time.monotonic() - started < 30
+    assert not any(w.process.is_alive() for w in pool._workers)
