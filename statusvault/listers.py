@@ -69,6 +69,7 @@ class ListerPool:
         self.lister = lister
         self.cancelled = self.ctx.Event()
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        self._broken = ""  # why the pool lists no more: a worker died
         self._workers = [self._start() for _ in range(max(1, spec.processes))]
         for w in self._workers:
             self._idle.put(w)
@@ -81,7 +82,7 @@ class ListerPool:
 
     def produce(self, stream: Any, page_size: int, spool: Spool) -> None:
         """List `stream` in a worker process into `spool` (a producer of spools.InOrder)."""
-        w = self._idle.get()
+        w = self._take(spool)
         clean = False
         try:
             w.conn.send(("list", stream, page_size))
@@ -96,12 +97,23 @@ class ListerPool:
                 return
         except (EOFError, OSError) as e:
             w.process.join(1)
-            raise StatusVaultError(
+            self._broken = (
                 f"a LIST worker process stopped (exit code {w.process.exitcode}) while listing {stream.label}"
-            ) from e
+            )
+            raise StatusVaultError(self._broken) from e
         finally:
             if clean:
                 self._idle.put(w)
+
+    def _take(self, spool: Spool) -> _Worker:
+        """An idle worker; raises once the backup has stopped or a worker has died (the backup fails then: a
+        stream waiting here must not wait for a worker that will never come back)."""
+        while True:
+            with contextlib.suppress(queue.Empty):
+                return self._idle.get(timeout=0.1)
+            spool.check()
+            if self._broken:
+                raise StatusVaultError(self._broken)
 
     def close(self) -> None:
         """Stop the workers (once no thread is listing through them): the idle ones are told to exit; one

@@ -35,10 +35,14 @@ class Spool:
         self._error: BaseException | None = None
         self._cancelled = cancelled
 
-    def put_many(self, records: list[Record]) -> None:
-        """Append records (a LIST page's) with one write, and wake the reader once."""
+    def check(self) -> None:
+        """Raise Cancelled once the consumer has stopped reading (for a producer that waits on something)."""
         if self._cancelled.is_set():
             raise Cancelled
+
+    def put_many(self, records: list[Record]) -> None:
+        """Append records (a LIST page's) with one write, and wake the reader once."""
+        self.check()
         parts: list[bytes] = []
         for name, data, flags in records:
             raw = name.encode()

@@ -101,6 +101,13 @@ def test_a_worker_that_dies_fails_the_stream_loudly(spec):
         read_all(pool, [FakeStream("a", 2), FakeStream("k", 5, die_at=2)], 2)
 
 
+def test_when_every_worker_has_died_the_streams_waiting_for_one_fail_too(spec):
+    """Three streams kill their workers (two): the third must not wait for a worker forever."""
+    streams = [FakeStream(f"k{i}", 3, die_at=0) for i in range(3)] + [FakeStream("c", 2)]
+    with ListerPool(spec, fake_lister) as pool, pytest.raises(StatusVaultError, match=r"exit code -9"):
+        read_all(pool, streams, 4)
+
+
 def test_a_stopped_backup_stops_its_workers(spec):
     """The consumer stops reading mid-way (a failed archive write, Ctrl-C): closing returns promptly, with
     the worker that was still listing (and blocked on a full pipe) stopped too."""
