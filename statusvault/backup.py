@@ -125,6 +125,8 @@ class BackupEngine:
     ):
         self.key = key  # client-side encryption of the archive
         self.list_concurrency = max(1, list_concurrency)  # LIST streams at once (types, namespaces)
+        if listers is not None:  # no more workers than LISTs run at once
+            listers = dataclasses.replace(listers, processes=min(listers.processes, self.list_concurrency))
         self.listers = listers if listers is not None and listers.processes > 1 else None  # None: in threads
         self.client = client
         self.discovery = discovery
@@ -187,7 +189,7 @@ class BackupEngine:
         summaries: dict[str, ResourceSummary] = {}
         with contextlib.ExitStack() as stack:
             produce: Callable[[_Stream, int, Spool], None] = self._list
-            if self.listers is not None:
+            if self.listers is not None and streams:
                 log.info("listing in %d worker processes", self.listers.processes)
                 produce = stack.enter_context(ListerPool(self.listers, stream_pages)).produce
             producers = (functools.partial(produce, stream, self.page_size) for stream in streams)

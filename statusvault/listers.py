@@ -67,12 +67,16 @@ class ListerPool:
         self.ctx = multiprocessing.get_context("spawn")  # the parent runs threads: never fork it
         self.spec = spec
         self.lister = lister
-        self.cancelled = self.ctx.Event()
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         self._broken = ""  # why the pool lists no more: a worker died
-        self._workers = [self._start() for _ in range(max(1, spec.processes))]
-        for w in self._workers:
-            self._idle.put(w)
+        self._workers: list[_Worker] = []
+        try:
+            for _ in range(max(1, spec.processes)):
+                self._workers.append(self._start())
+                self._idle.put(self._workers[-1])
+        except BaseException:  # a failed start (or Ctrl-C) leaves none running
+            self.close()
+            raise
 
     def __enter__(self) -> ListerPool:
         return self
@@ -83,27 +87,32 @@ class ListerPool:
     def produce(self, stream: Any, page_size: int, spool: Spool) -> None:
         """List `stream` in a worker process into `spool` (a producer of spools.InOrder)."""
         w = self._take(spool)
-        clean = False
-        try:
+        with self._alive(w, stream):
             w.conn.send(("list", stream, page_size))
-            while True:
+        while True:
+            while not w.conn.poll(0.1):  # a stopped backup does not wait for the worker's next page
+                spool.check()  # Cancelled: this worker, still listing, is left to close()
+            with self._alive(w, stream):
                 msg = w.conn.recv()
-                if msg[0] == "page":
-                    spool.put_many(msg[1])  # Cancelled once the backup stops: this worker is left to close()
-                    continue
-                clean = True
-                if msg[1] is not None:
-                    raise msg[1]
-                return
+            if msg[0] == "page":
+                spool.put_many(msg[1])
+                continue
+            self._idle.put(w)
+            if msg[1] is not None:
+                raise msg[1]
+            return
+
+    @contextlib.contextmanager
+    def _alive(self, w: _Worker, stream: Any) -> Iterator[None]:
+        """A broken pipe is a dead worker: it fails the stream, and the streams still waiting for a worker."""
+        try:
+            yield
         except (EOFError, OSError) as e:
             w.process.join(1)
             self._broken = (
                 f"a LIST worker process stopped (exit code {w.process.exitcode}) while listing {stream.label}"
             )
             raise StatusVaultError(self._broken) from e
-        finally:
-            if clean:
-                self._idle.put(w)
 
     def _take(self, spool: Spool) -> _Worker:
         """An idle worker; raises once the backup has stopped or a worker has died (the backup fails then: a
@@ -118,7 +127,6 @@ class ListerPool:
     def close(self) -> None:
         """Stop the workers (once no thread is listing through them): the idle ones are told to exit; one
         still listing belongs to a backup that stopped, and only reads: it is killed."""
-        self.cancelled.set()
         idle: set[int] = set()
         with contextlib.suppress(queue.Empty):
             while True:
@@ -138,7 +146,7 @@ class ListerPool:
 
     def _start(self) -> _Worker:
         parent, child = self.ctx.Pipe()
-        args = (child, self.spec, self.lister, self.cancelled, os.getpid())
+        args = (child, self.spec, self.lister, os.getpid())
         process = self.ctx.Process(target=worker_main, args=args, name="statusvault-list-worker", daemon=True)
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # Ctrl-C is the parent's to handle
         try:
@@ -149,7 +157,7 @@ class ListerPool:
         return _Worker(process, parent)
 
 
-def worker_main(conn: Connection, spec: ListerSpec, lister: Lister, cancelled: Any, parent: int) -> None:
+def worker_main(conn: Connection, spec: ListerSpec, lister: Lister, parent: int) -> None:
     """A worker process: streams from the pipe, listed one at a time, their pages sent back up."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
@@ -170,19 +178,18 @@ def worker_main(conn: Connection, spec: ListerSpec, lister: Lister, cancelled: A
                 return
             if msg[0] != "list":
                 return
-            if not _list(conn, lister, client, msg[1], msg[2], cancelled):
+            if not _list(conn, lister, client, msg[1], msg[2]):
                 return
     finally:
         transport.close()
 
 
-def _list(conn: Connection, lister: Lister, client: Any, stream: Any, page_size: int, cancelled: Any) -> bool:
-    """One stream's pages up the pipe, then how it ended; False when the parent is gone or stopped it."""
+def _list(conn: Connection, lister: Lister, client: Any, stream: Any, page_size: int) -> bool:
+    """One stream's pages up the pipe, then how it ended; False when the parent is gone. (A backup that
+    stops kills the workers still listing: they only read.)"""
     error: BaseException | None = None
     try:
         for records in lister(client, stream, page_size):
-            if cancelled.is_set():
-                return False
             conn.send(("page", records))
     except (BrokenPipeError, ConnectionResetError):
         return False

@@ -114,8 +114,12 @@ class InOrder:
         self._window: list[Spool] = []
         self._pool = ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="list")
         weakref.finalize(self, self._cancelled.set)
-        for _ in range(max(1, concurrency)):
-            self._start_next()
+        try:
+            for _ in range(max(1, concurrency)):
+                self._start_next()
+        except BaseException:  # no spool (disk full): the producers already running stop, and are waited for
+            self.close()
+            raise
 
     def __enter__(self) -> InOrder:
         return self

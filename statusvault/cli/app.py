@@ -27,6 +27,12 @@ class App:
     _discovery: Discovery | None = None
     _closers: list[Callable[[], Any]] = dataclasses.field(default_factory=list)
 
+    def worker_context(self) -> str | None:
+        """The context worker processes load: the one this process uses, by name."""
+        from statusvault.kube.kubeconfig import current_context
+
+        return self.context or current_context(self.kubeconfig)
+
     def client(self, pool_size: int = 16, qps: float = 0.0, burst: int = 100) -> KubeClient:
         if self._client is None:
             transport = load_transport(self.kubeconfig, self.context, pool_size=pool_size, qps=qps, burst=burst)

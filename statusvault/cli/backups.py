@@ -64,7 +64,7 @@ from statusvault.storage.base import validate_backup_name
     "--processes",
     type=click.IntRange(1, 64),
     default=None,
-    envvar="STATUSVAULT_PROCESSES",
+    envvar="STATUSVAULT_BACKUP_PROCESSES",
     help="Worker processes that list and serialize (1: threads of this process). [default: half the CPUs this "
     "process may use (cgroup-aware), at most one per concurrent LIST; 1 below 4 CPUs]",
 )
@@ -109,7 +109,7 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
             key=encryption_key(kw),
             list_concurrency=kw["list_concurrency"],
             listers=ListerSpec(
-                app.kubeconfig, app.context, kw["processes"] or default_list_processes(kw["list_concurrency"])
+                app.kubeconfig, app.worker_context(), kw["processes"] or default_list_processes(kw["list_concurrency"])
             ),
         )
         result = engine.run(name, selection, schedule)

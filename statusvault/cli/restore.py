@@ -200,7 +200,13 @@ def worker_spec(app: App, kw: dict[str, Any]) -> WorkerSpec:
     explicit = kw["processes"] is not None  # then every wave goes to the processes, small ones too
     processes = kw["processes"] or default_processes()
     return WorkerSpec(
-        app.kubeconfig, app.context, processes, kw["parallel"], kw["qps"], kw["burst"], 0 if explicit else MIN_WAVE
+        app.kubeconfig,
+        app.worker_context(),
+        processes,
+        kw["parallel"],
+        kw["qps"],
+        kw["burst"],
+        0 if explicit else MIN_WAVE,
     )
 
 

@@ -93,6 +93,15 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> ClientCon
     return cfg
 
 
+def current_context(kubeconfig: str | None = None) -> str | None:
+    """The context a client loaded now would use; None without a kubeconfig (in a pod). Worker processes
+    are given it by name, so a `kubectl config use-context` during a run cannot point them elsewhere."""
+    paths = _paths(kubeconfig)
+    if not any(p.exists() for p in paths):
+        return None
+    return _merge(paths)[0].get("current-context") or None
+
+
 def _rel(base: Path, path: str) -> str:
     return str((base / os.path.expanduser(path)).resolve())
 

@@ -168,3 +168,17 @@ def test_legacy_auth_provider_goes_through_the_kubernetes_client(tmp_path):
     first = cfg.credentials.current()
     again = cfg.credentials.refresh(first)
     assert again.token == "gcp-token" and again.serial > first.serial, "the kubeconfig was loaded again"
+
+
+def test_worker_processes_get_the_context_in_use_by_name(tmp_path, monkeypatch):
+    """Workers load the kubeconfig again: the context this process uses is pinned by name, so switching the
+    file's current-context during a run does not point them at another cluster."""
+    clusters = [("a", {"server": "https://a"}), ("b", {"server": "https://b"})]
+    contexts = [("ctx-a", "a", "u"), ("ctx-b", "b", "u")]
+    path = write(tmp_path / "config", clusters, [("u", {"token": "t"})], contexts, "ctx-a")
+    pinned = kubeconfig.current_context(str(path))
+    assert pinned == "ctx-a"
+    write(path, clusters, [("u", {"token": "t"})], contexts, "ctx-b")  # `kubectl config use-context ctx-b`
+    assert load(str(path), pinned).host == "https://a"
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    assert kubeconfig.current_context(str(tmp_path / "none")) is None, "no kubeconfig: in a pod, nothing to pin"
