@@ -47,6 +47,8 @@ class ListerSpec:
     kubeconfig: str | None
     context: str | None
     processes: int
+    log_format: str = ""  # the parent's logging (text|json) and --debug, for the workers' own log lines
+    debug: bool = False
 
 
 Lister = Callable[[Any, Any, int], Iterator[list[Record]]]  # (client, stream, page size) -> pages of records
@@ -164,6 +166,10 @@ def worker_main(conn: Connection, spec: ListerSpec, lister: Lister, parent: int)
     from statusvault.kube.client import KubeClient
     from statusvault.kube.transport import load_transport
 
+    if spec.log_format:
+        from statusvault.cli.output import setup_logging
+
+        setup_logging(spec.log_format, spec.debug)
     transport = load_transport(spec.kubeconfig, spec.context, pool_size=4)
     client = KubeClient(transport)
     try:

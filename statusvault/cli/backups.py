@@ -109,7 +109,11 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
             key=encryption_key(kw),
             list_concurrency=kw["list_concurrency"],
             listers=ListerSpec(
-                app.kubeconfig, app.worker_context(), kw["processes"] or default_list_processes(kw["list_concurrency"])
+                app.kubeconfig,
+                app.worker_context(),
+                kw["processes"] or default_list_processes(kw["list_concurrency"]),
+                app.log_format,
+                app.debug,
             ),
         )
         result = engine.run(name, selection, schedule)

@@ -207,6 +207,8 @@ def worker_spec(app: App, kw: dict[str, Any]) -> WorkerSpec:
         kw["qps"],
         kw["burst"],
         0 if explicit else MIN_WAVE,
+        app.log_format,
+        app.debug,
     )
 
 

@@ -77,6 +77,8 @@ class WorkerSpec:
     qps: float = 0.0  # one budget for all processes together
     burst: int = 100
     min_wave: int = MIN_WAVE  # smaller waves stay in the parent's threads (no process start-up for them)
+    log_format: str = ""  # the parent's logging (text|json) and --debug, for the workers' own log lines
+    debug: bool = False
 
 
 Record = Callable[[ItemResult, PlanItem], None]
@@ -305,6 +307,11 @@ def worker_main(
     from statusvault.kube.client import KubeClient
     from statusvault.kube.transport import load_transport
     from statusvault.restore.journal import Journal
+
+    if spec.log_format:
+        from statusvault.cli.output import setup_logging
+
+        setup_logging(spec.log_format, spec.debug)
 
     transport = load_transport(spec.kubeconfig, spec.context, pool_size=spec.parallel, bucket=bucket)
     journal = Journal.open(journal_path)

@@ -4,6 +4,8 @@ in the streams' order, errors raised where the records stop, a dead or stopped w
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 import os
 import signal
 import time
@@ -27,6 +29,7 @@ class FakeStream:
     endless: bool = False
     die_at: int | None = None  # page: the worker process kills itself
     pause: float = 0.0  # seconds before each page after the first (a slow server)
+    warn: bool = False  # log a warning, as the transport does when it retries
 
 
 class Unpicklable(Exception):
@@ -36,6 +39,8 @@ class Unpicklable(Exception):
 
 
 def fake_lister(client, stream: FakeStream, page_size: int) -> Iterator[list[Record]]:
+    if stream.warn:
+        logging.getLogger("statusvault.kube.transport").warning("retrying the LIST of %s", stream.label)
     page = 0
     while stream.endless or page < stream.pages:
         if page == stream.fail_at:
@@ -124,3 +129,10 @@ def test_a_stopped_backup_stops_its_workers(spec, pause):
     pool.close()
     assert time.monotonic() - started < 10, "neither the stream's thread nor the pool waited for the worker"
     assert not any(w.process.is_alive() for w in pool._workers)
+
+
+def test_a_workers_log_lines_reach_the_same_stderr_in_the_same_format(spec, capfd):
+    with ListerPool(dataclasses.replace(spec, log_format="json"), fake_lister) as pool:
+        assert [len(g) for g in read_all(pool, [FakeStream("w", 1, warn=True)], 1)] == [3]
+    lines = [json.loads(line) for line in capfd.readouterr().err.splitlines() if line.startswith("{")]
+    assert [(e["level"], e["msg"]) for e in lines] == [("warning", "retrying the LIST of w")]
