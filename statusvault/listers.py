@@ -6,14 +6,14 @@ parent takes the finished records up a pipe and writes them to the stream's spoo
 would otherwise have listed. The archive, its order and its manifest stay with the parent.
 
 Messages (pickled, one pipe per worker): parent -> worker ("list", stream, page size) | ("stop",);
-worker -> parent ("page", [record, ...]) per LIST page, then ("done", None | exception). A pipe holds one
-page at most: a worker whose pages are not read waits, so memory stays bounded as with threads."""
+worker -> parent ("page", [record, ...]) per LIST page, then ("done", None | exception). A worker's send
+waits until the parent reads it, so at most one page per worker is in flight: memory stays bounded as
+with threads."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import os
 import pickle
 import queue
@@ -24,8 +24,6 @@ from typing import Any
 
 from statusvault.errors import StatusVaultError
 from statusvault.spools import Record, Spool
-
-log = logging.getLogger(__name__)
 
 MIN_CPUS = 4  # the default: below this many CPUs, processes only add start-up and pickling to a backup
 MAX_PROCESSES = 8
@@ -196,13 +194,17 @@ def _list(conn: Connection, lister: Lister, client: Any, stream: Any, page_size:
     error: BaseException | None = None
     try:
         for records in lister(client, stream, page_size):
-            conn.send(("page", records))
-    except (BrokenPipeError, ConnectionResetError):
-        return False
+            if not _send(conn, ("page", records)):
+                return False
     except Exception as e:  # handed to the parent, raised where its records stop
         error = e if _picklable(e) else StatusVaultError(f"{type(e).__name__}: {e}")
+    return _send(conn, ("done", error))
+
+
+def _send(conn: Connection, msg: tuple[Any, ...]) -> bool:
+    """False when the parent is gone (only the pipe's own errors count: the lister's are the stream's)."""
     try:
-        conn.send(("done", error))
+        conn.send(msg)
     except OSError:
         return False
     return True
