@@ -165,7 +165,7 @@ def worker_main(conn: Connection, spec: ListerSpec, lister: Lister, parent: int)
     from statusvault.kube.transport import load_transport
 
     if spec.log_format:
-        from statusvault.cli.output import setup_logging
+        from statusvault.logs import setup_logging
 
         setup_logging(spec.log_format, spec.debug)
     transport = load_transport(spec.kubeconfig, spec.context, pool_size=4)

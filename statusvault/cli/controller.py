@@ -95,7 +95,9 @@ def run_cmd(app: App, /, **kw: Any) -> None:
         interval=kw["interval"],
         lease_seconds=kw["lease_seconds"],
         kubeconfig=app.kubeconfig,
-        context=app.context,
+        context=app.worker_context(),
+        log_format=app.log_format,
+        debug=app.debug,
     )
     controller = Controller(
         app.client(),

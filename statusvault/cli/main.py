@@ -11,8 +11,9 @@ import click
 
 from statusvault import __version__
 from statusvault.cli.app import App
-from statusvault.cli.output import emit, setup_logging, table
+from statusvault.cli.output import emit, table
 from statusvault.errors import ExitStatus, StatusVaultError
+from statusvault.logs import setup_logging
 
 log = logging.getLogger("statusvault")
 

@@ -79,6 +79,8 @@ class ControllerConfig:
     lease_seconds: int = 60
     kubeconfig: str | None = None  # how restore worker processes reach the API server (None: in-cluster,
     context: str | None = None  # or $KUBECONFIG), as the controller does
+    log_format: str = ""  # and how they log (the controller's --log-format and --debug)
+    debug: bool = False
 
 
 class Controller:
@@ -255,6 +257,8 @@ class Controller:
             intent.processes or default_processes(),
             intent.parallel,
             min_wave=0 if explicit else MIN_WAVE,
+            log_format=self.config.log_format,
+            debug=self.config.debug,
         )
 
     def _write_status(

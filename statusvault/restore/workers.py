@@ -309,7 +309,7 @@ def worker_main(
     from statusvault.restore.journal import Journal
 
     if spec.log_format:
-        from statusvault.cli.output import setup_logging
+        from statusvault.logs import setup_logging
 
         setup_logging(spec.log_format, spec.debug)
 

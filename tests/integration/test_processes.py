@@ -161,7 +161,7 @@ def test_ctrl_c_mid_wave_starts_no_new_object_and_the_rerun_ends_exact(run, kube
     victim["proc"] = run.spawn(*args, kubeconfig=kubeconfig)
     _, err = victim["proc"].communicate(timeout=300)
 
-    assert victim["proc"].returncode == ExitStatus.INTERRUPTED, err.decode()
+    assert victim["proc"].returncode == ExitStatus.INTERRUPTED, (posts, err.decode()[-3000:])
     in_flight = 2 * 4 * 4  # --processes 2 x --parallel 4 x 4 slots per thread
     assert posts["after"] <= in_flight, f"{posts['after']} objects started after Ctrl-C"
     proxy.before = lambda method, path, body: None
