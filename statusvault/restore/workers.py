@@ -234,6 +234,7 @@ class ProcessPool:
 
     def _replace(self, index: int, dead: _Worker) -> None:
         """A worker died (kill -9, OOM): start another and resend what it held, a bounded number of times."""
+        dead.process.join(1)  # its pipe closes just before it can be reaped: then its exit code is known
         with self._lock:
             if self.workers[index] is not dead or self._closing:
                 return
