@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import pickle
 import queue
-import signal
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
 from statusvault.errors import StatusVaultError
+from statusvault.spawned import available_cpus, next_message, spawn, worker_init
 from statusvault.spools import Record, Spool
 
 MIN_CPUS = 4  # the default: below this many CPUs, processes only add start-up and pickling to a backup
@@ -32,8 +31,6 @@ MAX_PROCESSES = 8
 def default_list_processes(list_concurrency: int) -> int:
     """Worker processes for a backup by default: half the CPUs this process may use (the other half is left
     to the parent's archiving), at most one per concurrent LIST; none (1: list in threads) below MIN_CPUS."""
-    from statusvault.restore.workers import available_cpus
-
     cpus = available_cpus()
     return 1 if cpus < MIN_CPUS else max(1, min(list_concurrency, cpus // 2, MAX_PROCESSES))
 
@@ -145,44 +142,21 @@ class ListerPool:
             w.conn.close()
 
     def _start(self) -> _Worker:
-        parent, child = self.ctx.Pipe()
-        args = (child, self.spec, self.lister, os.getpid())
-        process = self.ctx.Process(target=worker_main, args=args, name="statusvault-list-worker", daemon=True)
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # Ctrl-C is the parent's to handle
-        try:
-            process.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        child.close()
-        return _Worker(process, parent)
+        return _Worker(*spawn(self.ctx, worker_main, "statusvault-list-worker", self.spec, self.lister))
 
 
 def worker_main(conn: Connection, spec: ListerSpec, lister: Lister, parent: int) -> None:
     """A worker process: streams from the pipe, listed one at a time, their pages sent back up."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    worker_init(spec.log_format, spec.debug)
     from statusvault.kube.client import KubeClient
     from statusvault.kube.transport import load_transport
 
-    if spec.log_format:
-        from statusvault.logs import setup_logging
-
-        setup_logging(spec.log_format, spec.debug)
     transport = load_transport(spec.kubeconfig, spec.context, pool_size=4)
     client = KubeClient(transport)
     try:
         while True:
-            try:
-                if not conn.poll(1.0):
-                    if os.getppid() != parent:  # the parent was killed
-                        return
-                    continue
-                msg = conn.recv()
-            except (EOFError, OSError):
-                return
-            if msg[0] != "list":
-                return
-            if not _list(conn, lister, client, msg[1], msg[2]):
+            msg = next_message(conn, parent)
+            if msg is None or msg[0] != "list" or not _list(conn, lister, client, msg[1], msg[2]):
                 return
     finally:
         transport.close()

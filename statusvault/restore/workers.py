@@ -15,8 +15,6 @@ import contextlib
 import dataclasses
 import logging
 import multiprocessing
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +27,7 @@ from statusvault.errors import StatusVaultError
 from statusvault.kube.discovery import Discovery
 from statusvault.restore.planstore import PlanItem
 from statusvault.restore.results import ItemResult, Outcome, StatusOutcome
+from statusvault.spawned import available_cpus, next_message, spawn, worker_init
 from statusvault.throttle import SharedTokenBucket
 
 log = logging.getLogger(__name__)
@@ -38,28 +37,6 @@ MIN_WAVE = 256  # by default, smaller waves stay in the parent's threads (proces
 LOST_TRIES = 2  # a worker that dies holding an object: resent to a new worker this often, then a failure
 BATCH = 16  # objects (or results) per message at most
 RESULT_DELAY = 0.005  # seconds a worker holds a result back for others to travel with it
-
-
-def available_cpus() -> int:
-    """The CPUs this process may use: its affinity mask, capped by a cgroup v2 (or v1) CPU quota."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    quota = _cgroup_quota()
-    return max(1, min(cpus, int(quota + 0.5)) if quota else cpus)
-
-
-def _cgroup_quota() -> float | None:
-    try:
-        raw = Path("/sys/fs/cgroup/cpu.max").read_text().split()
-        if raw and raw[0] != "max":
-            return int(raw[0]) / int(raw[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
-        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
-        return quota / period if quota > 0 and period > 0 else None
-    except (OSError, ValueError):
-        return None
 
 
 def default_processes() -> int:
@@ -276,16 +253,9 @@ class ProcessPool:
         self.record(result, item)
 
     def _start(self) -> _Worker:
-        parent, child = self.ctx.Pipe()
-        args = (child, self.spec, self.journal, self.opts, self.bucket, os.getpid())
-        process = self.ctx.Process(target=worker_main, args=args, name="statusvault-restore-worker", daemon=True)
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # Ctrl-C is the parent's to handle
-        try:
-            process.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        child.close()
-        return _Worker(process, parent, threading.Lock())
+        args = (self.spec, self.journal, self.opts, self.bucket)
+        process, conn = spawn(self.ctx, worker_main, "statusvault-restore-worker", *args)
+        return _Worker(process, conn, threading.Lock())
 
     @staticmethod
     def _send(w: _Worker, msg: tuple[Any, ...]) -> None:
@@ -303,16 +273,10 @@ def worker_main(
     conn: Connection, spec: WorkerSpec, journal_path: Path, opts: Any, bucket: SharedTokenBucket, parent: int
 ) -> None:
     """A worker process: objects from the pipe through a thread pool of its own, results back up the pipe."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    worker_init(spec.log_format, spec.debug)
     from statusvault.kube.client import KubeClient
     from statusvault.kube.transport import load_transport
     from statusvault.restore.journal import Journal
-
-    if spec.log_format:
-        from statusvault.logs import setup_logging
-
-        setup_logging(spec.log_format, spec.debug)
 
     transport = load_transport(spec.kubeconfig, spec.context, pool_size=spec.parallel, bucket=bucket)
     journal = Journal.open(journal_path)
@@ -341,14 +305,9 @@ class _Session:
         self._stopping = False
 
     def serve(self, pool: ThreadPoolExecutor, parent: int) -> None:
-        while True:
-            try:
-                if not self.conn.poll(1.0):
-                    if os.getppid() != parent:  # the parent was killed: finish what is held, then exit
-                        return
-                    continue
-                msg = self.conn.recv()
-            except (EOFError, OSError):
+        while True:  # once the parent is gone (or killed): finish what is held, then exit
+            msg = next_message(self.conn, parent)
+            if msg is None:
                 return
             if msg[0] == "wave":
                 self.restorer = self._restorer(msg[1])
