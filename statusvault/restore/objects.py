@@ -217,9 +217,21 @@ def _generation_notes(status: Any, generation: Any) -> list[str]:
     if not isinstance(status, dict) or "observedGeneration" not in status or generation is None:
         return []
     observed = status["observedGeneration"]
-    if observed == generation:
+    if _as_int(observed) == _as_int(generation):  # by value: some CRDs carry it as a string ("5")
         return []
     return [f"{GENERATION_NOTE} is {observed} but the restored object's generation is {generation}"]
+
+
+def _as_int(value: Any) -> Any:
+    """An integer-like value (5, "5", " 5 ") as an int; anything else as it is."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return value
+    return value
 
 
 def not_attempted(item: PlanItem) -> ItemResult:

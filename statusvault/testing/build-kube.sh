@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Build kube-apiserver + kube-controller-manager v1.20.x from Debian's source package and install etcd.
 # Usage: build-kube.sh CACHE_DIR   (binaries land in CACHE_DIR/bin; a second run is a no-op)
+#
+# Kubernetes 1.20 builds with Debian's Go 1.19, called by its path: machines also carry a current Go (first on
+# PATH), which must not build it. GO119 overrides where that toolchain lives.
 set -euo pipefail
 CACHE=${1:?usage: build-kube.sh CACHE_DIR}
 BIN=$CACHE/bin
 mkdir -p "$BIN"
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+GO119=${GO119:-/usr/lib/go-1.19}
 
 need_pkgs=()
 command -v etcd >/dev/null || need_pkgs+=(etcd-server)
 if [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kube-controller-manager" ]; then
-  command -v go >/dev/null || need_pkgs+=(golang-go)
+  [ -x "$GO119/bin/go" ] || need_pkgs+=(golang-1.19-go)
   command -v rsync >/dev/null || need_pkgs+=(rsync)
   [ -d /usr/share/gocode/src/github.com/modern-go/reflect2 ] || need_pkgs+=(golang-github-modern-go-reflect2-dev)
 fi
@@ -40,6 +44,12 @@ cd kubernetes-1.20*/
 rm -rf vendor/github.com/modern-go/reflect2
 cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 vendor/github.com/modern-go/reflect2
 rm -f vendor/github.com/modern-go/reflect2/go.mod
+# The toolchain by its path, never a newer one found on PATH or fetched by GOTOOLCHAIN.
+export GOROOT=$GO119 PATH="$GO119/bin:$PATH" GOTOOLCHAIN=local GOFLAGS=
+case "$(go version)" in
+  *" go1.19"*) ;;
+  *) echo "build-kube: $GO119/bin/go is $(go version), not Go 1.19 (set GO119 to a Go 1.19 root)" >&2; exit 1 ;;
+esac
 echo "build-kube: building kube-apiserver and kube-controller-manager (several minutes, once per machine)" >&2
 make WHAT=cmd/kube-apiserver KUBE_BUILD_PLATFORMS=linux/amd64 >"$W/build.log" 2>&1 || { tail -40 "$W/build.log" >&2; exit 1; }
 make WHAT=cmd/kube-controller-manager KUBE_BUILD_PLATFORMS=linux/amd64 >>"$W/build.log" 2>&1 || { tail -40 "$W/build.log" >&2; exit 1; }
