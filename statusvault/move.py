@@ -26,6 +26,7 @@ from statusvault.kube.transport import JSON_PATCH, Request
 from statusvault.model import KubeObject, ResourceType, Selection, display
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.pausing import RECORD, PauseOptions, pause_patch, unpause_patch
+from statusvault.restore.plan import backup_resources
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.service import RestoreRequest, open_backup, run_restore
 from statusvault.selection import select_resources
@@ -93,8 +94,9 @@ def run_move(req: MoveRequest) -> MoveReport:
     phase and was not aborted since."""
     name = request_name(req)
     report = MoveReport(name)
-    pause = req.options.pause if req.options.pause.enabled else PauseOptions(auto=True)
-    options = dataclasses.replace(req.options, pause=pause)
+    pause = _source_pause(req)
+    # The backup is the selection already: the restore takes all of it (the CRDs it took among them).
+    options = dataclasses.replace(req.options, pause=pause, selection=Selection())
     if not req.store.exists(manifest_key(name)):  # else a re-run: the source is paused and backed up already
         report.source_paused, report.source_unpausable = _pause_source(req.source, req.selection, pause)
         _backup(req, name)
@@ -105,6 +107,15 @@ def run_move(req: MoveRequest) -> MoveReport:
     if report.succeeded and req.delete_source:
         report.source_deleted, report.source_kept = delete_source(req.source, req.store, name)
     return report
+
+
+def _source_pause(req: MoveRequest) -> PauseOptions:
+    """How the source is paused: --pause-resources read as every option reads resource names (a name that matches
+    none of the resources moved fails before anything is paused); without a marker, the operators' conventions."""
+    pause = req.options.pause if req.options.pause.enabled else PauseOptions(auto=True)
+    moved = Discovery(select_resources(req.source.discover(False), req.selection), [])
+    names = backup_resources("--pause-resources", pause.resources, moved, moved, "among the resources moved")
+    return dataclasses.replace(pause, resources=names)
 
 
 def abort_move(req: MoveRequest) -> AbortReport:
@@ -258,7 +269,7 @@ def _target_copies(req: MoveRequest, name: str) -> tuple[list[KubeObject], list[
     record on them), and those live there (an operator may act on them). Objects paused by their owner are
     neither: they stay as they are."""
     discovery = req.target.discover(True)
-    pause = req.options.pause if req.options.pause.enabled else PauseOptions(auto=True)
+    pause = _source_pause(req)
     ours, live = [], []
     for rt, obj in _backed_up(discovery, req.store, name):
         meta = obj["metadata"]

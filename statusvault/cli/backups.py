@@ -28,6 +28,7 @@ from statusvault.errors import ArchiveError
 from statusvault.listers import ListerSpec, default_list_processes
 from statusvault.metrics import recorded
 from statusvault.model import Selection
+from statusvault.optiontable import check_options
 from statusvault.storage.base import validate_backup_name
 
 
@@ -83,6 +84,7 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
 
     NAME defaults to backup-YYYYMMDDhhmmss (UTC), or SCHEDULE-YYYYMMDDhhmmss with --schedule.
     """
+    check_options("backup", kw)
     s3 = s3_options(kw)
     schedule = kw["schedule"] or ""
     if schedule:

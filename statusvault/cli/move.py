@@ -24,6 +24,7 @@ from statusvault.errors import PartialFailure
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.model import Selection
 from statusvault.move import AbortReport, Cluster, MoveReport, MoveRequest, abort_move, check_distinct, run_move
+from statusvault.optiontable import check_options
 from statusvault.restore.options import restore_options
 
 
@@ -61,6 +62,7 @@ from statusvault.restore.options import restore_options
 def move_cmd(app: App, /, output: str, **kw: Any) -> None:
     """Move custom resources with their status: pause the source, back it up, restore into the target paused,
     verify, unpause the target; the source stays paused (or --delete-source). Run it again to resume."""
+    check_options("move", kw)
     source = _cluster(app, kw["from_kubeconfig"] or app.kubeconfig, kw["from_context"] or app.context)
     selection = Selection(
         namespaces=split_csv(kw["namespaces"]),
@@ -133,7 +135,10 @@ def _show(report: MoveReport, output: str) -> None:
     if restore is not None:
         restore.close()
     if not report.succeeded:
-        raise PartialFailure(f"move {report.name} is not complete: fix what is listed and run the same command again")
+        raise PartialFailure(
+            f"move {report.name} is not complete (the source stays paused): fix what is listed and run the same "
+            "command again, or run it with --abort to give the source back"
+        )
 
 
 COMMANDS = (move_cmd,)

@@ -26,6 +26,7 @@ from statusvault.cli.output import emit, table
 from statusvault.errors import ConfigError, PartialFailure, StatusVaultError
 from statusvault.metrics import recorded
 from statusvault.model import display
+from statusvault.optiontable import check_options
 from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import restore_options
 from statusvault.restore.results import GENERATION_NOTE, RestoreReport, StatusOutcome
@@ -137,6 +138,7 @@ def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
 
 
 def _restore(app: App, backup_name: str, output: str, kw: dict[str, Any], unpause: bool) -> None:
+    check_options("unpause" if unpause else "restore", kw)
     store = app.store(kw.pop("storage"), s3_options(kw))
     at = kw.pop("at", None)
     if not at:
@@ -188,6 +190,12 @@ def _run_restore(
     again = "; run the same command again to resume" if opts.dry_run == "none" else ""
     if report.aborted:
         raise StatusVaultError(f"restore of {backup_name} stopped early: {report.aborted}{again}")
+    if report.not_paused and not report.failures and not report.lacking:
+        raise PartialFailure(
+            f"restore of {backup_name}: {len(report.not_paused)} object(s) were restored with their status but NOT "
+            "paused (the server dropped the pause marker); running the same command again will not pause them: "
+            "use a marker the server keeps next time (--pause-annotation)"
+        )
     if report.failures or report.lacking:
         raise PartialFailure(
             f"restore of {backup_name} finished with {len(report.failures)} failed object(s); "
@@ -279,7 +287,10 @@ def render(report: RestoreReport) -> str:
         lines.append("")
         for r in problems:
             notes = [n for n in r.notes if not n.startswith(GENERATION_NOTE)]
-            lines.append(f"{'FAILED' if r.failed else 'note'}: {r.display}: {r.message or '; '.join(notes)}")
+            if r.pause_lost:
+                lines.append(f"NOT PAUSED: {r.display}: {r.pause_lost}")
+            if r.failed or r.message or notes:
+                lines.append(f"{'FAILED' if r.failed else 'note'}: {r.display}: {r.message or '; '.join(notes)}")
     regenerated = [(res, c["note:generation"]) for res, c in report.by_resource() if c["note:generation"]]
     if regenerated:
         lines.append("")

@@ -29,6 +29,7 @@ from statusvault.cli.options import (
 from statusvault.cli.schedule import _selection, apply_and_report
 from statusvault.errors import ConfigError
 from statusvault.model import Selection
+from statusvault.optiontable import check_options
 from statusvault.retention import parse_duration
 from statusvault.schedule import ScheduleSpec
 from statusvault.selection import select_resources
@@ -79,6 +80,7 @@ def run_cmd(app: App, /, name: str, **kw: Any) -> None:
     Runs until SIGTERM or Ctrl-C (the buffered changes are flushed first). With several replicas, the one
     holding the Lease statusvault-watch-NAME writes; a new writer continues the chain from the last flushed
     resourceVersion, or starts a new base when it cannot (and says so)."""
+    check_options("watch run", kw)
     from statusvault.watch.metrics import WatchMetrics
 
     validate_backup_name(name)

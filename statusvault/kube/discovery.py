@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -52,20 +53,33 @@ class Discovery:
 
     def resolve(self, name: str) -> ResourceType:
         """Resolve `resource.group`, `kind.group`, a plural, singular, Kind or short name."""
-        wanted = name.strip().lower()
-        matches = [rt for rt in self.preferred if wanted in _names(rt)]
+        matches = self._named(name)
         if not matches:
             raise ConfigError(
                 f"unknown resource {name!r}: not served by this cluster "
                 "(use resource.group, e.g. kubernetesclusters.xyz.example.com)"
             )
+        return matches[0]
+
+    def match(self, name: str) -> list[ResourceType]:
+        """The types a user-given name stands for: a shell-style pattern (`*.example.com`, `widget*`) matches
+        any of a type's names (as `resolve` takes them); anything else is resolved. [] when nothing matches."""
+        if not any(c in name for c in "*?["):
+            return self._named(name)
+        wanted = name.strip().lower()
+        return [rt for rt in self.preferred if any(fnmatch.fnmatchcase(n, wanted) for n in _names(rt))]
+
+    def _named(self, name: str) -> list[ResourceType]:
+        """The one type a plain name stands for ([] when none); ConfigError when it names several."""
+        wanted = name.strip().lower()
+        matches = [rt for rt in self.preferred if wanted in _names(rt)]
         if len(matches) > 1:
             exact = [rt for rt in matches if wanted == rt.qualified]
             if len(exact) == 1:
-                return exact[0]
+                return exact
             options = ", ".join(sorted(rt.qualified for rt in matches))
             raise ConfigError(f"resource name {name!r} is ambiguous: {options}")
-        return matches[0]
+        return matches
 
     def find(self, group: str, version: str, kind: str) -> ResourceType | None:
         """The resource for an apiVersion/kind, preferring the exact served version."""

@@ -7,13 +7,14 @@ from typing import Any
 
 import orjson
 
-from statusvault.errors import StatusVaultError
+from statusvault.errors import KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
+from statusvault.kube.transport import JSON_PATCH
 from statusvault.model import KubeObject, ResourceType
 from statusvault.restore.journal import Journal
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.owners import OwnerResolver
-from statusvault.restore.pausing import Marker, pause_lost, without_record
+from statusvault.restore.pausing import RECORD, Marker, pause_lost, without_record
 from statusvault.restore.planstore import Action, PlanItem, StatusMode
 from statusvault.restore.results import GENERATION_NOTE, ItemResult, Outcome, StatusOutcome
 from statusvault.restore.served import ServedTypes
@@ -98,8 +99,7 @@ class ObjectRestorer:
         notes += _generation_notes(saved_status, meta.get("generation"))
         result.notes = tuple(notes)
         self._write_status(item, rt, mode, live, saved_status, outcome, result)
-        if lost:  # its status is written all the same: the sooner, the shorter the operator's window
-            result.outcome, result.message = Outcome.FAILED, "; ".join(m for m in (lost, result.message) if m)
+        result.pause_lost = lost  # created and its status written all the same: what is on the cluster, said
 
     def _write_status(
         self, item: PlanItem, rt: ResourceType, mode: StatusMode, live: KubeObject, saved: Any, outcome: str,
@@ -129,8 +129,21 @@ class ObjectRestorer:
             return live, outcome, ""
         if result.paused != "kept" and self.opts.dry_run == "none":
             self.journal.mark_unpaused(item)  # never paused: nothing for the unpause to take away
+            live = self._drop_record(rt, item, live)
         result.paused = ""
         return live, outcome, pause_lost(marker)
+
+    def _drop_record(self, rt: ResourceType, item: PlanItem, live: KubeObject) -> KubeObject:
+        """The object is not paused: take away the record of a pause that did not hold, so that nothing on it
+        claims otherwise (the object as the server returned it)."""
+        if RECORD not in ((live.get("metadata") or {}).get("annotations") or {}):
+            return live
+        patch = [{"op": "remove", "path": "/metadata/annotations/" + RECORD.replace("/", "~1")}]
+        try:
+            return self.client.patch(rt, item.namespace or None, item.name, patch, JSON_PATCH)
+        except KubeApiError as e:  # reported with the object; the unpause also removes a record left behind
+            log.warning("%s: could not remove %s: %s", item.display, RECORD, e)
+            return live
 
     def _marker(self, rt: ResourceType, body: KubeObject, result: ItemResult) -> Marker | None:
         """The object's pause marker; with --pause auto, a custom resource no profile knows is flagged
@@ -248,7 +261,10 @@ def not_attempted(item: PlanItem) -> ItemResult:
         )
     else:  # Action.UNAVAILABLE
         outcome, status = Outcome.FAILED, StatusOutcome.NOT_WRITTEN
-        message = f"{item.rt.qualified} is not served by this cluster and the backup has no CRD for it"
+        message = (
+            f"{item.rt.qualified} is not served by this cluster and its CRD does not come with this restore "
+            "(not in the backup, or left out by --include-resources/--exclude-resources)"
+        )
     return ItemResult(
         item.rt.qualified,
         item.namespace,

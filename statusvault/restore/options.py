@@ -8,6 +8,7 @@ from typing import Any
 
 from statusvault.errors import ConfigError
 from statusvault.model import Selection
+from statusvault.optiontable import check_options
 from statusvault.restore.modifiers import Modifiers
 from statusvault.restore.pausing import PauseOptions, pause_options
 
@@ -59,6 +60,7 @@ def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
             raise ConfigError(f"{key.replace('_', '-')} must be one of {', '.join(allowed)}, not {raw!r}")
         return raw
 
+    check_options("restore", {**values, "no_status": flag("no_status"), "restart": flag("restart")})
     mapping = []
     for entry in csv("namespace_mapping"):
         old, sep, new = entry.partition(":")

@@ -52,6 +52,52 @@ def _category(rt: ResourceType) -> Category:
     return Category.CLUSTER if not rt.namespaced else Category.NAMESPACED
 
 
+def backup_resources(
+    option: str, names: tuple[str, ...], in_backup: Discovery, live: Discovery, where: str = "in this backup"
+) -> tuple[str, ...]:
+    """The backup's resource types (qualified names) that user-given names stand for, as every option that takes
+    resources reads them: resource.group, plural, singular, Kind, short name, or a shell-style pattern; a name the
+    backup does not know is looked up in the live cluster. A name that matches nothing in the backup is an error."""
+    out: set[str] = set()
+    for name in names:
+        found = {rt.qualified for rt in in_backup.match(name)}
+        if not found:
+            known = {rt.qualified for rt in in_backup.preferred}
+            found = {rt.qualified for rt in live.match(name)} & known
+        if not found:
+            raise ConfigError(f"{option} {name}: no resource of that name {where}")
+        out |= found
+    return tuple(sorted(out))
+
+
+def resolve_resource_options(opts: RestoreOptions, types: list[ResourceType], live: Discovery) -> RestoreOptions:
+    """The options with every resource name resolved against the backup (qualified names), so that each option
+    reads names the same way, and a typo fails before anything is written."""
+    in_backup = Discovery(types, [])
+
+    def names(option: str, values: tuple[str, ...]) -> tuple[str, ...]:
+        return backup_resources(option, values, in_backup, live)
+
+    sel, pause = opts.selection, opts.pause
+    status_all = (STATUS_ALL,) if STATUS_ALL in opts.status_include else ()
+    status_named = tuple(n for n in opts.status_include if n != STATUS_ALL)
+    return dataclasses.replace(
+        opts,
+        selection=dataclasses.replace(
+            sel,
+            include_resources=names("--include-resources", sel.include_resources),
+            exclude_resources=names("--exclude-resources", sel.exclude_resources),
+        ),
+        status_include=status_all + names("--status-include-resources", status_named),
+        status_exclude=names("--status-exclude-resources", opts.status_exclude),
+        pause=dataclasses.replace(
+            pause,
+            resources=names("--pause-resources", pause.resources),
+            keep_paused=names("--keep-paused", pause.keep_paused),
+        ),
+    )
+
+
 class _Decider:
     """Per-object decisions that depend only on the options and the backup's resource types."""
 
@@ -60,10 +106,12 @@ class _Decider:
         self.live = live
         self.backup_types = {rt.qualified: rt for rt in types}
         self.include = self._resolve(opts.selection.include_resources)
-        self.exclude = self._resolve(opts.selection.exclude_resources)
+        self.exclude = self._resolve(opts.selection.exclude_resources, "--exclude-resources")
         self.status_all = STATUS_ALL in opts.status_include
-        self.status_include = self._resolve(tuple(n for n in opts.status_include if n != STATUS_ALL))
-        self.status_exclude = self._resolve(opts.status_exclude)
+        self.status_include = self._resolve(
+            (n for n in opts.status_include if n != STATUS_ALL), "--status-include-resources"
+        )
+        self.status_exclude = self._resolve(opts.status_exclude, "--status-exclude-resources")
         self.selector = parse_selector(opts.selection.label_selector)
         self.mapping = opts.mapping
         self.crds_in_backup = crds_in_backup  # filled while planning when the CRDs are read in the same pass
@@ -79,31 +127,32 @@ class _Decider:
             if served is not None:
                 self._targets[qualified] = dataclasses.replace(served, custom=served.custom or rt.custom)
             else:
-                restorable = self.resource_selected(CRD_QUALIFIED) and qualified in self.crds_in_backup
+                restorable = self.crd_selected(qualified) and qualified in self.crds_in_backup
                 self._targets[qualified] = rt if restorable else None
         return self._targets[qualified]
 
-    def _resolve(self, names: Iterable[str]) -> set[str]:
-        """Qualified names of user-given resources: as the backup recorded them, or via live discovery."""
-        in_backup = Discovery(list(self.backup_types.values()), [])
-        out = set()
-        for n in names:
-            try:
-                out.add(in_backup.resolve(n).qualified)
-                continue
-            except ConfigError:
-                pass
-            try:
-                qualified = self.live.resolve(n).qualified
-            except ConfigError:
-                qualified = ""
-            if qualified not in self.backup_types:
-                raise ConfigError(f"resource {n!r} is not in this backup") from None
-            out.add(qualified)
-        return out
+    def _resolve(self, names: Iterable[str], option: str = "--include-resources") -> set[str]:
+        return set(backup_resources(option, tuple(names), Discovery(list(self.backup_types.values()), []), self.live))
 
     def resource_selected(self, qualified: str) -> bool:
         return (not self.include or qualified in self.include) and qualified not in self.exclude
+
+    def crd_selected(self, name: str) -> bool:
+        """A CRD of the backup comes with the restore unless CRDs are excluded: always without
+        --include-resources, else when CRDs are named or the resource it defines is (the target may lack it)."""
+        if CRD_QUALIFIED in self.exclude:
+            return False
+        return not self.include or CRD_QUALIFIED in self.include or name in self.include
+
+    def in_scope(self, cat: Category, namespace: str) -> bool:
+        """-n limits namespaced objects and Namespaces; cluster-scoped objects come as --include-cluster-resources
+        says (by default: when no -n is given), with or without -n."""
+        sel = self.opts.selection
+        if cat == Category.CRD:
+            return self.crd_selected(namespace)
+        if cat == Category.CLUSTER:
+            return sel.cluster_resources
+        return not sel.namespaces or namespace in sel.namespaces
 
     def wants_status(self, rt: ResourceType, obj: dict[str, Any]) -> bool | None:
         """True: restore it; False: the user asked not to; None: not a status statusvault restores by default."""
@@ -191,7 +240,9 @@ class _Planner:
         cat = _category(rt)
         if cat == Category.CRD and self.learn_crds:
             decider.crds_in_backup.add(key.name)
-        if not decider.resource_selected(key.qualified) or not _in_scope(sel, cat, key.namespace or key.name):
+        if cat != Category.CRD and not decider.resource_selected(key.qualified):
+            return
+        if not decider.in_scope(cat, key.namespace or key.name):
             return
         if obj.get("kind") != rt.kind:
             raise ArchiveError(f"{path} holds an object whose kind, namespace or name does not match its path")
@@ -235,15 +286,6 @@ def _selection(sel: Selection) -> str:
     if sel.label_selector:
         parts.append(f"--selector {sel.label_selector}")
     return " ".join(parts)
-
-
-def _in_scope(sel: Selection, cat: Category, namespace: str) -> bool:
-    """-n limits namespaced objects and Namespaces; cluster-scoped objects only come with -n when asked for."""
-    if not sel.namespaces or cat == Category.CRD:
-        return True
-    if cat == Category.CLUSTER:
-        return sel.cluster_resources
-    return namespace in sel.namespaces
 
 
 def _plan_item(

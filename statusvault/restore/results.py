@@ -58,6 +58,7 @@ class ItemResult:
     rules_skipped: tuple[int, ...] = ()  # modifier rules skipped because their `test` failed
     paused: str = ""  # the pause marker it was created with ("kept": paused in the backup already)
     unmarked: bool = False  # --pause auto has no marker for its (custom) resource type: not paused
+    pause_lost: str = ""  # created (and its status written) WITHOUT the pause marker: the server dropped it
 
     @property
     def lacks_status(self) -> bool:
@@ -91,6 +92,8 @@ class ItemResult:
             d["diff"] = list(self.diff)
         if self.paused:
             d["pausedWith"] = self.paused
+        if self.pause_lost:
+            d["notPaused"] = self.pause_lost
         if self.rules or self.rules_skipped:
             d["modifiers"] = {"applied": list(self.rules), "skippedByTest": list(self.rules_skipped)}
         return d
@@ -139,7 +142,9 @@ class RestoreReport:
         important = [n for n in r.notes if not n.startswith(GENERATION_NOTE)]
         if len(important) != len(r.notes):
             c["note:generation"] += 1  # expected after any re-create: counted, not listed one by one
-        if r.failed or r.lacks_status or important:
+        if r.pause_lost:
+            c["pause:lost"] += 1
+        if r.failed or r.lacks_status or important or r.pause_lost:
             self.attention.append(r)
         self._spool.write(orjson.dumps(r.to_dict()) + b"\n")
 
@@ -161,6 +166,12 @@ class RestoreReport:
         return [r for r in self.attention if r.lacks_status]
 
     @property
+    def not_paused(self) -> list[ItemResult]:
+        """Objects created without the pause marker asked for (the server dropped it): on the cluster with their
+        status, but their operator was free to act on them."""
+        return [r for r in self.attention if r.pause_lost]
+
+    @property
     def lacking(self) -> int:
         """Objects in scope without their saved status: reached and lacking it, or never reached."""
         return len(self.missing_status) + self.unreached
@@ -168,7 +179,8 @@ class RestoreReport:
     @property
     def succeeded(self) -> bool:
         """The one rule for a successful restore: nothing failed, every saved status in scope is back."""
-        return not (self.failures or self.lacking or self.aborted or self.interrupted or self.unpause_failures)
+        problems = self.failures or self.lacking or self.not_paused or self.unpause_failures
+        return not (problems or self.aborted or self.interrupted)
 
     def count_status(self, outcome: str) -> int:
         return sum(c["status:" + outcome] for c in self.table.values())
@@ -202,6 +214,7 @@ class RestoreReport:
             "unpaused": self.unpaused,
             "leftPaused": self.left_paused,
             "unpauseFailures": self.unpause_failures,
+            "notPaused": len(self.not_paused),
             "summary": self.counts(),
             "warnings": self.warnings,
             "processes": self.processes,

@@ -20,7 +20,7 @@ from statusvault.restore.execute import EngineSettings, RestoreEngine
 from statusvault.restore.existing import ExistenceIndex
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.pause import Pauser, resolve_workloads
-from statusvault.restore.plan import build_plan
+from statusvault.restore.plan import build_plan, manifest_types, resolve_resource_options
 from statusvault.restore.planstore import RestorePlan
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.served import ServedTypes
@@ -72,6 +72,9 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
     for w in workloads:
         pauser.get(w)
     with open_backup(req.store, req.backup, req.key) as reader:
+        summary = reader.summary if isinstance((reader.summary or {}).get("resources"), dict) else None
+        opts = resolve_resource_options(opts, manifest_types(summary or reader.head()), discover(False))
+        req = dataclasses.replace(req, options=opts)
         key = state_key(req.backup, (req.store.url, reader.sha256, client.server), opts)
         planner = _planner(client, discover(False), reader, req)
         keep = opts.dry_run == "none"

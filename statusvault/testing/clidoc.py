@@ -6,6 +6,7 @@ import click
 
 from statusvault.cli.main import cli
 from statusvault.errors import ExitStatus
+from statusvault.optiontable import markdown
 
 HEADER = """# CLI reference
 
@@ -37,7 +38,7 @@ def sections(command: click.Command, path: str) -> list[str]:
 
 
 def render() -> str:
-    return HEADER + "".join(sections(cli, "statusvault"))
+    return HEADER + "\n" + markdown() + "".join(sections(cli, "statusvault"))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from statusvault.restore.pausing import RECORD
 from statusvault.storage.local import LocalStore
 from statusvault.testing.cluster import ADMIN_TOKEN, LocalCluster, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, install_crds
-from tests.builders import cr, crd
+from tests.builders import cr, crd, unique
 from tests.faultproxy import FaultProxy, self_signed
 from tests.integration.test_pause import GROUP, QUALIFIED, Operator, saved
 
@@ -211,3 +211,48 @@ def test_delete_source_deletes_exactly_the_objects_moved(kube, cluster, target, 
     moved = discover(target_kube).by_qualified(QUALIFIED)
     assert target_kube.get(moved, ns, "db-01")["status"] == saved(1), "the object moved is the backed-up one"
     report.restore.close()
+
+
+def test_move_with_include_resources_takes_the_crd_the_target_lacks(run, kube, cluster, target, namespace):
+    """The move's backup holds the CRD; its restore brings it along with the resource named (by Kind, as any
+    option takes resource names), so the target need not have it."""
+    group = f"{unique('mv')}.example.com"
+    install_crds(kube, [crd(group, "Gadget")])
+    d = discover(kube)
+    for i in range(3):
+        body = cr(f"{group}/v1", "Gadget", f"g-{i}", spec={"size": i}, status={"id": f"g{i}"})
+        create_with_status(kube, d, body, namespace)
+    target_kube = KubeClient(load_transport(str(target.kubeconfig)))
+    assert discover(target_kube).by_qualified(f"gadgets.{group}") is None, "the target lacks the CRD"
+    args = ["move", "--from-kubeconfig", str(cluster.kubeconfig), "--to-kubeconfig", str(target.kubeconfig)]
+    marker = ["--pause-annotation", "example.com/hold=true", "--pause-resources", "Gadget"]
+
+    result = run(*args, "-n", namespace, "--include-resources", "Gadget", *marker, "-o", "json")
+
+    assert result.code == ExitStatus.SUCCESS, result.out + result.err
+    report = json.loads(result.out)
+    assert report["sourcePaused"] == 3 and report["verifyProblems"] == []
+    gadgets = discover(target_kube).by_qualified(f"gadgets.{group}")
+    assert gadgets is not None
+    for i in range(3):
+        obj = target_kube.get(gadgets, namespace, f"g-{i}")
+        assert obj["status"] == {"id": f"g{i}"}
+        assert "example.com/hold" not in (obj["metadata"].get("annotations") or {}), "unpaused in the target"
+        source = kube.get(d.by_qualified(f"gadgets.{group}"), namespace, f"g-{i}")
+        assert source["metadata"]["annotations"]["example.com/hold"] == "true", "the source stays paused"
+
+
+def test_a_failed_move_says_how_to_give_the_source_back(run, kube, cluster, target, namespace):
+    group = f"{unique('mv')}.example.com"
+    install_crds(kube, [crd(group, "Gadget")])
+    create_with_status(kube, discover(kube), cr(f"{group}/v1", "Gadget", "g", status={"id": "g"}), namespace)
+    args = ["move", "--from-kubeconfig", str(cluster.kubeconfig), "--to-kubeconfig", str(target.kubeconfig)]
+    marker = ["--pause-annotation", "example.com/hold=true", "--pause-resources", "gadgets.*"]
+    no_crd = ["--exclude-resources", "customresourcedefinitions.apiextensions.k8s.io"]
+
+    result = run(*args, "-n", namespace, *marker, *no_crd)
+
+    assert result.code == ExitStatus.PARTIAL_FAILURE, result.out + result.err
+    assert "its CRD does not come with this restore" in result.out
+    assert "--abort to give the source back" in result.err
+    assert run(*args, "-n", namespace, *marker, *no_crd, "--abort").code == ExitStatus.SUCCESS

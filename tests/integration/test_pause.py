@@ -205,7 +205,7 @@ def backed_up_and_gone(run, kube, ns: str, bodies: list[dict]) -> None:
     wait_gone(kube, NAMESPACES, None, ns)
 
 
-def test_a_pause_field_the_server_prunes_fails_the_object_loudly_and_nothing_is_unpaused(run, kube, namespace):
+def test_a_pause_field_the_server_prunes_is_reported_as_what_is_on_the_cluster(run, kube, namespace):
     group = f"{unique('p')}.example.com"
     widgets = install_crds(kube, [widget_crd(group)]).by_qualified(f"widgets.{group}")
     bodies = [cr(f"{group}/v1", "Widget", f"w-{i}", spec={"size": i}, status={"id": f"w{i}"}) for i in range(3)]
@@ -215,18 +215,23 @@ def test_a_pause_field_the_server_prunes_fails_the_object_loudly_and_nothing_is_
     result = run("restore", "b", *flags, "-o", "json")
 
     assert result.code == ExitStatus.PARTIAL_FAILURE, result.out + result.err
+    assert "NOT paused" in result.err and "will not pause them" in result.err, "advice that helps, not 'run again'"
     report = json.loads(result.out)
     items = [i for i in report["items"] if i["resource"] == widgets.qualified]
     assert len(items) == 3
     for item in items:
-        assert item["result"] == "failed" and item["status"] == "written", item
-        assert "created WITHOUT its pause marker /spec/paused=true" in item["message"]
+        assert item["result"] == "created" and item["status"] == "written", item
+        assert "created WITHOUT its pause marker /spec/paused=true" in item["notPaused"]
         assert "pausedWith" not in item, "not counted as paused"
-    assert "pause" not in report["summary"]
+    assert report["summary"]["pause"] == {"lost": 3}
+    assert (report["withoutSavedStatus"], report["unreached"], report["notPaused"]) == (0, 0, 3), "as on the cluster"
     assert (report["unpaused"], report["leftPaused"], report["unpauseFailures"]) == (0, 0, []), "never paused"
     for i in range(3):
         obj = kube.get(widgets, namespace, f"w-{i}")
         assert obj["status"] == {"id": f"w{i}"} and "paused" not in obj["spec"]
+        assert RECORD not in (obj["metadata"].get("annotations") or {}), "no record of a pause that did not hold"
+    again = run("restore", "b", *flags)
+    assert again.code == 0 and "were restored by an earlier run" in again.out, again.out + again.err
 
 
 @pytest.fixture

@@ -148,14 +148,41 @@ def test_namespace_mapping_moves_objects_and_adds_the_target_namespace(archive):
 
 def test_filters(archive):
     names = set(by_name(plan(archive, include_resources=("kc",), label_selector="env=dev")))
+    assert names == {"nostatus", "team-a", KC.qualified}, "the CRD of a selected resource comes with it"
+    names = set(
+        by_name(
+            plan(
+                archive,
+                include_resources=("kc",),
+                exclude_resources=("CustomResourceDefinition",),
+                label_selector="env=dev",
+            )
+        )
+    )
     assert names == {"nostatus", "team-a"}
     names = set(by_name(plan(archive, exclude_resources=("databases.db.example.com", "Service"))))
     assert "child" not in names and "web" not in names and "parent" in names
 
 
 def test_unknown_resource_name_is_an_error_before_anything(archive):
-    with pytest.raises(ConfigError, match="resource 'gizmos.example.com' is not in this backup"):
+    with pytest.raises(ConfigError, match="--include-resources gizmos.example.com: no resource of that name"):
         plan(archive, include_resources=("gizmos.example.com",))
+
+
+def test_a_resource_not_served_gets_its_crd_from_the_backup_with_include_resources(archive):
+    """A target without the CRD (a move, a new cluster): the CRD the backup holds comes with its objects."""
+    items = by_name(plan(archive, include_resources=("kubernetesclusters.xyz.example.com",), live=live_discovery(CRDS)))
+    assert items[KC.qualified].action == Action.CREATE
+    assert items["parent"].action == Action.CREATE
+    items = by_name(
+        plan(archive, include_resources=("kc",), exclude_resources=(CRDS.qualified,), live=live_discovery(CRDS))
+    )
+    assert KC.qualified not in items and items["parent"].action == Action.UNAVAILABLE
+
+
+def test_no_include_cluster_resources_leaves_cluster_scoped_objects_without_a_namespace_filter(archive):
+    assert "p1" not in by_name(plan(archive, include_cluster_resources=False))
+    assert KC.qualified in by_name(plan(archive, include_cluster_resources=False)), "CRDs are not custom resources"
 
 
 def test_resource_without_crd_in_backup_and_not_served_is_unavailable(archive):

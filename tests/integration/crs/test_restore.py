@@ -590,3 +590,74 @@ def test_a_cancelled_restore_starts_no_object_and_says_why(run, kube, crds, make
     finally:
         report.close()
     assert kube.get(crds.resolve("kc"), namespace, "prod") is None
+
+
+# --- options that compose: cluster scope, resource names, values compared by value ---
+
+
+def gadgets_and_pools(kube, namespace: str) -> tuple[str, object, object]:
+    """A namespaced Gadget and a cluster-scoped Pool of a new group, each with a status."""
+    group = f"{unique('cmp')}.example.com"
+    kind = "Gadget" + "".join(c for c in group if c.isalpha())[:12]  # a Kind no other test's CRD has
+    d = install_crds(kube, [crd(group, kind), crd(group, "Pool", scope="Cluster")])
+    gadgets, pools = d.resolve(f"{kind.lower()}s.{group}"), d.resolve(f"pools.{group}")
+    for rt, ns, name in ((gadgets, namespace, "g"), (pools, None, f"p-{namespace}")):
+        obj = kube.create(rt, ns, cr(f"{group}/v1", rt.kind, name, spec={"size": 1}))
+        obj["status"] = {"id": name}
+        kube.replace(rt, ns, name, obj, sub="status")
+    return group, gadgets, pools
+
+
+def test_no_include_cluster_resources_leaves_cluster_scoped_objects_without_a_namespace(run, kube, namespace):
+    group, gadgets, pools = gadgets_and_pools(kube, namespace)
+    assert run("backup", "b", "--include-resources", f"{gadgets.qualified},{pools.qualified}").code == 0
+    pool = kube.get(pools, None, f"p-{namespace}")
+    pool["spec"] = {"size": 9}
+    kube.replace(pools, None, f"p-{namespace}", pool)
+    kube.delete(gadgets, namespace, "g")
+
+    result = run("restore", "b", "--no-include-cluster-resources", "--existing-resource-policy", "update", "-o", "json")
+
+    assert result.code == ExitStatus.SUCCESS, result.out + result.err
+    assert kube.get(pools, None, f"p-{namespace}")["spec"] == {"size": 9}, "the live cluster-scoped object is untouched"
+    assert not [i for i in json.loads(result.out)["items"] if i["resource"] == pools.qualified]
+    assert kube.get(gadgets, namespace, "g")["status"] == {"id": "g"}
+
+
+def test_every_option_that_takes_resources_reads_a_kind_and_refuses_a_typo_before_any_write(run, kube, namespace):
+    group, gadgets, _ = gadgets_and_pools(kube, namespace)
+    assert run("backup", "b", "-n", namespace, "--include-resources", gadgets.kind).code == 0
+    kube.delete(gadgets, namespace, "g")
+    marker = ["--pause-annotation", "example.com/hold=true", "--pause-resources", gadgets.kind]
+
+    typo = run("restore", "b", *marker, "--keep-paused", "Gadgte")
+    assert typo.code == ExitStatus.USAGE and "--keep-paused Gadgte: no resource of that name" in typo.err, typo.err
+    assert len(typo.err.strip().splitlines()) == 1
+    assert kube.get(gadgets, namespace, "g") is None, "nothing written"
+
+    result = run("restore", "b", *marker, "--keep-paused", gadgets.kind.lower(), "-o", "json")
+    assert result.code == ExitStatus.SUCCESS, result.out + result.err
+    obj = kube.get(gadgets, namespace, "g")
+    assert obj["status"] == {"id": "g"} and obj["metadata"]["annotations"]["example.com/hold"] == "true"
+    assert json.loads(result.out)["leftPaused"] == 1
+
+
+def test_an_observed_generation_held_as_a_string_is_compared_by_value(run, kube, namespace):
+    """Argo Rollouts keeps status.observedGeneration as a string: "1" is generation 1, not a stale status."""
+    group = f"{unique('og')}.example.com"
+    rollouts = install_crds(kube, [crd(group, "Rollout")]).resolve(f"rollouts.{group}")
+    for name, observed in (("same", "1"), ("older", "4"), ("int", 1)):
+        obj = kube.create(rollouts, namespace, cr(f"{group}/v1", "Rollout", name, spec={"replicas": 1}))
+        obj["status"] = {"observedGeneration": observed}
+        kube.replace(rollouts, namespace, name, obj, sub="status")
+    assert run("backup", "b", "-n", namespace, "--include-resources", f"rollouts.{group}").code == 0
+    delete_namespace(kube, namespace)
+
+    result = run("restore", "b", "-o", "json")
+
+    assert result.code == ExitStatus.SUCCESS, result.out + result.err
+    noted = {
+        i["name"] for i in json.loads(result.out)["items"] if any("observedGeneration" in n for n in i.get("notes", ()))
+    }
+    assert noted == {"older"}
+    assert kube.get(rollouts, namespace, "same")["status"] == {"observedGeneration": "1"}

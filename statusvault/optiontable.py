@@ -1,0 +1,142 @@
+"""Which options each command takes, and which pairs of them conflict: the one table that the CLI, restore
+intents, the CLI reference (docs/cli.md) and the pairwise tests read.
+
+Options are named by their long flag. Every pair of a command's options not listed as a conflict must work
+together; the pairwise suite (tests/integration/test_compose.py) holds the restore to that. A conflict is
+refused with one line before anything is read or written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from statusvault.errors import ConfigError
+
+_STORAGE = (
+    "--storage", "--s3-endpoint-url", "--s3-region", "--s3-addressing-style", "--s3-ca-bundle",
+    "--s3-insecure-skip-tls-verify", "--s3-sse", "--s3-kms-key-id", "--s3-checksum", "--s3-profile",
+)  # fmt: skip
+_SELECTION = ("--namespace", "--include-resources", "--exclude-resources", "--selector", "--name",
+              "--include-cluster-resources")  # fmt: skip
+_RESTORE = (
+    *_STORAGE, *_SELECTION, "--namespace-mapping", "--status-include-resources", "--status-exclude-resources",
+    "--no-status", "--existing-resource-policy", "--dry-run", "--parallel", "--processes", "--qps", "--burst",
+    "--scale-down", "--pause", "--pause-annotation", "--pause-field", "--pause-resources", "--keep-paused",
+    "--modifiers", "--state-dir", "--encryption-key-file", "--at", "--restart", "--metrics-textfile",
+    "--metrics-pushgateway", "--output",
+)  # fmt: skip
+
+_BACKUP = (
+    *_STORAGE, *_SELECTION, "--all-namespaces", "--include-crds", "--page-size", "--list-concurrency", "--processes",
+    "--output", "--schedule", "--encryption-key-file", "--metrics-textfile", "--metrics-pushgateway",
+)  # fmt: skip
+_MOVE = (
+    "--from-kubeconfig", "--from-context", "--to-kubeconfig", "--to-context", *_STORAGE, *_SELECTION,
+    "--namespace-mapping", "--pause", "--pause-annotation", "--pause-field", "--pause-resources", "--modifiers",
+    "--backup-name", "--parallel", "--delete-source", "--yes", "--abort", "--state-dir", "--output",
+)  # fmt: skip
+_WATCH = (
+    *_STORAGE, *_SELECTION, "--all-namespaces", "--include-crds", "--base-interval", "--flush-interval",
+    "--segment-max-bytes", "--lease-namespace", "--holder", "--lease-seconds", "--page-size", "--metrics-port",
+    "--metrics-textfile", "--encryption-key-file",
+)  # fmt: skip
+
+COMMAND_OPTIONS: dict[str, frozenset[str]] = {
+    "restore": frozenset(_RESTORE),
+    "unpause": frozenset(_RESTORE),
+    "backup": frozenset(_BACKUP),
+    "move": frozenset(_MOVE),
+    "watch run": frozenset(_WATCH),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Conflict:
+    first: str
+    second: str
+    why: str
+
+    def commands(self) -> list[str]:
+        return [c for c, opts in COMMAND_OPTIONS.items() if self.first in opts and self.second in opts]
+
+
+@dataclasses.dataclass(frozen=True)
+class Needs:
+    option: str
+    any_of: tuple[str, ...]
+    why: str
+
+    def commands(self) -> list[str]:
+        return [c for c, opts in COMMAND_OPTIONS.items() if self.option in opts]
+
+
+CONFLICTS = (
+    Conflict("--no-status", "--status-include-resources", "--no-status restores no status for a filter to choose"),
+    Conflict("--no-status", "--status-exclude-resources", "--no-status restores no status for a filter to choose"),
+    Conflict("--pause-annotation", "--pause-field", "an object is created with one generic pause marker"),
+    Conflict("--all-namespaces", "--namespace", "-A takes every namespace, -n only the ones named"),
+    Conflict("--dry-run", "--restart", "--restart discards an unfinished restore's journal, a dry run changes nothing"),
+    Conflict("--abort", "--delete-source", "--abort gives the move up, --delete-source finishes it"),
+)
+
+NEEDS = (
+    Needs("--pause-resources", ("--pause-annotation", "--pause-field"), "they name what the generic marker pauses"),
+    Needs("--pause-annotation", ("--pause-resources",), "the generic marker applies to the resources named"),
+    Needs("--pause-field", ("--pause-resources",), "the generic marker applies to the resources named"),
+    Needs("--keep-paused", ("--pause", "--pause-annotation", "--pause-field"), "only what was paused stays paused"),
+    Needs("--yes", ("--delete-source",), "it confirms --delete-source"),
+)
+
+_UNSET: tuple[Any, ...] = (None, False, "", (), [], "none", 0)
+
+
+_KEYS = {"--namespace": "namespaces", "--name": "names", "--modifiers": "modifiers_file"}  # click's names
+
+
+def _key(flag: str) -> str:
+    return _KEYS.get(flag) or flag.lstrip("-").replace("-", "_")
+
+
+def _given(values: Mapping[str, Any], flag: str) -> bool:
+    """Whether the user gave the option (a value other than its 'off' default)."""
+    value = values.get(_key(flag))
+    if isinstance(value, (tuple, list)):
+        return any(v for v in value)
+    return not any(value is u or (type(value) is type(u) and value == u) for u in _UNSET)
+
+
+def check_options(command: str, values: Mapping[str, Any]) -> None:
+    """Refuse, with one line, a conflicting pair or an option given without the one it needs. `values` are the
+    command's option values by long name (dashes as underscores), as click passes them or an intent holds them."""
+    offered = COMMAND_OPTIONS[command]
+    for c in CONFLICTS:
+        if c.first in offered and c.second in offered and _given(values, c.first) and _given(values, c.second):
+            raise ConfigError(f"{c.first} and {c.second} cannot be combined: {c.why}")
+    for n in NEEDS:
+        if n.option in offered and _given(values, n.option) and not any(_given(values, o) for o in n.any_of):
+            raise ConfigError(f"{n.option} needs {' or '.join(n.any_of)}: {n.why}")
+
+
+def markdown() -> str:
+    """The tables for docs/cli.md."""
+    rows = [f"| `{c.first}` | `{c.second}` | {', '.join(c.commands())} | {c.why} |" for c in CONFLICTS]
+    needs = [f"| `{n.option}` | {' or '.join(f'`{o}`' for o in n.any_of)} | {n.why} |" for n in NEEDS]
+    return "\n".join(
+        [
+            "## Options that cannot be combined",
+            "",
+            "Refused with one line before anything is read or written; every other pair of a command's options "
+            "works together (the pairwise suite tests it).",
+            "",
+            "| option | conflicts with | commands | why |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+            "| option | needs | why |",
+            "|---|---|---|",
+            *needs,
+            "",
+        ]
+    )
