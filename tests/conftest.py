@@ -29,6 +29,15 @@ from tests.builders import unique
 from tests.faultproxy import S3_FAULTS, FaultProxy, s3_faults_on, s3_operation, self_signed
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/integration/ is marked `integration` (it needs a real server): `-m "not
+    integration"` selects the tests that need none."""
+    root = Path(__file__).parent / "integration"
+    for item in items:
+        if root in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.integration)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """A run that hangs after its last test (a thread that never ends, a lock taken twice) fails within a
     minute with every thread's stack, instead of running into CI's time limit without a word."""
