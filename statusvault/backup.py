@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from statusvault import __version__
+from statusvault import __version__, rfc3339
 from statusvault.archive import FORMAT_VERSION, ArchiveWriter, member_path
 from statusvault.crypto import Key
 from statusvault.errors import BackupExistsError, ConfigError, KubeApiError
@@ -231,8 +231,8 @@ class BackupEngine:
             "formatVersion": FORMAT_VERSION,
             "tool": {"name": "statusvault", "version": __version__},
             "name": name,
-            "createdAt": created_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "completedAt": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "createdAt": rfc3339.format_seconds(created_at),
+            "completedAt": rfc3339.format_seconds(dt.datetime.now(dt.UTC)),
             "server": {"gitVersion": version.get("gitVersion", ""), "host": self.client.transport.host},
             "selection": sel.to_dict(),
             "resources": {s.rt.qualified: s.to_dict() for s in summaries},

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from statusvault import rfc3339
 from statusvault.archive import ArchiveReader, VerifyReport, file_sha256
 from statusvault.archiveformat import MAX_HEAD_BYTES, archive_field, check_json_size, check_summary
 from statusvault.crypto import ALGORITHM, Key, decrypt_file
@@ -91,7 +92,7 @@ def list_backups(store: ObjectStore) -> list[BackupInfo]:
     out = []
     for name, entry in sorted(found.items()):
         complete = {ARCHIVE_FILE, MANIFEST_FILE} <= entry["files"]
-        info = BackupInfo(name, complete, entry["size"], entry["modified"].strftime("%Y-%m-%dT%H:%M:%SZ"))
+        info = BackupInfo(name, complete, entry["size"], rfc3339.format_seconds(entry["modified"]))
         if complete:
             with contextlib.suppress(ArchiveError):
                 _fill(info, read_manifest(store, name))
@@ -247,7 +248,7 @@ def delete(store: ObjectStore, name: str) -> list[str]:
 
 
 def _created(info: BackupInfo) -> dt.datetime:
-    return dt.datetime.strptime(info.created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    return rfc3339.parse(info.created)
 
 
 def prune(

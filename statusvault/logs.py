@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import sys
+
+from statusvault import rfc3339
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "time": rfc3339.format_micro(dt.datetime.fromtimestamp(record.created, dt.UTC)),  # UTC, zoned
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),

@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from statusvault import rfc3339
 from statusvault.errors import ConfigError
 from statusvault.restore.options import RestoreOptions, restore_options
 from statusvault.storage.base import validate_backup_name
@@ -144,7 +145,7 @@ def next_step(digest: str, status: Mapping[str, str], now: dt.datetime) -> NextS
         return NextStep(False, "invalid until the intent changes")
     attempt = int(status.get("attempts") or 0) + 1 if same else 1
     if same and phase == Phase.FAILED:
-        due = parse_time(status.get("nextAttemptAt", ""))
+        due = rfc3339.parse_or_none(status.get("nextAttemptAt"))
         if due is not None and now < due:
             return NextStep(False, f"retrying after {status['nextAttemptAt']}")
     return NextStep(True, "resuming" if same and phase == Phase.IN_PROGRESS else "new intent", attempt)
@@ -153,14 +154,3 @@ def next_step(digest: str, status: Mapping[str, str], now: dt.datetime) -> NextS
 def retry_delay(attempt: int) -> float:
     """Exponential backoff between attempts of one intent: 30 s, 60 s, 120 s, ... capped at an hour."""
     return float(min(RETRY_BASE * 2 ** max(attempt - 1, 0), RETRY_MAX))
-
-
-def format_time(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str) -> dt.datetime | None:
-    try:
-        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-    except ValueError:
-        return None

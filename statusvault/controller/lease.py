@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any
 
+from statusvault import rfc3339
 from statusvault.errors import KubeApiError
 from statusvault.kinds import LEASES
 from statusvault.kube.client import KubeClient
@@ -20,26 +21,13 @@ from statusvault.model import KubeObject
 log = logging.getLogger(__name__)
 
 
-def micro_time(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse_micro(text: str) -> dt.datetime | None:
-    for fmt in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
-        try:
-            return dt.datetime.strptime(text, fmt).replace(tzinfo=dt.UTC)
-        except ValueError:
-            continue
-    return None
-
-
 def held_by_other(lease: KubeObject | None, holder: str, now: dt.datetime) -> bool:
     """True when someone else holds the Lease and has renewed it within its duration."""
     spec: dict[str, Any] = (lease or {}).get("spec") or {}
     other = spec.get("holderIdentity")
     if not other or other == holder:
         return False
-    renewed = _parse_micro(spec.get("renewTime") or spec.get("acquireTime") or "")
+    renewed = rfc3339.parse_or_none(spec.get("renewTime") or spec.get("acquireTime") or "")
     duration = int(spec.get("leaseDurationSeconds") or 0)
     return renewed is not None and now < renewed + dt.timedelta(seconds=duration)
 
@@ -64,8 +52,8 @@ class Lease:
         spec = {
             "holderIdentity": self.holder,
             "leaseDurationSeconds": self.duration,
-            "acquireTime": micro_time(now),
-            "renewTime": micro_time(now),
+            "acquireTime": rfc3339.format_micro(now),
+            "renewTime": rfc3339.format_micro(now),
             "leaseTransitions": int(((live or {}).get("spec") or {}).get("leaseTransitions") or 0) + (live is not None),
         }
         try:
@@ -109,7 +97,7 @@ class Lease:
             live = self.client.get(LEASES, self.namespace, self.name)
             if live is None or (live.get("spec") or {}).get("holderIdentity") != self.holder:
                 return False
-            live["spec"]["renewTime"] = micro_time(dt.datetime.now(dt.UTC))
+            live["spec"]["renewTime"] = rfc3339.format_micro(dt.datetime.now(dt.UTC))
             try:
                 self.client.replace(LEASES, self.namespace, self.name, live)
                 return True

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from statusvault import rfc3339
 from statusvault.controller.intent import (
     INTENT_LABEL,
     STATUS_LABEL,
@@ -25,7 +26,6 @@ from statusvault.controller.intent import (
     NextStep,
     Phase,
     digest_of,
-    format_time,
     next_step,
     parse_intent,
     retry_delay,
@@ -185,7 +185,7 @@ class Controller:
             "digest": intent.digest,
             "backup": intent.backup,
             "attempts": str(step.attempt),
-            "startedAt": format_time(started),
+            "startedAt": rfc3339.format_seconds(started),
             "holder": self.config.holder,
             "message": f"restoring {intent.backup} ({step.reason}, attempt {step.attempt})",
         }
@@ -223,7 +223,7 @@ class Controller:
                 report.close()
         self.breaker.record(ok or not run_wide, time.monotonic())
         done = dt.datetime.now(dt.UTC)
-        outcome = {"completedAt": format_time(done), "message": message}
+        outcome = {"completedAt": rfc3339.format_seconds(done), "message": message}
         if report is not None:
             outcome.update(
                 objects=str(report.total),
@@ -243,9 +243,9 @@ class Controller:
             if interrupted:  # the pod is stopping: the next pass (here or on another replica) resumes at once
                 self.stop.set()
             due = done if interrupted else done + dt.timedelta(seconds=retry_delay(step.attempt))
-            outcome.update(phase=Phase.FAILED, nextAttemptAt=format_time(due))
+            outcome.update(phase=Phase.FAILED, nextAttemptAt=rfc3339.format_seconds(due))
             self._write_status(cm, status_cm, outcome)
-            self._event(cm, "Warning", "RestoreFailed", f"{message}; next attempt at {format_time(due)}")
+            self._event(cm, "Warning", "RestoreFailed", f"{message}; next attempt at {rfc3339.format_seconds(due)}")
         return True
 
     def _workers(self, intent: Intent) -> WorkerSpec:
@@ -309,8 +309,8 @@ class Controller:
             "type": kind,
             "reason": reason,
             "message": message[:1024],
-            "firstTimestamp": format_time(now),
-            "lastTimestamp": format_time(now),
+            "firstTimestamp": rfc3339.format_seconds(now),
+            "lastTimestamp": rfc3339.format_seconds(now),
             "count": 1,
             "source": {"component": COMPONENT},
             "reportingComponent": COMPONENT,

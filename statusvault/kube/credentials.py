@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import base64
 import dataclasses
-import datetime as dt
 import json
 import math
 import os
@@ -24,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from statusvault import rfc3339
 from statusvault.errors import ConfigError
 
 _temp_files: set[str] = set()
@@ -229,7 +229,7 @@ def refresh_time(expiry: str | None, now: float) -> float:
     if not expiry:
         return math.inf
     try:
-        at = dt.datetime.fromisoformat(str(expiry).replace("Z", "+00:00")).timestamp()
+        at = rfc3339.parse(str(expiry)).timestamp()
     except ValueError as e:
         raise ConfigError(f"exec plugin returned an unreadable expirationTimestamp {expiry!r}") from e
     return at - min(30.0, max(0.0, (at - now) / 2))

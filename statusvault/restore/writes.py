@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+from statusvault import rfc3339
 from statusvault.errors import KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH
@@ -28,11 +28,8 @@ def _bare(body: KubeObject) -> bool:
 
 
 def _created_at(meta: dict[str, Any]) -> float:
-    try:
-        created = dt.datetime.strptime(str(meta.get("creationTimestamp", "")), "%Y-%m-%dT%H:%M:%SZ")
-    except ValueError:
-        return 0.0
-    return created.replace(tzinfo=dt.UTC).timestamp()
+    created = rfc3339.parse_or_none(str(meta.get("creationTimestamp") or ""))
+    return created.timestamp() if created is not None else 0.0
 
 
 def written_by(meta: dict[str, Any], manager: str) -> bool:

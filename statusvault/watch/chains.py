@@ -8,6 +8,7 @@ import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
+from statusvault import rfc3339
 from statusvault.catalog import read_manifest
 from statusvault.crypto import Key
 from statusvault.errors import ArchiveError, BackupNotFoundError
@@ -48,8 +49,8 @@ class Chain:
     def to_dict(self) -> dict[str, Any]:
         return {
             "base": self.base,
-            "from": self.start.isoformat().replace("+00:00", "Z"),
-            "until": self.until.isoformat().replace("+00:00", "Z"),
+            "from": rfc3339.format_micro(self.start),
+            "until": rfc3339.format_micro(self.until),
             "segments": self.segments,
             "segmentBytes": self.stored_bytes,
         }

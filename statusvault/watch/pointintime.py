@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from statusvault import rfc3339
 from statusvault.archive import ArchiveWriter, member_path, parse_member_path
 from statusvault.catalog import read_manifest
 from statusvault.crypto import Key
@@ -35,12 +36,13 @@ def parse_at(text: str) -> dt.datetime | None:
     if text.strip().lower() == "latest":
         return None
     try:
-        t = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+        rfc3339.parse(text, naive_as_utc=True)
     except ValueError:
         raise ConfigError(f"invalid --at {text!r}: use an RFC 3339 time (2026-11-22T10:15:00Z) or latest") from None
-    if t.tzinfo is None:
-        raise ConfigError(f"--at {text!r} has no time zone: add Z (UTC) or an offset")
-    return t.astimezone(dt.UTC)
+    try:
+        return rfc3339.parse(text, naive_as_utc=False)
+    except ValueError:
+        raise ConfigError(f"--at {text!r} has no time zone: add Z (UTC) or an offset") from None
 
 
 def point_name(watch: str, at: dt.datetime) -> str:
@@ -123,7 +125,7 @@ def _write_backup(
             for namespace, obj_name, data in cursor:
                 writer.add(member_path(ObjectKey(qualified, namespace, obj_name)), data)
                 _count(entry, orjson.loads(data), qualified.startswith("customresourcedefinitions."))
-        when = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+        when = rfc3339.format_seconds(moment)
         manifest.update(name=name, createdAt=when, completedAt=when, resources=resources)
         manifest["totals"] = {
             "objects": sum(r["count"] for r in resources.values()),

@@ -14,6 +14,7 @@ from typing import IO, Any
 
 import orjson
 
+from statusvault import rfc3339
 from statusvault.archive import file_sha256
 from statusvault.crypto import ALGORITHM, EncryptingWriter, Key, decrypt_file
 from statusvault.errors import ArchiveError, ConfigError
@@ -29,15 +30,14 @@ OPS = ("put", "delete")
 
 def stamp(t: dt.datetime) -> str:
     """UTC, microseconds: the format's one time syntax."""
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339.format_micro(t)
 
 
 def parse_time(text: str) -> dt.datetime:
     try:
-        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return rfc3339.parse(text)
     except ValueError:
         raise ArchiveError(f"invalid time {text[:40]!r} in a watch record") from None
-    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 def record(op: str, resource: str, rv: str, seen: dt.datetime, obj: bytes) -> bytes:

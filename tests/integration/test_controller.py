@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from statusvault.controller.lease import micro_time
 from statusvault.kinds import CONFIGMAPS, EVENTS, LEASES
+from statusvault.rfc3339 import format_micro
 from statusvault.testing.fixtures import ensure_namespace
 from tests.builders import cr, kc_status, unique
 from tests.integration.crs.test_restore import KC, delete_namespace
@@ -111,7 +111,7 @@ def test_a_failed_restore_backs_off_until_the_intent_changes(run, kube, crds, ma
 
 def test_an_intent_whose_lease_another_replica_holds_is_left_alone(run, kube, ctl_ns):
     intent(kube, ctl_ns, "restore-c", backup="nightly")
-    now = micro_time(dt.datetime.now(dt.UTC))
+    now = format_micro(dt.datetime.now(dt.UTC))
     spec = {"holderIdentity": "other-pod", "leaseDurationSeconds": 60, "acquireTime": now, "renewTime": now}
     lease = {
         "apiVersion": "coordination.k8s.io/v1",

@@ -6,10 +6,11 @@ import datetime as dt
 
 import pytest
 
-from statusvault.controller.intent import Phase, digest_of, format_time, next_step, parse_intent, retry_delay
-from statusvault.controller.lease import held_by_other, micro_time
+from statusvault.controller.intent import Phase, digest_of, next_step, parse_intent, retry_delay
+from statusvault.controller.lease import held_by_other
 from statusvault.controller.loop import Breaker
 from statusvault.errors import ConfigError
+from statusvault.rfc3339 import format_micro, format_seconds
 
 NOW = dt.datetime(2026, 11, 22, 6, 0, tzinfo=dt.UTC)
 
@@ -80,10 +81,10 @@ def test_decisions():
     assert not next_step(d, {"appliedDigest": d, "phase": Phase.COMPLETE}, NOW).act
     newer = next_step("new", {"appliedDigest": d, "digest": d, "attempts": "3"}, NOW)
     assert newer.act and newer.attempt == 1, "a changed intent starts over"
-    later = format_time(NOW + dt.timedelta(seconds=30))
+    later = format_seconds(NOW + dt.timedelta(seconds=30))
     waiting = next_step(d, {"digest": d, "phase": Phase.FAILED, "attempts": "2", "nextAttemptAt": later}, NOW)
     assert not waiting.act and "retrying after" in waiting.reason
-    due = next_step(d, {"digest": d, "phase": Phase.FAILED, "attempts": "2", "nextAttemptAt": format_time(NOW)}, NOW)
+    due = next_step(d, {"digest": d, "phase": Phase.FAILED, "attempts": "2", "nextAttemptAt": format_seconds(NOW)}, NOW)
     assert due.act and due.attempt == 3
     crashed = next_step(d, {"digest": d, "phase": Phase.IN_PROGRESS, "attempts": "1"}, NOW)
     assert crashed.act and crashed.reason == "resuming" and crashed.attempt == 2
@@ -97,7 +98,9 @@ def test_retries_back_off_exponentially_up_to_an_hour():
 
 def test_a_lease_is_held_by_another_only_while_renewed():
     def lease(holder, renewed, duration=60):
-        return {"spec": {"holderIdentity": holder, "renewTime": micro_time(renewed), "leaseDurationSeconds": duration}}
+        return {
+            "spec": {"holderIdentity": holder, "renewTime": format_micro(renewed), "leaseDurationSeconds": duration}
+        }
 
     assert held_by_other(lease("other", NOW - dt.timedelta(seconds=10)), "me", NOW)
     assert not held_by_other(lease("other", NOW - dt.timedelta(seconds=61)), "me", NOW), "expired"
