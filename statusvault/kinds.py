@@ -17,6 +17,7 @@ CRDS = ResourceType(
     namespaced=False,
     has_status=True,
     verbs=("create", "get", "list"),
+    short_names=("crd", "crds"),
     singular="customresourcedefinition",
 )
 CRD_QUALIFIED = CRDS.qualified

@@ -7,7 +7,8 @@ import shlex
 from typing import Any
 
 from statusvault.errors import ConfigError
-from statusvault.model import CRD_GROUP, CRD_RESOURCE, KubeObject, ResourceType, Selection
+from statusvault.kinds import CRDS
+from statusvault.model import KubeObject, ResourceType, Selection
 from statusvault.storage.base import S3Options
 
 LABELS = {"app.kubernetes.io/name": "statusvault", "app.kubernetes.io/component": "scheduled-backup"}
@@ -66,7 +67,7 @@ def offline_types(sel: Selection) -> list[ResourceType]:
             raise ConfigError(f"without a cluster, name resources as resource.group (got {name!r})")
         out.append(ResourceType(group, "", resource, "", namespaced=bool(sel.namespaces)))
     if sel.include_crds:
-        out.insert(0, ResourceType(CRD_GROUP, "v1", CRD_RESOURCE, "CustomResourceDefinition", namespaced=False))
+        out.insert(0, CRDS)
     return out
 
 
@@ -174,7 +175,7 @@ def backup_args(spec: ScheduleSpec, types: list[ResourceType]) -> list[str]:
     args = ["backup", "--schedule", spec.name, *storage_args(spec.storage, spec.s3)]
     for ns in sel.namespaces:
         args += ["-n", ns]
-    names = [rt.qualified for rt in types if not (rt.group == CRD_GROUP and rt.resource == CRD_RESOURCE)]
+    names = [rt.qualified for rt in types if not rt.is_crd]
     if names:
         args += ["--include-resources", ",".join(names)]
     if sel.label_selector:
