@@ -236,9 +236,9 @@ def _generation_notes(status: Any, generation: Any) -> list[str]:
 
 
 def _as_int(value: Any) -> Any:
-    """An integer-like value (5, "5", " 5 ") as an int; anything else as it is."""
+    """An integer-like value (5, "5", " 5 ") as an int; anything else as it is (a bool as text: true is not 1)."""
     if isinstance(value, bool):
-        return value
+        return str(value)
     if isinstance(value, str):
         try:
             return int(value.strip())

@@ -58,3 +58,24 @@ def test_kept_and_left_out_are_counted_apart_and_succeed():
     assert report.succeeded and report.lacking == 0
     assert (report.count_status(StatusOutcome.KEPT), report.count_status(StatusOutcome.LEFT_OUT)) == (1, 1)
     report.close()
+
+
+@pytest.mark.parametrize(
+    "status, generation, noted",
+    [
+        ({"observedGeneration": 1}, 1, False),
+        ({"observedGeneration": "1"}, 1, False),  # Argo Rollouts keeps it as a string
+        ({"observedGeneration": " 1 "}, 1, False),
+        ({"observedGeneration": "5"}, 1, True),
+        ({"observedGeneration": 5}, 1, True),
+        ({"observedGeneration": "abc"}, 1, True),
+        ({"observedGeneration": True}, 1, True),
+        ({"phase": "Ready"}, 1, False),
+        ("not a dict", 1, False),
+        ({"observedGeneration": 1}, None, False),
+    ],
+)
+def test_observed_generation_is_compared_by_value_not_by_type(status, generation, noted):
+    from statusvault.restore.objects import _generation_notes
+
+    assert bool(_generation_notes(status, generation)) is noted
