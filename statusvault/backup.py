@@ -18,7 +18,7 @@ from statusvault.archive import FORMAT_VERSION, ArchiveWriter, member_path
 from statusvault.crypto import Key
 from statusvault.errors import BackupExistsError, ConfigError, KubeApiError
 from statusvault.kinds import NAMESPACES
-from statusvault.kube.client import KubeClient
+from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import Request
 from statusvault.listers import ListerPool, ListerSpec
@@ -95,7 +95,7 @@ def prepare_object(obj: KubeObject) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
 
 
-def _check_namespaces(client: KubeClient, discovery: Discovery, namespaces: tuple[str, ...]) -> None:
+def _check_namespaces(client: KubeApi, discovery: Discovery, namespaces: tuple[str, ...]) -> None:
     if discovery.by_qualified(NAMESPACES.qualified) is None:
         return  # a server without the core API (a bare CRD server) has no Namespace objects: any name is valid
     for ns in namespaces:
@@ -113,7 +113,7 @@ STALE_WRITE_AFTER = 6 * 3600.0  # a write older than this is no backup in progre
 class BackupEngine:
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeApi,
         discovery: Discovery,
         store: ObjectStore,
         progress: Progress | None = None,
@@ -233,7 +233,7 @@ class BackupEngine:
             "name": name,
             "createdAt": rfc3339.format_seconds(created_at),
             "completedAt": rfc3339.format_seconds(dt.datetime.now(dt.UTC)),
-            "server": {"gitVersion": version.get("gitVersion", ""), "host": self.client.transport.host},
+            "server": {"gitVersion": version.get("gitVersion", ""), "host": self.client.server},
             "selection": sel.to_dict(),
             "resources": {s.rt.qualified: s.to_dict() for s in summaries},
             "totals": {
@@ -263,7 +263,7 @@ class _Stream:
         return self.rt.qualified + (f" in namespace {self.namespace}" if self.namespace else "")
 
 
-def stream_pages(client: KubeClient, stream: _Stream, page_size: int) -> Iterator[list[Record]]:
+def stream_pages(client: KubeApi, stream: _Stream, page_size: int) -> Iterator[list[Record]]:
     """One LIST stream, page by page, each object filtered and in its archived form (run in a worker process
     too: module-level, its arguments picklable)."""
     rt, sel = stream.rt, stream.selection
@@ -282,7 +282,7 @@ def stream_pages(client: KubeClient, stream: _Stream, page_size: int) -> Iterato
         yield records
 
 
-def split_by_namespace(client: KubeClient, rt: ResourceType, selector: str) -> list[str | None]:
+def split_by_namespace(client: KubeApi, rt: ResourceType, selector: str) -> list[str | None]:
     """Namespaces to LIST a type in, in etcd's key order (`ns/name`: "a-b/" before "a/"), when the type is
     large and its objects are spread over namespaces; else [None] (one cluster-wide LIST)."""
     params: list[tuple[str, str]] = [("limit", "1")] + ([("labelSelector", selector)] if selector else [])

@@ -20,7 +20,6 @@ from statusvault import catalog
 from statusvault.backup import BackupEngine
 from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
-from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import JSON_PATCH, Request
 from statusvault.model import KubeObject, ResourceType, Selection, display
@@ -40,7 +39,7 @@ Patch = list[dict[str, Any]]
 
 @dataclasses.dataclass
 class Cluster:
-    client: KubeClient
+    client: KubeApi
     discover: Callable[[bool], Discovery]  # refresh=True re-reads (after CRDs are restored)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from statusvault import rfc3339
 from statusvault.errors import KubeApiError
 from statusvault.kinds import LEASES
-from statusvault.kube.client import KubeClient
+from statusvault.kube.api import KubeApi
 from statusvault.model import KubeObject
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def held_by_other(lease: KubeObject | None, holder: str, now: dt.datetime) -> bo
 
 
 class Lease:
-    def __init__(self, client: KubeClient, namespace: str, name: str, holder: str, duration: int = 60):
+    def __init__(self, client: KubeApi, namespace: str, name: str, holder: str, duration: int = 60):
         self.client = client
         self.namespace = namespace
         self.name = name

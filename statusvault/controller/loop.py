@@ -34,7 +34,7 @@ from statusvault.controller.lease import Lease
 from statusvault.crypto import Key
 from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
 from statusvault.kinds import CONFIGMAPS, EVENTS
-from statusvault.kube.client import KubeClient
+from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject
 from statusvault.restore.modifiers import Modifiers, load_modifiers
@@ -86,7 +86,7 @@ class ControllerConfig:
 class Controller:
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeApi,
         discover: Callable[[bool], Discovery],
         store: Callable[[str | None], ObjectStore],
         config: ControllerConfig,

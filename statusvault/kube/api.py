@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from statusvault.kube.transport import Request
+from statusvault.kube.watch import WatchEvent
 from statusvault.model import KubeObject, ResourceType
 
 
@@ -17,6 +19,19 @@ class KubeApi(Protocol):
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> KubeObject | None: ...
 
     def get_path(self, path: str) -> Any: ...
+
+    def request_json(self, req: Request) -> Any:
+        """Any request, its JSON answer: what the typed verbs do not cover (a one-item LIST's count, a DELETE
+        with preconditions)."""
+        ...
+
+    def server_version(self) -> dict[str, Any]: ...
+
+    def watch(
+        self, rt: ResourceType, namespace: str | None, selector: str, rv: str, timeout: int = 300
+    ) -> Iterator[WatchEvent]:
+        """Events after `rv` until the server ends the WATCH; KubeApiError(410) when `rv` is too old."""
+        ...
 
     def create(
         self, rt: ResourceType, namespace: str | None, body: KubeObject, dry_run: bool = False, manager: str = ...

@@ -10,6 +10,7 @@ import orjson
 
 from statusvault.errors import KubeApiError
 from statusvault.kube.transport import JSON, METADATA_LIST, KubeTransport, Request
+from statusvault.kube.watch import WatchEvent, watch_events
 from statusvault.model import KubeObject, ResourceType
 
 FIELD_MANAGER = "statusvault"
@@ -46,6 +47,11 @@ class KubeClient:
     def server_version(self) -> dict[str, Any]:
         version: dict[str, Any] = self.get_path("/version")
         return version
+
+    def watch(
+        self, rt: ResourceType, namespace: str | None, selector: str, rv: str, timeout: int = 300
+    ) -> Iterator[WatchEvent]:
+        return watch_events(self.transport, rt, namespace, selector, rv, timeout)
 
     def list_pages(
         self,

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import urllib3
 
 from statusvault.errors import KubeApiError, KubeConnectionError
-from statusvault.kube.client import KubeClient
-from statusvault.kube.transport import Request
+from statusvault.kube.transport import KubeTransport, Request
 from statusvault.model import KubeObject, ResourceType
+
+if TYPE_CHECKING:
+    from statusvault.kube.api import KubeApi
 
 MAX_LINE = 32 << 20  # one event line: an object (etcd stores at most 1.5 MiB) plus framing
 
@@ -36,7 +38,7 @@ def watch_request(rt: ResourceType, namespace: str | None, selector: str, rv: st
     return Request("GET", rt.path(namespace), tuple(params))
 
 
-def collection_version(client: KubeClient, rt: ResourceType, namespace: str | None, selector: str) -> str:
+def collection_version(client: KubeApi, rt: ResourceType, namespace: str | None, selector: str) -> str:
     """The collection's current resourceVersion (a one-item LIST): a WATCH from it misses nothing after."""
     params: list[tuple[str, str]] = [("limit", "1")]
     if selector:
@@ -45,12 +47,13 @@ def collection_version(client: KubeClient, rt: ResourceType, namespace: str | No
     return str((page.get("metadata") or {}).get("resourceVersion") or "")
 
 
-def watch(
-    client: KubeClient, rt: ResourceType, namespace: str | None, selector: str, rv: str, timeout: int = 300
+def watch_events(
+    transport: KubeTransport, rt: ResourceType, namespace: str | None, selector: str, rv: str, timeout: int = 300
 ) -> Iterator[WatchEvent]:
-    """Events after `rv` until the server ends the WATCH; raises KubeApiError(410) when `rv` is too old."""
+    """Events after `rv` until the server ends the WATCH; raises KubeApiError(410) when `rv` is too old (what
+    KubeClient.watch serves)."""
     req = watch_request(rt, namespace, selector, rv, timeout)
-    resp = client.transport.open_stream(req, read_timeout=timeout + 30.0)
+    resp = transport.open_stream(req, read_timeout=timeout + 30.0)
     try:
         for line in _lines(resp):
             event = orjson.loads(line)

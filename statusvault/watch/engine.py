@@ -19,7 +19,7 @@ from statusvault.backup import BackupEngine
 from statusvault.controller.lease import Lease
 from statusvault.crypto import Key
 from statusvault.errors import ArchiveError
-from statusvault.kube.client import KubeClient
+from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
 from statusvault.selection import select_resources
@@ -63,7 +63,7 @@ def base_name(watch: str, now: dt.datetime) -> str:
 class WatchEngine:
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeApi,
         discover: Callable[[], Discovery],
         store: ObjectStore,
         config: WatchConfig,

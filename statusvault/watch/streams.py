@@ -11,8 +11,8 @@ from typing import Any
 
 from statusvault.backup import prepare_object
 from statusvault.errors import KubeApiError, StatusVaultError
-from statusvault.kube.client import KubeClient
-from statusvault.kube.watch import collection_version, watch
+from statusvault.kube.api import KubeApi
+from statusvault.kube.watch import collection_version
 from statusvault.model import ResourceType, Selection, name_matches
 from statusvault.throttle import Backoff
 
@@ -82,7 +82,7 @@ Item = Change | Position | Gone
 
 
 class StreamSet:
-    def __init__(self, client: KubeClient, streams: list[Stream], out: queue.Queue[Item], timeout: int = 300):
+    def __init__(self, client: KubeApi, streams: list[Stream], out: queue.Queue[Item], timeout: int = 300):
         self.client = client
         self.streams = streams
         self.out = out
@@ -108,7 +108,7 @@ class StreamSet:
                     log.warning("%s: resourceVersion too old (410 Gone): re-listed, now at %s", s.key, rv)
                     self.out.put(Gone(s.key, rv))
                     gone = False
-                for ev in watch(self.client, s.rt, s.namespace, s.selector, rv, self.timeout):
+                for ev in self.client.watch(s.rt, s.namespace, s.selector, rv, self.timeout):
                     attempt = 0
                     rv = ev.resource_version or rv
                     if ev.type == "BOOKMARK":
