@@ -1,24 +1,31 @@
-"""A lean HTTP/1.1 client for the API server: keep-alive connections over TLS, a thread-safe pool of them.
+"""The one HTTP/1.1 client for the API server: keep-alive connections over TLS, a thread-safe pool of them,
+WATCH streams read line by line, and HTTP proxies (CONNECT tunnels).
 
 The restore's client CPU per object is mostly HTTP machinery: urllib3 and http.client build header objects,
 parse URLs and run the email parser over every response's headers. This client writes each request as one
 buffer and reads the status line and headers with C-level readline calls, so a request costs a fraction of
-that. It speaks only what the API server needs (Content-Length and chunked bodies, no compression, no
-proxies: the transport uses urllib3 when a proxy is configured)."""
+that. It speaks only what the API server needs: Content-Length and chunked bodies, no compression, and
+proxies as kubectl does (an `http://` proxy, tunnelled with CONNECT, from the kubeconfig's `proxy-url` or
+from `HTTPS_PROXY`/`NO_PROXY`)."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
+import ipaddress
+import os
 import re
 import socket
 import ssl
 import threading
+from collections.abc import Iterator, Mapping
 from typing import IO
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 MAX_LINE = 65536  # a status or header line longer than this is not an API server's answer
 MAX_HEADERS = 200
+MAX_STREAM_LINE = 32 << 20  # one WATCH event: an object (etcd stores at most 1.5 MiB) plus framing
 _FIELD = re.compile(rb"^([^:\r\n]+):[ \t]*([^\r\n]*?)[ \t]*\r?$", re.MULTILINE)  # one header line: name, value
 _FRAMING = re.compile(rb"^(content-length|transfer-encoding|connection):[ \t]*([^\r\n]*?)[ \t]*\r?$", re.M | re.I)
 
@@ -39,12 +46,116 @@ class Response:
         return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in _FIELD.findall(self.head)}
 
 
-class Connection:
-    """One keep-alive connection. Not thread-safe: the pool hands it to one thread at a time."""
+@dataclasses.dataclass(frozen=True)
+class Proxy:
+    """An HTTP proxy that tunnels with CONNECT."""
 
-    def __init__(self, host: str, port: int, context: ssl.SSLContext | None, sni: str | None, timeout: float):
-        raw = socket.create_connection((host, port), timeout=10.0)
+    host: str
+    port: int
+    authorization: str = ""  # the Proxy-Authorization value, from user:password in its URL
+
+    @classmethod
+    def parse(cls, url: str) -> Proxy:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"proxy {url!r}: only http:// proxies are supported (they tunnel TLS with CONNECT)")
+        auth = ""
+        if parts.username:
+            pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+            auth = "Basic " + base64.b64encode(pair.encode()).decode()
+        return cls(parts.hostname, parts.port or 80, auth)
+
+
+def proxy_for(url: str, explicit: str | None = None, env: Mapping[str, str] | None = None) -> Proxy | None:
+    """The proxy for the API server at `url`, as kubectl picks it: the kubeconfig's proxy-url when given; else
+    HTTPS_PROXY (HTTP_PROXY for an http:// server) unless NO_PROXY names the host, and never for localhost or a
+    loopback address."""
+    if explicit:
+        return Proxy.parse(explicit)
+    env = os.environ if env is None else env
+    parts = urlsplit(url)
+    name = "https_proxy" if parts.scheme == "https" else "http_proxy"
+    chosen = env.get(name.upper()) or env.get(name)
+    host = parts.hostname or ""
+    if not chosen or _loopback(host) or _bypassed(host, parts.port, env.get("NO_PROXY") or env.get("no_proxy") or ""):
+        return None
+    return Proxy.parse(chosen)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
+    """NO_PROXY as Go reads it: `*`, host names (a leading dot or not: the domain and its subdomains), IP
+    addresses, CIDR ranges, each optionally with a port."""
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        name, _, entry_port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
+        if entry_port and port is not None and entry_port != str(port):
+            continue
+        try:
+            if ipaddress.ip_address(host) in ipaddress.ip_network(name, strict=False):
+                return True
+            continue
+        except ValueError:
+            pass
+        domain = name.lstrip(".")
+        if host == domain or host.endswith("." + domain):
+            return True
+    return False
+
+
+@dataclasses.dataclass
+class Stream:
+    """An answer read as it comes: its status, header lines, and body lines (a WATCH's events)."""
+
+    status: int
+    head: bytes
+    lines: Iterator[bytes]
+    conn: Connection
+
+    @functools.cached_property
+    def headers(self) -> dict[str, str]:
+        return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in _FIELD.findall(self.head)}
+
+    def read(self) -> bytes:
+        """The whole (error) body."""
+        return b"\n".join(self.lines)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class Connection:
+    """One keep-alive connection, through a proxy's tunnel when given. Not thread-safe: the pool hands it to one
+    thread at a time."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        context: ssl.SSLContext | None,
+        sni: str | None,
+        timeout: float,
+        proxy: Proxy | None = None,
+    ):
+        raw = socket.create_connection((proxy.host, proxy.port) if proxy else (host, port), timeout=10.0)
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if proxy is not None:
+            try:
+                _tunnel(raw, host, port, proxy)
+            except BaseException:
+                raw.close()
+                raise
         self.sock: socket.socket = context.wrap_socket(raw, server_hostname=sni or host) if context else raw
         self.sock.settimeout(timeout)
         self.reader: IO[bytes] = self.sock.makefile("rb")
@@ -87,6 +198,54 @@ class Connection:
                 return b"".join(lines)
         raise ProtocolError("too many header lines")
 
+    def stream(self, head: bytes) -> tuple[int, bytes, Iterator[bytes]]:
+        """Send a request whose answer is read as it comes (a WATCH): the status, the header lines, and the body's
+        non-empty lines. The connection is not reused afterwards."""
+        self.reusable = False
+        self.sock.sendall(head)
+        block = self._head_block()
+        status_line, _, rest = block.partition(b"\n")
+        parts = status_line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise ProtocolError(f"not an HTTP answer: {status_line[:80]!r}")
+        framing = {name.lower(): value.lower() for name, value in _FRAMING.findall(rest)}
+        return int(parts[1]), rest, self._lines(framing)
+
+    def _lines(self, framing: dict[bytes, bytes]) -> Iterator[bytes]:
+        """The body's lines (without their ends, blank ones skipped), chunk by chunk as the server sends them."""
+        buf = b""
+        for chunk in self._chunks(framing):
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if line.strip():
+                    yield line
+            if len(buf) > MAX_STREAM_LINE:
+                raise ProtocolError("a streamed line is larger than 32 MiB")
+        if buf.strip():
+            yield buf
+
+    def _chunks(self, framing: dict[bytes, bytes]) -> Iterator[bytes]:
+        if framing.get(b"transfer-encoding") == b"chunked":
+            while True:
+                size_line = self.reader.readline(MAX_LINE)
+                if not size_line:
+                    raise ProtocolError("the connection closed in the middle of a chunked answer")
+                try:
+                    size = int(size_line.split(b";", 1)[0], 16)
+                except ValueError:
+                    raise ProtocolError(f"bad chunk size {size_line[:40]!r}") from None
+                if size == 0:
+                    return
+                yield self._exactly(size)
+                self.reader.readline(MAX_LINE)  # the CRLF after the chunk
+        length = framing.get(b"content-length")
+        if length is not None:
+            yield self._exactly(int(length)) if length.isdigit() else b""
+            return
+        while chunk := self.reader.read1(64 * 1024):  # type: ignore[attr-defined]  # a BufferedReader
+            yield chunk
+
     def _body(self, framing: dict[bytes, bytes]) -> bytes:
         if framing.get(b"transfer-encoding") == b"chunked":
             return self._chunked()
@@ -128,6 +287,36 @@ class Connection:
             pass
 
 
+def _tunnel(sock: socket.socket, host: str, port: int, proxy: Proxy) -> None:
+    """Ask the proxy for a tunnel to host:port (CONNECT); raise ProtocolError unless it grants one."""
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    lines = [f"CONNECT {target} HTTP/1.1", f"Host: {target}"]
+    if proxy.authorization:
+        lines.append(f"Proxy-Authorization: {proxy.authorization}")
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+    status = _readline(sock)  # byte by byte: the tunnel's first TLS bytes must stay in the socket
+    parts = status.split(None, 2)
+    while _readline(sock) not in (b"\r\n", b"\n"):
+        pass
+    if len(parts) < 2 or parts[1] != b"200":
+        raise ProtocolError(
+            f"the proxy {proxy.host}:{proxy.port} refused a tunnel to {target}: {status.strip()[:80]!r}"
+        )
+
+
+def _readline(sock: socket.socket) -> bytes:
+    """A line of the proxy's answer (a few short lines), bounded."""
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = sock.recv(1)
+        if not byte:
+            raise ProtocolError("the proxy closed the connection while answering CONNECT")
+        line += byte
+        if len(line) > MAX_LINE:
+            raise ProtocolError("the proxy's answer to CONNECT has an overlong line")
+    return line
+
+
 class HttpPool:
     """Idle connections to one server, reused most-recent first; a connection that failed is never reused."""
 
@@ -141,8 +330,10 @@ class HttpPool:
         server_hostname: str | None = None,
         timeout: float = 60.0,
         maxsize: int = 16,
+        proxy: Proxy | None = None,
     ):
         parts = urlsplit(url)
+        self.proxy = proxy
         self.host = parts.hostname or "localhost"
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.host_header = parts.netloc.encode("idna") if parts.netloc else self.host.encode()
@@ -166,6 +357,19 @@ class HttpPool:
         self._give_back(conn)
         return resp
 
+    def stream(self, method: str, target: str, headers: dict[str, str], read_timeout: float) -> Stream:
+        """A request on a connection of its own whose answer is read as it comes (close the Stream when done)."""
+        conn = self._connect(read_timeout)
+        try:
+            status, head, lines = conn.stream(self._head(method, target, headers, None))
+        except BaseException:
+            conn.close()
+            raise
+        return Stream(status, head, lines, conn)
+
+    def _connect(self, timeout: float) -> Connection:
+        return Connection(self.host, self.port, self.context, self.sni, timeout, self.proxy)
+
     def _head(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> bytes:
         lines = [f"{method} {self.base_path}{target} HTTP/1.1", f"Host: {self.host_header.decode()}"]
         lines += [f"{k}: {v}" for k, v in headers.items()]
@@ -177,7 +381,7 @@ class HttpPool:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        return Connection(self.host, self.port, self.context, self.sni, self.timeout)
+        return self._connect(self.timeout)
 
     def _give_back(self, conn: Connection) -> None:
         if conn.reusable:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import logging
@@ -11,11 +12,10 @@ from typing import Any
 from urllib.parse import urlencode
 
 import orjson
-import urllib3
 
-from statusvault.errors import KubeApiError, KubeConnectionError
+from statusvault.errors import ConfigError, KubeApiError, KubeConnectionError
 from statusvault.kube.credentials import Credential, CredentialSource
-from statusvault.kube.http import HttpPool, Response
+from statusvault.kube.http import HttpPool, Response, Stream, proxy_for
 from statusvault.kube.kubeconfig import ClientConfig, load
 from statusvault.throttle import Backoff, RateLimiter, TokenBucket
 
@@ -79,47 +79,32 @@ class KubeTransport:
         self.host = config.host
         self.bucket: RateLimiter = bucket if bucket is not None else TokenBucket(qps, burst)
         self.backoff = backoff or Backoff()
-        self.timeout = urllib3.Timeout(connect=10.0, read=timeout)
         self.read_timeout = timeout
         self.stats = TransportStats()
         self._stats_lock = threading.Lock()
         self._pool_size = max(1, pool_size)
         self._pool_lock = threading.Lock()
         self._certs = (config.cert_file, config.key_file)
-        self._streams: tuple[tuple[str | None, str | None], urllib3.PoolManager] | None = None
+        try:
+            self.proxy = proxy_for(config.host, config.proxy)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         self.pool = self._new_pool(self._certs)
 
-    def _new_pool(self, certs: tuple[str | None, str | None]) -> HttpPool | urllib3.PoolManager:
+    def _new_pool(self, certs: tuple[str | None, str | None]) -> HttpPool:
         config = self.config
-        if not config.proxy:  # the lean client; urllib3 speaks to proxies
-            return HttpPool(
-                config.host,
-                verify=config.verify,
-                ca_file=config.ca_file,
-                cert=certs,
-                server_hostname=config.server_hostname,
-                timeout=self.read_timeout,
-                maxsize=self._pool_size,
-            )
-        return self._urllib3_pool(certs)
+        return HttpPool(
+            config.host,
+            verify=config.verify,
+            ca_file=config.ca_file,
+            cert=certs,
+            server_hostname=config.server_hostname,
+            timeout=self.read_timeout,
+            maxsize=self._pool_size,
+            proxy=self.proxy,
+        )
 
-    def _urllib3_pool(self, certs: tuple[str | None, str | None]) -> urllib3.PoolManager:
-        config = self.config
-        pool_args: dict[str, Any] = {"num_pools": 4, "maxsize": self._pool_size, "block": False}
-        if config.verify:
-            pool_args.update(cert_reqs="CERT_REQUIRED", ca_certs=config.ca_file)
-        else:
-            pool_args["cert_reqs"] = "CERT_NONE"
-            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-        if certs[0]:
-            pool_args.update(cert_file=certs[0], key_file=certs[1])
-        if config.server_hostname:
-            pool_args["server_hostname"] = config.server_hostname
-        if config.proxy:
-            return urllib3.ProxyManager(config.proxy, **pool_args)
-        return urllib3.PoolManager(**pool_args)
-
-    def _pool_for(self, credential: Credential) -> HttpPool | urllib3.PoolManager:
+    def _pool_for(self, credential: Credential) -> HttpPool:
         """The pool presenting `credential`'s client certificate; a plugin's new certificate needs new connections."""
         certs = (credential.cert_file, credential.key_file)
         if not credential.cert_file:
@@ -137,7 +122,7 @@ class KubeTransport:
         if credential.token:
             headers["Authorization"] = f"Bearer {credential.token}"
         elif self.config.basic_auth:
-            headers.update(urllib3.make_headers(basic_auth=self.config.basic_auth))
+            headers["Authorization"] = "Basic " + base64.b64encode(self.config.basic_auth.encode()).decode()
         return headers
 
     def send(self, req: Request) -> bytes:
@@ -154,7 +139,7 @@ class KubeTransport:
             credential = self.config.credentials.current()
             try:
                 resp = self._request(req, credential)
-            except (urllib3.exceptions.HTTPError, OSError) as e:
+            except OSError as e:
                 error: Exception = KubeConnectionError(
                     f"cannot reach the API server at {self.host}: {type(e).__name__}: {e}"
                 )
@@ -190,53 +175,29 @@ class KubeTransport:
             time.sleep(delay)
             attempt += 1
 
-    def _request(self, req: Request, credential: Credential) -> Response | urllib3.BaseHTTPResponse:
-        pool = self._pool_for(credential)
-        if isinstance(pool, HttpPool):
-            return pool.request(req.method, req.url_path(), self._headers(req, credential), req.body)
-        return pool.request(
-            req.method,
-            self.host + req.url_path(),
-            body=req.body,
-            headers=self._headers(req, credential),
-            timeout=self.timeout,
-            retries=False,
-            preload_content=True,
-        )
+    def _request(self, req: Request, credential: Credential) -> Response:
+        return self._pool_for(credential).request(req.method, req.url_path(), self._headers(req, credential), req.body)
 
-    def open_stream(self, req: Request, read_timeout: float) -> urllib3.BaseHTTPResponse:
-        """Send `req` once and return the response unread (a WATCH): the caller reads it line by line and
-        reconnects itself; an error status is raised as KubeApiError, a lost connection as KubeConnectionError."""
+    def open_stream(self, req: Request, read_timeout: float) -> Stream:
+        """Send `req` once and return the answer unread (a WATCH): the caller reads it line by line, closes it,
+        and reconnects itself; an error status is raised as KubeApiError, a lost connection as
+        KubeConnectionError."""
         credential = self.config.credentials.current()
         self.bucket.acquire()
         try:
-            resp = self._stream_pool(credential).request(
-                req.method,
-                self.host + req.url_path(),
-                headers=self._headers(req, credential),
-                timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
-                retries=False,
-                preload_content=False,
+            stream = self._pool_for(credential).stream(
+                req.method, req.url_path(), self._headers(req, credential), read_timeout
             )
-        except (urllib3.exceptions.HTTPError, OSError) as e:
+            if stream.status >= 400:
+                data = stream.read()
+                stream.close()
+        except OSError as e:
             raise KubeConnectionError(f"cannot reach the API server at {self.host}: {type(e).__name__}: {e}") from e
-        if resp.status >= 400:
-            data = resp.read()
-            resp.release_conn()
-            if resp.status == 401:
+        if stream.status >= 400:
+            if stream.status == 401:
                 self.config.credentials.refresh(credential)
-            raise api_error(req, resp.status, data)
-        return resp
-
-    def _stream_pool(self, credential: Credential) -> urllib3.PoolManager:
-        """urllib3 connections for WATCH streams (read incrementally, long-lived), per client certificate."""
-        certs = (credential.cert_file, credential.key_file) if credential.cert_file else self._certs
-        with self._pool_lock:
-            if self._streams is None or self._streams[0] != certs:
-                old, self._streams = self._streams, (certs, self._urllib3_pool(certs))
-                if old is not None:
-                    old[1].clear()
-            return self._streams[1]
+            raise api_error(req, stream.status, data)
+        return stream
 
     def _refresh_or_raise(self, rejected: Credential, refreshed: bool) -> None:
         """After a 401: refresh the credential, once per request, or raise the error naming its source."""
@@ -253,8 +214,6 @@ class KubeTransport:
 
     def close(self) -> None:
         self.pool.clear()
-        if self._streams is not None:
-            self._streams[1].clear()
 
 
 def _retry_after(value: str | None) -> float | None:

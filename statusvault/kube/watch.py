@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
-import urllib3
 
 from statusvault.errors import KubeApiError, KubeConnectionError
 from statusvault.kube.transport import KubeTransport, Request
@@ -15,8 +14,6 @@ from statusvault.model import KubeObject, ResourceType
 
 if TYPE_CHECKING:
     from statusvault.kube.api import KubeApi
-
-MAX_LINE = 32 << 20  # one event line: an object (etcd stores at most 1.5 MiB) plus framing
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -53,9 +50,9 @@ def watch_events(
     """Events after `rv` until the server ends the WATCH; raises KubeApiError(410) when `rv` is too old (what
     KubeClient.watch serves)."""
     req = watch_request(rt, namespace, selector, rv, timeout)
-    resp = transport.open_stream(req, read_timeout=timeout + 30.0)
+    stream = transport.open_stream(req, read_timeout=timeout + 30.0)
     try:
-        for line in _lines(resp):
+        for line in stream.lines:
             event = orjson.loads(line)
             kind, obj = event.get("type"), event.get("object") or {}
             if kind == "ERROR":
@@ -64,21 +61,7 @@ def watch_events(
             obj.setdefault("kind", rt.kind)
             obj.setdefault("apiVersion", rt.api_version)
             yield WatchEvent(str(kind), obj)
-    except (urllib3.exceptions.HTTPError, OSError) as e:
+    except OSError as e:
         raise KubeConnectionError(f"WATCH {req.path} broke off: {type(e).__name__}: {e}") from e
     finally:
-        resp.release_conn()
-
-
-def _lines(resp: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
-    buf = b""
-    for chunk in resp.stream(64 * 1024):
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            if line.strip():
-                yield line
-        if len(buf) > MAX_LINE:
-            raise KubeConnectionError("a WATCH event is larger than 32 MiB")
-    if buf.strip():
-        yield buf
+        stream.close()

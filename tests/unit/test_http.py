@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import socket
 import threading
 from collections.abc import Iterator
 
 import pytest
 
-from statusvault.kube.http import HttpPool, ProtocolError
+from statusvault.kube.http import HttpPool, ProtocolError, Proxy, proxy_for
 
 
 class RawServer:
@@ -150,3 +151,37 @@ def test_a_bad_content_length_is_a_protocol_error(serve):
     server = serve([b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n{}"])
     with pytest.raises(ProtocolError, match="bad Content-Length"):
         server.pool().request("GET", "/", {}, None)
+
+
+@pytest.mark.parametrize(
+    "url, explicit, env, expected",
+    [
+        ("https://kube.test:6443", None, {}, None),
+        ("https://kube.test:6443", "http://proxy:3128", {}, ("proxy", 3128)),
+        ("https://kube.test:6443", None, {"HTTPS_PROXY": "http://proxy:3128"}, ("proxy", 3128)),
+        ("https://kube.test:6443", None, {"https_proxy": "proxy:8080"}, ("proxy", 8080)),
+        ("http://kube.test:8080", None, {"HTTPS_PROXY": "http://proxy:3128"}, None),
+        ("http://kube.test:8080", None, {"HTTP_PROXY": "http://proxy:3128"}, ("proxy", 3128)),
+        ("https://127.0.0.1:6443", None, {"HTTPS_PROXY": "http://proxy:3128"}, None),  # loopback: never
+        ("https://localhost:6443", None, {"HTTPS_PROXY": "http://proxy:3128"}, None),
+        ("https://127.0.0.1:6443", "http://proxy:3128", {}, ("proxy", 3128)),  # proxy-url: always
+        ("https://kube.test:6443", None, {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "kube.test"}, None),
+        ("https://api.kube.test:6443", None, {"HTTPS_PROXY": "http://p:1", "NO_PROXY": ".kube.test"}, None),
+        ("https://api.kube.test:6443", None, {"HTTPS_PROXY": "http://p:1", "no_proxy": "kube.test"}, None),
+        ("https://kube.test:6443", None, {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "*"}, None),
+        ("https://10.1.2.3:6443", None, {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "10.0.0.0/8"}, None),
+        ("https://11.1.2.3:6443", None, {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "10.0.0.0/8"}, ("p", 1)),
+        ("https://kube.test:6443", None, {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "kube.test:443"}, ("p", 1)),
+        ("https://kube.test:6443", None, {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "kube.test:6443"}, None),
+        ("https://notkube.test:6443", None, {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "kube.test"}, ("p", 1)),
+    ],
+)
+def test_the_proxy_is_picked_as_kubectl_picks_it(url, explicit, env, expected):
+    proxy = proxy_for(url, explicit, env)
+    assert ((proxy.host, proxy.port) if proxy else None) == expected
+
+
+def test_proxy_credentials_and_refused_schemes():
+    assert Proxy.parse("http://u:p%40ss@proxy:3128").authorization == "Basic " + base64.b64encode(b"u:p@ss").decode()
+    with pytest.raises(ValueError, match="only http:// proxies"):
+        Proxy.parse("socks5://proxy:1080")
