@@ -87,6 +87,8 @@ def test_a_second_run_of_a_backup_being_written_is_refused_naming_the_first(run,
     wait_for(tmp_path / "mark", first)
     (phase, writer), *_ = phases(run, where).values()
     assert phase == "Writing" and writer.startswith(f"{socket.gethostname()} (pid {first.pid}) since ")
+    listed = run("list", *where).out.splitlines()
+    assert listed[1].split()[:2] == ["nightly", "Writing"] and listed[-1] == f"nightly is being written by {writer}"
 
     second = run(*args)
     refused_delete = run("delete", "nightly", "-y", *where)
