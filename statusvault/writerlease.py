@@ -279,13 +279,21 @@ def claim(
         if winner is None:
             raise BackupBusyError(f"backup {name!r}: another run took its name at the same moment in {store.url}")
         raise winner.busy(store, name, TO_WAIT)
+    try:
+        _clear(store, name, lease, why, took_over=current is not None)
+    except BaseException:
+        lease.release()
+        raise
+    return lease
+
+
+def _clear(store: ObjectStore, name: str, lease: WriterLease, why: str, took_over: bool) -> None:
+    """Delete what a stopped run left under the name, now that the lease is this run's."""
     leftovers = sorted(o.key for o in store.list(backup_prefix(name)) if o.key != lease.key)
     if manifest_key(name) in leftovers:  # it completed (and let its lease go) between the two looks
-        lease.release()
         raise BackupExistsError(f"backup {name!r} already exists in {store.url}")
-    if leftovers or current is not None:
+    if leftovers or took_over:
         files = ", ".join(k.rsplit("/", 1)[1] for k in leftovers) or "nothing but its lease"
         log.warning("backup %s: replacing the incomplete backup a stopped run left (%s): removing %s", name, why, files)
     for key in leftovers:
         store.delete(key)
-    return lease
