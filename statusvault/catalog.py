@@ -255,7 +255,7 @@ def delete(store: ObjectStore, name: str) -> list[str]:
     if not keys:
         raise BackupNotFoundError(f"backup {name!r} not found in {store.url}")
     if manifest_key(name) not in keys and writer_key(name) in keys and (writer := live_writer(store, name)):
-        raise writer.busy(store, name, "it can be deleted once that run has ended")
+        raise writer.refusal(store, name, "it can be deleted once that run has ended")
     # the manifest goes first, so a half-finished delete leaves an incomplete backup, never a broken one
     keys.sort(key=lambda k: not k.endswith(MANIFEST_FILE))
     for key in keys:

@@ -237,7 +237,7 @@ class LiveWriter:
     def who(self) -> str:
         return self.record.describe() if self.record is not None else "a writer whose lease cannot be read"
 
-    def busy(self, store: ObjectStore, name: str, what: str) -> BackupBusyError:
+    def refusal(self, store: ObjectStore, name: str, what: str) -> BackupBusyError:
         duration = LEASE_SECONDS if self.record is None else min(self.record.lease_seconds, MAX_LEASE_SECONDS)
         return BackupBusyError(
             f"backup {name!r} is being written by another run ({self.who}) in {store.url}: {what}; if that run has "
@@ -273,12 +273,12 @@ def claim(
         record = WriterRecord.parse(current.data)
         why = stale_reason(record, current.age, lease.record.process) or ""
         if not why:
-            raise LiveWriter(record, current.age).busy(store, name, TO_WAIT)
+            raise LiveWriter(record, current.age).refusal(store, name, TO_WAIT)
     if not lease.take(current.version if current is not None else None):  # another run was quicker
         winner = live_writer(store, name)
         if winner is None:
             raise BackupBusyError(f"backup {name!r}: another run took its name at the same moment in {store.url}")
-        raise winner.busy(store, name, TO_WAIT)
+        raise winner.refusal(store, name, TO_WAIT)
     try:
         _clear(store, name, lease, why, took_over=current is not None)
     except BaseException:
