@@ -16,7 +16,7 @@ import orjson
 from statusvault import __version__, rfc3339
 from statusvault.archive import FORMAT_VERSION, ArchiveWriter, member_path
 from statusvault.crypto import Key
-from statusvault.errors import BackupExistsError, ConfigError, KubeApiError
+from statusvault.errors import ConfigError, KubeApiError, LeaseLostError
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
@@ -29,11 +29,11 @@ from statusvault.spools import InOrder, Record, Spool
 from statusvault.storage.base import (
     ObjectStore,
     archive_key,
-    backup_prefix,
     manifest_key,
     sweep_stale_writes,
     validate_backup_name,
 )
+from statusvault.writerlease import WriterLease, claim
 
 log = logging.getLogger(__name__)
 
@@ -141,11 +141,31 @@ class BackupEngine:
         created_at = dt.datetime.now(dt.UTC)
         types = select_resources(self.discovery, selection)  # unknown names fail here, before any write
         _check_namespaces(self.client, self.discovery, selection.namespaces)
-        if any(True for _ in self.store.list(backup_prefix(name))):  # also fails fast on an unusable store
-            raise BackupExistsError(f"backup {name!r} already exists in {self.store.url}")
-        swept = sweep_stale_writes(self.store, STALE_WRITE_AFTER)
-        if swept:
-            log.info("removed %d leftover(s) of backups killed mid-write from %s", swept, self.store.url)
+        with claim(self.store, name) as lease:  # refuses a complete backup or one a live run writes
+            swept = sweep_stale_writes(self.store, STALE_WRITE_AFTER)
+            if swept:
+                log.info("removed %d leftover(s) of backups killed mid-write from %s", swept, self.store.url)
+            manifest = self._archive(name, selection, schedule, types, created_at, lease)
+            try:
+                lease.renew()  # still this run's, right before the manifest completes the backup
+                self.store.put(manifest_key(name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+            except LeaseLostError:
+                raise  # the name, and what is under it, is the other run's now
+            except BaseException:
+                self.store.delete(archive_key(name))
+                raise
+        return BackupResult(name, self.store.url, manifest, time.monotonic() - started)
+
+    def _archive(
+        self,
+        name: str,
+        selection: Selection,
+        schedule: str,
+        types: list[ResourceType],
+        created_at: dt.datetime,
+        lease: WriterLease,
+    ) -> dict[str, Any]:
+        """Write the archive (it lands only while the lease is this run's); return the summary manifest."""
         explicit_crds = any(self.discovery.resolve(n).is_crd for n in selection.include_resources)
         defined = {(rt.group, rt.resource) for rt in types if rt.custom}
         streams = [
@@ -156,23 +176,19 @@ class BackupEngine:
         with self.store.open_write(archive_key(name)) as sink:
             writer = ArchiveWriter(sink, self.compresslevel, mtime=created_at.timestamp(), key=self.key)
             try:
-                summaries = self._write(writer, streams)
+                summaries = self._write(writer, streams, lease)
                 manifest = self._manifest(name, selection, summaries, writer, created_at)
                 manifest["schedule"] = schedule
                 if self.key is not None:
                     manifest["encryption"] = self.key.describe()
                 size, sha = writer.finish(manifest)
+                lease.renew()  # still this run's, right before the archive lands
             except BaseException:
                 writer.abort()
                 raise
         manifest.pop("files", None)
         manifest["archive"] = {"file": archive_key(name).rsplit("/", 1)[1], "size": size, "sha256": sha}
-        try:
-            self.store.put(manifest_key(name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
-        except BaseException:
-            self.store.delete(archive_key(name))
-            raise
-        return BackupResult(name, self.store.url, manifest, time.monotonic() - started)
+        return manifest
 
     def _scopes(self, rt: ResourceType, sel: Selection) -> list[str | None]:
         """The LIST streams of one type, in archive order: each -n namespace, or the whole cluster; a large
@@ -183,9 +199,9 @@ class BackupEngine:
             return [None]
         return split_by_namespace(self.client, rt, "" if rt.is_crd else sel.label_selector)
 
-    def _write(self, writer: ArchiveWriter, streams: list[_Stream]) -> list[ResourceSummary]:
+    def _write(self, writer: ArchiveWriter, streams: list[_Stream], lease: WriterLease) -> list[ResourceSummary]:
         """Every stream's objects into the archive, in order, while later streams are listed ahead (in this
-        process's threads, or in worker processes)."""
+        process's threads, or in worker processes); stops once another run has taken the name over."""
         summaries: dict[str, ResourceSummary] = {}
         with contextlib.ExitStack() as stack:
             produce: Callable[[_Stream, int, Spool], None] = self._list
@@ -201,6 +217,8 @@ class BackupEngine:
                     summary = summaries[rt.qualified] = ResourceSummary(rt)
                     self.progress.start(rt.qualified)
                 for path, data, flags in records:
+                    if lease.lost.is_set():
+                        raise lease.lost_error()
                     writer.add(path, data)
                     summary.count += 1
                     summary.with_status += flags & WITH_STATUS

@@ -23,12 +23,15 @@ from statusvault.storage.base import (
     ARCHIVE_FILE,
     BACKUPS_DIR,
     MANIFEST_FILE,
+    WRITER_FILE,
     ObjectStore,
     archive_key,
     backup_name_of,
     backup_prefix,
     manifest_key,
+    writer_key,
 )
+from statusvault.writerlease import live_writer
 
 
 @dataclasses.dataclass
@@ -41,10 +44,11 @@ class BackupInfo:
     schedule: str = ""
     with_status: int | None = None
     resources: dict[str, Any] = dataclasses.field(default_factory=dict)
+    writer: str = ""  # the live run writing a backup not yet complete (host, pid, since when)
 
     @property
     def phase(self) -> str:
-        return "Completed" if self.complete else "Incomplete"
+        return "Completed" if self.complete else "Writing" if self.writer else "Incomplete"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +59,7 @@ class BackupInfo:
             "objects": self.objects,
             "withStatus": self.with_status,
             "sizeBytes": self.size,
+            "writer": self.writer or None,
         }
 
 
@@ -62,9 +67,16 @@ def read_manifest(store: ObjectStore, name: str) -> dict[str, Any]:
     """The stored summary manifest of a complete backup; its absence means missing or incomplete."""
     stored = {o.key for o in store.list(backup_prefix(name))}  # an unusable store says so, not "not found"
     if manifest_key(name) not in stored:
-        if archive_key(name) in stored:
-            raise ArchiveError(f"backup {name!r} is incomplete (no manifest): it cannot be used")
-        raise BackupNotFoundError(f"backup {name!r} not found in {store.url}")
+        if not stored:
+            raise BackupNotFoundError(f"backup {name!r} not found in {store.url}")
+        writer = live_writer(store, name) if writer_key(name) in stored else None
+        if writer is not None:
+            raise ArchiveError(f"backup {name!r} is being written by another run ({writer.who}): it cannot be used "
+                               "until it completes")  # fmt: skip
+        raise ArchiveError(
+            f"backup {name!r} is incomplete (no manifest): it cannot be used; a run that stopped left it (the same "
+            "backup command replaces it, `delete` removes it)"
+        )
     data = store.get(manifest_key(name), MAX_HEAD_BYTES + 1)
     if len(data) > MAX_HEAD_BYTES:
         raise ArchiveError(f"manifest of backup {name!r} is larger than the limit ({MAX_HEAD_BYTES:,} bytes)")
@@ -87,7 +99,7 @@ def list_backups(store: ObjectStore) -> list[BackupInfo]:
             continue
         entry = found.setdefault(name, {"files": set(), "size": 0, "modified": obj.modified})
         entry["files"].add(obj.key.rsplit("/", 1)[1])
-        entry["size"] += obj.size
+        entry["size"] += obj.size if not obj.key.endswith(f"/{WRITER_FILE}") else 0  # the lease is not the backup's
         entry["modified"] = min(entry["modified"], obj.modified)
     out = []
     for name, entry in sorted(found.items()):
@@ -96,6 +108,8 @@ def list_backups(store: ObjectStore) -> list[BackupInfo]:
         if complete:
             with contextlib.suppress(ArchiveError):
                 _fill(info, read_manifest(store, name))
+        elif WRITER_FILE in entry["files"] and (writer := live_writer(store, name)) is not None:
+            info.writer = writer.who
         out.append(info)
     return sorted(out, key=lambda b: (b.created, b.name))
 
@@ -237,9 +251,12 @@ def download(store: ObjectStore, name: str, dest: Path) -> int:
 
 
 def delete(store: ObjectStore, name: str) -> list[str]:
+    """Delete the backup, its manifest first; refused while a live run writes it."""
     keys = [o.key for o in store.list(backup_prefix(name))]
     if not keys:
         raise BackupNotFoundError(f"backup {name!r} not found in {store.url}")
+    if manifest_key(name) not in keys and writer_key(name) in keys and (writer := live_writer(store, name)):
+        raise writer.refusal(store, name, "it can be deleted once that run has ended")
     # the manifest goes first, so a half-finished delete leaves an incomplete backup, never a broken one
     keys.sort(key=lambda k: not k.endswith(MANIFEST_FILE))
     for key in keys:
@@ -266,7 +283,7 @@ def prune(
         or (schedule and b.schedule == schedule)
         or (schedule and not b.complete and b.name.startswith(f"{schedule}-"))
     ]
-    candidates = [Candidate(b.name, _created(b), b.complete) for b in infos]
+    candidates = [Candidate(b.name, _created(b), b.complete, writing=bool(b.writer)) for b in infos]
     decisions = decide(candidates, policy, now or dt.datetime.now(dt.UTC))
     if not dry_run:
         for d in decisions:

@@ -60,6 +60,14 @@ class BackupExistsError(StorageError):
     """A backup of that name already exists."""
 
 
+class BackupBusyError(StorageError):
+    """Another run is writing a backup of that name: its writer lease is live."""
+
+
+class LeaseLostError(StorageError):
+    """Another run took over the name of the backup this run was writing; this run landed nothing more."""
+
+
 class ArchiveError(StatusVaultError):
     """The archive is malformed, tampered with, incomplete or of an unknown format version."""
 

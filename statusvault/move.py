@@ -29,7 +29,7 @@ from statusvault.restore.plan import backup_resources
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.service import RestoreRequest, open_backup, run_restore
 from statusvault.selection import select_resources
-from statusvault.storage.base import ObjectStore, backup_prefix, manifest_key
+from statusvault.storage.base import ObjectStore, manifest_key
 from statusvault.transforms import contains, map_namespace, status_annotation
 
 log = logging.getLogger(__name__)
@@ -182,8 +182,8 @@ def _patch(client: KubeApi, rt: ResourceType, obj: KubeObject, make: Callable[[K
 
 
 def _backup(req: MoveRequest, name: str) -> None:
-    if next(iter(req.store.list(backup_prefix(name))), None) is not None:  # a backup killed mid-write: again
-        catalog.delete(req.store, name)
+    """The move's record; what a killed run's backup left is replaced, one a live run is writing refused (the
+    engine's writer lease)."""
     selection = dataclasses.replace(req.selection, include_crds=True)  # the target may not have them
     BackupEngine(req.source.client, req.source.discover(False), req.store).run(name, selection)
 

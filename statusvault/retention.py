@@ -48,6 +48,7 @@ class Candidate:
     name: str
     created: dt.datetime
     complete: bool
+    writing: bool = False  # not complete, and a live run holds its writer lease
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +74,7 @@ def decide(backups: list[Candidate], policy: RetentionPolicy, now: dt.datetime) 
     """Keep what any keep-* rule or the TTL protects; never delete the newest complete backup.
 
     Unprotected complete backups are deleted (with --ttl: only those older than it). Incomplete backups are
-    deleted once older than the grace period (a younger one may still be running).
+    deleted once older than the grace period (a younger one may still be running), never while being written.
     """
     complete = sorted((b for b in backups if b.complete), key=lambda b: b.created, reverse=True)
     keep: dict[str, str] = {}
@@ -91,7 +92,9 @@ def decide(backups: list[Candidate], policy: RetentionPolicy, now: dt.datetime) 
     out = []
     for b in sorted(backups, key=lambda b: b.created):
         age = now - b.created
-        if not b.complete:
+        if b.writing:
+            out.append(Decision(b.name, False, "being written"))
+        elif not b.complete:
             old = age > policy.incomplete_grace
             out.append(Decision(b.name, old, "incomplete, past the grace period" if old else "incomplete, recent"))
         elif b.name in keep:

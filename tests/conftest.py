@@ -149,10 +149,14 @@ def run(cluster: LocalCluster, capsys: pytest.CaptureFixture[str], tmp_path: Pat
         out, err = capsys.readouterr()
         return CliResult(int(code), out, err)
 
-    def spawn(*args: str, kubeconfig: Path | None = None) -> subprocess.Popen[bytes]:
-        """The CLI in a process of its own (to be killed or interrupted), with the same storage and state."""
+    def spawn(
+        *args: str, kubeconfig: Path | None = None, stop: tuple[str, str, Path] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """The CLI in a process of its own (to be killed or interrupted), with the same storage and state;
+        stop=(key suffix, action, mark): it stops itself at that store write (tests/stopper.py)."""
+        command = ["tests.stopper", *map(str, stop)] if stop else ["statusvault"]
         return subprocess.Popen(
-            [sys.executable, "-m", "statusvault", "--kubeconfig", str(kubeconfig or cluster.kubeconfig), *args],
+            [sys.executable, "-m", *command, "--kubeconfig", str(kubeconfig or cluster.kubeconfig), *args],
             env={**os.environ, **env},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

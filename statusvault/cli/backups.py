@@ -136,7 +136,8 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
 @output_option
 @click.pass_obj
 def list_cmd(app: App, /, output: str, timeline: bool, **kw: Any) -> None:
-    """List backups; a backup without its manifest is Incomplete and cannot be restored."""
+    """List backups; one without its manifest cannot be restored: Writing while a run writes it, else Incomplete
+    (left by a run that stopped; the same backup command replaces it)."""
     store = app.store(kw.pop("storage"), s3_options(kw))
     if timeline:
         from statusvault.cli.watchviews import show_timeline
@@ -155,8 +156,10 @@ def list_cmd(app: App, /, output: str, timeline: bool, **kw: Any) -> None:
         )
         for b in infos
     ]
+    writers = "".join(f"\n{b.name} is being written by {b.writer}" for b in infos if b.writer)
     text = (
         table(["NAME", "PHASE", "CREATED", "OBJECTS", "WITH STATUS", "SIZE"], rows)
+        + ("\n" + writers if writers else "")
         if infos
         else f"No backups in {store.url}"
     )
@@ -265,7 +268,7 @@ def download(app: App, /, name: str, dest: Path, output: str, **kw: Any) -> None
 @output_option
 @click.pass_obj
 def delete(app: App, /, name: str, yes: bool, output: str, **kw: Any) -> None:
-    """Delete a backup (its manifest first, then its archive)."""
+    """Delete a backup (its manifest first, then its archive); refused while a run writes it."""
     store = app.store(kw.pop("storage"), s3_options(kw))
     if not yes and sys.stdin.isatty():
         click.confirm(f"Delete backup {name} from {store.url}?", abort=True)

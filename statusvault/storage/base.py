@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -13,6 +14,7 @@ from statusvault.errors import ConfigError
 
 ARCHIVE_FILE = "archive.tar.gz"
 MANIFEST_FILE = "manifest.json"  # written last: its presence marks a backup complete
+WRITER_FILE = "writer.json"  # the lease of the run writing the backup (statusvault/writerlease.py)
 BACKUPS_DIR = "backups"
 
 
@@ -88,6 +90,56 @@ def sweep_stale_writes(store: ObjectStore, older_than: float) -> int:
     return store.sweep(older_than) if isinstance(store, SweepsStaleWrites) else 0
 
 
+@dataclasses.dataclass(frozen=True)
+class Versioned:
+    """A small object as read for a conditional write: its bytes, a token that changes with every write of it,
+    and its age: the store's clock now minus its modified time by the same clock (never this machine's)."""
+
+    data: bytes
+    version: str
+    age: float
+
+
+@runtime_checkable
+class WritesConditionally(Protocol):
+    """A store that writes a key only if it is absent or still holds the version read (S3's If-None-Match and
+    If-Match; a directory's exclusive link, or a replace under a lock): of two racing writers one wins."""
+
+    def read_versioned(self, key: str, limit: int = -1) -> Versioned | None:
+        """The object (at most `limit` bytes of it when limit >= 0), or None when there is none."""
+        ...
+
+    def put_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        """Write `key` only if it is absent (version None) or still holds `version`; the new version, or None
+        when the condition failed."""
+        ...
+
+
+def read_versioned(store: ObjectStore, key: str, limit: int = -1) -> Versioned | None:
+    """`store.read_versioned`, or for a store without conditional writes the object with its content's hash as
+    version and an age by this machine's clock."""
+    if isinstance(store, WritesConditionally):
+        return store.read_versioned(key, limit)
+    found = next((o for o in store.list(key) if o.key == key), None)
+    if found is None:
+        return None
+    data = store.get(key, limit)
+    age = (dt.datetime.now(dt.UTC) - found.modified).total_seconds()
+    return Versioned(data, hashlib.sha256(data).hexdigest(), age)
+
+
+def put_if(store: ObjectStore, key: str, data: bytes, version: str | None) -> str | None:
+    """`store.put_if`; a store without conditional writes is read, compared and written, which narrows the race
+    between two writers to a moment but cannot close it."""
+    if isinstance(store, WritesConditionally):
+        return store.put_if(key, data, version)
+    current = read_versioned(store, key)
+    if (current.version if current else None) != version:
+        return None
+    store.put(key, data)
+    return hashlib.sha256(data).hexdigest()
+
+
 def validate_backup_name(name: str) -> str:
     """Backup names become keys and object names: DNS-1123-ish, no path tricks."""
     ok = name and len(name) <= 200 and all(c.isalnum() or c in "-_." for c in name)
@@ -102,6 +154,10 @@ def archive_key(name: str) -> str:
 
 def manifest_key(name: str) -> str:
     return f"{BACKUPS_DIR}/{validate_backup_name(name)}/{MANIFEST_FILE}"
+
+
+def writer_key(name: str) -> str:
+    return f"{BACKUPS_DIR}/{validate_backup_name(name)}/{WRITER_FILE}"
 
 
 def backup_prefix(name: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import os
 import tempfile
 import time
@@ -11,7 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from statusvault.errors import StorageError
-from statusvault.storage.base import StoredObject, Writer
+from statusvault.storage.base import StoredObject, Versioned, Writer
+
+LOCK_FILE = ".statusvault.lock"  # taken by conditional writes (hidden: never listed)
 
 
 class LocalStore:
@@ -64,6 +67,70 @@ class LocalStore:
             self._prune(path.parent)  # a failed first write leaves no empty backup directory
             raise
 
+    def read_versioned(self, key: str, limit: int = -1) -> Versioned | None:
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                data = f.read(limit)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StorageError(f"cannot read {path}: {e.strerror}") from e
+        return Versioned(data, _version(st), self._now() - st.st_mtime)
+
+    def put_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        """Under the store's lock: a new file is linked into place (which fails if one is there, lock or not),
+        a known version replaced."""
+        path = self._path(key)
+        with self._locked():
+            try:
+                current: str | None = _version(path.stat())
+            except FileNotFoundError:
+                current = None
+            if current != version:
+                return None
+            tmp = ""
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    os.fsync(f.fileno())
+                if version is None:
+                    os.link(tmp, path)
+                else:
+                    os.replace(tmp, path)
+                return _version(path.stat())
+            except FileExistsError:
+                return None
+            except OSError as e:
+                raise StorageError(f"cannot write to {path.parent}: {e.strerror}") from e
+            finally:
+                if tmp:
+                    Path(tmp).unlink(missing_ok=True)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StorageError(f"cannot write to {self.root}: {e.strerror}") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _now(self) -> float:
+        """The store's clock: the modified time a file made now gets (on a shared mount, its server's)."""
+        try:
+            with tempfile.TemporaryFile(prefix=".clock.", suffix=".partial", dir=self.root) as f:
+                return os.fstat(f.fileno()).st_mtime
+        except OSError:
+            return time.time()
+
     def get(self, key: str, limit: int = -1) -> bytes:
         path = self._existing(key)
         try:
@@ -114,3 +181,8 @@ class LocalStore:
             except OSError:
                 break
             directory = directory.parent
+
+
+def _version(st: os.stat_result) -> str:
+    """Every write makes a new file (a temp file renamed or linked into place): a new inode and modified time."""
+    return f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"

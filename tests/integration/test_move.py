@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -148,6 +150,52 @@ def test_a_move_killed_mid_restore_resumes_with_the_same_command(run, kube, clus
     report = json.loads(again.out)
     assert report["sourcePaused"] == 0, "resumed: the source was paused and backed up by the killed run"
     assert report["restore"]["resumed"] >= 1 and report["verifyProblems"] == []
+    assert_moved(kube, target_kube, moving, {f"db-{i:02d}": saved(i) for i in range(N)})
+
+
+def test_a_move_killed_as_its_backup_lands_runs_again_with_the_same_command(
+    run, kube, cluster, target, moving, target_proxy, tmp_path
+):
+    """Killed after its backup's archive landed, before the manifest (the source paused, nothing restored): the
+    same command replaces that backup, never mistaking it for the move's record, and moves everything."""
+    _, kubeconfig = target_proxy
+    args = move_args(cluster, kubeconfig, moving)
+    killed = run.spawn(*args[2:], stop=("manifest.json", "kill", tmp_path / "mark"))
+    _, err = killed.communicate(timeout=180)
+    assert killed.returncode == -signal.SIGKILL, err.decode()
+
+    again = run(*args[2:], "-o", "json")
+
+    assert again.code == ExitStatus.SUCCESS, again.out + again.err
+    assert "replacing the incomplete backup a stopped run left" in again.err
+    report = json.loads(again.out)
+    assert report["sourcePaused"] == 0, "the killed run had paused the source"
+    assert report["restore"]["resumed"] == 0 and report["verifyProblems"] == []
+    target_kube = KubeClient(load_transport(str(target.kubeconfig)))
+    assert_moved(kube, target_kube, moving, {f"db-{i:02d}": saved(i) for i in range(N)})
+
+
+def test_a_second_run_of_a_move_whose_backup_is_being_written_is_refused_and_destroys_nothing(
+    run, kube, cluster, target, moving, target_proxy, tmp_path
+):
+    """The first run's archive has landed and it is about to write the manifest: the second run is refused,
+    naming the first (it used to delete the first run's archive as a killed run's leftover)."""
+    _, kubeconfig = target_proxy
+    args = move_args(cluster, kubeconfig, moving)
+    first = run.spawn(*args[2:], stop=("manifest.json", "8", tmp_path / "mark"))
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "mark").exists():
+        assert first.poll() is None and time.monotonic() < deadline, first.stderr.read().decode()
+        time.sleep(0.05)
+
+    second = run(*args[2:])
+
+    assert second.code == ExitStatus.ERROR
+    assert second.err.strip().splitlines()[-1].startswith("error: backup 'move-")
+    assert f"is being written by another run ({socket.gethostname()} (pid {first.pid}) since" in second.err
+    _, err = first.communicate(timeout=180)
+    assert first.returncode == 0, err.decode()
+    target_kube = KubeClient(load_transport(str(target.kubeconfig)))
     assert_moved(kube, target_kube, moving, {f"db-{i:02d}": saved(i) for i in range(N)})
 
 

@@ -166,6 +166,35 @@ def test_a_watcher_killed_with_sigkill_and_restarted_loses_no_change(
     assert restored(run, kube, crds, "latest", namespace, target()) == {"a": "after-restart"}
 
 
+def test_a_watcher_killed_as_its_base_lands_starts_a_base_again_when_restarted(
+    run, kube, crds, make, namespace, target, cluster, tmp_path
+):
+    """Killed between its first base's archive and manifest. Restarted by the same holder, it takes the Lease at
+    once and often names its new base in the same second, the killed base's name: that base is replaced (it was
+    refused as existing, and the watcher retried later under another name). Under another name the killed base
+    stays, listed as Incomplete (never as being written: its process has ended)."""
+    make(cr(KC, "KubernetesCluster", "a", status={**kc_status(), "phase": "v1"}), namespace)
+    w = Watcher(cluster, namespace, str(run.storage), tmp_path)
+    w.args[2:3] = ["tests.stopper", "manifest.json", "kill", str(tmp_path / "mark")]
+    w.start()
+    assert w.proc is not None and w.proc.wait(90) == -signal.SIGKILL, w.log.read_text()
+    w = Watcher(cluster, namespace, str(run.storage), tmp_path).start()
+    try:
+        w.flushed_after(now(), timeout=90)
+        set_phase(kube, crds, namespace, "a", "after-restart")
+        time.sleep(0.5)
+        w.flushed_after(now())
+    finally:
+        w.stop()
+    log = w.log.read_text()
+    assert "not usable" not in log and "already exists" not in log, log
+    phases = sorted(b["phase"] for b in json.loads(run("list", "-o", "json").out))
+    assert phases in (["Completed"], ["Completed", "Incomplete"]), log
+    if phases == ["Completed"]:
+        assert "replacing the incomplete backup a stopped run left" in log
+    assert restored(run, kube, crds, "latest", namespace, target()) == {"a": "after-restart"}
+
+
 def _all_phases(store) -> list[str]:
     from statusvault.watch.chains import walk
 

@@ -1,13 +1,5 @@
 from __future__ import annotations
 
-import datetime as dt
-import io
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-
-import boto3
 import orjson
 import pytest
 
@@ -16,16 +8,19 @@ from statusvault.errors import ConfigError, StorageError
 from statusvault.restore.service import open_backup
 from statusvault.storage import LocalStore, ObjectStore, S3Options, open_store
 from statusvault.storage.base import (
-    StoredObject,
     SweepsStaleWrites,
+    WritesConditionally,
     archive_key,
     backup_name_of,
     manifest_key,
+    put_if,
+    read_versioned,
     sweep_stale_writes,
     validate_backup_name,
 )
 from statusvault.storage.s3 import S3Store
 from tests.hostile import Backup
+from tests.memstore import MemoryStore
 
 
 @pytest.mark.parametrize("name", ["backup-20250101", "nightly.1", "a_b"])
@@ -98,69 +93,6 @@ def test_sweep_removes_only_stale_partial_files(tmp_path):
 
 
 # --- the ObjectStore protocol, the same contract for every backend ---
-
-
-class MemoryStore:
-    """The protocol and nothing more, in memory: what an engine may count on from any store."""
-
-    url = "memory://"
-
-    def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
-
-    def put(self, key: str, data: bytes) -> None:
-        self.objects[key] = data
-
-    def get(self, key: str, limit: int = -1) -> bytes:
-        if key not in self.objects:
-            raise StorageError(f"{self.url}{key} does not exist")
-        return self.objects[key][: limit if limit >= 0 else None]
-
-    def exists(self, key: str) -> bool:
-        return key in self.objects
-
-    def list(self, prefix: str) -> Iterator[StoredObject]:
-        now = dt.datetime.now(dt.UTC)
-        return iter([StoredObject(k, len(v), now) for k, v in self.objects.items() if k.startswith(prefix)])
-
-    def delete(self, key: str) -> None:
-        self.objects.pop(key, None)
-
-    @contextmanager
-    def open_write(self, key: str) -> Iterator[io.BytesIO]:
-        buf = io.BytesIO()
-        yield buf
-        self.objects[key] = buf.getvalue()
-
-    @contextmanager
-    def local_file(self, key: str) -> Iterator[Path]:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "object"
-            path.write_bytes(self.get(key))
-            yield path
-
-
-@pytest.fixture
-def s3_store(monkeypatch) -> Iterator[S3Store]:
-    """An S3Store over moto's in-process S3 (no server, no network)."""
-    from moto import mock_aws
-
-    for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
-        monkeypatch.setenv(var, value)
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket="vault")
-        yield S3Store("vault", "team", S3Options(region="us-east-1"), client=client)
-
-
-@pytest.fixture(params=["local", "s3", "memory"])
-def store(request, tmp_path) -> ObjectStore:
-    if request.param == "local":
-        return LocalStore(tmp_path / "root")
-    if request.param == "s3":
-        s3: S3Store = request.getfixturevalue("s3_store")
-        return s3
-    return MemoryStore()
 
 
 def test_whole_objects_round_trip(store: ObjectStore):
@@ -238,6 +170,42 @@ def test_a_missing_bucket_fails_the_listing_by_name(s3_store: S3Store):
         list(gone.list("backups/"))
 
 
+def test_a_conditional_write_wins_only_where_the_condition_holds(store: ObjectStore):
+    """Absent (None) or the version read: a second writer with the same condition loses. Stores without
+    conditional writes get the same answers from read-compare-write (without its atomicity)."""
+    key = "backups/a/writer.json"
+    first = put_if(store, key, b"one", None)
+    assert first is not None
+    assert put_if(store, key, b"two", None) is None, "it exists"
+    current = read_versioned(store, key)
+    assert current is not None and (current.data, current.version) == (b"one", first)
+    assert -2 < current.age < 60, "by the store's clock: just written"
+    second = put_if(store, key, b"two", first)
+    assert second is not None and second != first
+    assert put_if(store, key, b"three", first) is None, "another writer wrote since"
+    assert store.get(key) == b"two"
+    assert read_versioned(store, "backups/a/none.json") is None
+    store.delete(key)
+    assert put_if(store, key, b"four", second) is None, "gone: the version read is no longer there"
+    assert not store.exists(key)
+
+
+def test_conditional_writes_are_native_to_every_store_but_the_plain_protocol(store: ObjectStore):
+    assert isinstance(store, WritesConditionally) == (type(store) is not MemoryStore)
+
+
+def test_a_local_lease_is_aged_by_the_stores_own_clock(tmp_path):
+    import os
+    import time
+
+    store = LocalStore(tmp_path)
+    put_if(store, "backups/a/writer.json", b"x", None)
+    old = time.time() - 300
+    os.utime(tmp_path / "backups" / "a" / "writer.json", (old, old))
+    current = read_versioned(store, "backups/a/writer.json")
+    assert current is not None and 299 < current.age < 310
+
+
 def test_engines_work_on_any_store_that_fits_the_protocol():
     """The catalog and a restore's reader know no backend: a store that is neither a directory nor S3 serves."""
     store = MemoryStore()
@@ -250,3 +218,21 @@ def test_engines_work_on_any_store_that_fits_the_protocol():
         assert len(list(reader.objects())) == 4
     catalog.delete(store, "mem")
     assert store.objects == {}
+
+
+def test_an_s3_store_without_conditional_writes_reads_and_compares(s3_store: S3Store, monkeypatch, caplog):
+    import botocore.exceptions
+
+    plain = s3_store.client.put_object
+
+    def put_object(**kw):
+        if "IfNoneMatch" in kw or "IfMatch" in kw:
+            raise botocore.exceptions.ClientError({"Error": {"Code": "NotImplemented", "Message": "no"}}, "PutObject")
+        return plain(**kw)
+
+    monkeypatch.setattr(s3_store.client, "put_object", put_object)
+    first = put_if(s3_store, "backups/a/writer.json", b"one", None)
+    assert first is not None and put_if(s3_store, "backups/a/writer.json", b"two", None) is None
+    assert put_if(s3_store, "backups/a/writer.json", b"two", first) is not None
+    assert s3_store.get("backups/a/writer.json") == b"two"
+    assert "has no conditional writes" in caplog.text

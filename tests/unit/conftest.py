@@ -1,0 +1,37 @@
+"""Fixtures of the unit tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import boto3
+import pytest
+
+from statusvault.storage import LocalStore, ObjectStore
+from statusvault.storage.base import S3Options
+from statusvault.storage.s3 import S3Store
+from tests.memstore import ConditionalMemoryStore, MemoryStore
+
+
+@pytest.fixture
+def s3_store(monkeypatch) -> Iterator[S3Store]:
+    """An S3Store over moto's in-process S3 (no server, no network)."""
+    from moto import mock_aws
+
+    for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(var, value)
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="vault")
+        yield S3Store("vault", "team", S3Options(region="us-east-1"), client=client)
+
+
+@pytest.fixture(params=["local", "s3", "memory", "memory+cas"])
+def store(request, tmp_path) -> ObjectStore:
+    """Each kind of store: a directory, S3 (moto), the bare protocol in memory, and one that writes conditionally."""
+    if request.param == "local":
+        return LocalStore(tmp_path / "root")
+    if request.param == "s3":
+        s3: S3Store = request.getfixturevalue("s3_store")
+        return s3
+    return MemoryStore() if request.param == "memory" else ConditionalMemoryStore()
