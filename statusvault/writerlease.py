@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from statusvault import rfc3339
 from statusvault.errors import BackupBusyError, BackupExistsError, LeaseLostError, StorageError
 from statusvault.storage.base import ObjectStore, backup_prefix, manifest_key, put_if, read_versioned, writer_key
 
@@ -156,7 +157,7 @@ class WriterLease:
 
     def __init__(self, store: ObjectStore, name: str, lease_seconds: float, renew_seconds: float):
         self.store, self.name, self.key = store, name, writer_key(name)
-        since = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        since = rfc3339.format_seconds(dt.datetime.now(dt.UTC))
         self.record = WriterRecord(uuid.uuid4().hex, name, Process.this(), since, lease_seconds)
         self.renew_seconds = renew_seconds
         self.version: str | None = None  # of this run's last write of the lease

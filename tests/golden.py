@@ -114,7 +114,7 @@ def expected_members() -> list[tuple[str, dict[str, Any]]]:
 class GoldenKube:
     """The little a BackupEngine asks of a cluster: LIST pages, the version, the host."""
 
-    transport = types.SimpleNamespace(host="https://golden.invalid:6443")
+    server = "https://golden.invalid:6443"
 
     def __init__(self) -> None:
         self.objects = cluster_objects()

@@ -80,7 +80,7 @@ LAYERS = (
     ("__version__", "errors", "model", "rfc3339", "progress", "metrics", "throttle", "spools"),
     ("kinds", "labels", "transforms", "logs", "optiontable", "retention"),
     ("storage", "archiveformat", "kube", "spawned"),
-    ("archivemanifest", "archivestream", "crypto", "schedule", "listers", "manifests", "selection"),
+    ("archivemanifest", "archivestream", "crypto", "schedule", "listers", "manifests", "selection", "writerlease"),
     ("archivecheck", "archivewriter"),
     ("archive",),
     ("backup", "catalog"),
