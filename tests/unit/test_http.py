@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from statusvault.kube.http import HttpPool, ProtocolError
+from statusvault.kube.http import HttpPool, ProtocolError, Response
 
 
 class RawServer:
@@ -150,3 +150,9 @@ def test_a_bad_content_length_is_a_protocol_error(serve):
     server = serve([b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n{}"])
     with pytest.raises(ProtocolError, match="bad Content-Length"):
         server.pool().request("GET", "/", {}, None)
+
+
+def test_warning_headers_may_repeat_and_their_name_is_any_case():
+    head = b'Content-Length: 2\r\nWarning: 299 - "a"\r\nwarning:  299 - "b" \r\nX-Warning: no\r\n\r\n'
+    assert Response(200, head, b"{}").warning_headers() == ['299 - "a"', '299 - "b"']
+    assert Response(200, b"Content-Length: 2\r\n\r\n", b"{}").warning_headers() == []
