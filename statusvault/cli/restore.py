@@ -268,7 +268,7 @@ def render(report: RestoreReport) -> str:
                 c["skipped"],
                 c["failed"],
                 status,
-                c["status:" + StatusOutcome.FAILED] + c["status:" + StatusOutcome.MISMATCH],
+                c["status:" + StatusOutcome.FAILED],
             )
         )
     lines.append(

@@ -142,11 +142,85 @@ def test_an_update_that_loses_a_race_is_retried(fake, backup):
     journal.close()
 
 
-def test_a_status_the_server_prunes_is_a_mismatch(backup):
-    fake = FakeKube(defaults=lambda obj: (obj.get("status") or {}).pop("secret", None))
+def schema_lost_zone_and_secret(obj: dict) -> None:
+    """A CRD whose schema no longer has spec.zone and status.secret (the server prunes them), and defaults tier."""
+    (obj.get("spec") or {}).pop("zone", None)
+    (obj.get("status") or {}).pop("secret", None)
+    obj.setdefault("spec", {}).setdefault("tier", "gold")
+
+
+def by_name(report) -> dict[str, dict]:
+    return {i["name"]: i for i in report.results()}
+
+
+def test_fields_the_server_prunes_are_reported_by_path_and_are_not_failures(backup):
+    """The status is written as the server keeps it: a re-run could not bring the pruned field back."""
+    fake = FakeKube(defaults=schema_lost_zone_and_secret)
     fake.put(_namespaces(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    report, journal, _ = restore(fake, backup(kc("a", {"id": "a", "secret": 1})))
-    assert not report.succeeded and [r.status for r in report.failures] == ["mismatch"]
+    objs = kc("both", {"id": "a", "secret": 1}, {"n": 1, "zone": "eu"}), kc("status", {"id": "b", "secret": 2})
+    report, journal, pending = restore(fake, backup(*objs, kc("untouched", {"id": "c"}, {"n": 3})))
+    assert report.succeeded and pending == 0, "done: nothing failed"
+    items = by_name(report)
+    assert items["both"]["serverChanges"] == [
+        {"path": "spec.zone", "change": "pruned"},
+        {"path": "status.secret", "change": "pruned"},
+    ]
+    assert items["both"]["status"] == "written" and live_status(fake, "both") == {"id": "a"}
+    assert items["status"]["serverChanges"] == [{"path": "status.secret", "change": "pruned"}]
+    assert "serverChanges" not in items["untouched"], "a defaulted field (spec.tier) is not a change"
+    assert (report.server_changed, report.server_warned) == (2, 0)
+    assert report.counts()["server"] == {"changed": 2}
+    assert report.header()["serverChanges"] == [
+        {"resource": KC.qualified, "path": "status.secret", "change": "pruned", "objects": 2},
+        {"resource": KC.qualified, "path": "spec.zone", "change": "pruned", "objects": 1},
+    ]
+    report.close()
+    journal.close()
+
+
+def test_warning_headers_are_reported_once_per_object(fake, backup):
+    deprecated = "xyz.example.com/v1 KubernetesCluster is deprecated; use v2"
+    fake.warn = {"a": deprecated}
+    report, journal, _ = restore(fake, backup(kc("a", {"id": "a"}, {"n": 1}), kc("b", {"id": "b"})))
+    items = by_name(report)
+    assert items["a"]["serverWarnings"] == [deprecated], "the create's and the status write's, once"
+    assert "serverWarnings" not in items["b"]
+    assert report.succeeded and (report.server_changed, report.server_warned) == (0, 1)
+    assert report.header()["serverWarnings"] == [{"resource": KC.qualified, "warning": deprecated, "objects": 1}]
+    report.close()
+    journal.close()
+
+
+def test_an_update_is_compared_with_the_patch_answer(backup):
+    fake = FakeKube(defaults=schema_lost_zone_and_secret)
+    fake.put(_namespaces(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    fake.put(KC, kc("a", spec={"n": "drifted"}))
+    report, journal, _ = restore(fake, backup(kc("a", {"id": "a"}, {"n": 1, "zone": "eu"})), existing_policy="update")
+    assert by_name(report)["a"]["result"] == "updated"
+    assert by_name(report)["a"]["serverChanges"] == [{"path": "spec.zone", "change": "pruned"}]
+    report.close()
+    journal.close()
+
+
+def test_a_dry_run_claims_no_server_change(backup):
+    fake = FakeKube(defaults=schema_lost_zone_and_secret)
+    fake.put(_namespaces(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    fake.warn = {"a": "deprecated"}
+    for dry_run in ("server", "client"):
+        report, journal, _ = restore(fake, backup(kc("a", {"id": "a", "secret": 1}, {"zone": "eu"})), dry_run=dry_run)
+        assert (report.server_changed, report.server_warned) == (0, 0), dry_run
+        assert not any("serverChanges" in i or "serverWarnings" in i for i in report.results())
+        report.close()
+        journal.close()
+
+
+def test_an_object_found_at_already_exists_is_not_compared(backup):
+    """Its create's answer was lost: what the GET finds may have been changed since by other writers."""
+    fake = FakeKube(defaults=schema_lost_zone_and_secret)
+    fake.put(_namespaces(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    fake.lose_create_answer = {"a"}
+    report, journal, _ = restore(fake, backup(kc("a", {"id": "a"}, {"zone": "eu"})))
+    assert report.succeeded and "serverChanges" not in by_name(report)["a"]
     report.close()
     journal.close()
 

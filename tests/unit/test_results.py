@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from statusvault.restore.results import ItemResult, Outcome, RestoreReport, StatusOutcome
+from statusvault.restore.results import NAMED, SHOWN, ItemResult, Outcome, RestoreReport, StatusOutcome
+from statusvault.transforms import PRUNED, ServerChange
 
 
 def result(outcome: str, status: str, wanted: bool, name: str = "a") -> ItemResult:
@@ -16,7 +17,6 @@ def result(outcome: str, status: str, wanted: bool, name: str = "a") -> ItemResu
     [
         (Outcome.CREATED, StatusOutcome.WRITTEN, True, False),
         (Outcome.CREATED, StatusOutcome.IN_BODY, True, False),
-        (Outcome.CREATED, StatusOutcome.MISMATCH, True, True),
         (Outcome.CREATED, StatusOutcome.FAILED, True, True),
         (Outcome.SKIPPED, StatusOutcome.NOT_WRITTEN, True, True),  # someone else created it during the run
         (Outcome.FAILED, StatusOutcome.NOT_WRITTEN, True, True),
@@ -57,4 +57,46 @@ def test_kept_and_left_out_are_counted_apart_and_succeed():
     report.add(result(Outcome.CREATED, StatusOutcome.LEFT_OUT, False, "l"))
     assert report.succeeded and report.lacking == 0
     assert (report.count_status(StatusOutcome.KEPT), report.count_status(StatusOutcome.LEFT_OUT)) == (1, 1)
+    report.close()
+
+
+def changed(name: str, *pruned: str, warnings: tuple[str, ...] = ()) -> ItemResult:
+    r = result(Outcome.CREATED, StatusOutcome.WRITTEN, True, name)
+    r.server_changes = tuple(ServerChange(path, PRUNED) for path in pruned)
+    r.server_warnings = warnings
+    return r
+
+
+def test_what_the_server_changed_is_reported_per_object_and_summed_up_never_a_failure():
+    report = RestoreReport("b", "none")
+    for r in (
+        changed("a", "spec.zone", "status.id"),
+        changed("b", "status.id"),
+        result(Outcome.CREATED, StatusOutcome.WRITTEN, True, "c"),
+        changed("d", warnings=("v1 is deprecated",)),
+    ):
+        report.add(r)
+    assert report.succeeded and not report.attention, "--strict decides, in the CLI"
+    assert (report.server_changed, report.server_warned) == (2, 1)
+    assert [r.name for r in report.server_shown] == ["a", "b", "d"]
+    head = report.header()
+    assert [(c["path"], c["objects"]) for c in head["serverChanges"]] == [("status.id", 2), ("spec.zone", 1)]
+    assert head["serverWarnings"] == [{"resource": "things.x.example.com", "warning": "v1 is deprecated", "objects": 1}]
+    assert head["summary"]["server"] == {"changed": 2, "warned": 1}
+    items = {i["name"]: i for i in report.results()}
+    assert items["a"]["serverChanges"] == [
+        {"path": "spec.zone", "change": "pruned"},
+        {"path": "status.id", "change": "pruned"},
+    ]
+    assert items["d"]["serverWarnings"] == ["v1 is deprecated"] and "serverChanges" not in items["c"]
+    report.close()
+
+
+def test_memory_stays_flat_however_many_objects_the_server_changed():
+    report = RestoreReport("b", "none")
+    for i in range(NAMED + 50):
+        report.add(changed(f"o{i}", f"spec.f{i}", "spec.zone"))
+    assert len(report.changes_named) == NAMED and report.unnamed == 50 + 1, "spec.zone kept its place"
+    assert report.changes_named[("things.x.example.com", "spec.zone", PRUNED)] == NAMED + 50
+    assert len(report.server_shown) == SHOWN and report.server_changed == NAMED + 50
     report.close()
