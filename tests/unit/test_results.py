@@ -100,3 +100,25 @@ def test_memory_stays_flat_however_many_objects_the_server_changed():
     assert report.changes_named[("things.x.example.com", "spec.zone", PRUNED)] == NAMED + 50
     assert len(report.server_shown) == SHOWN and report.server_changed == NAMED + 50
     report.close()
+
+
+def test_the_text_report_lists_the_first_objects_then_sums_up_per_resource():
+    from statusvault.cli.restore import render
+
+    report = RestoreReport("b", "none")
+    for i in range(SHOWN + 2):
+        report.add(changed(f"o{i:02d}", "spec.zone", *(["status.id"] if i % 2 else [])))
+    report.add(changed("w", warnings=("v1 is deprecated",)))
+    lines = render(report).splitlines()
+    assert "changed by the server: things.x.example.com ns/o00: spec.zone pruned" in lines
+    assert "changed by the server: things.x.example.com ns/o01: spec.zone pruned, status.id pruned" in lines
+    assert "... and 3 more object(s) (-o json lists each)" in lines, "SHOWN objects by name, the rest counted"
+    assert "server warning: things.x.example.com ns/w: v1 is deprecated" not in lines, "past SHOWN"
+    assert (
+        f"things.x.example.com: {SHOWN + 2} object(s) changed by the server: spec.zone pruned ({SHOWN + 2}), "
+        f"status.id pruned ({(SHOWN + 2) // 2})"
+    ) in lines
+    assert "things.x.example.com: 1 object(s) with server warnings: v1 is deprecated (1)" in lines
+    assert lines[-1].startswith(f"Restore of b: {SHOWN + 3} objects, 0 failed, 0 without their saved status, ")
+    assert f"{SHOWN + 2} changed by the server, 1 with server warnings, in " in lines[-1]
+    report.close()
