@@ -167,11 +167,12 @@ class ServerChange(NamedTuple):
         return f"{self.path} {self.how}"
 
 
-def object_changes(body: KubeObject, answer: KubeObject) -> list[ServerChange]:
+def object_changes(body: KubeObject, answer: KubeObject, with_status: bool = True) -> list[ServerChange]:
     """What the server dropped or changed of a create or update body: its user content, and its status when it
-    carries one. Server-set metadata (uid, resourceVersion, ...) was never sent, so it is never a change."""
+    carries one and the write sent it (`with_status`: a patch never does). Server-set metadata (uid,
+    resourceVersion, ...) was never sent, so it is never a change."""
     sent, got = _content(body), _content(answer)
-    if "status" in body:
+    if with_status and "status" in body:
         sent["status"] = body["status"]
         if "status" in answer:
             got["status"] = answer["status"]

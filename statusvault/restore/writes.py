@@ -133,8 +133,8 @@ class ObjectWriter:
                 if e.code not in (409, 422) or not self._changed_since(rt, ns, item.name, live):
                     raise  # a real rejection, not a lost race
                 continue
-            if not self.server_dry:
-                reply.changes += object_changes(body, patched)
+            if not self.server_dry:  # the patch leaves the status to the status write
+                reply.changes += object_changes(body, patched, with_status=False)
             return patched, outcome
         raise StatusVaultError(f"{item.display}: update kept conflicting with another writer")
 

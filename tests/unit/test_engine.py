@@ -202,6 +202,19 @@ def test_an_update_is_compared_with_the_patch_answer(backup):
     journal.close()
 
 
+def test_an_update_of_a_type_without_the_status_subresource_compares_what_each_write_sent(fake, backup):
+    """The patch never carries the status (the PUT of the whole object that follows does): the live object's
+    old status in the patch's answer is not a change."""
+    fake.put(LEGACY, with_meta(cr("legacy.example.com/v1", "LegacyApp", "l", spec={"n": 0}, status={"ref": 0}), NS))
+    saved = with_meta(cr("legacy.example.com/v1", "LegacyApp", "l", spec={"n": 1}, status={"ref": 1}), NS)
+    report, journal, _ = restore(fake, backup(saved), existing_policy="update")
+    item = by_name(report)["l"]
+    assert (item["result"], item["status"]) == ("updated", "written") and live_status(fake, "l", LEGACY) == {"ref": 1}
+    assert "serverChanges" not in item
+    report.close()
+    journal.close()
+
+
 def test_a_dry_run_claims_no_server_change(backup):
     fake = FakeKube(defaults=schema_lost_zone_and_secret)
     fake.put(_namespaces(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})

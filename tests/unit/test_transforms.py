@@ -222,6 +222,8 @@ def test_object_changes_cover_user_content_and_a_status_sent_in_the_body_never_s
         "spec.zone pruned",
         "status.s changed",
     ]
+    patched = object_changes({**body, "status": {"s": 2}}, answer, with_status=False)  # a patch never sends it
+    assert [str(c) for c in patched] == ["spec.zone pruned"]
     assert [str(c) for c in object_changes({**body, "status": {"s": 2}}, {**answer, "status": None})] == [
         "spec.zone pruned",
         "status changed",
