@@ -25,7 +25,7 @@ _RESTORE = (
     "--no-status", "--existing-resource-policy", "--dry-run", "--parallel", "--processes", "--qps", "--burst",
     "--scale-down", "--pause", "--pause-annotation", "--pause-field", "--pause-resources", "--keep-paused",
     "--modifiers", "--state-dir", "--encryption-key-file", "--at", "--restart", "--metrics-textfile",
-    "--metrics-pushgateway", "--output",
+    "--metrics-pushgateway", "--output", "--strict",
 )  # fmt: skip
 
 _BACKUP = (
@@ -35,7 +35,7 @@ _BACKUP = (
 _MOVE = (
     "--from-kubeconfig", "--from-context", "--to-kubeconfig", "--to-context", *_STORAGE, *_SELECTION,
     "--namespace-mapping", "--pause", "--pause-annotation", "--pause-field", "--pause-resources", "--modifiers",
-    "--backup-name", "--parallel", "--delete-source", "--yes", "--abort", "--state-dir", "--output",
+    "--backup-name", "--parallel", "--delete-source", "--yes", "--abort", "--state-dir", "--output", "--strict",
 )  # fmt: skip
 _WATCH = (
     *_STORAGE, *_SELECTION, "--all-namespaces", "--include-crds", "--base-interval", "--flush-interval",

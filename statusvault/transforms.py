@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import jsonpatch
 import orjson
@@ -149,6 +150,88 @@ def contains(actual: Any, saved: Any) -> bool:
     if isinstance(saved, bool) or isinstance(actual, bool):  # JSON true is not 1
         return actual is saved
     return bool(actual == saved)
+
+
+PRUNED = "pruned"
+CHANGED = "changed"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")  # a key shown as .key; any other as [key]
+
+
+class ServerChange(NamedTuple):
+    """A field of what was sent that the server's answer lacks (pruned) or holds with another value (changed)."""
+
+    path: str  # "spec.zone", "status.conditions[0].reason", "metadata.labels[app.kubernetes.io/name]"
+    how: str  # PRUNED | CHANGED
+
+    def __str__(self) -> str:
+        return f"{self.path} {self.how}"
+
+
+def object_changes(body: KubeObject, answer: KubeObject, with_status: bool = True) -> list[ServerChange]:
+    """What the server dropped or changed of a create or update body: its user content, and its status when it
+    carries one and the write sent it (`with_status`: a patch never does). Server-set metadata (uid,
+    resourceVersion, ...) was never sent, so it is never a change."""
+    sent, got = _content(body), _content(answer)
+    if with_status and "status" in body:
+        sent["status"] = body["status"]
+        if "status" in answer:
+            got["status"] = answer["status"]
+    return server_changes(sent, got)
+
+
+def status_changes(saved: Any, answer: KubeObject) -> list[ServerChange]:
+    """What the server dropped or changed of a saved status it was sent, by the object it answered with."""
+    return server_changes({"status": saved}, {"status": answer["status"]} if "status" in answer else {})
+
+
+def server_changes(sent: dict[str, Any], answer: dict[str, Any]) -> list[ServerChange]:
+    """Each field of `sent` that `answer` dropped (pruned) or holds with another value (changed), in sent order.
+
+    Fields only the answer has are not changes: a field the backup never held cannot be lost, and schema defaults
+    or a webhook's additions would otherwise be reported for every object. Nor is a null the answer leaves out or
+    fills in. A list whose length changed is one change (its items cannot be paired); else items are compared."""
+    if _same_json(sent, answer):  # the usual case, decided in C
+        return []
+    out: list[ServerChange] = []
+    _dict_changes(sent, answer, "", out)
+    return out
+
+
+def _dict_changes(sent: dict[str, Any], got: dict[str, Any], path: str, out: list[ServerChange]) -> None:
+    for key, value in sent.items():
+        if value is None:
+            continue
+        if key not in got:
+            out.append(ServerChange(_field(path, key), PRUNED))
+        elif isinstance(value, dict | list):
+            _value_changes(value, got[key], _field(path, key), out)
+        elif not _same(value, got[key]):
+            out.append(ServerChange(_field(path, key), CHANGED))
+
+
+def _value_changes(sent: Any, got: Any, path: str, out: list[ServerChange]) -> None:
+    if isinstance(sent, dict) and isinstance(got, dict):
+        _dict_changes(sent, got, path, out)
+    elif isinstance(sent, list) and isinstance(got, list) and len(sent) == len(got):
+        for i, (a, b) in enumerate(zip(sent, got, strict=True)):
+            if isinstance(a, dict | list):
+                _value_changes(a, b, f"{path}[{i}]", out)
+            elif not _same(a, b):
+                out.append(ServerChange(f"{path}[{i}]", CHANGED))
+    elif not _same(sent, got):
+        out.append(ServerChange(path, CHANGED))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):  # JSON true is not 1
+        return a is b
+    return bool(a == b)
+
+
+def _field(path: str, key: str) -> str:
+    if _NAME.match(key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{key}]"
 
 
 def _same_json(a: Any, b: Any) -> bool:

@@ -3,8 +3,9 @@
 Modelled: `.status` dropped on create (and on update) where the type has the subresource; `/status` writes
 that take only the status; `409 AlreadyExists`; `resourceVersion` conflicts (409) and JSON-patch `test`
 failures (422); managedFields naming each writer's field manager (none for a body with nothing to own);
-server-side defaults (a hook). Faults: an answer lost after the server acted (the resent create meets
-409 AlreadyExists), another writer winning a race. Not modelled: garbage collection, admission, watches.
+server-side defaults and pruning (a hook); Warning headers (by name). Faults: an answer lost after the server
+acted (the resent create meets 409 AlreadyExists), another writer winning a race. Not modelled: garbage
+collection, admission, watches.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class FakeKube:
         self.lose_create_answer: set[str] = set()  # names whose create succeeds but whose answer is lost
         self.race_status_write: set[str] = set()  # names another writer updates just before our status PUT
         self.race_patch: set[str] = set()  # names another writer updates just before our patch
+        self.warn: dict[str, str] = {}  # names whose writes are answered with this Warning (a deprecated version)
         self.on_create: Callable[[str], None] = lambda name: None
         self.calls: list[tuple[str, str]] = []  # (verb, name)
         self._rv = itertools.count(1)
@@ -81,7 +83,13 @@ class FakeKube:
     # --- writing ---
 
     def create(
-        self, rt: ResourceType, namespace: str | None, body: KubeObject, dry_run: bool = False, manager: str = "x"
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        body: KubeObject,
+        dry_run: bool = False,
+        manager: str = "x",
+        warnings: list[str] | None = None,
     ) -> KubeObject:
         name = body["metadata"]["name"]
         self.calls.append(("create", name))
@@ -104,7 +112,7 @@ class FakeKube:
         if name in self.lose_create_answer:
             self.lose_create_answer.discard(name)
             raise _error(409, "AlreadyExists", f"{rt.qualified} {name} (the resent POST)")
-        return result
+        return self._answer(name, result, warnings)
 
     def replace(
         self,
@@ -115,6 +123,7 @@ class FakeKube:
         dry_run: bool = False,
         sub: str | None = None,
         manager: str = "x",
+        warnings: list[str] | None = None,
     ) -> KubeObject:
         self.calls.append((f"replace/{sub or ''}", name))
         if sub == "status" and name in self.race_status_write:
@@ -140,7 +149,7 @@ class FakeKube:
             _own(new["metadata"], new, manager)
             if not dry_run:
                 self.objects[key] = new
-            return copy.deepcopy(new)
+            return self._answer(name, copy.deepcopy(new), warnings)
 
     def patch(
         self,
@@ -153,6 +162,7 @@ class FakeKube:
         sub: str | None = None,
         params: tuple[tuple[str, str], ...] = (),
         manager: str = "x",
+        warnings: list[str] | None = None,
     ) -> KubeObject:
         self.calls.append(("patch", name))
         if name in self.race_patch:
@@ -167,11 +177,17 @@ class FakeKube:
                 new = jsonpatch.apply_patch(live, patch)
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
                 raise _error(422, "Invalid", f"{name}: {e}") from e
+            self.defaults(new)
             new["metadata"]["resourceVersion"] = str(next(self._rv))
             _own(new["metadata"], new, manager)
             if not dry_run:
                 self.objects[key] = new
-            return copy.deepcopy(new)
+            return self._answer(name, copy.deepcopy(new), warnings)
+
+    def _answer(self, name: str, obj: KubeObject, warnings: list[str] | None) -> KubeObject:
+        if warnings is not None and name in self.warn:
+            warnings.append(self.warn[name])
+        return obj
 
     def delete(self, rt: ResourceType, namespace: str | None, name: str) -> None:
         with self._lock:

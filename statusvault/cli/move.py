@@ -17,9 +17,10 @@ from statusvault.cli.options import (
     split_csv,
     state_dir_option,
     storage_options,
+    strict_option,
 )
 from statusvault.cli.output import emit
-from statusvault.cli.restore import read_modifiers, render
+from statusvault.cli.restore import check_strict, read_modifiers, render
 from statusvault.errors import PartialFailure
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.model import Selection
@@ -56,6 +57,7 @@ from statusvault.restore.options import restore_options
 @click.option("--yes", is_flag=True, help="Confirm --delete-source without asking.")
 @click.option("--abort", is_flag=True, help="Give the move up (the same command plus --abort): delete its paused "
               "copies in the target and its record, unpause the source.")  # fmt: skip
+@strict_option
 @state_dir_option
 @output_option
 @click.pass_obj
@@ -88,7 +90,7 @@ def move_cmd(app: App, /, output: str, **kw: Any) -> None:
         _show_abort(abort_move(request))
         return
     report = run_move(request)
-    _show(report, output)
+    _show(report, output, kw["strict"])
 
 
 def _cluster(app: App, kubeconfig: str | None, context: str | None) -> Cluster:
@@ -111,7 +113,7 @@ def _show_abort(report: AbortReport) -> None:
     )
 
 
-def _show(report: MoveReport, output: str) -> None:
+def _show(report: MoveReport, output: str, strict: bool) -> None:
     restore = report.restore
     lines = [f"Move recorded as backup {report.name}: {report.source_paused} object(s) paused in the source."]
     lines += [f"note: not paused in the source (no pause marker known): {x}" for x in report.source_unpausable]
@@ -139,6 +141,8 @@ def _show(report: MoveReport, output: str) -> None:
             f"move {report.name} is not complete (the source stays paused): fix what is listed and run the same "
             "command again, or run it with --abort to give the source back"
         )
+    if strict and restore is not None:
+        check_strict(f"move {report.name}", restore)
 
 
 COMMANDS = (move_cmd,)

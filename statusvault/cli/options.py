@@ -43,6 +43,15 @@ def state_dir_option(f: F) -> F:
     )(f)
 
 
+def strict_option(f: F) -> F:
+    return click.option(
+        "--strict",
+        is_flag=True,
+        help="Exit 3 (partial failure) when the server dropped or changed a field the backup held (a schema that "
+        "prunes it, a mutating webhook) or answered a write with a Warning; both are reported either way.",
+    )(f)
+
+
 def manifest_options(f: F) -> F:
     """What `schedule render` and `controller render` share: the pod's image and Secrets, and --apply."""
     return _apply(

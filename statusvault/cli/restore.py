@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from statusvault.cli.options import (
     selection_options,
     state_dir_option,
     storage_options,
+    strict_option,
 )
 from statusvault.cli.output import emit, table
 from statusvault.errors import ConfigError, PartialFailure, StatusVaultError
@@ -117,6 +120,7 @@ from statusvault.storage.base import ObjectStore
     type=click.Path(dir_okay=False),
     help="Restore-time patches: a YAML file in Velero's resource-modifier format (see the user guide).",
 )
+@strict_option
 @state_dir_option
 @encryption_option
 @click.option(
@@ -201,6 +205,16 @@ def _run_restore(
             f"restore of {backup_name} finished with {len(report.failures)} failed object(s); "
             f"{report.lacking} object(s) lack their saved status{again.replace('resume', 'retry only those')}"
         )
+    if kw["strict"]:
+        check_strict(f"restore of {backup_name}", report)
+
+
+def check_strict(what: str, report: RestoreReport) -> None:
+    """--strict: what the server changed or warned about, reported either way, is a partial failure (exit 3)."""
+    parts = [f"the server changed {report.server_changed} object(s)"] if report.server_changed else []
+    parts += [f"{report.server_warned} object(s) drew server warnings"] if report.server_warned else []
+    if parts:
+        raise PartialFailure(f"{what}: {'; '.join(parts)} (--strict)")
 
 
 def worker_spec(app: App, kw: dict[str, Any]) -> WorkerSpec:
@@ -276,7 +290,7 @@ def render(report: RestoreReport) -> str:
                 c["skipped"],
                 c["failed"],
                 status,
-                c["status:" + StatusOutcome.FAILED] + c["status:" + StatusOutcome.MISMATCH],
+                c["status:" + StatusOutcome.FAILED],
             )
         )
     lines.append(
@@ -299,6 +313,7 @@ def render(report: RestoreReport) -> str:
                 f"note: {res}: {n} object(s) carry a status.observedGeneration from before the restore "
                 "(generation restarts at 1); their operator may reconcile them once"
             )
+    lines += _server_lines(report)
     lines += _status_notes(report)
     if report.warnings and report.dry_run != "client":
         lines += ["", *(f"warning: {w}" for w in report.warnings)]
@@ -306,11 +321,44 @@ def render(report: RestoreReport) -> str:
     lines.append("")
     if report.resumed:
         lines.append(f"Resumed: {report.resumed} objects were restored by an earlier run and left alone.")
+    by_server = f", {report.server_changed} changed by the server" if report.server_changed else ""
+    by_server += f", {report.server_warned} with server warnings" if report.server_warned else ""
     lines.append(
         f"{verb} of {report.backup}: {report.total} objects, {len(report.failures)} failed, "
-        f"{report.lacking} without their saved status, in {report.duration:.1f}s"
+        f"{report.lacking} without their saved status{by_server}, in {report.duration:.1f}s"
     )
     return "\n".join(lines)
+
+
+def _server_lines(report: RestoreReport) -> list[str]:
+    """What the server changed of what was sent and what it warned about: the first objects one by one, then the
+    paths and warnings per resource, most frequent first."""
+    if not report.server_objects:
+        return []
+    lines = [""]
+    for r in sorted(report.server_shown, key=lambda r: (r.resource, r.namespace, r.name)):
+        if r.server_changes:
+            lines.append(f"changed by the server: {r.display}: {', '.join(map(str, r.server_changes))}")
+        lines += [f"server warning: {r.display}: {w}" for w in r.server_warnings]
+    if report.server_objects > len(report.server_shown):
+        lines.append(f"... and {report.server_objects - len(report.server_shown)} more object(s) (-o json lists each)")
+    lines.append("")
+    for resource, c in report.by_resource():
+        if c["server:changed"]:
+            named = _named(report.changes_named, resource, lambda key: f"{key[1]} {key[2]}")
+            lines.append(f"{resource}: {c['server:changed']} object(s) changed by the server: {named}")
+        if c["server:warned"]:
+            named = _named(report.warnings_named, resource, lambda key: key[1])
+            lines.append(f"{resource}: {c['server:warned']} object(s) with server warnings: {named}")
+    if report.unnamed:
+        lines.append(f"... and {report.unnamed} more change(s) or warning(s) (-o json lists each object's)")
+    return lines
+
+
+def _named(counts: Counter[Any], resource: str, show: Callable[[Any], str]) -> str:
+    """One resource's changes or warnings with their object counts, most frequent first."""
+    mine = sorted(((-n, show(key)) for key, n in counts.items() if key[0] == resource))
+    return ", ".join(f"{text} ({-n})" for n, text in mine)
 
 
 def _status_notes(report: RestoreReport) -> list[str]:

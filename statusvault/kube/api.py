@@ -34,8 +34,16 @@ class KubeApi(Protocol):
         ...
 
     def create(
-        self, rt: ResourceType, namespace: str | None, body: KubeObject, dry_run: bool = False, manager: str = ...
-    ) -> KubeObject: ...
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        body: KubeObject,
+        dry_run: bool = False,
+        manager: str = ...,
+        warnings: list[str] | None = None,
+    ) -> KubeObject:
+        """Writes (create, replace, patch) add the texts of the server's Warning headers to `warnings`, if given."""
+        ...
 
     def replace(
         self,
@@ -46,6 +54,7 @@ class KubeApi(Protocol):
         dry_run: bool = False,
         sub: str | None = None,
         manager: str = ...,
+        warnings: list[str] | None = None,
     ) -> KubeObject: ...
 
     def patch(
@@ -59,6 +68,7 @@ class KubeApi(Protocol):
         sub: str | None = None,
         params: tuple[tuple[str, str], ...] = (),
         manager: str = ...,
+        warnings: list[str] | None = None,
     ) -> KubeObject: ...
 
     def delete(self, rt: ResourceType, namespace: str | None, name: str) -> None: ...

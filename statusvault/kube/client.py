@@ -38,8 +38,8 @@ class KubeClient:
     def server(self) -> str:
         return self.transport.host
 
-    def request_json(self, req: Request) -> Any:
-        return orjson.loads(self.transport.send(req))
+    def request_json(self, req: Request, warnings: list[str] | None = None) -> Any:
+        return orjson.loads(self.transport.send(req, warnings))
 
     def get_path(self, path: str) -> Any:
         return self.request_json(Request("GET", path))
@@ -141,9 +141,11 @@ class KubeClient:
         body: KubeObject,
         dry_run: bool = False,
         manager: str = FIELD_MANAGER,
+        warnings: list[str] | None = None,
     ) -> KubeObject:
+        """POST `body`; the server's Warning texts go to `warnings` when given (as for replace and patch)."""
         req = Request("POST", rt.path(namespace), _write_params(dry_run, manager), orjson.dumps(body))
-        created: KubeObject = self.request_json(req)
+        created: KubeObject = self.request_json(req, warnings)
         return created
 
     def replace(
@@ -155,9 +157,10 @@ class KubeClient:
         dry_run: bool = False,
         sub: str | None = None,
         manager: str = FIELD_MANAGER,
+        warnings: list[str] | None = None,
     ) -> KubeObject:
         req = Request("PUT", rt.path(namespace, name, sub), _write_params(dry_run, manager), orjson.dumps(body))
-        replaced: KubeObject = self.request_json(req)
+        replaced: KubeObject = self.request_json(req, warnings)
         return replaced
 
     def patch(
@@ -171,10 +174,11 @@ class KubeClient:
         sub: str | None = None,
         params: tuple[tuple[str, str], ...] = (),
         manager: str = FIELD_MANAGER,
+        warnings: list[str] | None = None,
     ) -> KubeObject:
         query = _write_params(dry_run, manager) + params
         req = Request("PATCH", rt.path(namespace, name, sub), query, orjson.dumps(patch), content_type)
-        patched: KubeObject = self.request_json(req)
+        patched: KubeObject = self.request_json(req, warnings)
         return patched
 
     def delete(self, rt: ResourceType, namespace: str | None, name: str) -> None:

@@ -28,6 +28,7 @@ MAX_HEADERS = 200
 MAX_STREAM_LINE = 32 << 20  # one WATCH event: an object (etcd stores at most 1.5 MiB) plus framing
 _FIELD = re.compile(rb"^([^:\r\n]+):[ \t]*([^\r\n]*?)[ \t]*\r?$", re.MULTILINE)  # one header line: name, value
 _FRAMING = re.compile(rb"^(content-length|transfer-encoding|connection):[ \t]*([^\r\n]*?)[ \t]*\r?$", re.M | re.I)
+_WARNING = re.compile(rb"^warning:[ \t]*([^\r\n]*?)[ \t]*\r?$", re.M | re.I)
 
 
 class ProtocolError(OSError):
@@ -44,6 +45,12 @@ class Response:
     def headers(self) -> dict[str, str]:
         """Every header by lower-cased name, parsed when asked for: most answers need only their framing."""
         return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in _FIELD.findall(self.head)}
+
+    def warning_headers(self) -> list[str]:
+        """The values of its Warning headers: a name that may repeat, so not one entry of `headers`."""
+        if b"arning" not in self.head:  # the usual answer, decided without a regex
+            return []
+        return [value.decode("utf-8", "replace") for value in _WARNING.findall(self.head)]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,8 +6,10 @@ import base64
 import dataclasses
 import functools
 import logging
+import re
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -29,6 +31,9 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+# One warning of a Warning header (RFC 7234): code, agent, quoted text, an optional quoted date; several per value.
+_WARNING_VALUE = re.compile(r'(\d{3})[ \t]+\S+[ \t]+"((?:[^"\\]|\\.)*)"(?:[ \t]+"[^"]*")?')
+_QUOTED_PAIR = re.compile(r"\\(.)")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -125,8 +130,9 @@ class KubeTransport:
             headers["Authorization"] = "Basic " + base64.b64encode(self.config.basic_auth.encode()).decode()
         return headers
 
-    def send(self, req: Request) -> bytes:
-        """Send `req`; return the response body, or raise KubeApiError / KubeConnectionError.
+    def send(self, req: Request, warnings: list[str] | None = None) -> bytes:
+        """Send `req`; return the response body, or raise KubeApiError / KubeConnectionError. The texts of the
+        successful answer's Warning headers are added to `warnings` when given.
 
         429 (never executed by the server, so always safe to resend) has its own, larger budget and honours
         Retry-After up to a cap; 5xx, timeouts and connection errors back off exponentially with jitter. A 401
@@ -150,6 +156,8 @@ class KubeTransport:
                     self._count(waited, retried=False)
                     if refreshed:
                         log.info("renewed the credentials from %s after a 401", self.config.credentials.description)
+                    if warnings is not None:
+                        warnings += warning_texts(resp.warning_headers())
                     return bytes(resp.data)
                 error = api_error(req, resp.status, resp.data)
                 retry_after = _retry_after(resp.headers.get("retry-after"))
@@ -214,6 +222,17 @@ class KubeTransport:
 
     def close(self) -> None:
         self.pool.clear()
+
+
+def warning_texts(values: Iterable[str]) -> list[str]:
+    """The warnings in Warning header values (`299 - "unknown field \\"spec.foo\\""`), read as client-go reads
+    them: code 299 (the API server's, e.g. unknown fields, deprecated APIs) with a text; escapes undone."""
+    return [
+        _QUOTED_PAIR.sub(r"\1", text)
+        for value in values
+        for code, text in _WARNING_VALUE.findall(value)
+        if code == "299" and text
+    ]
 
 
 def _retry_after(value: str | None) -> float | None:

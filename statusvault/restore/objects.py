@@ -18,7 +18,7 @@ from statusvault.restore.pausing import RECORD, Marker, pause_lost, without_reco
 from statusvault.restore.planstore import Action, PlanItem, StatusMode
 from statusvault.restore.results import GENERATION_NOTE, ItemResult, Outcome, StatusOutcome
 from statusvault.restore.served import ServedTypes
-from statusvault.restore.writes import ObjectWriter
+from statusvault.restore.writes import ObjectWriter, ServerReply
 from statusvault.transforms import ABSENT, remap_owner_refs, restore_diff, sanitize
 
 log = logging.getLogger(__name__)
@@ -58,19 +58,21 @@ class ObjectRestorer:
             old_uid=(obj.get("metadata") or {}).get("uid", ""),
             wanted=item.status_mode.wanted,
         )
+        reply = ServerReply()
         try:
             obj = self._modified(item, obj, result)
             if self.opts.dry_run == "client":
                 return self._preview(item, obj, result)
-            self._restore(item, obj, result)
+            self._restore(item, obj, result, reply)
         except StatusVaultError as e:
             result.message = str(e)
         except Exception as e:  # one object's surprise must not end the run
             log.debug("unexpected error restoring %s", item.display, exc_info=True)
             result.message = f"{type(e).__name__}: {e}"
+        result.server_changes, result.server_warnings = tuple(reply.changes), tuple(dict.fromkeys(reply.warnings))
         return result
 
-    def _restore(self, item: PlanItem, obj: KubeObject, result: ItemResult) -> None:
+    def _restore(self, item: PlanItem, obj: KubeObject, result: ItemResult, reply: ServerReply) -> None:
         saved_status = obj.get("status")
         rt = self._request_type(item, obj)
         mode = item.status_mode  # subresources are per version: decide on the version written to
@@ -80,9 +82,9 @@ class ObjectRestorer:
         notes = self._remap_owners(item, body)
         lost = ""
         if item.action == Action.CREATE:
-            live, outcome, lost = self._create(item, rt, body, result)
+            live, outcome, lost = self._create(item, rt, body, result, reply)
         else:
-            live, outcome = self.writer.update(rt, item, body)
+            live, outcome = self.writer.update(rt, item, body, reply)
         if live is None:
             result.outcome = Outcome.SKIPPED
             if result.wanted:  # it did not exist when planned: someone else created it during the restore
@@ -98,31 +100,35 @@ class ObjectRestorer:
             self.journal.learn_uid(item.old_uid, result.new_uid)
         notes += _generation_notes(saved_status, meta.get("generation"))
         result.notes = tuple(notes)
-        self._write_status(item, rt, mode, live, saved_status, outcome, result)
+        self._write_status(item, rt, mode, live, saved_status, outcome, result, reply)
         result.pause_lost = lost  # created and its status written all the same: what is on the cluster, said
 
     def _write_status(
         self, item: PlanItem, rt: ResourceType, mode: StatusMode, live: KubeObject, saved: Any, outcome: str,
-        result: ItemResult,
+        result: ItemResult, reply: ServerReply,
     ) -> None:  # fmt: skip
         try:
-            result.status, raced = self.writer.write_status(rt, item, mode, live, saved, outcome)
+            result.status, raced = self.writer.write_status(rt, item, mode, live, saved, outcome, reply)
         except StatusVaultError as e:  # the object is there, its status is not: a failure, never a warning
             result.status, result.message = StatusOutcome.FAILED, str(e)
             return
         if raced:
             result.notes = (*result.notes, raced)
         if result.status == StatusOutcome.MISMATCH:
-            result.message = "the server changed the restored status (pruned or defaulted fields?)"
+            kept_out = ", ".join(str(c) for c in reply.changes if c.path.startswith("status"))
+            result.message = (
+                f"the server did not keep the saved status as sent ({kept_out}): its CRD's schema no longer holds "
+                "those fields? A re-run cannot bring them back"
+            )
 
     def _create(
-        self, item: PlanItem, rt: ResourceType, body: KubeObject, result: ItemResult
+        self, item: PlanItem, rt: ResourceType, body: KubeObject, result: ItemResult, reply: ServerReply
     ) -> tuple[KubeObject | None, str, str]:
         """Create the object, paused when a marker applies; the third value says why it is NOT paused although
         it was meant to be (the server dropped the marker), else ""."""
         marker = self._marker(rt, body, result)
         result.paused = self._pause(item, marker, body)
-        live, outcome = self.writer.create(rt, item, body)
+        live, outcome = self.writer.create(rt, item, body, reply)
         if outcome == Outcome.CREATED:
             self.journal.mark_created(item)  # a resumed run will know the object is its own
         if live is None or marker is None or marker.present(live):

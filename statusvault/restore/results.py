@@ -13,6 +13,7 @@ import orjson
 
 from statusvault.model import display
 from statusvault.restore.pausing import unmarked_warning
+from statusvault.transforms import ServerChange
 
 
 class Outcome:
@@ -25,9 +26,9 @@ class Outcome:
 
 
 class StatusOutcome:
-    WRITTEN = "written"  # via /status, equal to the saved status
+    WRITTEN = "written"  # via /status
     IN_BODY = "in-body"  # no /status subresource: carried by the create/update body
-    MISMATCH = "mismatch"  # written, but the server's status differs from the saved one
+    MISMATCH = "mismatch"  # written, but the server did not keep all of it (the result's server_changes say what)
     FAILED = "failed"
     NOT_NEEDED = "not-needed"  # no saved status, or one statusvault does not restore (a CRD's, a built-in's)
     LEFT_OUT = "left-out"  # a saved status the user asked not to restore
@@ -37,6 +38,8 @@ class StatusOutcome:
 
 
 GENERATION_NOTE = "status.observedGeneration"
+NAMED = 200  # distinct changes and warnings the summary names; more are counted, not named (memory stays flat)
+SHOWN = 20  # objects the server changed or warned about that the text report lists one by one
 STATUS_PROBLEMS = frozenset({StatusOutcome.MISMATCH, StatusOutcome.FAILED})
 STATUS_BACK = frozenset({StatusOutcome.WRITTEN, StatusOutcome.IN_BODY, StatusOutcome.WOULD_WRITE})
 
@@ -59,6 +62,8 @@ class ItemResult:
     paused: str = ""  # the pause marker it was created with ("kept": paused in the backup already)
     unmarked: bool = False  # --pause auto has no marker for its (custom) resource type: not paused
     pause_lost: str = ""  # created (and its status written) WITHOUT the pause marker: the server dropped it
+    server_changes: tuple[ServerChange, ...] = ()  # fields of what was sent that the server dropped or changed
+    server_warnings: tuple[str, ...] = ()  # the texts of the Warning headers its writes were answered with
 
     @property
     def lacks_status(self) -> bool:
@@ -73,6 +78,11 @@ class ItemResult:
     @property
     def failed(self) -> bool:
         return self.outcome == Outcome.FAILED or self.status in STATUS_PROBLEMS
+
+    @property
+    def server_changed(self) -> bool:
+        """The server changed what was sent or warned about it: reported, a failure only with --strict."""
+        return bool(self.server_changes or self.server_warnings)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -96,6 +106,10 @@ class ItemResult:
             d["notPaused"] = self.pause_lost
         if self.rules or self.rules_skipped:
             d["modifiers"] = {"applied": list(self.rules), "skippedByTest": list(self.rules_skipped)}
+        if self.server_changes:
+            d["serverChanges"] = [{"path": c.path, "change": c.how} for c in self.server_changes]
+        if self.server_warnings:
+            d["serverWarnings"] = list(self.server_warnings)
         return d
 
 
@@ -122,6 +136,11 @@ class RestoreReport:
         self.timings: dict[str, float] = {}  # seconds from the restore's start: planned, first object finished
         self.attention: list[ItemResult] = []
         self.table: dict[str, Counter[str]] = {}
+        self.changes_named: Counter[tuple[str, str, str]] = Counter()  # (resource, path, how) -> objects
+        self.warnings_named: Counter[tuple[str, str]] = Counter()  # (resource, warning) -> objects
+        self.unnamed = 0  # changes and warnings past the NAMED distinct ones
+        self.server_shown: list[ItemResult] = []  # the first SHOWN objects the server changed or warned about
+        self.server_objects = 0  # objects the server changed or warned about
         self._spool: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
 
     def add(self, r: ItemResult) -> None:
@@ -146,7 +165,29 @@ class RestoreReport:
             c["pause:lost"] += 1
         if r.failed or r.lacks_status or important or r.pause_lost:
             self.attention.append(r)
+        if r.server_changed:
+            self._add_server(r, c)
         self._spool.write(orjson.dumps(r.to_dict()) + b"\n")
+
+    def _add_server(self, r: ItemResult, c: Counter[str]) -> None:
+        """Counted per resource, named per change or warning (up to NAMED), listed for the first SHOWN objects."""
+        if r.server_changes:
+            c["server:changed"] += 1
+        if r.server_warnings:
+            c["server:warned"] += 1
+        for change in r.server_changes:
+            self._name(self.changes_named, (r.resource, change.path, change.how))
+        for warning in r.server_warnings:
+            self._name(self.warnings_named, (r.resource, warning))
+        self.server_objects += 1
+        if len(self.server_shown) < SHOWN:
+            self.server_shown.append(r)
+
+    def _name(self, named: Counter[Any], key: tuple[str, ...]) -> None:
+        if key in named or len(self.changes_named) + len(self.warnings_named) < NAMED:
+            named[key] += 1
+        else:
+            self.unnamed += 1
 
     def results(self) -> Iterator[dict[str, Any]]:
         """Every per-object result, in the order they finished."""
@@ -182,13 +223,23 @@ class RestoreReport:
         problems = self.failures or self.lacking or self.not_paused or self.unpause_failures
         return not (problems or self.aborted or self.interrupted)
 
+    @property
+    def server_changed(self) -> int:
+        """Objects with a field the server dropped or changed of what was sent (a pruning schema, a webhook)."""
+        return sum(c["server:changed"] for c in self.table.values())
+
+    @property
+    def server_warned(self) -> int:
+        """Objects whose writes the server answered with a Warning header."""
+        return sum(c["server:warned"] for c in self.table.values())
+
     def count_status(self, outcome: str) -> int:
         return sum(c["status:" + outcome] for c in self.table.values())
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Objects per result and per status outcome; with modifiers, objects modified and rules skipped."""
-        out: dict[str, Counter[str]] = {k: Counter() for k in ("results", "status", "modifiers", "pause")}
-        sections = {"status": "status", "rules": "modifiers", "pause": "pause"}
+        out: dict[str, Counter[str]] = {k: Counter() for k in ("results", "status", "modifiers", "pause", "server")}
+        sections = {"status": "status", "rules": "modifiers", "pause": "pause", "server": "server"}
         for c in self.table.values():
             for key, n in c.items():
                 kind, _, name = key.partition(":")
@@ -216,6 +267,15 @@ class RestoreReport:
             "unpauseFailures": self.unpause_failures,
             "notPaused": len(self.not_paused),
             "summary": self.counts(),
+            "serverChanges": [
+                {"resource": res, "path": path, "change": how, "objects": n}
+                for (res, path, how), n in sorted(self.changes_named.items(), key=_by_resource)
+            ],
+            "serverWarnings": [
+                {"resource": res, "warning": text, "objects": n}
+                for (res, text), n in sorted(self.warnings_named.items(), key=_by_resource)
+            ],
+            "serverNotNamed": self.unnamed,
             "warnings": self.warnings,
             "processes": self.processes,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
@@ -234,3 +294,9 @@ class RestoreReport:
 
     def close(self) -> None:
         self._spool.close()
+
+
+def _by_resource(entry: tuple[tuple[str, ...], int]) -> tuple[str, int, tuple[str, ...]]:
+    """Resource by resource, the most frequent first."""
+    key, n = entry
+    return key[0], -n, key[1:]

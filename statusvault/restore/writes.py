@@ -1,7 +1,9 @@
-"""The writes of one object: create (or update), then its status. Conflicts are re-read and retried."""
+"""The writes of one object: create (or update), then its status. Conflicts are re-read and retried. What the
+server changed of what was sent, and what it warned about, is gathered on the way."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +14,7 @@ from statusvault.kube.transport import JSON_PATCH
 from statusvault.model import KubeObject, ResourceType
 from statusvault.restore.planstore import PlanItem, StatusMode
 from statusvault.restore.results import Outcome, StatusOutcome
-from statusvault.transforms import contains, status_body, update_patch
+from statusvault.transforms import ServerChange, contains, object_changes, status_body, status_changes, update_patch
 
 ATTEMPTS = 5
 RACED = (
@@ -37,6 +39,15 @@ def written_by(meta: dict[str, Any], manager: str) -> bool:
     return any(isinstance(e, dict) and e.get("manager") == manager for e in meta.get("managedFields") or [])
 
 
+@dataclasses.dataclass(slots=True)
+class ServerReply:
+    """What the server did with one object's writes beyond taking them: the fields of what was sent that it
+    dropped or changed, and the texts of its Warning headers. Not gathered in dry runs: nothing was changed."""
+
+    changes: list[ServerChange] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+
 class ObjectWriter:
     """Writes under `manager`, a field manager unique to one restore (its journal): an object whose
     managedFields name it was created by this restore, whatever the server or a webhook changed in it."""
@@ -57,10 +68,17 @@ class ObjectWriter:
         self.policy = policy
         self.manager = manager
 
-    def create(self, rt: ResourceType, item: PlanItem, body: KubeObject) -> tuple[KubeObject | None, str]:
-        """Create; on AlreadyExists apply the policy. Returns (live object or None when skipped, outcome)."""
+    def create(
+        self, rt: ResourceType, item: PlanItem, body: KubeObject, reply: ServerReply
+    ) -> tuple[KubeObject | None, str]:
+        """Create; on AlreadyExists apply the policy. Returns (live object or None when skipped, outcome).
+
+        Only the create's own answer is compared with the body: an object found at AlreadyExists may have been
+        changed since by other writers."""
         try:
-            created = self.client.create(rt, item.namespace or None, body, self.server_dry, self.manager)
+            created = self.client.create(
+                rt, item.namespace or None, body, self.server_dry, self.manager, self._heard(reply)
+            )
         except KubeApiError as e:
             if e.code != 409 or e.reason != "AlreadyExists":
                 raise
@@ -69,8 +87,15 @@ class ObjectWriter:
                 return live, Outcome.CREATED  # a resent POST whose first attempt succeeded, or a resumed run's
             if self.policy != "update":
                 return None, Outcome.SKIPPED
-            return self.update(rt, item, body)  # appeared since the plan was made
-        return created, Outcome.WOULD_CREATE if self.server_dry else Outcome.CREATED
+            return self.update(rt, item, body, reply)  # appeared since the plan was made
+        if self.server_dry:
+            return created, Outcome.WOULD_CREATE
+        reply.changes += object_changes(body, created)
+        return created, Outcome.CREATED
+
+    def _heard(self, reply: ServerReply) -> list[str] | None:
+        """Where a write's Warning texts go; none in a dry run."""
+        return None if self.server_dry else reply.warnings
 
     def wrote(self, live: KubeObject, body: KubeObject) -> bool:
         """Whether this restore created `live` from `body`.
@@ -83,7 +108,9 @@ class ObjectWriter:
             return True
         return _bare(body) and not meta.get("managedFields") and _created_at(meta) >= self.started - CLOCK_SKEW
 
-    def update(self, rt: ResourceType, item: PlanItem, body: KubeObject) -> tuple[KubeObject | None, str]:
+    def update(
+        self, rt: ResourceType, item: PlanItem, body: KubeObject, reply: ServerReply
+    ) -> tuple[KubeObject | None, str]:
         """Patch the live object's content to the backup's, guarded by its resourceVersion."""
         outcome = Outcome.WOULD_UPDATE if self.server_dry else Outcome.UPDATED
         ns = item.namespace or None
@@ -95,12 +122,17 @@ class ObjectWriter:
             if not patch:
                 return live, outcome
             try:
-                return self.client.patch(
-                    rt, ns, item.name, patch, JSON_PATCH, self.server_dry, manager=self.manager
-                ), outcome
+                patched = self.client.patch(
+                    rt, ns, item.name, patch, JSON_PATCH, self.server_dry, manager=self.manager,
+                    warnings=self._heard(reply),
+                )  # fmt: skip
             except KubeApiError as e:
                 if e.code not in (409, 422) or not self._changed_since(rt, ns, item.name, live):
                     raise  # a real rejection, not a lost race
+                continue
+            if not self.server_dry:  # the patch leaves the status to the status write
+                reply.changes += object_changes(body, patched, with_status=False)
+            return patched, outcome
         raise StatusVaultError(f"{item.display}: update kept conflicting with another writer")
 
     def _changed_since(self, rt: ResourceType, ns: str | None, name: str, seen: KubeObject) -> bool:
@@ -110,30 +142,46 @@ class ObjectWriter:
         return fresh is not None and (fresh.get("metadata") or {}).get("resourceVersion") != version
 
     def write_status(
-        self, rt: ResourceType, item: PlanItem, mode: StatusMode, live: KubeObject, saved: Any, outcome: str
+        self,
+        rt: ResourceType,
+        item: PlanItem,
+        mode: StatusMode,
+        live: KubeObject,
+        saved: Any,
+        outcome: str,
+        reply: ServerReply,
     ) -> tuple[str, str]:
         """Write the saved status the way this resource takes it; return the status outcome and a note ("" or
-        what another writer did first)."""
+        what another writer did first). Saved fields the server dropped or changed go to `reply`."""
         if not mode.wanted:
             return StatusOutcome.LEFT_OUT if mode == StatusMode.LEFT_OUT else StatusOutcome.NOT_NEEDED, ""
         created = outcome in (Outcome.CREATED, Outcome.WOULD_CREATE)
         if mode == StatusMode.IN_BODY:
-            if created:  # it travelled in the create body
-                return _compare(live.get("status"), saved, StatusOutcome.IN_BODY), ""
-            return self._put_status(rt, item, live, saved, None, created)  # the patch never touches status
+            if created:  # it travelled in the create body, compared with the create's answer
+                return _kept(reply.changes, StatusOutcome.IN_BODY), ""
+            return self._put_status(rt, item, live, saved, None, created, reply)  # the patch never touches status
         if self.server_dry and created:
             return StatusOutcome.WOULD_WRITE, ""  # nothing was persisted to write it on
-        return self._put_status(rt, item, live, saved, "status", created)
+        return self._put_status(rt, item, live, saved, "status", created, reply)
 
     def _put_status(
-        self, rt: ResourceType, item: PlanItem, live: KubeObject, saved: Any, sub: str | None, created: bool
+        self,
+        rt: ResourceType,
+        item: PlanItem,
+        live: KubeObject,
+        saved: Any,
+        sub: str | None,
+        created: bool,
+        reply: ServerReply,
     ) -> tuple[str, str]:
         ns = item.namespace or None
         note = ""
         for _ in range(ATTEMPTS):
             try:
                 body = status_body(live, saved)
-                out = self.client.replace(rt, ns, item.name, body, self.server_dry, sub, self.manager)
+                out = self.client.replace(
+                    rt, ns, item.name, body, self.server_dry, sub, self.manager, self._heard(reply)
+                )
             except KubeApiError as e:
                 if e.code != 409:
                     raise StatusVaultError(f"status write failed: {e}") from e
@@ -144,11 +192,14 @@ class ObjectWriter:
                     note = RACED  # not our own lost write: someone acted on the object without its status
                 live = fresh
                 continue
-            done = StatusOutcome.WOULD_WRITE if self.server_dry else StatusOutcome.WRITTEN
-            return _compare(out.get("status"), saved, done), note
+            if self.server_dry:
+                return StatusOutcome.WOULD_WRITE, note
+            reply.changes += status_changes(saved, out)
+            return _kept(reply.changes, StatusOutcome.WRITTEN), note
         raise StatusVaultError("status write kept conflicting (409) with another writer")
 
 
-def _compare(actual: Any, saved: Any, ok: str) -> str:
-    """ok when every saved field came back as saved; fields the server added (defaults) do not matter."""
-    return ok if contains(actual, saved) else StatusOutcome.MISMATCH
+def _kept(changes: list[ServerChange], ok: str) -> str:
+    """ok when the server kept every saved status field as sent; a status it pruned or changed is not the saved
+    status: a MISMATCH (a failure of the object, whatever --strict says)."""
+    return StatusOutcome.MISMATCH if any(c.path.startswith("status") for c in changes) else ok

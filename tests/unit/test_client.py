@@ -27,7 +27,7 @@ class PagedTransport:
         self.missing = missing
         self.requests: list[Request] = []
 
-    def send(self, req: Request) -> bytes:
+    def send(self, req: Request, warnings: list[str] | None = None) -> bytes:
         self.requests.append(req)
         if self.missing:
             raise KubeApiError("not found", 404, "NotFound")
@@ -66,7 +66,7 @@ def test_metadata_listing_asks_for_partial_objects_and_treats_unserved_as_empty(
 
 def test_a_first_page_410_is_not_retried_forever():
     transport = PagedTransport(["a"])
-    transport.send = lambda req: (_ for _ in ()).throw(KubeApiError("gone", 410, "Expired"))  # type: ignore[method-assign]
+    transport.send = lambda req, warnings=None: (_ for _ in ()).throw(KubeApiError("gone", 410, "Expired"))  # type: ignore[method-assign]
     with pytest.raises(KubeApiError):
         list(KubeClient(transport).list_pages(KC, "ns"))  # type: ignore[arg-type]
 
@@ -77,10 +77,10 @@ def test_dropping_a_pager_never_waits_for_its_prefetch():
     transport = PagedTransport([f"o{i}" for i in range(4)])
     serve = transport.send
 
-    def slow(req: Request) -> bytes:
+    def slow(req: Request, warnings: list[str] | None = None) -> bytes:
         if dict(req.params).get("continue"):
             release.wait(10)  # the prefetch of page 2 hangs until the test lets it go
-        return serve(req)
+        return serve(req, warnings)
 
     transport.send = slow  # type: ignore[method-assign]
     pages = KubeClient(transport).list_pages(KC, "ns", limit=2)  # type: ignore[arg-type]

@@ -142,11 +142,101 @@ def test_an_update_that_loses_a_race_is_retried(fake, backup):
     journal.close()
 
 
-def test_a_status_the_server_prunes_is_a_mismatch(backup):
-    fake = FakeKube(defaults=lambda obj: (obj.get("status") or {}).pop("secret", None))
+def schema_lost_zone_and_secret(obj: dict) -> None:
+    """A CRD whose schema no longer has spec.zone and status.secret (the server prunes them), and defaults tier."""
+    (obj.get("spec") or {}).pop("zone", None)
+    (obj.get("status") or {}).pop("secret", None)
+    obj.setdefault("spec", {}).setdefault("tier", "gold")
+
+
+def by_name(report) -> dict[str, dict]:
+    return {i["name"]: i for i in report.results()}
+
+
+def test_fields_the_server_prunes_are_reported_by_path_and_a_status_not_kept_is_a_failure(backup):
+    """Every pruned field is named; a saved status the server did not keep whole is the object's failure
+    (a mismatch), a spec field it pruned is not (--strict makes it one)."""
+    fake = FakeKube(defaults=schema_lost_zone_and_secret)
     fake.put(_namespaces(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    report, journal, _ = restore(fake, backup(kc("a", {"id": "a", "secret": 1})))
-    assert not report.succeeded and [r.status for r in report.failures] == ["mismatch"]
+    objs = kc("both", {"id": "a", "secret": 1}, {"n": 1, "zone": "eu"}), kc("status", {"id": "b", "secret": 2})
+    report, journal, pending = restore(fake, backup(*objs, kc("untouched", {"id": "c"}, {"n": 3})))
+    assert not report.succeeded and {r.name for r in report.failures} == {"both", "status"}
+    items = by_name(report)
+    assert items["both"]["serverChanges"] == [
+        {"path": "spec.zone", "change": "pruned"},
+        {"path": "status.secret", "change": "pruned"},
+    ]
+    assert items["both"]["status"] == "mismatch" and live_status(fake, "both") == {"id": "a"}
+    assert "status.secret pruned" in items["both"]["message"]
+    assert items["untouched"]["status"] == "written"
+    assert items["status"]["serverChanges"] == [{"path": "status.secret", "change": "pruned"}]
+    assert "serverChanges" not in items["untouched"], "a defaulted field (spec.tier) is not a change"
+    assert (report.server_changed, report.server_warned) == (2, 0)
+    assert report.counts()["server"] == {"changed": 2}
+    assert report.header()["serverChanges"] == [
+        {"resource": KC.qualified, "path": "status.secret", "change": "pruned", "objects": 2},
+        {"resource": KC.qualified, "path": "spec.zone", "change": "pruned", "objects": 1},
+    ]
+    report.close()
+    journal.close()
+
+
+def test_warning_headers_are_reported_once_per_object(fake, backup):
+    deprecated = "xyz.example.com/v1 KubernetesCluster is deprecated; use v2"
+    fake.warn = {"a": deprecated}
+    report, journal, _ = restore(fake, backup(kc("a", {"id": "a"}, {"n": 1}), kc("b", {"id": "b"})))
+    items = by_name(report)
+    assert items["a"]["serverWarnings"] == [deprecated], "the create's and the status write's, once"
+    assert "serverWarnings" not in items["b"]
+    assert report.succeeded and (report.server_changed, report.server_warned) == (0, 1)
+    assert report.header()["serverWarnings"] == [{"resource": KC.qualified, "warning": deprecated, "objects": 1}]
+    report.close()
+    journal.close()
+
+
+def test_an_update_is_compared_with_the_patch_answer(backup):
+    fake = FakeKube(defaults=schema_lost_zone_and_secret)
+    fake.put(_namespaces(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    fake.put(KC, kc("a", spec={"n": "drifted"}))
+    report, journal, _ = restore(fake, backup(kc("a", {"id": "a"}, {"n": 1, "zone": "eu"})), existing_policy="update")
+    assert by_name(report)["a"]["result"] == "updated"
+    assert by_name(report)["a"]["serverChanges"] == [{"path": "spec.zone", "change": "pruned"}]
+    report.close()
+    journal.close()
+
+
+def test_an_update_of_a_type_without_the_status_subresource_compares_what_each_write_sent(fake, backup):
+    """The patch never carries the status (the PUT of the whole object that follows does): the live object's
+    old status in the patch's answer is not a change."""
+    fake.put(LEGACY, with_meta(cr("legacy.example.com/v1", "LegacyApp", "l", spec={"n": 0}, status={"ref": 0}), NS))
+    saved = with_meta(cr("legacy.example.com/v1", "LegacyApp", "l", spec={"n": 1}, status={"ref": 1}), NS)
+    report, journal, _ = restore(fake, backup(saved), existing_policy="update")
+    item = by_name(report)["l"]
+    assert (item["result"], item["status"]) == ("updated", "written") and live_status(fake, "l", LEGACY) == {"ref": 1}
+    assert "serverChanges" not in item
+    report.close()
+    journal.close()
+
+
+def test_a_dry_run_claims_no_server_change(backup):
+    fake = FakeKube(defaults=schema_lost_zone_and_secret)
+    fake.put(_namespaces(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    fake.warn = {"a": "deprecated"}
+    for dry_run in ("server", "client"):
+        report, journal, _ = restore(fake, backup(kc("a", {"id": "a", "secret": 1}, {"zone": "eu"})), dry_run=dry_run)
+        assert (report.server_changed, report.server_warned) == (0, 0), dry_run
+        assert not any("serverChanges" in i or "serverWarnings" in i for i in report.results())
+        report.close()
+        journal.close()
+
+
+def test_an_object_found_at_already_exists_is_not_compared(backup):
+    """Its create's answer was lost: what the GET finds may have been changed since by other writers."""
+    fake = FakeKube(defaults=schema_lost_zone_and_secret)
+    fake.put(_namespaces(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    fake.lose_create_answer = {"a"}
+    report, journal, _ = restore(fake, backup(kc("a", {"id": "a"}, {"zone": "eu"})))
+    assert report.succeeded and "serverChanges" not in by_name(report)["a"]
     report.close()
     journal.close()
 

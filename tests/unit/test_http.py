@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from statusvault.kube.http import HttpPool, ProtocolError, Proxy, proxy_for
+from statusvault.kube.http import HttpPool, ProtocolError, Proxy, Response, proxy_for
 
 
 class RawServer:
@@ -185,3 +185,9 @@ def test_proxy_credentials_and_refused_schemes():
     assert Proxy.parse("http://u:p%40ss@proxy:3128").authorization == "Basic " + base64.b64encode(b"u:p@ss").decode()
     with pytest.raises(ValueError, match="only http:// proxies"):
         Proxy.parse("socks5://proxy:1080")
+
+
+def test_warning_headers_may_repeat_and_their_name_is_any_case():
+    head = b'Content-Length: 2\r\nWarning: 299 - "a"\r\nwarning:  299 - "b" \r\nX-Warning: no\r\n\r\n'
+    assert Response(200, head, b"{}").warning_headers() == ['299 - "a"', '299 - "b"']
+    assert Response(200, b"Content-Length: 2\r\n\r\n", b"{}").warning_headers() == []

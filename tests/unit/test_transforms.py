@@ -157,3 +157,88 @@ def test_restore_diff_names_each_changed_added_and_removed_field():
 )
 def test_contains_allows_added_fields_only(actual, saved, held):
     assert contains(actual, saved) is held
+
+
+def spec(**fields):
+    return {"spec": fields}
+
+
+@pytest.mark.parametrize(
+    ("sent", "answer", "changes"),
+    [
+        pytest.param(spec(n=1, l=[{"x": 1}]), spec(n=1, l=[{"x": 1}]), [], id="identical"),
+        pytest.param(spec(n=1), spec(n=1, mode="fast"), [], id="a defaulted field is not a change"),
+        pytest.param(spec(l=[{"x": 1}]), spec(l=[{"x": 1, "d": 0}]), [], id="defaults inside list items"),
+        pytest.param({}, spec(n=1), [], id="a defaulted section"),
+        pytest.param(spec(n=None), spec(), [], id="a null left out"),
+        pytest.param(spec(n=None), spec(n=3), [], id="a null defaulted"),
+        pytest.param(spec(a=1.0), spec(a=1), [], id="1.0 is 1"),
+        pytest.param(spec(zone="eu", n=1), spec(n=1), ["spec.zone pruned"], id="pruned"),
+        pytest.param(spec(a={"b": {"c": 1, "d": 2}}), spec(a={"b": {"c": 1}}), ["spec.a.b.d pruned"], id="nested"),
+        pytest.param(spec(a={"b": {"c": 1}}, n=1), spec(n=1), ["spec.a pruned"], id="a whole section, once"),
+        pytest.param(spec(n=1), {}, ["spec pruned"], id="all of spec"),
+        pytest.param(spec(n=1, m=2), spec(n=5, m=2), ["spec.n changed"], id="changed"),
+        pytest.param(spec(a=True), spec(a=1), ["spec.a changed"], id="JSON true is not 1"),
+        pytest.param(spec(a={"b": 1}), spec(a="b=1"), ["spec.a changed"], id="another type"),
+        pytest.param(spec(l=[1, 2]), spec(l=[1]), ["spec.l changed"], id="a list shortened"),
+        pytest.param(spec(l=[1, 2]), spec(l=[1, 2, 3]), ["spec.l changed"], id="a list lengthened"),
+        pytest.param(spec(l=[1, 2]), spec(l=[1, 3]), ["spec.l[1] changed"], id="a list item changed"),
+        pytest.param(
+            spec(l=[{"x": 1, "y": 2}, {"x": 2, "y": 3}]),
+            spec(l=[{"x": 1, "y": 2}, {"x": 2}]),
+            ["spec.l[1].y pruned"],
+            id="a field of a list item pruned",
+        ),
+        pytest.param(
+            {"metadata": {"labels": {"app.kubernetes.io/name": "a", "tier": "x"}}},
+            {"metadata": {"labels": {"tier": "y"}}},
+            ["metadata.labels[app.kubernetes.io/name] pruned", "metadata.labels.tier changed"],
+            id="keys that are not names in brackets",
+        ),
+        pytest.param(
+            {"spec": {"a": 1, "b": 2}, "status": {"c": 3}},
+            {"spec": {"a": 2}, "status": {"c": 3, "d": 4}},
+            ["spec.a changed", "spec.b pruned"],
+            id="each change, in the sent order",
+        ),
+    ],
+)
+def test_server_changes_name_what_the_server_dropped_or_changed_of_what_was_sent(sent, answer, changes):
+    from statusvault.transforms import server_changes
+
+    assert [str(c) for c in server_changes(sent, answer)] == changes
+
+
+def test_object_changes_cover_user_content_and_a_status_sent_in_the_body_never_server_metadata():
+    from statusvault.transforms import object_changes
+
+    body = cr("x.example.com/v1", "Thing", "a", spec={"n": 1, "zone": "eu"}, labels={"l": "1"})
+    answer = live()  # uid, resourceVersion, managedFields...: set by the server, never sent
+    answer["metadata"]["labels"] = {"l": "1"}
+    answer["spec"] = {"n": 1}
+    answer["status"] = {"s": 1}
+    assert [str(c) for c in object_changes(body, answer)] == ["spec.zone pruned"]
+    assert [str(c) for c in object_changes({**body, "status": {"s": 2}}, answer)] == [
+        "spec.zone pruned",
+        "status.s changed",
+    ]
+    patched = object_changes({**body, "status": {"s": 2}}, answer, with_status=False)  # a patch never sends it
+    assert [str(c) for c in patched] == ["spec.zone pruned"]
+    assert [str(c) for c in object_changes({**body, "status": {"s": 2}}, {**answer, "status": None})] == [
+        "spec.zone pruned",
+        "status changed",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("saved", "answer", "changes"),
+    [
+        ({"id": "a", "n": 1}, {"status": {"id": "a", "n": 1, "phase": "x"}}, []),
+        ({"id": "a", "n": 1}, {"status": {"id": "a"}}, ["status.n pruned"]),
+        ({"id": "a"}, {"spec": {}}, ["status pruned"]),
+    ],
+)
+def test_status_changes(saved, answer, changes):
+    from statusvault.transforms import status_changes
+
+    assert [str(c) for c in status_changes(saved, answer)] == changes

@@ -12,9 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from statusvault.errors import KubeApiError, KubeConnectionError
+from statusvault.kube.client import KubeClient
 from statusvault.kube.credentials import Credential, ExecPlugin, Static, TokenFile
 from statusvault.kube.kubeconfig import ClientConfig
-from statusvault.kube.transport import KubeTransport, Request
+from statusvault.kube.transport import KubeTransport, Request, warning_texts
 from statusvault.throttle import Backoff
 from tests.credentials import Plugin, tokens
 
@@ -25,14 +26,17 @@ class Scripted(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         Scripted.seen.append((self.path, time.monotonic(), self.headers.get("Authorization", "")))
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
         code, headers, body = Scripted.script.pop(0)
         data = json.dumps(body).encode()
         self.send_response(code)
-        for k, v in headers.items():
+        for k, v in headers.items() if isinstance(headers, dict) else headers:  # pairs: a name may repeat
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    do_POST = do_PUT = do_PATCH = do_GET
 
     def log_message(self, *args):
         pass
@@ -210,3 +214,41 @@ def test_a_new_client_certificate_gets_a_new_pool(server):
     t = transport(server, Rotating())
     assert json.loads(t.send(Request("GET", "/api"))) == {"ok": 1}
     assert t.pool.cert == ("/certs/1.crt", "/certs/1.key")
+
+
+@pytest.mark.parametrize(
+    ("values", "texts"),
+    [
+        (['299 - "unknown field \\"spec.zone\\""'], ['unknown field "spec.zone"']),
+        (['299 - "a, b", 299 - "c"'], ["a, b", "c"]),  # several in one value; commas inside quotes
+        (['299 - "x"', '299 kube-apiserver "y" "Tue, 15 Nov 1994 08:12:31 GMT"'], ["x", "y"]),
+        (['199 - "not the API server\'s"', '299 - ""', "garbage"], []),  # client-go shows only 299 with a text
+        ([], []),
+    ],
+)
+def test_warning_texts(values, texts):
+    assert warning_texts(values) == texts
+
+
+def test_writes_hand_back_the_warning_headers_of_their_answer(server):
+    from statusvault.model import ResourceType
+
+    rt = ResourceType("x.example.com", "v1", "things", "Thing", True, True, True, ("create",))
+    deprecated = ("Warning", '299 - "x.example.com/v1 Thing is deprecated"')
+    Scripted.script = [
+        (200, [deprecated, ("Warning", '299 - "unknown field \\"spec.zone\\""')], {"kind": "Thing"}),
+        (200, [deprecated], {"kind": "Thing"}),
+        (200, [], {"kind": "Thing"}),
+        (200, [deprecated], {"kind": "Thing"}),
+    ]
+    client = KubeClient(transport(server))
+    heard: list[str] = []
+    assert client.create(rt, "ns", {"metadata": {"name": "a"}}, warnings=heard) == {"kind": "Thing"}
+    client.replace(rt, "ns", "a", {"metadata": {"name": "a"}}, sub="status", warnings=heard)
+    client.patch(rt, "ns", "a", [], "application/json-patch+json", warnings=heard)
+    assert heard == [
+        "x.example.com/v1 Thing is deprecated",
+        'unknown field "spec.zone"',
+        "x.example.com/v1 Thing is deprecated",
+    ]
+    client.create(rt, "ns", {"metadata": {"name": "b"}})  # not asked: not read

@@ -51,6 +51,9 @@ def test_seeds_kubernetescluster_deleted_then_restored_with_exact_status(run, ku
     assert restored["metadata"]["annotations"] == {"example.com/owner": "platform"}
     # --status-include-resources narrowed status restore to KubernetesClusters
     assert "status" not in kube.get(crds.resolve("databases.db.example.com"), namespace, "orders")
+    assert (json.loads(result.out)["serverChanges"], json.loads(result.out)["serverWarnings"]) == ([], []), (
+        "what the server returned is what was sent: nothing to report"
+    )
     report = items(json.loads(result.out))
     assert report[f"kubernetesclusters.xyz.example.com {namespace}/prod-eu"]["status"] == "written"
     assert report[f"databases.db.example.com {namespace}/orders"]["status"] == "left-out"
@@ -137,6 +140,7 @@ def test_cluster_scoped_crs_and_their_crd_into_an_empty_cluster(run, kube, fresh
     assert kube.get(live, None, "p1")["status"] == {"allocated": 2, "poolID": "pool-1"}
     report = items(json.loads(result.out))
     assert report[f"customresourcedefinitions.apiextensions.k8s.io /pools.{group}"]["result"] == "created"
+    assert not any("serverChanges" in i for i in report.values()), "a CRD's defaults are not changes"
 
 
 @pytest.mark.core_api("the garbage collector runs in the controller manager, which the CRD-only server lacks")
@@ -336,8 +340,8 @@ def test_service_load_balancer_status_restored_when_included(run, kube, crds, na
     assert kube.get(services, namespace, "lb")["status"] == {"loadBalancer": {}}, "built-ins are opt-in"
     kube.delete(services, namespace, "lb")
     wait_gone(kube, services, namespace, "lb")
-    result = run("restore", "b", "--status-include-resources", "*")
-    assert result.code == 0, result.err
+    result = run("restore", "b", "--status-include-resources", "*", "--strict")
+    assert result.code == 0, result.out  # a built-in's defaults and its new cluster IP are not changes
     assert kube.get(services, namespace, "lb")["status"] == {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
 
 
@@ -359,7 +363,11 @@ def test_tampered_backup_is_refused_before_any_write(run, kube, crds, make, name
     ("saved", "outcome", "message"),
     [
         ({"size": "big"}, "failed", "status write failed"),  # rejected by the new schema
-        ({"size": 1, "note": "x"}, "mismatch", "the server changed the restored status"),  # pruned
+        (
+            {"size": 1, "note": "x"},
+            "mismatch",
+            "the server did not keep the saved status as sent (status.note pruned)",
+        ),  # pruned
     ],
 )
 def test_failed_or_changed_status_write_is_a_partial_failure(run, kube, namespace, saved, outcome, message):
