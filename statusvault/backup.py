@@ -15,7 +15,7 @@ import orjson
 
 from statusvault import __version__, rfc3339
 from statusvault.archive import FORMAT_VERSION, ArchiveWriter, member_path
-from statusvault.crypto import Key
+from statusvault.archive.crypto import Key
 from statusvault.errors import ConfigError, KubeApiError, LeaseLostError
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.api import KubeApi

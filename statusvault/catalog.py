@@ -15,8 +15,8 @@ import orjson
 
 from statusvault import rfc3339
 from statusvault.archive import ArchiveReader, VerifyReport, file_sha256
-from statusvault.archiveformat import MAX_HEAD_BYTES, archive_field, check_json_size, check_summary
-from statusvault.crypto import ALGORITHM, Key, decrypt_file
+from statusvault.archive.crypto import ALGORITHM, Key, decrypt_file
+from statusvault.archive.format import MAX_HEAD_BYTES, archive_field, check_json_size, check_summary
 from statusvault.errors import ArchiveError, BackupNotFoundError, ConfigError
 from statusvault.retention import Candidate, Decision, RetentionPolicy, decide
 from statusvault.storage.base import (

@@ -19,8 +19,8 @@ from typing import Any
 import orjson
 
 from statusvault.archive import member_path
+from statusvault.archive.crypto import EncryptingWriter, Key
 from statusvault.backup import ResourceSummary
-from statusvault.crypto import EncryptingWriter, Key
 from statusvault.kinds import NAMESPACES
 from statusvault.model import ResourceType, object_key
 from tests.builders import cr, kc_status, resource_type

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import click
 
+from statusvault.archive.crypto import Key
 from statusvault.cli.output import FORMATS
-from statusvault.crypto import Key
 from statusvault.schedule import DEFAULT_IMAGE
 from statusvault.storage import S3Options
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from statusvault.archive.crypto import Key
 from statusvault.cli.output import emit, human_size, table
-from statusvault.crypto import Key
 from statusvault.errors import ArchiveError
 from statusvault.retention import Decision, RetentionPolicy
 from statusvault.storage.base import ObjectStore, manifest_key

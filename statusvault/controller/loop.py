@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from statusvault import rfc3339
+from statusvault.archive.crypto import Key
 from statusvault.controller.intent import (
     INTENT_LABEL,
     STATUS_LABEL,
@@ -31,7 +32,6 @@ from statusvault.controller.intent import (
     retry_delay,
 )
 from statusvault.controller.lease import Lease
-from statusvault.crypto import Key
 from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
 from statusvault.kinds import CONFIGMAPS, EVENTS
 from statusvault.kube.api import KubeApi

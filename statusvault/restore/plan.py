@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from statusvault.archive import ArchiveReader, parse_member_path
-from statusvault.archiveformat import checked_object
+from statusvault.archive.format import checked_object
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.kinds import CRD_QUALIFIED, NAMESPACES
 from statusvault.kube.discovery import Discovery

@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from statusvault.archive import ArchiveReader, file_sha256
+from statusvault.archive.crypto import Key
 from statusvault.catalog import read_manifest, readable_archive
-from statusvault.crypto import Key
 from statusvault.errors import ArchiveError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from statusvault import rfc3339
+from statusvault.archive.crypto import Key
 from statusvault.catalog import read_manifest
-from statusvault.crypto import Key
 from statusvault.errors import ArchiveError, BackupNotFoundError
 from statusvault.storage.base import (
     CHAIN_FILE,

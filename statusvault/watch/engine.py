@@ -15,9 +15,9 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from statusvault.archive.crypto import Key
 from statusvault.backup import BackupEngine
 from statusvault.controller.lease import Lease
-from statusvault.crypto import Key
 from statusvault.errors import ArchiveError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery

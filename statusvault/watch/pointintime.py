@@ -16,8 +16,8 @@ import orjson
 
 from statusvault import rfc3339
 from statusvault.archive import ArchiveWriter, member_path, parse_member_path
+from statusvault.archive.crypto import Key
 from statusvault.catalog import read_manifest
-from statusvault.crypto import Key
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.model import ObjectKey
 from statusvault.restore.service import open_backup

@@ -16,7 +16,7 @@ import orjson
 
 from statusvault import rfc3339
 from statusvault.archive import file_sha256
-from statusvault.crypto import ALGORITHM, EncryptingWriter, Key, decrypt_file
+from statusvault.archive.crypto import ALGORITHM, EncryptingWriter, Key, decrypt_file
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.storage.base import ObjectStore
 

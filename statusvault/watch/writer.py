@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from statusvault import __version__
-from statusvault.crypto import Key
+from statusvault.archive.crypto import Key
 from statusvault.errors import ArchiveError, StatusVaultError
 from statusvault.storage.base import ObjectStore, chain_key, segment_key, segment_manifest_key, watch_head_key
 from statusvault.watch.segments import (

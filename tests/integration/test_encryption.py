@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from statusvault.crypto import is_encrypted
+from statusvault.archive.crypto import is_encrypted
 from statusvault.errors import ExitStatus
 from tests.builders import cr, kc_status
 from tests.integration.crs.test_restore import KC, delete_namespace

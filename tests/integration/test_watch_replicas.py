@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from statusvault.crypto import MAGIC
+from statusvault.archive.crypto import MAGIC
 from statusvault.errors import ExitStatus
 from statusvault.kinds import LEASES, NAMESPACES
 from statusvault.storage.local import LocalStore

@@ -10,8 +10,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from statusvault import archive, archivecheck
-from statusvault.archivestream import TarStream
+from statusvault.archive import check as archivecheck
+from statusvault.archive import reader as archivereader
+from statusvault.archive.stream import TarStream
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.restore.service import RestoreRequest, run_restore
@@ -34,7 +35,7 @@ def passes(monkeypatch) -> list[TarStream]:
             opened.append(self)
 
     monkeypatch.setattr(archivecheck, "TarStream", Counted)
-    monkeypatch.setattr(archive, "TarStream", Counted)
+    monkeypatch.setattr(archivereader, "TarStream", Counted)
     return opened
 
 

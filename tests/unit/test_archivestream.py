@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from statusvault.archivestream import _header, byte_sum
+from statusvault.archive.stream import _header, byte_sum
 from statusvault.errors import ArchiveError
 
 

@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from statusvault.archivewriter import _TarOut
+from statusvault.archive.writer import _TarOut
 
 NAMES = [
     "resources/widgets.example.com/namespaces/team-a/w-1.json",

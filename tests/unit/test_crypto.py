@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from statusvault.crypto import CHUNK, MAGIC, PREFIX, TAG, EncryptingWriter, Key, decrypt_file, is_encrypted
+from statusvault.archive.crypto import CHUNK, MAGIC, PREFIX, TAG, EncryptingWriter, Key, decrypt_file, is_encrypted
 from statusvault.errors import ArchiveError, ConfigError
 
 KEY = Key(bytes(range(32)))

@@ -7,9 +7,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from statusvault import archive, archivecheck, catalog
-from statusvault.archiveformat import MAX_MANIFEST_BYTES, stream_bound
-from statusvault.archivestream import STEP, TarStream
+from statusvault import catalog
+from statusvault.archive import check as archivecheck
+from statusvault.archive import reader as archivereader
+from statusvault.archive.format import MAX_MANIFEST_BYTES, stream_bound
+from statusvault.archive.stream import STEP, TarStream
 from statusvault.errors import ArchiveError, StatusVaultError
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import Discovery
@@ -81,7 +83,7 @@ def test_a_restore_stops_inflating_at_the_summary_manifests_bound(tmp_path, monk
             streams.append(self)
 
     monkeypatch.setattr(archivecheck, "TarStream", Counted)
-    monkeypatch.setattr(archive, "TarStream", Counted)
+    monkeypatch.setattr(archivereader, "TarStream", Counted)
     fake = FakeKube()
     types = [KC, POOL, NAMESPACES]
     with pytest.raises(ArchiveError, match="inflates to more than") as refused:

@@ -7,7 +7,7 @@ import gzip
 
 import pytest
 
-from statusvault.crypto import Key
+from statusvault.archive.crypto import Key
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.model import ResourceType, Selection
 from statusvault.retention import RetentionPolicy

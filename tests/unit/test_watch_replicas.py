@@ -9,7 +9,7 @@ import math
 import orjson
 import pytest
 
-from statusvault.crypto import Key
+from statusvault.archive.crypto import Key
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.storage.base import segment_key, segment_manifest_key, watch_head_key
 from statusvault.storage.local import LocalStore

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
-from statusvault.archiveformat import shown
+from statusvault.archive.format import shown
 from statusvault.errors import ArchiveError
 
 BLOCK = 512

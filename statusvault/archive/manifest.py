@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import orjson
 
-from statusvault.archiveformat import MAX_HEAD_BYTES, MAX_OBJECTS, check_json_size
+from statusvault.archive.format import MAX_HEAD_BYTES, MAX_OBJECTS, check_json_size
 from statusvault.errors import ArchiveError
 
 READ = 1 << 16

@@ -12,9 +12,9 @@ from typing import IO, Any
 
 import orjson
 
-from statusvault.archiveformat import MANIFEST_MEMBER, MAX_OBJECT_BYTES, MAX_OBJECTS
-from statusvault.archivestream import byte_sum
-from statusvault.crypto import EncryptingWriter, Key
+from statusvault.archive.crypto import EncryptingWriter, Key
+from statusvault.archive.format import MANIFEST_MEMBER, MAX_OBJECT_BYTES, MAX_OBJECTS
+from statusvault.archive.stream import byte_sum
 from statusvault.errors import ArchiveError
 from statusvault.storage.base import Writer
 

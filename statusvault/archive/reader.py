@@ -1,8 +1,5 @@
-"""Archive format v1: a gzip'd tar of one JSON file per object plus manifest.json (see docs/archive-format.md).
-
-This module is the format's public face: ArchiveReader, and the writer and rules from the modules beside it
-(archiveformat: rules and limits; archivestream: bounded tar.gz reading; archivemanifest: the manifest's
-bytes; archivecheck: the first, full read; archivewriter: writing)."""
+"""Reading an archive: ArchiveReader, over the first, checking read (check.py) and the bounded tar.gz stream
+(stream.py)."""
 
 from __future__ import annotations
 
@@ -12,40 +9,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from statusvault.archivecheck import FirstRead, VerifyReport, Visit, first_read
-from statusvault.archiveformat import (
-    FORMAT_VERSION,
+from statusvault.archive.check import FirstRead, VerifyReport, Visit, first_read
+from statusvault.archive.format import (
     MANIFEST_MEMBER,
     MAX_OBJECT_BYTES,
-    RESOURCES_DIR,
-    SUPPORTED_MAJOR,
-    check_format,
-    check_manifest,
-    check_resources,
-    member_path,
     parse_member_path,
     shown,
     stream_bound,
 )
-from statusvault.archivestream import TarStream
-from statusvault.archivewriter import ArchiveWriter
+from statusvault.archive.stream import TarStream
 from statusvault.errors import ArchiveError
-
-__all__ = [
-    "FORMAT_VERSION",
-    "MANIFEST_MEMBER",
-    "RESOURCES_DIR",
-    "SUPPORTED_MAJOR",
-    "ArchiveReader",
-    "ArchiveWriter",
-    "VerifyReport",
-    "check_format",
-    "check_manifest",
-    "check_resources",
-    "file_sha256",
-    "member_path",
-    "parse_member_path",
-]
 
 
 class ArchiveReader:

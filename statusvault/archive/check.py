@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from statusvault.archiveformat import (
+from statusvault.archive.format import (
     MANIFEST_MEMBER,
     MAX_MANIFEST_BYTES,
     MAX_OBJECT_BYTES,
@@ -28,8 +28,8 @@ from statusvault.archiveformat import (
     shown,
     uncompressed_bound,
 )
-from statusvault.archivemanifest import FileList, load
-from statusvault.archivestream import Member, TarStream
+from statusvault.archive.manifest import FileList, load
+from statusvault.archive.stream import Member, TarStream
 from statusvault.errors import ArchiveError
 from statusvault.model import ObjectKey
 
