@@ -18,17 +18,17 @@ import orjson
 
 from statusvault import catalog
 from statusvault.backup import BackupEngine
+from statusvault.backup.selection import select_resources
 from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import JSON_PATCH, Request
 from statusvault.model import KubeObject, ResourceType, Selection, display
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.pausing import RECORD, PauseOptions, pause_patch, unpause_patch
+from statusvault.restore.pausemarkers import RECORD, PauseOptions, pause_patch, unpause_patch
 from statusvault.restore.plan import backup_resources
 from statusvault.restore.results import RestoreReport
-from statusvault.restore.service import RestoreRequest, open_backup, run_restore
-from statusvault.selection import select_resources
+from statusvault.restore.runner import RestoreRequest, open_backup, run_restore
 from statusvault.storage.base import ObjectStore, manifest_key
 from statusvault.transforms import contains, map_namespace, status_annotation
 

@@ -28,9 +28,9 @@ from unittest import mock
 import orjson
 import yaml
 
-from statusvault import backup
 from statusvault.archive import writer as archivewriter
 from statusvault.archive.crypto import CHUNK, EncryptingWriter, Key
+from statusvault.backup import engine as backup
 from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.model import ResourceType, Selection

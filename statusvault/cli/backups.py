@@ -10,6 +10,7 @@ import click
 
 from statusvault import catalog
 from statusvault.backup import LIST_CONCURRENCY, BackupEngine, default_backup_name
+from statusvault.backup.listers import ListerSpec, default_list_processes
 from statusvault.cli.app import App
 from statusvault.cli.options import (
     cluster_resources_option,
@@ -25,7 +26,6 @@ from statusvault.cli.options import (
 from statusvault.cli.output import emit, human_size, table
 from statusvault.cli.watchviews import is_watch, verify_watch
 from statusvault.errors import ArchiveError
-from statusvault.listers import ListerSpec, default_list_processes
 from statusvault.metrics import recorded
 from statusvault.model import Selection
 from statusvault.optiontable import check_options

@@ -23,8 +23,8 @@ from statusvault.cli.options import (
     storage_options,
 )
 from statusvault.cli.schedule import apply_and_report
+from statusvault.controller.install import ControllerSpec, render
 from statusvault.controller.loop import Controller, ControllerConfig
-from statusvault.controller.manifests import ControllerSpec, render
 from statusvault.errors import ConfigError
 
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

@@ -33,7 +33,7 @@ from statusvault.optiontable import check_options
 from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import restore_options
 from statusvault.restore.results import GENERATION_NOTE, RestoreReport, StatusOutcome
-from statusvault.restore.service import RestoreRequest, run_restore
+from statusvault.restore.runner import RestoreRequest, run_restore
 from statusvault.restore.workers import MIN_WAVE, WorkerSpec, default_processes
 from statusvault.storage.base import ObjectStore
 

@@ -9,6 +9,7 @@ import click
 import yaml
 
 from statusvault import catalog
+from statusvault.backup.selection import select_resources
 from statusvault.cli.app import App
 from statusvault.cli.options import (
     cluster_resources_option,
@@ -22,13 +23,12 @@ from statusvault.cli.options import (
 )
 from statusvault.cli.output import emit, table
 from statusvault.errors import ConfigError, KubeConnectionError
+from statusvault.kube.apply import apply_manifests
 from statusvault.kube.discovery import Discovery
-from statusvault.manifests import apply_manifests
 from statusvault.metrics import recorded
 from statusvault.model import Selection
 from statusvault.retention import RetentionPolicy, parse_duration
 from statusvault.schedule import ScheduleSpec, cronjob_api_for, offline_types, render
-from statusvault.selection import select_resources
 from statusvault.storage.base import validate_backup_name
 
 log = logging.getLogger(__name__)

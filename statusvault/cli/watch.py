@@ -14,6 +14,7 @@ from typing import Any
 import click
 import yaml
 
+from statusvault.backup.selection import select_resources
 from statusvault.cli.app import App
 from statusvault.cli.controller import default_namespace
 from statusvault.cli.options import (
@@ -32,10 +33,9 @@ from statusvault.model import Selection
 from statusvault.optiontable import check_options
 from statusvault.retention import parse_duration
 from statusvault.schedule import ScheduleSpec
-from statusvault.selection import select_resources
 from statusvault.storage.base import validate_backup_name, watch_prefix
 from statusvault.watch.engine import WatchConfig, WatchEngine
-from statusvault.watch.manifests import WatchSpec, render
+from statusvault.watch.install import WatchSpec, render
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from statusvault.model import KubeObject
 from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.results import RestoreReport
-from statusvault.restore.service import RestoreRequest, run_restore
+from statusvault.restore.runner import RestoreRequest, run_restore
 from statusvault.restore.workers import MIN_WAVE, WorkerSpec, default_processes
 from statusvault.storage.base import ObjectStore
 

@@ -14,10 +14,10 @@ from statusvault.model import KubeObject, ResourceType
 from statusvault.restore.journal import Journal
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.owners import OwnerResolver
-from statusvault.restore.pausing import RECORD, Marker, pause_lost, without_record
+from statusvault.restore.pausemarkers import RECORD, Marker, pause_lost, without_record
 from statusvault.restore.planstore import Action, PlanItem, StatusMode
 from statusvault.restore.results import GENERATION_NOTE, ItemResult, Outcome, StatusOutcome
-from statusvault.restore.served import ServedTypes
+from statusvault.restore.servedtypes import ServedTypes
 from statusvault.restore.writes import ObjectWriter, ServerReply
 from statusvault.transforms import ABSENT, remap_owner_refs, restore_diff, sanitize
 

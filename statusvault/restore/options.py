@@ -10,7 +10,7 @@ from statusvault.errors import ConfigError
 from statusvault.model import Selection
 from statusvault.optiontable import check_options
 from statusvault.restore.modifiers import Modifiers
-from statusvault.restore.pausing import PauseOptions, pause_options
+from statusvault.restore.pausemarkers import PauseOptions, pause_options
 
 
 @dataclasses.dataclass(frozen=True)

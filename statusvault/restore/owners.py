@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from statusvault.kube.api import KubeApi
-from statusvault.restore.served import ServedTypes
+from statusvault.restore.servedtypes import ServedTypes
 
 
 class OwnerResolver:

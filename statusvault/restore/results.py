@@ -12,7 +12,7 @@ from typing import IO, Any
 import orjson
 
 from statusvault.model import display
-from statusvault.restore.pausing import unmarked_warning
+from statusvault.restore.pausemarkers import unmarked_warning
 from statusvault.transforms import ServerChange
 
 

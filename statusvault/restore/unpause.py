@@ -9,9 +9,9 @@ from statusvault.errors import KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH
 from statusvault.restore.journal import Journal
-from statusvault.restore.pausing import PauseOptions, unpause_patch
+from statusvault.restore.pausemarkers import PauseOptions, unpause_patch
 from statusvault.restore.planstore import PlanItem, RestorePlan
-from statusvault.restore.served import ServedTypes
+from statusvault.restore.servedtypes import ServedTypes
 
 ATTEMPTS = 5
 

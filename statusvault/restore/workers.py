@@ -25,9 +25,9 @@ from typing import Any
 
 from statusvault.errors import StatusVaultError
 from statusvault.kube.discovery import Discovery
+from statusvault.processes import available_cpus, next_message, spawn, worker_init
 from statusvault.restore.planstore import PlanItem
 from statusvault.restore.results import ItemResult, Outcome, StatusOutcome
-from statusvault.spawned import available_cpus, next_message, spawn, worker_init
 from statusvault.throttle import SharedTokenBucket
 
 log = logging.getLogger(__name__)
@@ -319,7 +319,7 @@ class _Session:
 
     def _restorer(self, discovery: Discovery) -> Any:
         from statusvault.restore.objects import ObjectRestorer
-        from statusvault.restore.served import ServedTypes
+        from statusvault.restore.servedtypes import ServedTypes
 
         def fixed() -> Discovery:
             raise StatusVaultError("a restore worker process does not re-read discovery")

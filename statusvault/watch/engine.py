@@ -17,12 +17,12 @@ from typing import Any
 
 from statusvault.archive.crypto import Key
 from statusvault.backup import BackupEngine
+from statusvault.backup.selection import select_resources
 from statusvault.controller.lease import Lease
 from statusvault.errors import ArchiveError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
-from statusvault.selection import select_resources
 from statusvault.storage.base import ObjectStore, validate_backup_name
 from statusvault.watch.chains import read_head, why_not_continued
 from statusvault.watch.metrics import WatchMetrics

@@ -20,7 +20,7 @@ from statusvault.archive.crypto import Key
 from statusvault.catalog import read_manifest
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.model import ObjectKey
-from statusvault.restore.service import open_backup
+from statusvault.restore.runner import open_backup
 from statusvault.storage.base import ObjectStore, archive_key, manifest_key
 from statusvault.storage.local import LocalStore
 from statusvault.watch.chains import Chain, chain_for, chains, walk

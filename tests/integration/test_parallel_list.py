@@ -6,8 +6,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from statusvault import backup
 from statusvault.archive import ArchiveReader
+from statusvault.backup import engine as backup
 from statusvault.kinds import NAMESPACES
 from statusvault.testing.fixtures import create_with_status, ensure_namespace
 from tests.builders import cr, kc_status, unique
@@ -77,7 +77,7 @@ def test_a_large_type_is_split_by_namespace_in_etcds_key_order(run, kube, crds, 
 
 
 def test_listing_in_worker_processes_writes_the_same_archive(run, spread, monkeypatch):
-    from statusvault import listers
+    from statusvault.backup import listers
 
     streams: list[str] = []
     produce = listers.ListerPool.produce

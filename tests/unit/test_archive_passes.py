@@ -15,7 +15,7 @@ from statusvault.archive import reader as archivereader
 from statusvault.archive.stream import TarStream
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import Discovery
-from statusvault.restore.service import RestoreRequest, run_restore
+from statusvault.restore.runner import RestoreRequest, run_restore
 from statusvault.storage.local import LocalStore
 from tests.fakekube import FakeKube
 from tests.hostile import KC, POOL, Backup

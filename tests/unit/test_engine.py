@@ -13,12 +13,12 @@ import pytest
 
 from statusvault.archive import ArchiveReader
 from statusvault.kube.discovery import Discovery
-from statusvault.restore.execute import EngineSettings, RestoreEngine
-from statusvault.restore.existing import ExistenceIndex
+from statusvault.restore.engine import EngineSettings, RestoreEngine
+from statusvault.restore.existence import ExistenceIndex
 from statusvault.restore.journal import Journal
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.plan import build_plan
-from statusvault.restore.served import ServedTypes
+from statusvault.restore.servedtypes import ServedTypes
 from tests.builders import cr, owner_ref, resource_type, with_meta, write_archive
 from tests.fakekube import FakeKube
 

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from statusvault import catalog
 from statusvault.archive import ArchiveReader, file_sha256
 from statusvault.archive.crypto import CHUNK, MAGIC, Key, decrypt_file
-from statusvault.restore.service import open_backup
+from statusvault.restore.runner import open_backup
 from statusvault.storage.local import LocalStore
 from tests.builders import kc_status
 from tests.golden import GOLDEN, V1, expected_members, pattern, seal

@@ -15,7 +15,7 @@ from statusvault.archive.stream import STEP, TarStream
 from statusvault.errors import ArchiveError, StatusVaultError
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import Discovery
-from statusvault.restore.service import RestoreRequest, open_backup, run_restore
+from statusvault.restore.runner import RestoreRequest, open_backup, run_restore
 from statusvault.storage.local import LocalStore
 from tests.fakekube import FakeKube
 from tests.hostile import KC, KEY, POOL, Backup

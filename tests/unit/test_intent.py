@@ -121,7 +121,7 @@ def test_the_breaker_opens_after_run_wide_failures_in_a_row_and_closes_after_coo
 
 
 def test_the_rendered_controller_is_least_privilege_and_non_root():
-    from statusvault.controller.manifests import ControllerSpec, render
+    from statusvault.controller.install import ControllerSpec, render
     from tests.builders import resource_type
 
     kc = resource_type("xyz.example.com", "KubernetesCluster")
@@ -143,7 +143,7 @@ def test_the_rendered_controller_is_least_privilege_and_non_root():
 
 
 def test_an_encryption_key_secret_is_mounted_read_only_and_passed():
-    from statusvault.controller.manifests import ControllerSpec, render
+    from statusvault.controller.install import ControllerSpec, render
 
     spec = ControllerSpec("sv", "s3://b/p", encryption_secret="backup-key")
     deploy = next(m for m in render(spec, []) if m["kind"] == "Deployment")

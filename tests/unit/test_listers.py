@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from statusvault.backup.listers import ListerPool, ListerSpec
+from statusvault.backup.spools import InOrder, Record
 from statusvault.errors import KubeApiError, StatusVaultError
-from statusvault.listers import ListerPool, ListerSpec
-from statusvault.spools import InOrder, Record
 
 
 @dataclasses.dataclass(frozen=True)

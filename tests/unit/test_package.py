@@ -23,4 +23,4 @@ def test_the_wheel_leaves_the_test_support_out(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     names = zipfile.ZipFile(tmp_path / out.stdout.strip().splitlines()[-1]).namelist()
     assert not [n for n in names if n.startswith("statusvault/testing/")], "the local cluster builder runs apt-get"
-    assert {"statusvault/cli/main.py", "statusvault/restore/service.py", "statusvault/py.typed"} <= set(names)
+    assert {"statusvault/cli/main.py", "statusvault/restore/runner.py", "statusvault/py.typed"} <= set(names)

@@ -8,7 +8,7 @@ import jsonpatch
 import pytest
 
 from statusvault.errors import ConfigError
-from statusvault.restore.pausing import (
+from statusvault.restore.pausemarkers import (
     RECORD,
     Marker,
     PauseOptions,

@@ -158,7 +158,7 @@ def test_leftovers_of_killed_runs_do_not_block_or_leak_into_new_state(tmp_path):
 
 def test_an_unavailable_item_is_created_once_its_type_is_served():
     from statusvault.kube.discovery import Discovery
-    from statusvault.restore.served import ServedTypes
+    from statusvault.restore.servedtypes import ServedTypes
 
     missing = item("later")
     missing.action = Action.UNAVAILABLE

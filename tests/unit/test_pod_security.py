@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from statusvault.controller import manifests as controller
+from statusvault.controller import install as controller
 from statusvault.model import Selection
 from statusvault.schedule import SA_DIR, ScheduleSpec
 from statusvault.schedule import render as render_schedule
 from statusvault.storage.base import S3Options
-from statusvault.watch import manifests as watch
+from statusvault.watch import install as watch
 from tests.builders import resource_type
 
 Pod = dict[str, Any]

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from statusvault.spools import Cancelled, InOrder, Spool
+from statusvault.backup.spools import Cancelled, InOrder, Spool
 
 
 def producer(tag: str, n: int, delay: float = 0.0, fail_at: int | None = None):
@@ -81,7 +81,7 @@ def test_a_consumer_that_stops_early_stops_the_producers():
 
 
 def test_pages_and_records_larger_than_one_read_come_back_whole(monkeypatch):
-    import statusvault.spools as spools
+    import statusvault.backup.spools as spools
 
     monkeypatch.setattr(spools, "READ_CHUNK", 64)
     pages = [[(f"p{p}/{i}", bytes([p + i]) * (i * 37), i % 3) for i in range(5)] for p in range(4)]

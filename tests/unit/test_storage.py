@@ -5,7 +5,7 @@ import pytest
 
 from statusvault import catalog
 from statusvault.errors import ConfigError, StorageError
-from statusvault.restore.service import open_backup
+from statusvault.restore.runner import open_backup
 from statusvault.storage import LocalStore, ObjectStore, S3Options, open_store
 from statusvault.storage.base import (
     SweepsStaleWrites,

@@ -14,7 +14,7 @@ from statusvault.retention import RetentionPolicy
 from statusvault.schedule import ScheduleSpec
 from statusvault.storage.local import LocalStore
 from statusvault.watch.chains import Chain
-from statusvault.watch.manifests import WatchSpec, render
+from statusvault.watch.install import WatchSpec, render
 from statusvault.watch.pointintime import parse_at, point_name
 from statusvault.watch.prune import decide
 from statusvault.watch.segments import SegmentBuffer, check_segment_manifest, fetched_segment, record, records

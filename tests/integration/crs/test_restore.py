@@ -587,7 +587,7 @@ def test_a_cancelled_restore_starts_no_object_and_says_why(run, kube, crds, make
     """The controller cancels a restore when its Lease is lost: nothing more is written, the report says so."""
     import threading
 
-    from statusvault.restore.service import RestoreRequest, run_restore
+    from statusvault.restore.runner import RestoreRequest, run_restore
     from statusvault.storage import LocalStore
 
     make(cr(KC, "KubernetesCluster", "prod", status=kc_status(1)), namespace)

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
+from statusvault.backup.spools import Record, Spool
 from statusvault.errors import StatusVaultError
-from statusvault.spawned import available_cpus, next_message, spawn, worker_init
-from statusvault.spools import Record, Spool
+from statusvault.processes import available_cpus, next_message, spawn, worker_init
 
 MIN_CPUS = 4  # the default: below this many CPUs, processes only add start-up and pickling to a backup
 MAX_PROCESSES = 8

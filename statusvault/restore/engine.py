@@ -19,7 +19,7 @@ from statusvault.restore.objects import ObjectRestorer
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.planstore import Action, Category, PlanItem, RestorePlan
 from statusvault.restore.results import ItemResult, Outcome, RestoreReport
-from statusvault.restore.served import ServedTypes
+from statusvault.restore.servedtypes import ServedTypes
 from statusvault.restore.unpause import unpause_all
 from statusvault.restore.waves import WaveRunner
 from statusvault.restore.workers import ProcessPool, WorkerSpec

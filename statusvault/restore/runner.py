@@ -16,14 +16,14 @@ from statusvault.errors import ArchiveError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.progress import NullProgress, Progress
-from statusvault.restore.execute import EngineSettings, RestoreEngine
-from statusvault.restore.existing import ExistenceIndex
+from statusvault.restore.engine import EngineSettings, RestoreEngine
+from statusvault.restore.existence import ExistenceIndex
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.pause import Pauser, resolve_workloads
 from statusvault.restore.plan import build_plan, manifest_types, resolve_resource_options
 from statusvault.restore.planstore import RestorePlan
 from statusvault.restore.results import RestoreReport
-from statusvault.restore.served import ServedTypes
+from statusvault.restore.scaledown import Pauser, resolve_workloads
+from statusvault.restore.servedtypes import ServedTypes
 from statusvault.restore.state import finish, restore_state, state_key
 from statusvault.restore.workers import WorkerSpec
 from statusvault.storage.base import ObjectStore

@@ -16,16 +16,16 @@ import orjson
 from statusvault import __version__, rfc3339
 from statusvault.archive import FORMAT_VERSION, ArchiveWriter, member_path
 from statusvault.archive.crypto import Key
+from statusvault.backup.listers import ListerPool, ListerSpec
+from statusvault.backup.selection import select_resources
+from statusvault.backup.spools import InOrder, Record, Spool
 from statusvault.errors import ConfigError, KubeApiError, LeaseLostError
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import Request
-from statusvault.listers import ListerPool, ListerSpec
 from statusvault.model import KubeObject, ResourceType, Selection, name_matches, object_key
 from statusvault.progress import NullProgress, Progress
-from statusvault.selection import select_resources
-from statusvault.spools import InOrder, Record, Spool
 from statusvault.storage.base import (
     ObjectStore,
     archive_key,
