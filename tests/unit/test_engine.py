@@ -1,4 +1,4 @@
-"""The restore engine against an in-memory API server (tests/fakekube.py): the hard branches, cheaply.
+"""The restore engine against an in-memory API server (tests/fake/): the hard branches, cheaply.
 
 The real-server integration tests stay; these pin what the engine does when the server changes what it is
 sent, an answer is lost, another writer wins a race, or the Lease is lost mid-run."""
@@ -20,7 +20,7 @@ from statusvault.restore.options import RestoreOptions
 from statusvault.restore.plan import build_plan
 from statusvault.restore.served import ServedTypes
 from tests.builders import cr, owner_ref, resource_type, with_meta, write_archive
-from tests.fakekube import FakeKube
+from tests.fake import FakeKube
 
 KC = resource_type("xyz.example.com", "KubernetesCluster")
 LEGACY = resource_type("legacy.example.com", "LegacyApp", status=False)
