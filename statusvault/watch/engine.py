@@ -141,6 +141,7 @@ class _Loop:
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="base")
         self.next_flush = time.monotonic() + engine.config.flush_interval
         self.next_base = time.monotonic() + engine.config.base_interval
+        self.last_base: dt.datetime | None = None
 
     def run(self, positions: dict[str, str], discovery: Discovery) -> None:
         self.discovery = discovery
@@ -195,7 +196,11 @@ class _Loop:
 
     def _start_base(self, positions: dict[str, str]) -> None:
         cfg = self.e.config
-        name = base_name(cfg.name, dt.datetime.now(dt.UTC))
+        now = dt.datetime.now(dt.UTC)
+        if self.last_base is not None:  # a base's name is its second: one a second (a 410 just after a base)
+            now = max(now, self.last_base + dt.timedelta(seconds=1))
+        self.last_base = now
+        name = base_name(cfg.name, now)
         writer = ChainWriter(self.e.store, cfg.name, name, positions, self.e.key)
         engine = BackupEngine(self.e.client, self.discovery, self.e.store, page_size=cfg.page_size, key=self.e.key)
         future = self.pool.submit(engine.run, name, cfg.selection, f"watch:{cfg.name}")
