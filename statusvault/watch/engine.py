@@ -15,10 +15,11 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from statusvault import catalog
 from statusvault.backup import BackupEngine
 from statusvault.controller.lease import Lease
 from statusvault.crypto import Key
-from statusvault.errors import ArchiveError
+from statusvault.errors import ArchiveError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
@@ -226,6 +227,8 @@ class _Loop:
             log.error("watch %s: base %s is not usable (%s); starting another",
                       self.e.config.name, pending.writer.base, error or "a stream lost changes meanwhile")  # fmt: skip
             pending.writer.discard()
+            if error is None:  # complete, but no chain will name it: not left behind as a plain backup
+                self._drop_base(pending.writer.base)
             self.e.stop.wait(min(30.0, self.e.config.flush_interval))
             self._start_base(pending.writer.positions)
             return
@@ -240,6 +243,12 @@ class _Loop:
         log.info("watch %s: base %s complete (%d objects); chain restorable from %s",
                  self.e.config.name, result.name, result.objects, start.isoformat())  # fmt: skip
         self._flush()
+
+    def _drop_base(self, name: str) -> None:
+        try:
+            catalog.delete(self.e.store, name)
+        except StatusVaultError as e:
+            log.warning("watch %s: could not delete the unused base %s: %s", self.e.config.name, name, e)
 
     def _flush(self, closed: bool = False) -> None:
         assert self.current is not None

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from statusvault.catalog import list_backups
 from statusvault.errors import StorageError
 from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.model import Selection
@@ -140,6 +141,7 @@ def test_a_410_on_a_watch_relists_ends_the_chain_and_starts_a_new_base(fake, sto
     with open_backup(store, new.base) as reader:
         assert any(b'"kc-1"' in data for _, data in reader.objects()), "the change in the gap is in the new base"
     assert any("410 Gone" in r.getMessage() for r in caplog.records)
+    assert {b.name for b in list_backups(store)} == {old.base, new.base}, "no discarded base left as a backup"
     assert raised == []
 
 
