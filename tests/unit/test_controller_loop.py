@@ -174,6 +174,17 @@ def test_the_breaker_opens_after_three_run_wide_failures_and_holds_every_other_i
     assert not ctl.breaker.allows(loop.time.monotonic())
 
 
+def test_intents_naming_missing_backups_are_not_an_outage(target, backed_up, tmp_path):
+    """A backup that is not there is the intent's problem, retried on its own backoff: it does not open the
+    breaker for the intents that are fine."""
+    for name in ("a", "b", "c"):
+        intent(target, name, backup=f"typo-{name}")
+    intent(target, "d")
+    assert controller(target, backed_up, tmp_path).reconcile_all() == 4
+    assert [status_of(target, n)["phase"] for n in "abcd"] == ["Failed", "Failed", "Failed", "Complete"]
+    assert "backup 'typo-a' not found" in status_of(target, "a")["message"]
+
+
 def test_the_status_written_by_another_replica_mid_run_wins(target, backed_up, tmp_path):
     """The status ConfigMap is resourceVersion-guarded: a replica that changed it meanwhile is not overwritten."""
 
