@@ -10,6 +10,7 @@ is Established at once and serves its resource (`discovery()`); deleting it dele
 its resource 404.
 
 Faults, each a small explicit hook: `fail(verb, rt, code, times)` (403 on one resource, 409, 500, ...),
+`before(verb, callback)` (another writer acts first, or a kill: raise),
 `compact()` (continue tokens and WATCH positions before now: 410 Gone), `on_list(rt, callback)` (act
 between LIST pages: delete a CRD mid-backup), `break_watch(rt, after)` (a stream breaks off), an answer lost
 after the server acted (the resent create meets 409 AlreadyExists), another writer winning a race.

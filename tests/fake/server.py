@@ -38,10 +38,10 @@ class FakeKube:
         self.lose_create_answer: set[str] = set()  # names whose create succeeds but whose answer is lost
         self.race_status_write: set[str] = set()  # names another writer updates just before our status PUT
         self.race_patch: set[str] = set()  # names another writer updates just before our patch
-        self.on_create: Callable[[str], None] = lambda name: None
         self.calls: list[tuple[str, str]] = []  # (verb, name)
         self.unserved: set[str] = set()  # qualified names whose CRD was deleted: 404 until it is created again
         self._on_list: dict[str, Callable[[int], None]] = {}
+        self._before: dict[str, Callable[[str], None]] = {}
         self._uid = itertools.count(1)
         self._lock = threading.Condition()
         self.log = ChangeLog(self._lock)
@@ -53,6 +53,19 @@ class FakeKube:
         """The next `times` (None: every) `verb` requests on `rt` fail with `code`, worded as the server words
         it. Verbs are the server's: get, list, watch, create, update (a replace), patch, delete."""
         self.faults.arm(verb, rt.qualified, code, times)
+
+    def before(self, verb: str, callback: Callable[[str], None] | None) -> None:
+        """Call `callback(name)` before the server acts on each `verb` (create, update, patch, delete) request,
+        whatever the resource: another writer's move, or a kill (raise). None removes it."""
+        if callback is None:
+            self._before.pop(verb, None)
+        else:
+            self._before[verb] = callback
+
+    def _hook(self, verb: str, name: str) -> None:
+        hook = self._before.get(verb)
+        if hook is not None:
+            hook(name)
 
     def on_list(self, rt: ResourceType, callback: Callable[[int], None]) -> None:
         """Call `callback(page)` before each LIST page of `rt` is served (0: the first page of a LIST)."""
@@ -167,7 +180,7 @@ class FakeKube:
         meta = body["metadata"]
         name = meta.get("name") or f"{meta['generateName']}{next(self._uid):05d}"
         self.calls.append(("create", name))
-        self.on_create(name)
+        self._hook("create", name)
         path = rt.path(namespace)
         self.faults.check("create", rt.qualified, namespace or "", name, path)
         key = (rt.qualified, namespace or "", name)
@@ -210,6 +223,7 @@ class FakeKube:
         manager: str = "x",
     ) -> KubeObject:
         self.calls.append((f"replace/{sub or ''}", name))
+        self._hook("update", name)
         if sub == "status" and name in self.race_status_write:
             self.race_status_write.discard(name)
             self._touch(rt, namespace, name)
@@ -249,6 +263,7 @@ class FakeKube:
         manager: str = "x",
     ) -> KubeObject:
         self.calls.append(("patch", name))
+        self._hook("patch", name)
         if name in self.race_patch:
             self.race_patch.discard(name)
             self._touch(rt, namespace, name)
@@ -272,6 +287,7 @@ class FakeKube:
                 raise
 
     def _delete(self, where: Route, path: str, preconditions: dict[str, str]) -> dict[str, Any]:
+        self._hook("delete", where.name)
         self.faults.check("delete", where.qualified, where.namespace, where.name, path)
         key = (where.qualified, where.namespace, where.name)
         with self._lock:

@@ -128,7 +128,7 @@ def test_a_lease_lost_mid_run_stops_the_restore_before_its_next_object(target, b
             assert leases[-1].lost.wait(5), "the renewal noticed"
 
     intent(target, parallel="1")
-    target.on_create = taken_over
+    target.before("create", taken_over)
     assert controller(target, backed_up, tmp_path, lease_seconds=1).reconcile_all() == 1
     assert sorted(restored(target)) == ["kc-0", "kc-1"], "nothing started after the loss"
     status = status_of(target)
@@ -146,12 +146,12 @@ def test_an_intent_edited_mid_run_is_restored_again_for_its_new_state(target, ba
             target.replace(CONFIGMAPS, HOME, "restore-b", {**live, "data": {**live["data"], "request": "again"}})
 
     intent(target, parallel="1")
-    target.on_create = edited
+    target.before("create", edited)
     ctl = controller(target, backed_up, tmp_path)
     assert ctl.reconcile_all() == 1
     first = status_of(target)
     assert first["appliedDigest"] == digest_of({"backup": "b", "parallel": "1"}), "the state it restored"
-    target.on_create = lambda name: None
+    target.before("create", None)
     assert ctl.reconcile_all() == 1, "the edit is acted on"
     assert status_of(target)["appliedDigest"] == digest_of({"backup": "b", "parallel": "1", "request": "again"})
     assert ctl.reconcile_all() == 0
@@ -194,7 +194,7 @@ def test_the_status_written_by_another_replica_mid_run_wins(target, backed_up, t
             target.replace(CONFIGMAPS, HOME, "restore-b-status", {**live, "data": {**live["data"], "holder": "other"}})
 
     intent(target, parallel="1")
-    target.on_create = other_replica_writes
+    target.before("create", other_replica_writes)
     assert controller(target, backed_up, tmp_path).reconcile_all() == 1
     assert status_of(target)["holder"] == "other" and status_of(target)["phase"] == "InProgress"
     assert sorted(restored(target)) == [f"kc-{i}" for i in range(4)]
@@ -211,6 +211,6 @@ def test_stop_between_intents_starts_no_further_restore(target, backed_up, tmp_p
             stopping.set()
             ctl.stop.set()
 
-    target.on_create = sigterm
+    target.before("create", sigterm)
     assert ctl.reconcile_all() == 1
     assert status_of(target, "b") == {}

@@ -105,11 +105,11 @@ def test_a_resent_create_of_a_body_with_nothing_but_a_name_is_recognised(fake, b
 
 def test_an_object_another_writer_creates_during_the_run_is_counted_and_not_done(fake, backup):
     def gitops(name: str) -> None:
-        if name == "a" and fake.on_create is gitops:
-            fake.on_create = lambda name: None
+        if name == "a":
+            fake.before("create", None)
             fake.put(KC, kc("a", spec={"from": "git"}), manager="argocd")
 
-    fake.on_create = gitops
+    fake.before("create", gitops)
     report, journal, pending = restore(fake, backup(kc("a", {"id": "a"}, {"n": 1}), kc("b", {"id": "b"})))
     assert not report.succeeded and report.lacking == 1 and not report.failures
     assert [r.name for r in report.missing_status] == ["a"]
@@ -159,7 +159,7 @@ def test_losing_the_lease_mid_run_starts_no_new_object_and_counts_the_rest(fake,
         if name == "k05":
             cancel.set()
 
-    fake.on_create = lose_lease
+    fake.before("create", lose_lease)
     report, journal, pending = restore(fake, backup(*objs), cancel=cancel)
     created = [n for verb, n in fake.calls if verb == "create"]
     assert report.aborted.startswith("cancelled")
