@@ -133,6 +133,9 @@ def abort_move(req: MoveRequest) -> AbortReport:
             report.target_deleted += _delete_exact(req.target, obj)
         catalog.delete(req.store, report.name)  # before the unpause: a killed abort never leaves a stale record
         report.record_dropped = True
+    elif next(iter(req.store.list(backup_prefix(report.name))), None) is not None:  # a backup killed mid-write
+        catalog.delete(req.store, report.name)
+        report.record_dropped = True
     for rt, obj in _selected(req.source, req.selection):
         if _patch(req.source.client, rt, obj, unpause_patch):
             report.source_unpaused += 1

@@ -69,6 +69,10 @@ class Fault:
     qualified: str
     code: int
     times: int | None  # None: every time
+    name: str = ""  # only requests naming this object ("": any)
+
+    def matches(self, verb: str, qualified: str, name: str) -> bool:
+        return (self.verb, self.qualified) == (verb, qualified) and self.name in ("", name)
 
 
 class Faults:
@@ -76,16 +80,16 @@ class Faults:
         self._armed: list[Fault] = []
         self._lock = threading.Lock()
 
-    def arm(self, verb: str, qualified: str, code: int, times: int | None) -> None:
+    def arm(self, verb: str, qualified: str, code: int, times: int | None, name: str = "") -> None:
         if verb not in METHODS:
             raise ValueError(f"unknown verb {verb!r}: one of {', '.join(METHODS)}")
         with self._lock:
-            self._armed.append(Fault(verb, qualified, code, times))
+            self._armed.append(Fault(verb, qualified, code, times, name))
 
     def check(self, verb: str, qualified: str, namespace: str, name: str, path: str) -> None:
         """Raise the first armed fault for this verb and resource (and count it down)."""
         with self._lock:
-            fault = next((f for f in self._armed if (f.verb, f.qualified) == (verb, qualified)), None)
+            fault = next((f for f in self._armed if f.matches(verb, qualified, name)), None)
             if fault is None:
                 return
             if fault.times is not None:

@@ -49,10 +49,11 @@ class FakeKube:
 
     # --- faults and hooks a test arms ---
 
-    def fail(self, verb: str, rt: ResourceType, code: int, times: int | None = 1) -> None:
-        """The next `times` (None: every) `verb` requests on `rt` fail with `code`, worded as the server words
-        it. Verbs are the server's: get, list, watch, create, update (a replace), patch, delete."""
-        self.faults.arm(verb, rt.qualified, code, times)
+    def fail(self, verb: str, rt: ResourceType, code: int, times: int | None = 1, name: str = "") -> None:
+        """The next `times` (None: every) `verb` requests on `rt` (on its object `name`, if given) fail with
+        `code`, worded as the server words it. Verbs are the server's: get, list, watch, create, update (a
+        replace), patch, delete."""
+        self.faults.arm(verb, rt.qualified, code, times, name)
 
     def before(self, verb: str, callback: Callable[[str], None] | None) -> None:
         """Call `callback(name)` before the server acts on each `verb` (create, update, patch, delete) request,
