@@ -184,7 +184,7 @@ class FakeKube:
         self._hook("create", name)
         path = rt.path(namespace)
         self.faults.check("create", rt.qualified, namespace or "", name, path)
-        key = (rt.qualified, namespace or "", name)
+        key = _key(rt, namespace, name)
         with self._lock:
             self._served(rt.qualified, "POST", path)
             if key in self.objects:
@@ -230,7 +230,7 @@ class FakeKube:
             self._touch(rt, namespace, name)
         path = rt.path(namespace, name, sub)
         self.faults.check("update", rt.qualified, namespace or "", name, path)
-        key = (rt.qualified, namespace or "", name)
+        key = _key(rt, namespace, name)
         with self._lock:
             live = self._live(key, "PUT", path)
             if body["metadata"].get("resourceVersion") != live["metadata"]["resourceVersion"]:
@@ -270,7 +270,7 @@ class FakeKube:
             self._touch(rt, namespace, name)
         path = rt.path(namespace, name, sub)
         self.faults.check("patch", rt.qualified, namespace or "", name, path)
-        key = (rt.qualified, namespace or "", name)
+        key = _key(rt, namespace, name)
         with self._lock:
             live = self._live(key, "PATCH", path)
             try:
@@ -282,7 +282,7 @@ class FakeKube:
     def delete(self, rt: ResourceType, namespace: str | None, name: str) -> None:
         """As KubeClient.delete: gone already is fine."""
         try:
-            self._delete(Route(rt.qualified, namespace or "", name), rt.path(namespace, name), {})
+            self._delete(Route(*_key(rt, namespace, name)), rt.path(namespace, name), {})
         except KubeApiError as e:
             if e.code != 404:
                 raise
@@ -335,12 +335,17 @@ class FakeKube:
 
     def _touch(self, rt: ResourceType, namespace: str | None, name: str) -> None:
         """Another writer's update: a new resourceVersion."""
-        key = (rt.qualified, namespace or "", name)
+        key = _key(rt, namespace, name)
         with self._lock:
             live = self.objects[key]
             live["metadata"]["resourceVersion"] = str(self.log.bump())
             live["metadata"].setdefault("annotations", {})["touched"] = "by another writer"
             self.log.record("MODIFIED", key[0], key[1], live)
+
+
+def _key(rt: ResourceType, namespace: str | None, name: str) -> Key:
+    """Where an object is kept: a cluster-scoped one under no namespace, whatever the caller passed (as its path)."""
+    return rt.qualified, (namespace or "") if rt.namespaced else "", name
 
 
 def _own(meta: dict[str, Any], obj: KubeObject, manager: str) -> None:
