@@ -29,7 +29,7 @@ from statusvault.restore.pausemarkers import RECORD, PauseOptions, pause_patch, 
 from statusvault.restore.plan import backup_resources
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.runner import RestoreRequest, open_backup, run_restore
-from statusvault.storage.base import ObjectStore, manifest_key
+from statusvault.storage.base import ObjectStore, backup_prefix, manifest_key
 from statusvault.transforms import contains, map_namespace, status_annotation
 
 log = logging.getLogger(__name__)
@@ -132,6 +132,9 @@ def abort_move(req: MoveRequest) -> AbortReport:
         for obj in ours:
             report.target_deleted += _delete_exact(req.target, obj)
         catalog.delete(req.store, report.name)  # before the unpause: a killed abort never leaves a stale record
+        report.record_dropped = True
+    elif next(iter(req.store.list(backup_prefix(report.name))), None) is not None:  # a backup killed mid-write
+        catalog.delete(req.store, report.name)
         report.record_dropped = True
     for rt, obj in _selected(req.source, req.selection):
         if _patch(req.source.client, rt, obj, unpause_patch):

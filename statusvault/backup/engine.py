@@ -283,21 +283,48 @@ class _Stream:
 
 def stream_pages(client: KubeApi, stream: _Stream, page_size: int) -> Iterator[list[Record]]:
     """One LIST stream, page by page, each object filtered and in its archived form (run in a worker process
-    too: module-level, its arguments picklable)."""
+    too: module-level, its arguments picklable). A type no longer served (its CRD deleted since discovery, its
+    objects with it) ends its stream with a warning: the backup is the cluster as it is, not a failed run."""
+    listed = 0
+    selector = "" if stream.rt.is_crd else stream.selection.label_selector
+    try:
+        for page in client.list_pages(stream.rt, stream.namespace, selector, page_size):
+            records = _records(stream, page)
+            listed += len(records)
+            yield records
+    except KubeApiError as e:
+        if e.code == 403:
+            raise _refused(stream, e) from e
+        if e.code != 404:
+            raise
+        held = f"the {listed} object(s) listed before" if listed else "none of it"
+        log.warning("%s is no longer served (its CRD was deleted during the backup?): the backup holds %s",
+                    stream.label, held)  # fmt: skip
+
+
+def _records(stream: _Stream, page: list[KubeObject]) -> list[Record]:
     rt, sel = stream.rt, stream.selection
-    selector = "" if rt.is_crd else sel.label_selector
-    for page in client.list_pages(rt, stream.namespace, selector, page_size):
-        records = []
-        for obj in page:
-            if stream.crd_filter is not None and _crd_defines(obj) not in stream.crd_filter:
-                continue
-            if not rt.is_crd and not name_matches(obj["metadata"].get("name", ""), sel.names):
-                continue
-            flags = (WITH_STATUS if obj.get("status") and not rt.is_crd else 0) | (
-                TERMINATING if "deletionTimestamp" in obj["metadata"] else 0
-            )
-            records.append((member_path(object_key(rt, obj)), prepare_object(obj), flags))
-        yield records
+    records = []
+    for obj in page:
+        if stream.crd_filter is not None and _crd_defines(obj) not in stream.crd_filter:
+            continue
+        if not rt.is_crd and not name_matches(obj["metadata"].get("name", ""), sel.names):
+            continue
+        flags = (WITH_STATUS if obj.get("status") and not rt.is_crd else 0) | (
+            TERMINATING if "deletionTimestamp" in obj["metadata"] else 0
+        )
+        records.append((member_path(object_key(rt, obj)), prepare_object(obj), flags))
+    return records
+
+
+def _refused(stream: _Stream, e: KubeApiError) -> KubeApiError:
+    """A refused LIST as one line: what could not be backed up, the server's words, what to do."""
+    said = str(e.status.get("message") or e)
+    message = (
+        f"cannot back up {stream.label}: the API server refused to list it ({e.code} {e.reason}: {said}); "
+        f"grant list on it, or leave it out with --exclude-resources {stream.rt.qualified}"
+    )
+    return KubeApiError(message, e.code, e.reason, e.status)
 
 
 def split_by_namespace(client: KubeApi, rt: ResourceType, selector: str) -> list[str | None]:

@@ -32,7 +32,7 @@ from statusvault.controller.intent import (
     retry_delay,
 )
 from statusvault.controller.lease import Lease
-from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
+from statusvault.errors import ArchiveError, BackupNotFoundError, ConfigError, KubeApiError, StatusVaultError
 from statusvault.kinds import CONFIGMAPS, EVENTS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
@@ -46,6 +46,7 @@ from statusvault.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
 COMPONENT = "statusvault-controller"
+OWN_PROBLEMS = (ConfigError, BackupNotFoundError, ArchiveError)  # one intent's failures, not an outage
 
 
 @dataclasses.dataclass
@@ -211,8 +212,9 @@ class Controller:
             run_wide = bool(report.aborted)
             message = _summary(intent.backup, report)
         except StatusVaultError as e:  # store, archive or API server: nothing or little was done
-            # a configuration problem (missing key, a resource the backup lacks) is not an outage
-            ok, run_wide, message = False, not isinstance(e, ConfigError), f"restore of {intent.backup} failed: {e}"
+            # this intent's own problem (a missing key, a resource the backup lacks, a backup that is missing or
+            # broken) is not an outage: it backs off alone, never holding the other intents
+            ok, run_wide, message = False, not isinstance(e, OWN_PROBLEMS), f"restore of {intent.backup} failed: {e}"
         except KeyboardInterrupt:  # SIGTERM before the engine ran (download, planning, scale-down)
             ok, run_wide, message, interrupted = False, False, f"restore of {intent.backup} was interrupted", True
         except Exception as e:  # a bug or the disk: recorded and backed off like any failure, never a hot loop

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -19,6 +19,80 @@ FIELD_MANAGER = "statusvault"
 def _write_params(dry_run: bool, manager: str) -> tuple[tuple[str, str], ...]:
     """Write parameters: the field manager (managedFields then say who wrote), and dryRun when asked."""
     return (("fieldManager", manager), ("dryRun", "All")) if dry_run else (("fieldManager", manager),)
+
+
+def paginate(
+    request_json: Callable[[Request], Any],
+    rt: ResourceType,
+    namespace: str | None,
+    selector: str,
+    limit: int,
+    accept: str = JSON,
+) -> Iterator[list[KubeObject]]:
+    """Yield pages of a LIST following `metadata.continue`; the next page is fetched while the caller works.
+
+    An expired continue token (410 Gone) restarts the list and skips what was already yielded, using the key
+    order the API server lists in. accept=METADATA_LIST lists metadata only. The one paginator: the tests'
+    in-memory API server pages through it too.
+    """
+    last_key: str | None = None
+    token = ""
+    # Not a with-block: this generator may be finalized by the garbage collector anywhere, and joining
+    # a thread there can deadlock; the prefetch thread ends by itself once its one request is answered.
+    prefetch = ThreadPoolExecutor(1, thread_name_prefix="list-prefetch")
+
+    def fetch(token: str) -> Future[Any]:
+        return prefetch.submit(request_json, _page_request(rt, namespace, selector, limit, token, accept))
+
+    try:
+        pending = fetch(token)
+        while True:
+            try:
+                page = pending.result()
+            except KubeApiError as e:
+                if e.code == 410 and token:  # restart from a fresh snapshot
+                    token = ""
+                    pending = fetch(token)
+                    continue
+                raise
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if token:
+                pending = fetch(token)
+            items: list[KubeObject] = page.get("items") or []
+            if last_key is not None:
+                items = [o for o in items if _sort_key(o) > last_key]
+            if items:
+                last_key = _sort_key(items[-1])
+                for obj in items:  # LIST items omit kind/apiVersion
+                    obj.setdefault("kind", rt.kind)
+                    obj.setdefault("apiVersion", rt.api_version)
+                yield items
+            if not token:
+                return
+    finally:
+        prefetch.shutdown(wait=False, cancel_futures=True)
+
+
+def _page_request(
+    rt: ResourceType, namespace: str | None, selector: str, limit: int, token: str, accept: str = JSON
+) -> Request:
+    """One page of a LIST (pure)."""
+    params: list[tuple[str, str]] = [("limit", str(limit))]
+    if selector:
+        params.append(("labelSelector", selector))
+    if token:
+        params.append(("continue", token))
+    return Request("GET", rt.path(namespace), tuple(params), accept=accept)
+
+
+def metadata_of(pages: Iterator[list[KubeObject]]) -> Iterator[dict[str, Any]]:
+    """Each listed object's metadata; nothing when the resource is not served (404)."""
+    try:
+        for page in pages:
+            yield from ((o.get("metadata") or {}) for o in page)
+    except KubeApiError as e:
+        if e.code != 404:
+            raise
 
 
 def _sort_key(obj: KubeObject) -> str:
@@ -61,64 +135,13 @@ class KubeClient:
         limit: int = 500,
         accept: str = JSON,
     ) -> Iterator[list[KubeObject]]:
-        """Yield pages of a LIST following `metadata.continue`; the next page is fetched while the caller works.
-
-        An expired continue token (410 Gone) restarts the list and skips what was already yielded,
-        using the key order the API server lists in. accept=METADATA_LIST lists metadata only.
-        """
-        last_key: str | None = None
-        token = ""
-        # Not a with-block: this generator may be finalized by the garbage collector anywhere, and joining
-        # a thread there can deadlock; the prefetch thread ends by itself once its one request is answered.
-        prefetch = ThreadPoolExecutor(1, thread_name_prefix="list-prefetch")
-        try:
-            pending = prefetch.submit(self._list_page, rt, namespace, label_selector, limit, token, accept)
-            while True:
-                try:
-                    page = pending.result()
-                except KubeApiError as e:
-                    if e.code == 410 and token:  # restart from a fresh snapshot
-                        token = ""
-                        pending = prefetch.submit(self._list_page, rt, namespace, label_selector, limit, token, accept)
-                        continue
-                    raise
-                token = (page.get("metadata") or {}).get("continue") or ""
-                if token:
-                    pending = prefetch.submit(self._list_page, rt, namespace, label_selector, limit, token, accept)
-                items: list[KubeObject] = page.get("items") or []
-                if last_key is not None:
-                    items = [o for o in items if _sort_key(o) > last_key]
-                if items:
-                    last_key = _sort_key(items[-1])
-                    for obj in items:  # LIST items omit kind/apiVersion
-                        obj.setdefault("kind", rt.kind)
-                        obj.setdefault("apiVersion", rt.api_version)
-                    yield items
-                if not token:
-                    return
-        finally:
-            prefetch.shutdown(wait=False, cancel_futures=True)
-
-    def _list_page(
-        self, rt: ResourceType, namespace: str | None, selector: str, limit: int, token: str, accept: str
-    ) -> Any:
-        params: list[tuple[str, str]] = [("limit", str(limit))]
-        if selector:
-            params.append(("labelSelector", selector))
-        if token:
-            params.append(("continue", token))
-        return self.request_json(Request("GET", rt.path(namespace), tuple(params), accept=accept))
+        return paginate(self.request_json, rt, namespace, label_selector, limit, accept)
 
     def list_metadata(
         self, rt: ResourceType, namespace: str | None, selector: str = "", limit: int = 1000
     ) -> Iterator[dict[str, Any]]:
         """Each existing object's metadata, from a metadata-only LIST; nothing when the resource is not served."""
-        try:
-            for page in self.list_pages(rt, namespace, selector, limit, accept=METADATA_LIST):
-                yield from ((o.get("metadata") or {}) for o in page)
-        except KubeApiError as e:
-            if e.code != 404:
-                raise
+        return metadata_of(self.list_pages(rt, namespace, selector, limit, accept=METADATA_LIST))
 
     def list_names(self, rt: ResourceType, namespace: str | None, limit: int = 1000, selector: str = "") -> set[str]:
         """Names of the existing objects; empty when the resource is not served."""

@@ -47,6 +47,7 @@ class WaveRunner:
             processes.start_wave(self.restorer.served.discovery)
             try:
                 self._walk(todo, processes.submit)
+                self._check_cancel()  # set during the wave's tail: what waits in the outboxes is not sent
             except BaseException:
                 processes.withdraw()  # objects not yet sent to a worker are not started
                 raise
@@ -58,7 +59,7 @@ class WaveRunner:
 
             def submit(item: PlanItem, data: bytes | None) -> None:
                 slots.acquire()
-                fut: Future[ItemResult] = pool.submit(self.restorer.restore, item, data)
+                fut: Future[ItemResult | None] = pool.submit(self._restore_unless_cancelled, item, data)
                 fut.add_done_callback(lambda f: self._done(slots, f, item))
 
             try:
@@ -66,6 +67,7 @@ class WaveRunner:
             except BaseException:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
+        self._check_cancel()  # objects queued when it was set were not started: the run stops here
 
     def _walk(self, todo: Iterator[PlanItem], handle: Callable[[PlanItem, bytes | None], None]) -> None:
         """Hand each item its object's bytes: the items the plan added first (None), then the archive walked
@@ -105,6 +107,12 @@ class WaveRunner:
             else:
                 self.record(not_attempted(item), item)
 
+    def _restore_unless_cancelled(self, item: PlanItem, data: bytes | None) -> ItemResult | None:
+        """An object queued before a cancel is not started after it (None: not attempted, not recorded)."""
+        if self.cancel is not None and self.cancel.is_set():
+            return None
+        return self.restorer.restore(item, data)
+
     def _check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
             raise StatusVaultError("cancelled: this process no longer holds the right to restore (its Lease was lost)")
@@ -116,7 +124,8 @@ class WaveRunner:
         unserved = not self.restorer.served.serves(item.rt.qualified)
         return unserved or (item.rt.namespaced and item.namespace in self.new_namespaces)
 
-    def _done(self, slots: threading.BoundedSemaphore, fut: Future[ItemResult], item: PlanItem) -> None:
+    def _done(self, slots: threading.BoundedSemaphore, fut: Future[ItemResult | None], item: PlanItem) -> None:
         slots.release()
-        if not fut.cancelled():
-            self.record(fut.result(), item)
+        result = None if fut.cancelled() else fut.result()
+        if result is not None:
+            self.record(result, item)

@@ -165,7 +165,10 @@ class LocalStore:
                 full = Path(dirpath) / fname
                 key = full.relative_to(self.root).as_posix()
                 if key.startswith(prefix):
-                    st = full.stat()
+                    try:
+                        st = full.stat()
+                    except FileNotFoundError:  # deleted since the directory was read (another run's clean-up)
+                        continue
                     yield StoredObject(key, st.st_size, dt.datetime.fromtimestamp(st.st_mtime, dt.UTC))
 
     def delete(self, key: str) -> None:

@@ -15,11 +15,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from statusvault import catalog
 from statusvault.archive.crypto import Key
 from statusvault.backup import BackupEngine
 from statusvault.backup.selection import select_resources
 from statusvault.controller.lease import Lease
-from statusvault.errors import ArchiveError
+from statusvault.errors import ArchiveError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
@@ -141,6 +142,7 @@ class _Loop:
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="base")
         self.next_flush = time.monotonic() + engine.config.flush_interval
         self.next_base = time.monotonic() + engine.config.base_interval
+        self.last_base: dt.datetime | None = None
 
     def run(self, positions: dict[str, str], discovery: Discovery) -> None:
         self.discovery = discovery
@@ -195,7 +197,11 @@ class _Loop:
 
     def _start_base(self, positions: dict[str, str]) -> None:
         cfg = self.e.config
-        name = base_name(cfg.name, dt.datetime.now(dt.UTC))
+        now = dt.datetime.now(dt.UTC)
+        if self.last_base is not None:  # a base's name is its second: one a second (a 410 just after a base)
+            now = max(now, self.last_base + dt.timedelta(seconds=1))
+        self.last_base = now
+        name = base_name(cfg.name, now)
         writer = ChainWriter(self.e.store, cfg.name, name, positions, self.e.key)
         engine = BackupEngine(self.e.client, self.discovery, self.e.store, page_size=cfg.page_size, key=self.e.key)
         future = self.pool.submit(engine.run, name, cfg.selection, f"watch:{cfg.name}")
@@ -221,6 +227,8 @@ class _Loop:
             log.error("watch %s: base %s is not usable (%s); starting another",
                       self.e.config.name, pending.writer.base, error or "a stream lost changes meanwhile")  # fmt: skip
             pending.writer.discard()
+            if error is None:  # complete, but no chain will name it: not left behind as a plain backup
+                self._drop_base(pending.writer.base)
             self.e.stop.wait(min(30.0, self.e.config.flush_interval))
             self._start_base(pending.writer.positions)
             return
@@ -235,6 +243,12 @@ class _Loop:
         log.info("watch %s: base %s complete (%d objects); chain restorable from %s",
                  self.e.config.name, result.name, result.objects, start.isoformat())  # fmt: skip
         self._flush()
+
+    def _drop_base(self, name: str) -> None:
+        try:
+            catalog.delete(self.e.store, name)
+        except StatusVaultError as e:
+            log.warning("watch %s: could not delete the unused base %s: %s", self.e.config.name, name, e)
 
     def _flush(self, closed: bool = False) -> None:
         assert self.current is not None

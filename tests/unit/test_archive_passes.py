@@ -17,7 +17,7 @@ from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.restore.runner import RestoreRequest, run_restore
 from statusvault.storage.local import LocalStore
-from tests.fakekube import FakeKube
+from tests.fake import FakeKube
 from tests.hostile import KC, POOL, Backup
 
 NS = "passes"

@@ -17,7 +17,7 @@ from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.restore.runner import RestoreRequest, open_backup, run_restore
 from statusvault.storage.local import LocalStore
-from tests.fakekube import FakeKube
+from tests.fake import FakeKube
 from tests.hostile import KC, KEY, POOL, Backup
 from tests.hostile_cases import MiB
 from tests.hostile_corpus import CASES, Case

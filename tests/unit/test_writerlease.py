@@ -165,7 +165,7 @@ def test_of_two_runs_claiming_one_name_at_once_exactly_one_wins(store):
         pytest.skip("without conditional writes a simultaneous claim is narrowed, not excluded")
     plant(store, record(lease_seconds=0.001))  # both find a stopped run's leftovers
     time.sleep(0.01)
-    start, won, refused = threading.Barrier(6), [], []
+    start, won, refused, other = threading.Barrier(6), [], [], []
 
     def contend() -> None:
         start.wait()
@@ -173,13 +173,15 @@ def test_of_two_runs_claiming_one_name_at_once_exactly_one_wins(store):
             won.append(claim(store, "b1"))
         except BackupBusyError as e:
             refused.append(e)
+        except Exception as e:  # named in the assertion below
+            other.append(e)
 
     threads = [threading.Thread(target=contend) for _ in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len(won) == 1 and len(refused) == 5
+    assert (len(won), len(refused), other) == (1, 5, [])
     stored = WriterRecord.parse(store.get(writer_key("b1")))
     assert stored is not None and stored.writer == won[0].record.writer
 
