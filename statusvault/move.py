@@ -43,7 +43,7 @@ class Cluster:
     discover: Callable[[bool], Discovery]  # refresh=True re-reads (after CRDs are restored)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class MoveRequest:
     source: Cluster
     target: Cluster
@@ -99,7 +99,9 @@ def run_move(req: MoveRequest) -> MoveReport:
     if not req.store.exists(manifest_key(name)):  # else a re-run: the source is paused and backed up already
         report.source_paused, report.source_unpausable = _pause_source(req.source, req.selection, pause)
         _backup(req, name)
-    restore = RestoreRequest(req.store, name, options, req.state_dir, parallel=req.parallel)
+    restore = RestoreRequest(
+        store=req.store, backup=name, options=options, state_dir=req.state_dir, parallel=req.parallel
+    )
     report.restore = run_restore(req.target.client, req.target.discover, restore)
     if report.restore.succeeded:
         report.verify_problems = verify(req.target.client, req.target.discover(True), req.store, name, options)

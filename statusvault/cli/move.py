@@ -83,8 +83,8 @@ def move_cmd(app: App, /, output: str, **kw: Any) -> None:
         options = dataclasses.replace(options, modifiers=read_modifiers(kw["modifiers_file"]))
     store = app.store(kw.pop("storage"), s3_options(kw))
     request = MoveRequest(
-        source, target, store, selection, options, kw["backup_name"], Path(kw["state_dir"]), kw["parallel"],
-        kw["delete_source"],
+        source=source, target=target, store=store, selection=selection, options=options, name=kw["backup_name"],
+        state_dir=Path(kw["state_dir"]), parallel=kw["parallel"], delete_source=kw["delete_source"],
     )  # fmt: skip
     if kw["abort"]:
         _show_abort(abort_move(request))

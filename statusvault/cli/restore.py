@@ -164,13 +164,13 @@ def _run_restore(
     client = app.client(pool_size=kw["parallel"] + 4, qps=kw["qps"], burst=kw["burst"])
     with recorded("restore", "", kw["metrics_textfile"], kw["metrics_pushgateway"]) as run:
         request = RestoreRequest(
-            store,
-            backup_name,
-            opts,
-            Path(kw["state_dir"]),
-            kw["restart"],
-            encryption_key(kw),
-            kw["parallel"],
+            store=store,
+            backup=backup_name,
+            options=opts,
+            state_dir=Path(kw["state_dir"]),
+            restart=kw["restart"],
+            key=encryption_key(kw),
+            parallel=kw["parallel"],
             workers=worker_spec(app, kw),
             progress=app.progress(),
             unpause=unpause,
@@ -222,15 +222,15 @@ def worker_spec(app: App, kw: dict[str, Any]) -> WorkerSpec:
     explicit = kw["processes"] is not None  # then every wave goes to the processes, small ones too
     processes = kw["processes"] or default_processes()
     return WorkerSpec(
-        app.kubeconfig,
-        app.worker_context(),
-        processes,
-        kw["parallel"],
-        kw["qps"],
-        kw["burst"],
-        0 if explicit else MIN_WAVE,
-        app.log_format,
-        app.debug,
+        kubeconfig=app.kubeconfig,
+        context=app.worker_context(),
+        processes=processes,
+        parallel=kw["parallel"],
+        qps=kw["qps"],
+        burst=kw["burst"],
+        min_wave=0 if explicit else MIN_WAVE,
+        log_format=app.log_format,
+        debug=app.debug,
     )
 
 

@@ -198,10 +198,10 @@ class Controller:
         interrupted = False
         try:
             request = RestoreRequest(
-                self.store(intent.storage),
-                intent.backup,
-                self._with_modifiers(intent),
-                self.config.state_dir,
+                store=self.store(intent.storage),
+                backup=intent.backup,
+                options=self._with_modifiers(intent),
+                state_dir=self.config.state_dir,
                 parallel=intent.parallel,
                 workers=self._workers(intent),
                 key=self.key,
@@ -254,10 +254,10 @@ class Controller:
         """Large waves across processes, as `statusvault restore` does: auto uses the CPUs the pod may use."""
         explicit = intent.processes > 0  # then every wave goes to the processes, small ones too
         return WorkerSpec(
-            self.config.kubeconfig,
-            self.config.context,
-            intent.processes or default_processes(),
-            intent.parallel,
+            kubeconfig=self.config.kubeconfig,
+            context=self.config.context,
+            processes=intent.processes or default_processes(),
+            parallel=intent.parallel,
             min_wave=0 if explicit else MIN_WAVE,
             log_format=self.config.log_format,
             debug=self.config.debug,

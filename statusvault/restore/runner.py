@@ -29,7 +29,7 @@ from statusvault.restore.workers import WorkerSpec
 from statusvault.storage.base import ObjectStore
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class RestoreRequest:
     """One restore, as the CLI or a restore intent asks for it."""
 

@@ -43,7 +43,7 @@ def default_processes() -> int:
     return min(MAX_PROCESSES, available_cpus())
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class WorkerSpec:
     """How worker processes reach the API server, and how many there are."""
 

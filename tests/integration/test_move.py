@@ -245,9 +245,9 @@ def test_delete_source_deletes_exactly_the_objects_moved(kube, cluster, target, 
         return discover(target_kube)
 
     request = MoveRequest(
-        Cluster(kube, lambda refresh: discover(kube)), Cluster(target_kube, target_discovery),
-        LocalStore(tmp_path / "store"), Selection(namespaces=(ns,)), RestoreOptions(), state_dir=tmp_path / "state",
-        delete_source=True,
+        source=Cluster(kube, lambda refresh: discover(kube)), target=Cluster(target_kube, target_discovery),
+        store=LocalStore(tmp_path / "store"), selection=Selection(namespaces=(ns,)), options=RestoreOptions(),
+        state_dir=tmp_path / "state", delete_source=True,
     )  # fmt: skip
     report = run_move(request)
 

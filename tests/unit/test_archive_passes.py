@@ -58,7 +58,9 @@ def store(tmp_path) -> LocalStore:
 
 
 def restore(fake: FakeKube, store: LocalStore) -> None:
-    report = run_restore(fake, lambda refresh: Discovery(TYPES, TYPES), RestoreRequest(store, "b", parallel=2))
+    report = run_restore(
+        fake, lambda refresh: Discovery(TYPES, TYPES), RestoreRequest(store=store, backup="b", parallel=2)
+    )
     assert report.succeeded, [r.to_dict() for r in report.attention]
     report.close()
 

@@ -87,7 +87,11 @@ def test_a_restore_stops_inflating_at_the_summary_manifests_bound(tmp_path, monk
     fake = FakeKube()
     types = [KC, POOL, NAMESPACES]
     with pytest.raises(ArchiveError, match="inflates to more than") as refused:
-        run_restore(fake, lambda refresh: Discovery(types, types), RestoreRequest(LocalStore(tmp_path), name, key=key))
+        run_restore(
+            fake,
+            lambda refresh: Discovery(types, types),
+            RestoreRequest(store=LocalStore(tmp_path), backup=name, key=key),
+        )
     bound = stream_bound(summary)
     assert f"{bound:,} bytes" in str(refused.value)
     assert [s.inflated for s in streams] == [pytest.approx(bound, abs=STEP)], "one read, stopped at the bound"

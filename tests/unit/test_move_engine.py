@@ -68,11 +68,11 @@ class Move:
         self.store = Store(tmp_path / "store")
         self.refreshes: list[Callable[[], None]] = []  # kills at the target's next rediscoveries, in turn
         self.request = MoveRequest(
-            Cluster(self.source, lambda refresh: self.source.discovery(NAMESPACES)),
-            Cluster(self.target, self._target_discovery),
-            self.store,
-            Selection(namespaces=(NS,)),
-            RestoreOptions(),
+            source=Cluster(self.source, lambda refresh: self.source.discovery(NAMESPACES)),
+            target=Cluster(self.target, self._target_discovery),
+            store=self.store,
+            selection=Selection(namespaces=(NS,)),
+            options=RestoreOptions(),
             state_dir=tmp_path / "state",
             parallel=2,
             delete_source=delete_source,

@@ -595,7 +595,7 @@ def test_a_cancelled_restore_starts_no_object_and_says_why(run, kube, crds, make
     delete_namespace(kube, namespace)
     cancel = threading.Event()
     cancel.set()
-    request = RestoreRequest(LocalStore(run.storage), "b", cancel=cancel)
+    request = RestoreRequest(store=LocalStore(run.storage), backup="b", cancel=cancel)
     report = run_restore(kube, lambda refresh: fresh_discovery(), request)
     try:
         assert report.aborted.startswith("cancelled: this process no longer holds the right to restore")
