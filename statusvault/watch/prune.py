@@ -46,12 +46,17 @@ def prune_watch(
 def _leftovers(
     store: ObjectStore, watch: str, listed: set[str], policy: RetentionPolicy, now: dt.datetime
 ) -> list[Decision]:
-    """Chains without chain.json: a base still being made (recent) or a prune that stopped halfway."""
+    """Chains without chain.json: a base still being made or just made (recent), a writer killed after its base
+    landed and before the chain's chain.json (a complete base no chain names), or a prune that stopped halfway."""
     seen: dict[str, dt.datetime] = {}
     for obj in store.list(f"{watch_prefix(watch)}chains/"):
         where = chain_of(obj.key, watch)
         if where is not None and where[0] not in listed:
             seen[where[0]] = min(seen.get(where[0], obj.modified), obj.modified)
+    for b in catalog.list_backups(store):
+        if b.complete and b.schedule == f"watch:{watch}" and b.name not in listed:
+            created = dt.datetime.strptime(b.created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+            seen[b.name] = min(seen.get(b.name, created), created)
     out = []
     for base, modified in sorted(seen.items()):
         old = now - modified > policy.incomplete_grace

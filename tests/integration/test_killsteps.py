@@ -459,3 +459,27 @@ def test_move_abort_killed_at_each_step_then_the_same_command_gives_the_source_b
         assert completed(run) == [], "the move's record is dropped"
     finally:
         target_kube.delete(NAMESPACES, None, namespace)
+
+
+def test_prune_removes_a_base_whose_chain_a_killed_writer_never_recorded(
+    run, kube, cluster, namespace, instances, tmp_path
+):
+    args = watch_args(cluster, namespace)
+    kill_at(WATCH_STEPS["base-landed-before-its-chain"].where, args, env_of(run), {}, tmp_path)
+    (orphan,) = completed(run)
+    again = spawn(args, env_of(run))
+    try:
+        flushed_past(run, dt.datetime.now(dt.UTC), again)
+    finally:
+        again.send_signal(signal.SIGTERM)
+        again.communicate(timeout=60)
+    (chain,) = chains(LocalStore(run.storage), "w1")
+    assert sorted(completed(run)) == sorted([orphan, chain.base])
+
+    kept = run("prune", "--watch", "w1", "--keep-last", "1", "--dry-run", "-o", "json")
+    assert {d["name"]: d["delete"] for d in json.loads(kept.out)["decisions"]} == {chain.base: False, orphan: False}
+    pruned = run("prune", "--watch", "w1", "--keep-last", "1", "--incomplete-grace", "0s")
+
+    assert pruned.code == ExitStatus.SUCCESS, pruned.out + pruned.err
+    assert completed(run) == [chain.base], "the base no chain names is gone; the chain's base stays"
+    assert_chains_verify(run)
