@@ -11,12 +11,13 @@ from statusvault import catalog
 from statusvault.errors import BackupNotFoundError
 from statusvault.retention import Decision, RetentionPolicy
 from statusvault.storage.base import CHAIN_FILE, ObjectStore, chain_of, chain_prefix, watch_prefix
-from statusvault.watch.chains import Chain, chains
+from statusvault.watch.chains import Chain, chains, reach
 
 
 def decide(found: list[Chain], policy: RetentionPolicy, now: dt.datetime) -> list[Decision]:
-    """Pure: keep the newest chain, the last --keep-last, and every chain reaching into the --ttl window."""
-    newest_first = sorted(found, key=lambda c: c.start, reverse=True)
+    """Pure: keep the newest chain (the one reaching furthest), the last --keep-last, and every chain reaching into
+    the --ttl window."""
+    newest_first = sorted(found, key=reach, reverse=True)
     out = []
     for i, c in enumerate(newest_first):
         if i == 0:
