@@ -230,6 +230,7 @@ class _Loop:
         start = dt.datetime.now(dt.UTC)  # the base's LIST has ended: restorable from now on
         pending.writer.open(result.manifest["archive"]["sha256"], start, self.e.config.selection.to_dict())
         if self.current is not None:
+            pause_point("watch.next-chain-opened")
             self._flush()
             self.current.discard()
         self.current = pending.writer

@@ -26,6 +26,7 @@ from statusvault.storage.local import LocalStore
 from statusvault.testing.cluster import ADMIN_TOKEN, LocalCluster, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, install_crds
 from statusvault.watch.chains import chains, read_head
+from statusvault.watch.segments import parse_time
 from tests.builders import cr, crd, unique
 from tests.faultproxy import FaultProxy, self_signed
 from tests.integration.crs.test_faults import assert_exact, snapshot
@@ -307,6 +308,7 @@ class WatchStep:
     where: Pause
     says: str  # what the next writer says it does
     changes_after_head: bool = False  # changes only once a head is stored (else from the start)
+    args: tuple[str, ...] = ()
 
 
 NEW_BASE, CONTINUES = "starting a new base", "continuing chain"
@@ -315,6 +317,9 @@ WATCH_STEPS: dict[str, WatchStep] = {
     "base-landed-before-its-chain": WatchStep(Pause("watch.base-landed"), NEW_BASE),
     "segment-stored-before-its-manifest": WatchStep(Pause("watch.segment-stored"), CONTINUES, True),
     "segment-recorded-before-the-head-moved": WatchStep(Pause("watch.segment-recorded"), CONTINUES, True),
+    "next-chain-opened-before-the-head-moved": WatchStep(
+        Pause("watch.next-chain-opened"), CONTINUES, True, ("--base-interval", "6s")
+    ),
 }
 
 
@@ -337,9 +342,9 @@ class Changes:
 
 
 def flushed_past(run, moment: dt.datetime, proc, timeout: float = 60) -> None:
-    """Wait until the watcher's record reaches past `moment`."""
+    """Wait until the watcher's record reaches past `moment` (its head says so)."""
     deadline = time.monotonic() + timeout
-    while not ((found := chains(LocalStore(run.storage), "w1")) and found[-1].until > moment):
+    while not ((head := read_head(LocalStore(run.storage), "w1")) and parse_time(head["until"]) > moment):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise AssertionError(f"not flushed past {moment}: {proc.communicate()[1].decode()[-3000:]}")
@@ -358,9 +363,9 @@ def assert_chains_verify(run) -> None:
 def test_watch_killed_at_each_step_then_the_same_command_loses_nothing(
     run, kube, cluster, namespace, instances, tmp_path, step
 ):
-    args = watch_args(cluster, namespace)
-    change = Changes(kube, instances, namespace)
     row = WATCH_STEPS[step]
+    args = [*watch_args(cluster, namespace), *row.args]
+    change = Changes(kube, instances, namespace)
 
     def meanwhile() -> None:
         if not row.changes_after_head or read_head(LocalStore(run.storage), "w1") is not None:
