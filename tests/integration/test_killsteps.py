@@ -128,6 +128,7 @@ def test_backup_killed_at_each_step_then_the_same_command_ends_exact(
     args = ["--kubeconfig", str(kubeconfig), "backup", "b", "-n", namespace, "--page-size", "5"]
 
     kill_at(BACKUP_STEPS[step], args, env_of(run), {"source": proxy}, tmp_path)
+    assert list(run.storage.glob("backups/b/.archive.tar.gz.*.partial")), "killed while writing its archive"
     assert completed(run) == []
     assert_nothing_partial_listed_as_complete(run)
 
