@@ -44,6 +44,9 @@ class RestoreRequest:
     progress: Progress = dataclasses.field(default_factory=NullProgress)
     cancel: threading.Event | None = None  # set from outside (a lost Lease): stop starting objects
     unpause: bool = False  # statusvault unpause: finish an earlier restore and release what it kept paused
+    # Runs sharing a lineage share their state whatever the backup: restore WATCH --at latest, whose moment (and so
+    # its backup) moves on between a killed run and its re-run. See restore_state.
+    lineage: str = ""
 
 
 @contextmanager
@@ -75,7 +78,8 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
         summary = reader.summary if isinstance((reader.summary or {}).get("resources"), dict) else None
         opts = resolve_resource_options(opts, manifest_types(summary or reader.head()), discover(False))
         req = dataclasses.replace(req, options=opts)
-        key = state_key(req.backup, (req.store.url, reader.sha256, client.server), opts)
+        content = () if req.lineage else (reader.sha256,)
+        key = state_key(req.lineage or req.backup, (req.store.url, *content, client.server), opts)
         planner = _planner(client, discover(False), reader, req)
         keep = opts.dry_run == "none"
         with restore_state(req.state_dir, req.backup, key, planner, keep, req.restart, req.unpause) as state:

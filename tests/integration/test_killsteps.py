@@ -489,3 +489,31 @@ def test_prune_removes_a_base_whose_chain_a_killed_writer_never_recorded(
     assert pruned.code == ExitStatus.SUCCESS, pruned.out + pruned.err
     assert completed(run) == [chain.base], "the base no chain names is gone; the chain's base stays"
     assert_chains_verify(run)
+
+
+def test_restore_at_latest_killed_while_the_watch_goes_on_then_the_same_command_ends_exact(
+    run, kube, cluster, namespace, instances, proxied, tmp_path
+):
+    """`--at latest` names a later moment on the re-run when the watcher flushed meanwhile: what the killed run
+    created is still this restore's own, and gets the latest status."""
+    change = Changes(kube, instances, namespace)
+    watcher = spawn(watch_args(cluster, namespace), env_of(run))
+    target = unique("at")
+    proxy, kubeconfig = proxied(0.0)
+    args = ["--kubeconfig", str(kubeconfig), "restore", "w1", "--at", "latest", "--namespace-mapping"]
+    args += [f"{namespace}:{target}", "--parallel", "2", "--pause", "auto"]
+    try:
+        flushed_past(run, dt.datetime.now(dt.UTC), watcher)
+        kill_at(AT_STEPS["between-create-and-status"], args, env_of(run), {"source": proxy}, tmp_path)
+        change()
+        flushed_past(run, dt.datetime.now(dt.UTC), watcher)
+
+        again = run(*args[2:], "-o", "json", kubeconfig=kubeconfig)
+
+        assert again.code == ExitStatus.SUCCESS, again.out + again.err
+        assert_exact(snapshot(kube, [instances], namespace), snapshot(kube, [instances], target))
+        assert census(kube, instances, target).marked == 0
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        watcher.communicate(timeout=60)
+        kube.delete(NAMESPACES, None, target)
