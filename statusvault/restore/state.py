@@ -114,6 +114,12 @@ def _resumable(plan_path: Path, journal_path: Path, backup: str) -> RestorePlan 
     return None
 
 
+def earlier_manager(state_dir: Path | None, key: str) -> str:
+    """The field manager of the unfinished restore kept under `key` ("" when there is none)."""
+    where = _state_dir(state_dir)
+    return _earlier_manager(where / f"{key}.journal.sqlite") if where is not None else ""
+
+
 def _earlier_manager(journal: Path) -> str:
     """The identity of the attempt that --restart discards: what it created is still this restore's own."""
     if not journal.exists():

@@ -460,8 +460,7 @@ def test_move_abort_killed_at_each_step_then_the_same_command_gives_the_source_b
         assert again.code == ExitStatus.SUCCESS, again.out + again.err
         assert_exact(before, snapshot(kube, [instances], namespace))
         moved = discover(target_kube).by_qualified(QUALIFIED)
-        left = [o["metadata"]["name"] for page in target_kube.list_pages(moved, namespace) for o in page]
-        assert left == ["db-00"], "the copies paused by the move are gone; db-00, paused by its owner, stays"
+        assert census(target_kube, moved, namespace).created == 0, "every copy the move made is gone"
         assert completed(run) == [], "the move's record is dropped"
     finally:
         target_kube.delete(NAMESPACES, None, namespace)
@@ -517,3 +516,29 @@ def test_restore_at_latest_killed_while_the_watch_goes_on_then_the_same_command_
         watcher.send_signal(signal.SIGTERM)
         watcher.communicate(timeout=60)
         kube.delete(NAMESPACES, None, target)
+
+
+def test_a_move_killed_then_aborted_leaves_no_copy_of_its_own_and_the_next_move_completes(
+    run, kube, namespace, instances, proxied, target_proxied, tmp_path
+):
+    """db-00, paused by its owner, carries no pause record of the move: the abort knows its copy by the move's
+    field manager (else it stayed without its status and no later move could complete)."""
+    before = snapshot(kube, [instances], namespace)
+    proxy, kubeconfig = proxied(0.0)
+    tproxy, tkubeconfig, target_kube = target_proxied
+    args = ["--kubeconfig", str(kubeconfig), "move", "--from-kubeconfig", str(kubeconfig), "--to-kubeconfig"]
+    args += [str(tkubeconfig), "-n", namespace, "--parallel", "2"]
+    try:
+        kill_at(to_target("PUT", "/db-00/status"), args, env_of(run), {"source": proxy, "target": tproxy}, tmp_path)
+        aborted = run(*args[2:], "--abort", kubeconfig=kubeconfig)
+        assert aborted.code == ExitStatus.SUCCESS, aborted.out + aborted.err
+        moved = discover(target_kube).by_qualified(QUALIFIED)
+        assert census(target_kube, moved, namespace).created == 0, "every copy the move made is gone"
+        assert_exact(before, snapshot(kube, [instances], namespace))
+
+        again = run(*args[2:], "-o", "json", kubeconfig=kubeconfig)
+
+        assert again.code == ExitStatus.SUCCESS, again.out[-2000:] + again.err
+        assert_exact(before, snapshot(target_kube, [moved], namespace))
+    finally:
+        target_kube.delete(NAMESPACES, None, namespace)
