@@ -28,7 +28,8 @@ from statusvault.restore.options import RestoreOptions
 from statusvault.restore.pausemarkers import RECORD, PauseOptions, pause_patch, unpause_patch
 from statusvault.restore.plan import backup_resources
 from statusvault.restore.results import RestoreReport
-from statusvault.restore.runner import RestoreRequest, open_backup, run_restore
+from statusvault.restore.runner import RestoreRequest, open_backup, run_restore, unfinished_manager
+from statusvault.restore.writes import written_by
 from statusvault.storage.base import ObjectStore, backup_prefix, manifest_key
 from statusvault.transforms import contains, map_namespace, status_annotation
 
@@ -93,21 +94,24 @@ def run_move(req: MoveRequest) -> MoveReport:
     phase and was not aborted since."""
     name = request_name(req)
     report = MoveReport(name)
-    pause = _source_pause(req)
-    # The backup is the selection already: the restore takes all of it (the CRDs it took among them).
-    options = dataclasses.replace(req.options, pause=pause, selection=Selection())
+    restore = _target_restore(req, name)
+    options = restore.options
     if not req.store.exists(manifest_key(name)):  # else a re-run: the source is paused and backed up already
-        report.source_paused, report.source_unpausable = _pause_source(req.source, req.selection, pause)
+        report.source_paused, report.source_unpausable = _pause_source(req.source, req.selection, options.pause)
         _backup(req, name)
-    restore = RestoreRequest(
-        store=req.store, backup=name, options=options, state_dir=req.state_dir, parallel=req.parallel
-    )
     report.restore = run_restore(req.target.client, req.target.discover, restore)
     if report.restore.succeeded:
         report.verify_problems = verify(req.target.client, req.target.discover(True), req.store, name, options)
     if report.succeeded and req.delete_source:
         report.source_deleted, report.source_kept = delete_source(req.source, req.store, name)
     return report
+
+
+def _target_restore(req: MoveRequest, name: str) -> RestoreRequest:
+    """The restore into the target: the backup is the selection already, so it takes all of it (the CRDs it took
+    among them), each object created paused with the marker the source was paused with."""
+    options = dataclasses.replace(req.options, pause=_source_pause(req), selection=Selection())
+    return RestoreRequest(store=req.store, backup=name, options=options, state_dir=req.state_dir, parallel=req.parallel)
 
 
 def _source_pause(req: MoveRequest) -> PauseOptions:
@@ -125,7 +129,9 @@ def abort_move(req: MoveRequest) -> AbortReport:
     move is live in the target: the source's operator would manage it too."""
     report = AbortReport(request_name(req))
     if req.store.exists(manifest_key(report.name)):
-        ours, live = _target_copies(req, report.name)
+        restore = _target_restore(req, report.name)
+        manager = unfinished_manager(req.target.client, req.target.discover, restore)
+        ours, live = _target_copies(req, report.name, manager)
         if live:
             raise StatusVaultError(
                 f"cannot abort move {report.name}: {len(live)} object(s) are live (not paused) in the target, "
@@ -268,10 +274,10 @@ def _backed_up(discovery: Discovery, store: ObjectStore, name: str) -> Iterator[
                 yield rt, obj
 
 
-def _target_copies(req: MoveRequest, name: str) -> tuple[list[KubeObject], list[str]]:
-    """The objects of the move's backup found in the target: those still paused by the move's restore (its
-    record on them), and those live there (an operator may act on them). Objects paused by their owner are
-    neither: they stay as they are."""
+def _target_copies(req: MoveRequest, name: str, manager: str) -> tuple[list[KubeObject], list[str]]:
+    """The objects of the move's backup found in the target: those the move left there paused (its record on
+    them, or paused by their owner and written by the move's unfinished restore, `manager`), and those live there
+    (an operator may act on them). Other objects paused by their owner are neither: they stay as they are."""
     discovery = req.target.discover(True)
     pause = _source_pause(req)
     ours, live = [], []
@@ -286,6 +292,8 @@ def _target_copies(req: MoveRequest, name: str) -> tuple[list[KubeObject], list[
             ours.append(copy)
         elif marker is None or not marker.present(copy):
             live.append(display(rt.qualified, ns, meta["name"]))
+        elif manager and written_by(copy["metadata"], manager):
+            ours.append(copy)
     return ours, live
 
 

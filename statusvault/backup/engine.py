@@ -25,6 +25,7 @@ from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import Request
 from statusvault.model import KubeObject, ResourceType, Selection, name_matches, object_key
+from statusvault.pausepoints import pause_point
 from statusvault.progress import NullProgress, Progress
 from statusvault.storage.base import (
     ObjectStore,
@@ -229,6 +230,7 @@ class BackupEngine:
                     self.progress.advance(summary.count % 500)
                     self.progress.finish()
                     log.info("backed up %d %s", summary.count, rt.qualified)
+                    pause_point("backup.type-archived")
         return list(summaries.values())
 
     def _list(self, stream: _Stream, page_size: int, spool: Spool) -> None:

@@ -150,13 +150,15 @@ def _restore(app: App, backup_name: str, output: str, kw: dict[str, Any], unpaus
         return
     from statusvault.watch.pointintime import parse_at, point_in_time
 
-    with point_in_time(store, backup_name, parse_at(at), encryption_key(kw)) as (moment_store, name, moment):
+    moment_wanted = parse_at(at)
+    lineage = "" if moment_wanted else f"{backup_name}-at-latest"  # the latest moment moves on between runs
+    with point_in_time(store, backup_name, moment_wanted, encryption_key(kw)) as (moment_store, name, moment):
         click.echo(f"restoring watch {backup_name} as it was at {moment.isoformat()} (as {name})", err=True)
-        _run_restore(app, moment_store, name, output, kw, unpause)
+        _run_restore(app, moment_store, name, output, kw, unpause, lineage)
 
 
 def _run_restore(
-    app: App, store: ObjectStore, backup_name: str, output: str, kw: dict[str, Any], unpause: bool
+    app: App, store: ObjectStore, backup_name: str, output: str, kw: dict[str, Any], unpause: bool, lineage: str = ""
 ) -> None:
     opts = restore_options(kw)
     if kw["modifiers_file"]:
@@ -174,6 +176,7 @@ def _run_restore(
             workers=worker_spec(app, kw),
             progress=app.progress(),
             unpause=unpause,
+            lineage=lineage,
         )
         report = run_restore(client, lambda refresh: app.discovery(refresh=refresh), request)
         run.success, run.duration = report.succeeded, report.duration

@@ -24,7 +24,7 @@ from statusvault.restore.planstore import RestorePlan
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.scaledown import Pauser, resolve_workloads
 from statusvault.restore.servedtypes import ServedTypes
-from statusvault.restore.state import finish, restore_state, state_key
+from statusvault.restore.state import earlier_manager, finish, restore_state, state_key
 from statusvault.restore.workers import WorkerSpec
 from statusvault.storage.base import ObjectStore
 
@@ -44,6 +44,9 @@ class RestoreRequest:
     progress: Progress = dataclasses.field(default_factory=NullProgress)
     cancel: threading.Event | None = None  # set from outside (a lost Lease): stop starting objects
     unpause: bool = False  # statusvault unpause: finish an earlier restore and release what it kept paused
+    # Runs sharing a lineage share their state whatever the backup: restore WATCH --at latest, whose moment (and so
+    # its backup) moves on between a killed run and its re-run. See restore_state.
+    lineage: str = ""
 
 
 @contextmanager
@@ -72,10 +75,8 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
     for w in workloads:
         pauser.get(w)
     with open_backup(req.store, req.backup, req.key) as reader:
-        summary = reader.summary if isinstance((reader.summary or {}).get("resources"), dict) else None
-        opts = resolve_resource_options(opts, manifest_types(summary or reader.head()), discover(False))
-        req = dataclasses.replace(req, options=opts)
-        key = state_key(req.backup, (req.store.url, reader.sha256, client.server), opts)
+        req, key = _resolved(client, discover(False), reader, req)
+        opts = req.options
         planner = _planner(client, discover(False), reader, req)
         keep = opts.dry_run == "none"
         with restore_state(req.state_dir, req.backup, key, planner, keep, req.restart, req.unpause) as state:
@@ -103,6 +104,24 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
             if opts.dry_run == "none" and report.succeeded and not report.left_paused:
                 finish(state)
             return report
+
+
+def _resolved(
+    client: KubeApi, discovery: Discovery, reader: ArchiveReader, req: RestoreRequest
+) -> tuple[RestoreRequest, str]:
+    """The request with its resource options read against the backup and the cluster, and its state's key."""
+    summary = reader.summary if isinstance((reader.summary or {}).get("resources"), dict) else None
+    opts = resolve_resource_options(req.options, manifest_types(summary or reader.head()), discovery)
+    content = () if req.lineage else (reader.sha256,)
+    key = state_key(req.lineage or req.backup, (req.store.url, *content, client.server), opts)
+    return dataclasses.replace(req, options=opts), key
+
+
+def unfinished_manager(client: KubeApi, discover: Callable[[bool], Discovery], req: RestoreRequest) -> str:
+    """The field manager of an unfinished run of this restore ("" when there is none): what it created is its own."""
+    with open_backup(req.store, req.backup, req.key) as reader:
+        _, key = _resolved(client, discover(False), reader, req)
+    return earlier_manager(req.state_dir, key)
 
 
 def _planner(

@@ -29,7 +29,8 @@ class RestoreState:
 
 
 def state_key(backup: str, identity: tuple[str, ...], opts: RestoreOptions) -> str:
-    """One key per backup (store, name, content), target cluster and options (dry run aside)."""
+    """One key per backup (store, name, content) or lineage (store, name), target cluster and options (dry run
+    aside)."""
     same = dataclasses.replace(opts, dry_run="none", pause=dataclasses.replace(opts.pause, keep_paused=()))
     key = repr((backup, *identity, same))  # --keep-paused aside: the run without it releases what it kept
     return f"{backup}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
@@ -47,6 +48,8 @@ def restore_state(
 ) -> Iterator[RestoreState]:
     """The plan and journal of this restore: an unfinished earlier run's (unless restart), else new ones.
 
+    An earlier run's state planned for another backup (keys that name a lineage, not a backup) is restarted
+    with that run's identity: what it created is this restore's own and gets the saved status of this backup.
     keep=False (a dry run), or no usable state_dir: scratch files, removed afterwards. Both files are
     removed once the journal's run `finished` (the caller says so by calling finish()). existing: only an
     earlier run's state will do (statusvault unpause)."""
@@ -65,8 +68,9 @@ def restore_state(
     with _locked(where / f"{key}.lock", backup, journal_path):
         if existing and not journal_path.exists():
             raise ConfigError(f"no restore of {backup} with these options is unfinished or has objects left paused")
-        if journal_path.exists() and not restart:
-            state = RestoreState(RestorePlan.open(plan_path), Journal.open(journal_path))
+        earlier = None if restart else _resumable(plan_path, journal_path, backup)
+        if earlier is not None:
+            state = RestoreState(earlier, Journal.open(journal_path))
             log.info("resuming an earlier restore: %d objects were already done", state.journal.resumed)
         else:
             manager = _earlier_manager(journal_path) or new_manager()
@@ -95,6 +99,25 @@ def _state_dir(state_dir: Path | None) -> Path | None:
         log.warning("cannot keep a restore journal (%s): this restore cannot be resumed", e)
         return None
     return where
+
+
+def _resumable(plan_path: Path, journal_path: Path, backup: str) -> RestorePlan | None:
+    """The plan an unfinished earlier run left for this backup. One for another backup of the same lineage is not
+    resumed: this run starts over, with that run's identity."""
+    if not journal_path.exists():
+        return None
+    plan = RestorePlan.open(plan_path)
+    if plan.backup == backup:
+        return plan
+    plan.close()
+    log.info("an earlier, unfinished run restored %s: restoring %s as the same restore", plan.backup, backup)
+    return None
+
+
+def earlier_manager(state_dir: Path | None, key: str) -> str:
+    """The field manager of the unfinished restore kept under `key` ("" when there is none)."""
+    where = _state_dir(state_dir)
+    return _earlier_manager(where / f"{key}.journal.sqlite") if where is not None else ""
 
 
 def _earlier_manager(journal: Path) -> str:

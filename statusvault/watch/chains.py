@@ -185,12 +185,19 @@ def why_not_continued(
     return None
 
 
+def reach(chain: Chain) -> tuple[dt.datetime, dt.datetime]:
+    """How far a chain reaches (its `until`, then its start): the chain a writer continues is the one reaching
+    furthest, even when a newer chain exists (its writer killed before the head moved to it)."""
+    return chain.until, chain.start
+
+
 def chain_for(found: list[Chain], at: dt.datetime | None, watch: str) -> tuple[Chain, dt.datetime]:
-    """The newest chain whose range holds `at` (None: the latest restorable moment)."""
+    """The newest chain whose range holds `at` (None: the latest restorable moment, in the chain reaching furthest)."""
     if not found:
         raise BackupNotFoundError(f"watch {watch!r} has no restorable chain yet")
     if at is None:
-        return found[-1], found[-1].until
+        latest = max(found, key=reach)
+        return latest, latest.until
     for chain in reversed(found):
         if chain.start <= at <= chain.until:
             return chain, at

@@ -24,6 +24,7 @@ from statusvault.errors import ArchiveError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
+from statusvault.pausepoints import pause_point
 from statusvault.storage.base import ObjectStore, validate_backup_name
 from statusvault.watch.chains import read_head, why_not_continued
 from statusvault.watch.metrics import WatchMetrics
@@ -233,9 +234,11 @@ class _Loop:
             self._start_base(pending.writer.positions)
             return
         result = pending.future.result()
+        pause_point("watch.base-landed")
         start = dt.datetime.now(dt.UTC)  # the base's LIST has ended: restorable from now on
         pending.writer.open(result.manifest["archive"]["sha256"], start, self.e.config.selection.to_dict())
         if self.current is not None:
+            pause_point("watch.next-chain-opened")
             self._flush()
             self.current.discard()
         self.current = pending.writer

@@ -7,16 +7,17 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 
-from statusvault import catalog
+from statusvault import catalog, rfc3339
 from statusvault.errors import BackupNotFoundError
 from statusvault.retention import Decision, RetentionPolicy
 from statusvault.storage.base import CHAIN_FILE, ObjectStore, chain_of, chain_prefix, watch_prefix
-from statusvault.watch.chains import Chain, chains
+from statusvault.watch.chains import Chain, chains, reach
 
 
 def decide(found: list[Chain], policy: RetentionPolicy, now: dt.datetime) -> list[Decision]:
-    """Pure: keep the newest chain, the last --keep-last, and every chain reaching into the --ttl window."""
-    newest_first = sorted(found, key=lambda c: c.start, reverse=True)
+    """Pure: keep the newest chain (the one reaching furthest), the last --keep-last, and every chain reaching into
+    the --ttl window."""
+    newest_first = sorted(found, key=reach, reverse=True)
     out = []
     for i, c in enumerate(newest_first):
         if i == 0:
@@ -46,12 +47,17 @@ def prune_watch(
 def _leftovers(
     store: ObjectStore, watch: str, listed: set[str], policy: RetentionPolicy, now: dt.datetime
 ) -> list[Decision]:
-    """Chains without chain.json: a base still being made (recent) or a prune that stopped halfway."""
+    """Chains without chain.json: a base still being made or just made (recent), a writer killed after its base
+    landed and before the chain's chain.json (a complete base no chain names), or a prune that stopped halfway."""
     seen: dict[str, dt.datetime] = {}
     for obj in store.list(f"{watch_prefix(watch)}chains/"):
         where = chain_of(obj.key, watch)
         if where is not None and where[0] not in listed:
             seen[where[0]] = min(seen.get(where[0], obj.modified), obj.modified)
+    for b in catalog.list_backups(store):
+        if b.complete and b.schedule == f"watch:{watch}" and b.name not in listed:
+            created = rfc3339.parse(b.created)
+            seen[b.name] = min(seen.get(b.name, created), created)
     out = []
     for base, modified in sorted(seen.items()):
         old = now - modified > policy.incomplete_grace

@@ -12,6 +12,7 @@ import orjson
 from statusvault import __version__
 from statusvault.archive.crypto import Key
 from statusvault.errors import ArchiveError, StatusVaultError
+from statusvault.pausepoints import pause_point
 from statusvault.storage.base import ObjectStore, chain_key, segment_key, segment_manifest_key, watch_head_key
 from statusvault.watch.segments import (
     CHAIN_KIND,
@@ -83,6 +84,7 @@ class ChainWriter:
         manifest = None
         if self.buffer.records:
             manifest = self._segment(now)
+            pause_point("watch.segment-recorded")
         else:
             self.buffer.close()
         self.buffer = SegmentBuffer()
@@ -107,6 +109,7 @@ class ChainWriter:
             raise FencedError(f"segment {seq} of {self.base} was written by another writer")
         buf = self.buffer
         size, sha = buf.upload(self.store, segment_key(self.watch, self.base, seq), self.key)
+        pause_point("watch.segment-stored")
         manifest: dict[str, Any] = {
             "formatVersion": SEGMENT_FORMAT,
             "kind": SEGMENT_KIND,

@@ -178,3 +178,26 @@ def test_a_journal_remembers_what_it_created(tmp_path):
     assert again.was_created(x) and not again.was_created(y)
     assert again.manager == journal.manager and again.manager.startswith("statusvault-restore-")
     again.close()
+
+
+def test_a_lineage_resumes_its_backup_and_restarts_another_with_the_same_identity(tmp_path):
+    """restore WATCH --at latest: the re-run of a killed run may name a later moment (another backup)."""
+    from statusvault.restore.state import restore_state
+
+    planned = []
+
+    def planner(backup):
+        def plan(manager, path):
+            planned.append(backup)
+            p = RestorePlan(backup, {}, path)
+            p.seal()
+            return p
+
+        return plan
+
+    with restore_state(tmp_path, "w-at-1", "w-at-latest-k", planner("w-at-1")) as killed:
+        manager = killed.journal.manager  # never finished: its state stays
+    with restore_state(tmp_path, "w-at-1", "w-at-latest-k", planner("w-at-1")) as again:
+        assert (again.plan.backup, again.journal.manager, planned) == ("w-at-1", manager, ["w-at-1"]), "resumed"
+    with restore_state(tmp_path, "w-at-2", "w-at-latest-k", planner("w-at-2")) as later:
+        assert (later.plan.backup, later.journal.manager, planned) == ("w-at-2", manager, ["w-at-1", "w-at-2"])

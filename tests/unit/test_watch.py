@@ -13,7 +13,7 @@ from statusvault.model import ResourceType, Selection
 from statusvault.retention import RetentionPolicy
 from statusvault.schedule import ScheduleSpec
 from statusvault.storage.local import LocalStore
-from statusvault.watch.chains import Chain
+from statusvault.watch.chains import Chain, chain_for
 from statusvault.watch.install import WatchSpec, render
 from statusvault.watch.pointintime import parse_at, point_name
 from statusvault.watch.prune import decide
@@ -86,6 +86,17 @@ def test_prune_keeps_every_chain_a_kept_moment_needs_and_always_the_newest():
     assert by_ttl == {"b1": True, "b2": True, "b3": False, "b4": False}, "b3 reaches into the window"
     by_last = {d.name: d.delete for d in decide(found, RetentionPolicy(keep_last=1), now)}
     assert by_last == {"b1": True, "b2": True, "b3": True, "b4": False}
+
+
+def test_the_latest_moment_and_the_newest_chain_are_the_chain_reaching_furthest():
+    """A writer killed after the next chain's chain.json, before its head moved there: the writer that takes over
+    continues the older chain, which then reaches further than the newer, empty one."""
+    continued, stale = chain("b1", 0, 3), chain("b2", 2, 2)
+    found = [continued, stale]  # as chains() lists them: by start
+    assert chain_for(found, None, "w") == (continued, continued.until)
+    assert chain_for(found, T0 + dt.timedelta(hours=2), "w")[0] == stale, "a moment both hold: the newer base"
+    kept = {d.name: d.delete for d in decide(found, RetentionPolicy(keep_last=1), T0 + dt.timedelta(hours=3))}
+    assert kept == {"b1": False, "b2": True}, "the chain still being written stays"
 
 
 @pytest.mark.parametrize(
