@@ -117,8 +117,11 @@ def test_missing_kubeconfig_is_a_clear_error(cli, tmp_path):
     assert err.startswith("error: ") and len(err.splitlines()) == 1
 
 
-def test_unreachable_api_server_is_a_clear_error(cli, tmp_path):
+def test_unreachable_api_server_is_a_clear_error(cli, tmp_path, monkeypatch):
     from statusvault.testing.cluster import kubeconfig_yaml
+    from statusvault.throttle import Backoff
+
+    monkeypatch.setattr(Backoff, "delay", lambda self, attempt, rng=None: 0.0)  # every retry, without the waits
 
     kc = tmp_path / "kc.yaml"
     kc.write_text(kubeconfig_yaml("https://127.0.0.1:1", "u", "t"))
