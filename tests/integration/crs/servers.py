@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 
-from statusvault.kinds import NAMESPACES
+from statusvault.errors import KubeApiError
+from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.testing.fixtures import ensure_namespace
@@ -45,4 +46,37 @@ def wait_gone(kube: KubeClient, rt, ns, name, timeout: float = 60.0) -> None:  #
     deadline = time.monotonic() + timeout
     while kube.get(rt, ns, name) is not None:
         assert time.monotonic() < deadline, f"{name} still exists"
+        time.sleep(0.2)
+
+
+def replace_schema_and_wait(kube: KubeClient, rt, schema: dict, probe: dict, status: dict | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Replace the CRD's schema, then wait until the server judges writes by it (the CRD handler swaps it in
+    asynchronously): until a dry-run write of `probe` (its status, when given, through /status of a probe object)
+    no longer comes back as it was sent (pruned) or is refused (a validation rule)."""
+    name = rt.qualified
+    live = kube.get(CRDS, None, name)
+    live["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = schema
+    kube.replace(CRDS, None, name, live)
+    ns = "default" if rt.namespaced else None
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if status is None:
+                answer = kube.create(rt, ns, probe, dry_run=True)
+                taken = all(answer.get(k) == v for k, v in probe.items() if k not in ("metadata", "apiVersion", "kind"))
+            else:
+                current = kube.get(rt, ns, probe["metadata"]["name"]) or kube.create(rt, ns, probe)
+                answer = kube.replace(
+                    rt, ns, current["metadata"]["name"], {**current, "status": status}, dry_run=True, sub="status"
+                )
+                taken = answer.get("status") == status
+        except KubeApiError as e:
+            if e.code != 422:
+                raise
+            taken = False
+        if not taken:
+            if status is not None:
+                kube.delete(rt, ns, probe["metadata"]["name"])
+            return
+        assert time.monotonic() < deadline, f"the new schema of {name} never took effect"
         time.sleep(0.2)

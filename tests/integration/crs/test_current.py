@@ -4,16 +4,15 @@ to a CRD after the backup that the saved spec or status breaks fails that object
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import CRDS
+from statusvault.kube.discovery import discover
 from statusvault.testing.fixtures import install_crds
 from tests.builders import cr, crd, unique
-from tests.integration.crs.servers import delete_namespace
+from tests.integration.crs.servers import delete_namespace, replace_schema_and_wait
 
 pytestmark = pytest.mark.current_only("CEL validation rules (x-kubernetes-validations) are served from 1.25")
 
@@ -32,11 +31,10 @@ def schema(spec_rule: str = "", status_rule: str = "") -> dict[str, Any]:
 
 def with_rules(kube, group: str, **rules: str) -> None:
     """Replace the CRD's schema by one with these CEL rules, and wait until the server enforces them."""
-    name = f"pools.{group}"
-    live = kube.get(CRDS, None, name)
-    live["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = schema(**rules)
-    kube.replace(CRDS, None, name, live)
-    time.sleep(1.5)  # the CRD handler swaps in the new validator asynchronously
+    rt = discover(kube).resolve(f"pools.{group}")
+    probe = cr(f"{group}/v1", "Pool", "rules-probe", spec={"replicas": 5 if "spec_rule" in rules else 1})
+    status = {"replicas": 5} if "status_rule" in rules else None
+    replace_schema_and_wait(kube, rt, schema(**rules), probe, status)
 
 
 def backed_up_pools(run, kube, namespace: str) -> tuple[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -13,7 +12,7 @@ from statusvault.kube.discovery import discover
 from statusvault.kube.transport import MERGE_PATCH
 from statusvault.testing.fixtures import FIXTURES, ensure_namespace, install_crds, load_objects
 from tests.builders import cr, crd, kc_status, owner_ref, unique
-from tests.integration.crs.servers import delete_namespace, wait_gone
+from tests.integration.crs.servers import delete_namespace, replace_schema_and_wait, wait_gone
 
 KC = "xyz.example.com/v1"
 
@@ -389,10 +388,8 @@ def test_failed_or_changed_status_write_is_a_partial_failure(run, kube, namespac
     kube.replace(rt, ns, "t1", obj, sub="status")
     assert run("backup", "b", "-n", ns, "--include-resources", f"things.{group}", "--no-include-crds").code == 0
     delete_namespace(kube, ns)
-    live_crd = kube.get(CRDS, None, f"things.{group}")
-    live_crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = strict
-    kube.replace(CRDS, None, f"things.{group}", live_crd)
-    time.sleep(1)
+    probe = cr(f"{group}/v1", "Thing", "schema-probe")
+    replace_schema_and_wait(kube, rt, strict, probe, {"size": 1, "note": "x"})
 
     result = run("restore", "b", "-o", "json")
     assert result.code == ExitStatus.PARTIAL_FAILURE, result.out
