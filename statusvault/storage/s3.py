@@ -109,6 +109,8 @@ class S3Store:
             body.close()
         date = (resp.get("ResponseMetadata") or {}).get("HTTPHeaders", {}).get("date")
         now = email.utils.parsedate_to_datetime(date) if date else dt.datetime.now(dt.UTC)
+        if now.tzinfo is None:  # "-0000" (or a proxy's rewrite) reads as naive: HTTP dates are UTC
+            now = now.replace(tzinfo=dt.UTC)
         return Versioned(data, str(resp["ETag"]), (now - resp["LastModified"]).total_seconds())
 
     def put_if(self, key: str, data: bytes, version: str | None) -> str | None:
@@ -137,8 +139,12 @@ class S3Store:
             if code not in CONDITION_FAILED:
                 raise _client_error(self, "write to", e) from e
             return self._etag_of(self._key(key), write_id)
-        except botocore.exceptions.BotoCoreError as e:
-            raise StorageError(f"cannot write to {self.url}: {e}") from e
+        except botocore.exceptions.BotoCoreError as e:  # every answer lost: done if S3 holds this very write
+            etag = self._etag_of(self._key(key), write_id)
+            if etag is None:
+                raise StorageError(f"cannot write to {self.url}: {e}") from e
+            log.info("the answer to a write of %s was lost, but S3 holds it", key)
+            return etag
         return str(resp["ETag"])
 
     def _put_compared(self, key: str, data: bytes, version: str | None) -> str | None:
