@@ -256,3 +256,28 @@ def test_a_failed_move_says_how_to_give_the_source_back(run, kube, cluster, targ
     assert "its CRD does not come with this restore" in result.out
     assert "--abort to give the source back" in result.err
     assert run(*args, "-n", namespace, *marker, *no_crd, "--abort").code == ExitStatus.SUCCESS
+
+
+def test_pause_resources_may_name_a_resource_the_move_leaves_out(run, kube, cluster, target, namespace):
+    """As in a restore, a generic marker named for a resource the selection leaves out pauses nothing (it was
+    refused: "no resource of that name among the resources moved"); a name the source does not know still fails."""
+    group = f"{unique('mv')}.example.com"
+    install_crds(kube, [crd(group, "Gadget"), crd(group, "Widget")])
+    d = discover(kube)
+    for kind in ("Gadget", "Widget"):
+        create_with_status(kube, d, cr(f"{group}/v1", kind, "x", status={"id": kind}), namespace)
+    args = [
+        "move", "--from-kubeconfig", str(cluster.kubeconfig), "--to-kubeconfig", str(target.kubeconfig),
+        "-n", namespace, "--exclude-resources", f"widgets.{group}", "--pause-annotation", "example.com/hold=true",
+    ]  # fmt: skip
+
+    typo = run(*args, "--pause-resources", f"gadgets.{group},widgtes.{group}")
+    assert typo.code == ExitStatus.USAGE and f"--pause-resources widgtes.{group}: no resource of that" in typo.err
+    result = run(*args, "--pause-resources", f"gadgets.{group},widgets.{group}", "-o", "json")
+
+    assert result.code == ExitStatus.SUCCESS, result.out + result.err
+    assert json.loads(result.out)["sourcePaused"] == 1
+    gadget = kube.get(d.by_qualified(f"gadgets.{group}"), namespace, "x")
+    assert gadget["metadata"]["annotations"]["example.com/hold"] == "true", "the moved Gadget stays paused"
+    widget = kube.get(d.by_qualified(f"widgets.{group}"), namespace, "x")
+    assert "annotations" not in widget["metadata"], "the Widget, left out of the move, is untouched"
