@@ -23,7 +23,7 @@ from statusvault.kube.api import KubeApi
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import JSON_PATCH, Request
-from statusvault.model import KubeObject, ResourceType, Selection, display
+from statusvault.model import KubeObject, ResourceType, Selection, display, name_matches
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.pausing import RECORD, PauseOptions, pause_patch, unpause_patch
 from statusvault.restore.results import RestoreReport
@@ -153,12 +153,13 @@ def abort_move(req: MoveRequest) -> AbortReport:
 
 
 def _selected(cluster: Cluster, selection: Selection) -> Iterator[tuple[ResourceType, KubeObject]]:
+    """The custom resources the selection takes in `cluster`, as its backup takes them (--name included)."""
     for rt in select_resources(cluster.discover(False), selection):
         if rt.is_crd or not rt.custom:
             continue
         for ns in selection.namespaces or (None,):
             for page in cluster.client.list_pages(rt, ns if rt.namespaced else None, selection.label_selector):
-                yield from ((rt, obj) for obj in page)
+                yield from ((rt, obj) for obj in page if name_matches(obj["metadata"]["name"], selection.names))
 
 
 def _pause_source(source: Cluster, selection: Selection, pause: PauseOptions) -> tuple[int, list[str]]:

@@ -281,3 +281,18 @@ def test_pause_resources_may_name_a_resource_the_move_leaves_out(run, kube, clus
     assert gadget["metadata"]["annotations"]["example.com/hold"] == "true", "the moved Gadget stays paused"
     widget = kube.get(d.by_qualified(f"widgets.{group}"), namespace, "x")
     assert "annotations" not in widget["metadata"], "the Widget, left out of the move, is untouched"
+
+
+def test_a_move_with_name_pauses_only_the_objects_it_moves(run, kube, cluster, target, moving):
+    """--name narrows what is paused in the source as it narrows the backup: the objects it leaves out stay as they
+    were, live for their operator (they were paused too, and no step of the move unpauses them)."""
+    args = ["move", "--from-kubeconfig", str(cluster.kubeconfig), "--to-kubeconfig", str(target.kubeconfig)]
+
+    result = run(*args, "-n", moving, "--name", "db-0*", "-o", "json")
+
+    assert result.code == ExitStatus.SUCCESS, result.out + result.err
+    assert json.loads(result.out)["sourcePaused"] == 10
+    instances = discover(kube).by_qualified(QUALIFIED)
+    assert kube.get(instances, moving, "db-05")["metadata"]["annotations"][PAUSED] == "true", "moved: paused"
+    for name in ("db-10", "db-11"):
+        assert "annotations" not in kube.get(instances, moving, name)["metadata"], f"{name} was not moved"
