@@ -138,6 +138,56 @@ def restore(backup: list[dict[str, Any]], types: list[Type], opts: Options, befo
     return Expected(code, after, results, lacking, len(unpaused), len(paused) - len(unpaused))
 
 
+@dataclasses.dataclass
+class Moved:
+    code: int  # 0: every object and status verified in the target; 3: something is missing
+    source: Target
+    target: Target
+    results: dict[Key, str]  # the restore's, per object
+    source_paused: int  # objects the move paused in the source
+
+
+def move(
+    source: list[dict[str, Any]], types: list[Type], opts: Options, before: Target, delete_source: bool = False
+) -> Moved:
+    """What `statusvault move` with `opts` (selection, mapping, modifiers, pause markers) must do (docs/move.md):
+    the selected objects paused in the source, backed up with the CRDs of the types selected, restored paused into
+    the target `before` as their owner left them, then unpaused there; the source stays paused, or with
+    `delete_source` its moved objects are deleted once the move is verified."""
+    chosen_types = [t for t in types if _type_taken(t, opts)]
+    moved = [o for o in source if selected(types, o, opts) and any(t.kind == o["kind"] for t in chosen_types)]
+    restore_opts = Options(
+        mapping=opts.mapping, pause_auto=True, marker=opts.marker, pause_resources=opts.pause_resources,
+        modify=opts.modify,
+    )  # fmt: skip
+    restored = restore(moved, chosen_types, restore_opts, before)
+    after = Target({t.qualified for t in types}, {})
+    paused = 0
+    for obj in source:
+        t = next(t for t in types if t.kind == obj["kind"])
+        key = (t.qualified, _ns(obj), obj["metadata"]["name"])
+        marker = _marker(t, obj, restore_opts) if obj in moved else None
+        paused += marker is not None
+        if obj not in moved or not (delete_source and restored.code == 0):
+            after.objects[key] = _live(obj, obj.get("status") or None, marker)
+    return Moved(restored.code, after, restored.target, restored.results, paused)
+
+
+def _type_taken(t: Type, opts: Options) -> bool:
+    """Whether a backup takes a type: named by --include-resources (every custom type without it), not excluded;
+    a cluster-scoped one as _cluster_scoped_taken says."""
+    if (opts.include and t.qualified not in opts.include) or t.qualified in opts.exclude:
+        return False
+    return t.namespaced or _cluster_scoped_taken(t, opts)
+
+
+def _cluster_scoped_taken(t: Type, opts: Options) -> bool:
+    """As --include-cluster-resources says; without it, when no -n is given or the type is named."""
+    if opts.cluster_resources is not None:
+        return opts.cluster_resources
+    return not opts.namespaces or t.qualified in opts.include
+
+
 def _ns(obj: dict[str, Any]) -> str:
     return str(obj["metadata"].get("namespace", ""))
 
@@ -149,8 +199,7 @@ def selected(types: list[Type], obj: dict[str, Any], opts: Options) -> bool:
         return False
     if t.namespaced and opts.namespaces and _ns(obj) not in opts.namespaces:
         return False
-    cluster = opts.cluster_resources if opts.cluster_resources is not None else not opts.namespaces
-    if not t.namespaced and not cluster:
+    if not t.namespaced and not _cluster_scoped_taken(t, opts):
         return False
     if opts.names and not any(fnmatch.fnmatchcase(obj["metadata"]["name"], p) for p in opts.names):
         return False

@@ -3,9 +3,11 @@ pairwise suite may hold the real restore to it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from tests.refmodel import CRD, CROSSPLANE, Live, Marker, Options, Target, Type, restore, selector_matches
+from tests.refmodel import CRD, CROSSPLANE, Live, Marker, Options, Target, Type, move, restore, selector_matches
 
 G = "m.example.com"
 GIZMO, RELIC = Type(f"gizmos.{G}", "Gizmo", True), Type(f"relics.{G}", "Relic", True)
@@ -162,3 +164,26 @@ def test_the_pauses_are_counted():
     out = restore(BACKUP, TYPES, opts, empty())
     assert (out.unpaused, out.left_paused) == (4, 1)
     assert (restore(BACKUP, TYPES, Options(dry_run=True, pause_auto=True), empty()).unpaused) == 0
+
+
+def test_a_move_pauses_what_it_moves_in_the_source_and_leaves_the_rest():
+    out = move(BACKUP, TYPES, Options(namespaces=("a",), names=("g*",)), Target(set(), {}))
+    assert out.code == 0 and set(out.results) == {(GIZMO.qualified, "a", "g1"), (GIZMO.qualified, "a", "g2")}
+    assert out.source.objects[(GIZMO.qualified, "a", "g1")].paused_with == CROSSPLANE, "forProvider: crossplane"
+    assert out.source.objects[(GIZMO.qualified, "a", "g2")].paused_with is None, "no marker known"
+    assert out.source.objects[(GIZMO.qualified, "b", "g3")] == live(BACKUP[2]), "not moved: untouched"
+    assert out.target.objects[(GIZMO.qualified, "a", "g1")] == live(BACKUP[0]), "unpaused in the target"
+    assert out.source_paused == 1 and out.target.served == {GIZMO.qualified, RELIC.qualified}, "-n: no Pool CRD"
+
+
+def test_a_move_with_delete_source_deletes_exactly_what_it_moved():
+    out = move(BACKUP, TYPES, Options(include=(POOL.qualified,)), Target(set(), {}), delete_source=True)
+    assert set(out.source.objects) == {(t, ns, n) for t, ns, n in out.source.objects if t != POOL.qualified}
+    assert len(out.source.objects) == 4 and list(out.target.objects) == [(POOL.qualified, "", "p1")]
+
+
+def test_a_cluster_scoped_type_named_with_n_is_taken_unless_the_flag_says_no():
+    named = Options(namespaces=("b",), include=(GIZMO.qualified, POOL.qualified))
+    assert (POOL.qualified, "", "p1") in restore(BACKUP, TYPES, named, empty()).results
+    flagged = dataclasses.replace(named, cluster_resources=False)
+    assert (POOL.qualified, "", "p1") not in restore(BACKUP, TYPES, flagged, empty()).results

@@ -1,0 +1,132 @@
+"""Composition of `statusvault move`'s options: every pair of values, from this cluster to a second one, held to
+the reference model's move (tests/refmodel.py): what is paused or deleted in the source, what arrives in the
+target (unpaused, with its status), and the exit code."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from statusvault.errors import ExitStatus
+from statusvault.kinds import NAMESPACES
+from statusvault.kube.client import KubeClient
+from statusvault.kube.discovery import discover
+from statusvault.kube.transport import load_transport
+from statusvault.testing.cluster import LocalCluster
+from statusvault.testing.fixtures import ensure_namespace
+from tests import refmodel
+from tests.builders import unique
+from tests.compose import World, create_all, observe, reset, timer
+from tests.composeopts import Allowed, Context, args_of, model_options
+from tests.integration.test_compose import differences
+from tests.pairwise import Row, pairwise
+
+pytestmark = pytest.mark.integration
+
+PARAMS: dict[str, tuple[Any, ...]] = {
+    "namespace": ("a", "a,b"),  # always given: a move of every namespace would take other tests' objects too
+    "include": (None, "gizmos+pools", "relics"),  # resource.group: a Kind is ambiguous among the session's worlds
+    "exclude": (None, "relics"),
+    "selector": (None, "tier=gold"),
+    "name": (None, "g-*,*1"),
+    "cluster": (None, "on", "off"),
+    "mapping": (None, "a"),
+    "pause": ("auto", "annotation", "field"),  # --pause auto is move's default
+    "modifiers": (False, True),
+    "delete_source": (False, True),
+    "target": ("crds", "no-crds"),  # the target cluster has the world's CRDs, or not
+}
+
+
+def own_types_only(row: Row) -> bool:
+    """--include-cluster-resources only with the world's types named: else every cluster-scoped custom resource
+    of the session cluster would move."""
+    return row.get("cluster") != "on" or "include" not in row or row["include"] is not None
+
+
+allowed = Allowed(PARAMS, own_types_only)
+ROWS = pairwise(PARAMS, allowed)
+
+
+@pytest.fixture(scope="module")
+def target() -> Iterator[LocalCluster]:
+    """A second control plane: the cluster the objects move to."""
+    with LocalCluster.start() as c:
+        yield c
+
+
+@dataclasses.dataclass
+class Sides:
+    world: World
+    source: KubeClient
+    target: KubeClient
+    modifiers: str
+
+
+@pytest.fixture(scope="module")
+def sides(kube, target, tmp_path_factory, request) -> Iterator[Sides]:
+    timed = timer(request, f"move composition: {len(ROWS)} rows")
+    world = World.new()
+    modifiers = tmp_path_factory.mktemp("move") / "modifiers.yaml"
+    modifiers.write_text(world.modifiers())
+    target_kube = KubeClient(load_transport(str(target.kubeconfig)))
+    for k in (kube, target_kube):
+        reset(k, world, with_crds=True)
+        ensure_namespace(k, world.a)
+        ensure_namespace(k, world.b)
+    yield Sides(world, kube, target_kube, str(modifiers))
+    for k in (kube, target_kube):
+        for ns in (world.a, world.b):
+            k.delete(NAMESPACES, None, ns)
+    timed()
+
+
+def describe(row: Row) -> str:
+    return " ".join(f"{k}={v}" for k, v in row.items() if v != PARAMS[k][0] or k == "namespace")
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[f"m{i:02d}" for i in range(len(ROWS))])
+def test_a_move_with_each_pair_of_option_values_does_what_the_model_says(row, sides, run, cluster, target):
+    world = sides.world
+    ctx = Context(world, modifiers=sides.modifiers, mapped=(unique("cmp-ma"), unique("cmp-mb")))
+    reset(sides.source, world, with_crds=True)
+    create_all(sides.source, world.objects())
+    reset(sides.target, world, with_crds=row["target"] == "crds")
+    source_objects = listed(sides.source, world)
+    before = observe(sides.target, world)
+    args = [a for param, value in row.items() for a in args_of(param, value, ctx)]
+
+    result = run(
+        "move", "--from-kubeconfig", str(cluster.kubeconfig), "--to-kubeconfig", str(target.kubeconfig),
+        "--storage", str(run.storage / unique("move")), "-o", "json", *args,
+    )  # fmt: skip
+
+    opts = model_options(row, ctx)
+    expected = refmodel.move(source_objects, world.types, opts, before, delete_source=row["delete_source"])
+    where = f"row: {describe(row)}\nstderr: {result.err}"
+    assert result.code == expected.code, where
+    assert differences(expected.source.objects, observe(sides.source, world).objects) == {}, where
+    moved = observe(sides.target, world)
+    assert moved.served == expected.target.served, where
+    assert differences(expected.target.objects, moved.objects) == {}, where
+    report = json.loads(result.out)
+    items = {(i["resource"], i["namespace"], i["name"]): i["result"] for i in report["restore"]["items"]}
+    assert {k: v for k, v in items.items() if k[0] in world.qualified} == expected.results, where
+    assert report["sourcePaused"] == expected.source_paused, where
+    if expected.code == ExitStatus.SUCCESS:
+        assert report["verifyProblems"] == [], where
+
+
+def listed(kube: KubeClient, world: World) -> list[dict[str, Any]]:
+    """Every object of the world's types, as the server holds it."""
+    d = discover(kube)
+    out = []
+    for q in world.qualified:
+        rt = d.by_qualified(q)
+        assert rt is not None
+        out += [o for page in kube.list_pages(rt) for o in page]
+    return out
