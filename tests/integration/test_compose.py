@@ -45,6 +45,7 @@ from tests.composeopts import SELECTION, Allowed, Context, args_of, mapping_of, 
 from tests.pairwise import Row, pairwise
 
 pytestmark = pytest.mark.integration
+SCALED = "statusvault.io/replicas-before-restore"  # docs/user-guide.md: where --scale-down keeps the count
 
 # Each parameter's values; the first is the default (no option given), which the generator prefers on a tie.
 PARAMS: dict[str, tuple[Any, ...]] = {
@@ -177,7 +178,7 @@ def test_a_restore_with_each_pair_of_option_values_leaves_what_the_model_says(ro
     reset(kube, world, with_crds=row["target"] != "no-crds")
     if row["target"] == "existing":
         create_all(kube, world.existing(mapping_of(row["mapping"], ctx)))
-    before = observe(kube, world)
+    before, operator = observe(kube, world), deployment(kube, ctx)
     name = ("w-" if row["at"] else "") + ("sealed" if row["encryption"] else "plain")
     args = [a for param, value in row.items() for a in args_of(param, value, ctx)]
 
@@ -189,6 +190,9 @@ def test_a_restore_with_each_pair_of_option_values_leaves_what_the_model_says(ro
     after = observe(kube, world)
     assert after.served == expected.target.served, where
     assert differences(expected.target.objects, after.objects) == {}, where
+    scaled = row["scale_down"] and not row["dry_run"] and expected.code != 2
+    assert (deployment(kube, ctx) == operator) is not scaled, "scaled down and back only by a restore that writes"
+    assert deployment(kube, ctx)[1:] == (1, None), "the operator is scaled back, its annotation gone"
     if expected.code == 2:
         errors = [line for line in result.err.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and "nothing to restore" in errors[0] and "Traceback" not in result.err, where
@@ -198,10 +202,15 @@ def test_a_restore_with_each_pair_of_option_values_leaves_what_the_model_says(ro
     assert {k: v for k, v in items.items() if k[0] in world.qualified} == expected.results, where
     assert report["withoutSavedStatus"] == len(expected.without_status), where
     assert (report["unpaused"], report["leftPaused"]) == (expected.unpaused, expected.left_paused), where
-    if row["scale_down"]:
-        ops = ctx.operator.split("/")[0]
-        deployment = kube.get(discover(kube).resolve("deployments.apps"), ops, "op")
-        assert deployment["spec"]["replicas"] == 1, "the operator is scaled back"
+
+
+def deployment(kube: KubeClient, ctx: Context) -> tuple[int, int, str | None]:
+    """The operator's generation (its spec's changes: a scaling), replicas and the annotation --scale-down keeps
+    its count in."""
+    ns, _, name = ctx.operator.split("/")
+    obj = kube.get(discover(kube).resolve("deployments.apps"), ns, name)
+    annotations = obj["metadata"].get("annotations") or {}
+    return obj["metadata"]["generation"], obj["spec"]["replicas"], annotations.get(SCALED)
 
 
 def differences(expected: dict, actual: dict) -> dict:
