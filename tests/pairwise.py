@@ -6,6 +6,7 @@ covers the most pairs still uncovered (ties: the value listed first, so list the
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -70,6 +71,17 @@ def _key(a: str, i: int, b: str, j: int, names: list[str]) -> Pair:
 
 def _pairs(chosen: dict[str, int], names: list[str]) -> set[Pair]:
     return {_key(a, chosen[a], b, chosen[b], names) for a, b in itertools.combinations(names, 2)}
+
+
+def sampled(params: Mapping[str, Sequence[Any]], allowed: Callable[[Row], bool], count: int, seed: int) -> list[Row]:
+    """`count` allowed rows drawn at random (reproducibly from `seed`): to look past pairs, on demand."""
+    rng = random.Random(seed)
+    rows: list[Row] = []
+    while len(rows) < count:
+        row = {n: rng.choice(list(values)) for n, values in params.items()}
+        if allowed(row):
+            rows.append(row)
+    return rows
 
 
 def covered(rows: list[Row], params: Mapping[str, Sequence[Any]]) -> set[tuple[str, int, str, int]]:

@@ -42,7 +42,7 @@ from tests import refmodel
 from tests.builders import unique
 from tests.compose import World, create_all, observe, reset, timer
 from tests.composeopts import SELECTION, Allowed, Context, args_of, mapping_of, model_options
-from tests.pairwise import Row, pairwise
+from tests.pairwise import Row, pairwise, sampled
 
 pytestmark = pytest.mark.integration
 SCALED = "statusvault.io/replicas-before-restore"  # docs/user-guide.md: where --scale-down keeps the count
@@ -78,6 +78,9 @@ allowed = Allowed(PARAMS)
 ROWS = pairwise({**PARAMS, "dry_run": (None,)}, allowed) + pairwise(
     {**PARAMS, "dry_run": ("client", "server")}, allowed, focus="dry_run"
 )
+if os.environ.get("STATUSVAULT_COMPOSE_SAMPLE"):  # N[:SEED]: N random rows instead, to look past pairs
+    count, _, seed = os.environ["STATUSVAULT_COMPOSE_SAMPLE"].partition(":")
+    ROWS = sampled(PARAMS, allowed, int(count), int(seed or 0))
 
 
 # --- the world, backed up four ways ---
