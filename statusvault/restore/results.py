@@ -37,6 +37,10 @@ class StatusOutcome:
 
 
 GENERATION_NOTE = "status.observedGeneration"
+UNCHECKED_STATUS = (
+    "--dry-run server cannot check the saved status of an object it would create (there is no object yet to send "
+    "it to through /status): a schema or CEL rule that status breaks shows only in the real run"
+)
 STATUS_PROBLEMS = frozenset({StatusOutcome.MISMATCH, StatusOutcome.FAILED})
 STATUS_BACK = frozenset({StatusOutcome.WRITTEN, StatusOutcome.IN_BODY, StatusOutcome.WOULD_WRITE})
 
@@ -133,6 +137,9 @@ class RestoreReport:
             c["pause:" + ("kept" if r.paused == "kept" else "paused")] += 1
         elif r.unmarked and not c["pause:no-marker"]:  # once per resource type
             self.warnings.append(unmarked_warning(r.resource))
+        unchecked = r.outcome == Outcome.WOULD_CREATE and r.status == StatusOutcome.WOULD_WRITE
+        if unchecked and self.dry_run == "server" and UNCHECKED_STATUS not in self.warnings:  # once per run
+            self.warnings.append(UNCHECKED_STATUS)
         if r.unmarked:
             c["pause:no-marker"] += 1
         if r.rules:

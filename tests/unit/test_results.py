@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from statusvault.restore.results import ItemResult, Outcome, RestoreReport, StatusOutcome
+from statusvault.restore.results import UNCHECKED_STATUS, ItemResult, Outcome, RestoreReport, StatusOutcome
 
 
 def result(outcome: str, status: str, wanted: bool, name: str = "a") -> ItemResult:
@@ -58,3 +58,16 @@ def test_kept_and_left_out_are_counted_apart_and_succeed():
     assert report.succeeded and report.lacking == 0
     assert (report.count_status(StatusOutcome.KEPT), report.count_status(StatusOutcome.LEFT_OUT)) == (1, 1)
     report.close()
+
+
+def test_a_server_dry_run_says_once_that_it_could_not_check_the_statuses_of_objects_it_would_create():
+    report = RestoreReport("b", "server")
+    report.add(result(Outcome.WOULD_CREATE, StatusOutcome.WOULD_WRITE, True, "new-1"))
+    report.add(result(Outcome.WOULD_CREATE, StatusOutcome.WOULD_WRITE, True, "new-2"))
+    report.add(result(Outcome.WOULD_UPDATE, StatusOutcome.WOULD_WRITE, True, "checked"))
+    assert report.warnings == [UNCHECKED_STATUS]
+    report.close()
+    client = RestoreReport("b", "client")
+    client.add(result(Outcome.WOULD_CREATE, StatusOutcome.WOULD_WRITE, True))
+    assert client.warnings == [], "a client dry run checks nothing, and says so already"
+    client.close()
