@@ -21,6 +21,15 @@ from tests.builders import cr, crd, unique
 RECORD = "statusvault.io/paused-by-restore"  # docs/user-guide.md: what a pause added, recorded on the object
 HOLD = refmodel.Marker("annotation", "example.com/hold", "true")
 HOLD_FIELD = refmodel.Marker("field", "/spec/hold", True)
+PHASES = frozenset({"Ready", "Restored"})  # the only phases a strict Gizmo status may have
+_OPEN = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+STRICT = {
+    "type": "object",
+    "properties": {
+        "spec": _OPEN,
+        "status": {**_OPEN, "properties": {"phase": {"type": "string", "enum": sorted(PHASES)}}},
+    },
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +50,7 @@ class World:
         g = self.group
         return [
             refmodel.Type(f"gizmos.{g}", "Gizmo", True),
-            refmodel.Type(f"relics.{g}", "Relic", True),
+            refmodel.Type(f"relics.{g}", "Relic", True, subresource=False),
             refmodel.Type(f"pools.{g}", "Pool", False),
         ]
 
@@ -49,9 +58,12 @@ class World:
     def qualified(self) -> list[str]:
         return [t.qualified for t in self.types]
 
-    def crds(self) -> list[dict[str, Any]]:
+    def crds(self, strict: bool = False) -> list[dict[str, Any]]:
+        """The CRDs; `strict`: Gizmo's schema admits only the phases Ready and Restored (a rule added after the
+        backup, which some saved statuses break)."""
         g = self.group
-        return [crd(g, "Gizmo"), crd(g, "Relic", status=False), crd(g, "Pool", scope="Cluster")]
+        gizmo = crd(g, "Gizmo", schema=STRICT) if strict else crd(g, "Gizmo")
+        return [gizmo, crd(g, "Relic", status=False), crd(g, "Pool", scope="Cluster")]
 
     def objects(self) -> list[dict[str, Any]]:
         """What is backed up: labels, statuses (some Ready, which the modifiers file rewrites), the opt-out and
@@ -176,22 +188,33 @@ def _live(obj: dict[str, Any]) -> refmodel.Live:
     return refmodel.Live(spec, obj.get("status"), meta.get("labels") or {}, annotations, paused)
 
 
-def reset(kube: KubeClient, world: World, with_crds: bool) -> None:
-    """No object of the world's types anywhere; its CRDs installed, or gone (and out of discovery)."""
-    if not with_crds:
-        for q in world.qualified:
-            kube.delete(CRDS, None, q)
-        _wait(lambda: all(kube.get(CRDS, None, q) is None for q in world.qualified), "CRDs deleted")
-        _wait(lambda: not observe(kube, world).served, "CRDs out of discovery")
-        return
-    d = install_crds(kube, world.crds())
-    for q in world.qualified:
+CRD_SETS = ("all", "none", "gizmos", "strict")  # what a target serves: strict is all, Gizmo's status stricter
+
+
+def reset(kube: KubeClient, world: World, crds: str = "all") -> None:
+    """No object of the world's types anywhere; its CRDs as `crds` (one of CRD_SETS) says, and discovery too."""
+    wanted = {c["metadata"]["name"]: c for c in world.crds(strict=crds == "strict")}
+    keep = {"all": set(wanted), "strict": set(wanted), "gizmos": set(world.qualified[:1]), "none": set()}[crds]
+    gone = [
+        n for n, body in wanted.items() if (live := kube.get(CRDS, None, n)) and (n not in keep or _differs(live, body))
+    ]
+    for name in gone:
+        kube.delete(CRDS, None, name)
+    _wait(lambda: all(kube.get(CRDS, None, n) is None for n in gone), "CRDs deleted")
+    _wait(lambda: not observe(kube, world).served & set(gone), "CRDs out of discovery")
+    d = install_crds(kube, [wanted[n] for n in sorted(keep)]) if keep else discover(kube)
+    for q in keep:
         rt = d.by_qualified(q)
         assert rt is not None
         for page in kube.list_pages(rt):
             for obj in page:
                 kube.delete(rt, obj["metadata"].get("namespace"), obj["metadata"]["name"])
     _wait(lambda: not observe(kube, world).objects, "objects gone")
+
+
+def _differs(live: dict[str, Any], body: dict[str, Any]) -> bool:
+    """Whether a live CRD's schema is not the one wanted."""
+    return bool(live["spec"]["versions"][0]["schema"] != body["spec"]["versions"][0]["schema"])
 
 
 def timer(request: Any, what: str) -> Callable[[], None]:

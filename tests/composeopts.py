@@ -116,7 +116,7 @@ def model_options(row: Row, ctx: Context) -> refmodel.Options:
         status_exclude=names[row["status_exclude"]],
         no_status=row["no_status"],
         policy=row["policy"] or "none",
-        dry_run=row["dry_run"] is not None,
+        dry_run=row["dry_run"] or "",
         pause_auto=(row["pause"] or "").startswith("auto"),
         marker=marker,
         pause_resources=paused,

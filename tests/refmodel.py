@@ -25,6 +25,7 @@ class Type:
     qualified: str
     kind: str
     namespaced: bool
+    subresource: bool = True  # its status is written through /status (else in the create body)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +61,7 @@ class Options:
     status_exclude: tuple[str, ...] = ()
     no_status: bool = False
     policy: str = "none"
-    dry_run: bool = False
+    dry_run: str = ""  # client | server
     pause_auto: bool = False
     marker: Marker | None = None  # --pause-annotation / --pause-field ...
     pause_resources: tuple[str, ...] = ()  # ... for these (patterns over qualified names)
@@ -86,6 +87,8 @@ Key = tuple[str, str, str]  # (qualified, namespace, name); namespace "" when cl
 class Target:
     served: set[str]  # the custom resource types the cluster serves
     objects: dict[Key, Live]
+    phases: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)  # types whose status may only
+    # have these phases (a schema stricter than the backup's): the server rejects a status write with another
 
 
 @dataclasses.dataclass
@@ -115,6 +118,9 @@ def restore(backup: list[dict[str, Any]], types: list[Type], opts: Options, befo
         desired = opts.modify(copy.deepcopy(obj), _ns(obj)) if opts.modify else copy.deepcopy(obj)
         saved = desired.get("status") or None
         wanted = saved is not None and _wants_status(t, obj, opts)
+        phases = before.phases.get(t.qualified)
+        checked = _status_checked(t, key in before.objects, opts)
+        rejected = wanted and checked and phases is not None and saved.get("phase") not in phases
         if t.qualified not in served:
             results[key] = "failed"
             lacking |= {key} if wanted else set()
@@ -122,12 +128,14 @@ def restore(backup: list[dict[str, Any]], types: list[Type], opts: Options, befo
             results[key] = "skipped"  # its status is "kept": not counted
         elif key in before.objects:
             results[key] = "updated"
-            after.objects[key] = _live(desired, saved if wanted else before.objects[key].status)
+            kept = before.objects[key].status
+            after.objects[key] = _live(desired, saved if wanted and not rejected else kept)
         else:
             results[key] = "created"
             marker = _marker(t, desired, opts)
-            after.objects[key] = _live(desired, saved if wanted else None, marker)
+            after.objects[key] = _live(desired, saved if wanted and not rejected else None, marker)
             paused += [key] if marker else []
+        lacking |= {key} if rejected and results[key] != "skipped" else set()
     code = 3 if lacking or "failed" in results.values() else 0
     if opts.dry_run:
         would = {"created": "would-create", "updated": "would-update"}
@@ -210,6 +218,14 @@ def _crd_comes(t: Type, opts: Options) -> bool:
     """A type's CRD comes with the restore unless CRDs are excluded: always without --include-resources, else
     when CRDs or the type are named (-n, -l and --name do not apply to CRDs)."""
     return CRD not in opts.exclude and (not opts.include or CRD in opts.include or t.qualified in opts.include)
+
+
+def _status_checked(t: Type, exists: bool, opts: Options) -> bool:
+    """Whether the server sees the saved status: in a real run; in a server dry run, unless the object would be
+    created and takes its status through /status (there is nothing yet to send it to); never in a client one."""
+    if opts.dry_run == "server":
+        return exists or not t.subresource
+    return opts.dry_run != "client"
 
 
 def _wants_status(t: Type, obj: dict[str, Any], opts: Options) -> bool:

@@ -40,11 +40,12 @@ from statusvault.testing.fixtures import ensure_namespace
 from statusvault.watch.chains import chains
 from tests import refmodel
 from tests.builders import unique
-from tests.compose import World, create_all, observe, reset, timer
+from tests.compose import PHASES, World, create_all, observe, reset, timer
 from tests.composeopts import SELECTION, Allowed, Context, args_of, mapping_of, model_options
 from tests.pairwise import Row, pairwise, sampled
 
 pytestmark = pytest.mark.integration
+TARGETS = {"empty": "all", "existing": "all", "no-crds": "none", "some-crds": "gizmos", "strict": "strict"}  # CRDs
 SCALED = "statusvault.io/replicas-before-restore"  # docs/user-guide.md: where --scale-down keeps the count
 
 # Each parameter's values; the first is the default (no option given), which the generator prefers on a tie.
@@ -59,7 +60,7 @@ PARAMS: dict[str, tuple[Any, ...]] = {
     "no_status": (False, True),
     "status_include": (None, "Gizmo", "*"),
     "status_exclude": (None, "Pool"),
-    "target": ("empty", "existing", "no-crds"),  # not an option: the cluster restored into
+    "target": ("empty", "existing", "no-crds", "some-crds", "strict"),  # not an option: the cluster restored into
     "policy": (None, "update"),
     "modifiers": (False, True),
     "pause": (None, "auto", "annotation", "field", "auto+annotation"),
@@ -122,7 +123,7 @@ class Backed:
 def backed(cluster, kube: KubeClient, tmp_path_factory: pytest.TempPathFactory, request) -> Iterator[Backed]:
     timed = timer(request, f"restore composition: {len(ROWS)} rows, {len(EMPTY) + len(CONFLICTING)} refusals")
     world, tmp = World.new(), tmp_path_factory.mktemp("compose")
-    reset(kube, world, with_crds=True)
+    reset(kube, world)
     for ns in (world.a, world.b):
         ensure_namespace(kube, ns)
     create_all(kube, world.objects())
@@ -138,7 +139,7 @@ def backed(cluster, kube: KubeClient, tmp_path_factory: pytest.TempPathFactory, 
                            *sealed)  # fmt: skip
         assert code == 0, err
         record_watch(cluster, ctx.store, f"w-{name}", world.a, include, *sealed)
-    reset(kube, world, with_crds=True)
+    reset(kube, world)
     yield Backed(ctx, objects)
     for ns in (world.a, world.b, ops):
         kube.delete(NAMESPACES, None, ns)
@@ -178,10 +179,12 @@ def describe(row: Row) -> str:
 def test_a_restore_with_each_pair_of_option_values_leaves_what_the_model_says(row, backed, run, kube):
     ctx = dataclasses.replace(backed.ctx, mapped=(unique("cmp-ma"), unique("cmp-mb")))
     world = ctx.world
-    reset(kube, world, with_crds=row["target"] != "no-crds")
+    reset(kube, world, TARGETS[row["target"]])
     if row["target"] == "existing":
         create_all(kube, world.existing(mapping_of(row["mapping"], ctx)))
     before, operator = observe(kube, world), deployment(kube, ctx)
+    if row["target"] == "strict":
+        before.phases = {world.qualified[0]: PHASES}
     name = ("w-" if row["at"] else "") + ("sealed" if row["encryption"] else "plain")
     args = [a for param, value in row.items() for a in args_of(param, value, ctx)]
 

@@ -79,7 +79,7 @@ def sides(kube, target, tmp_path_factory, request) -> Iterator[Sides]:
     modifiers.write_text(world.modifiers())
     target_kube = KubeClient(load_transport(str(target.kubeconfig)))
     for k in (kube, target_kube):
-        reset(k, world, with_crds=True)
+        reset(k, world)
         ensure_namespace(k, world.a)
         ensure_namespace(k, world.b)
     yield Sides(world, kube, target_kube, str(modifiers))
@@ -97,9 +97,9 @@ def describe(row: Row) -> str:
 def test_a_move_with_each_pair_of_option_values_does_what_the_model_says(row, sides, run, cluster, target):
     world = sides.world
     ctx = Context(world, modifiers=sides.modifiers, mapped=(unique("cmp-ma"), unique("cmp-mb")))
-    reset(sides.source, world, with_crds=True)
+    reset(sides.source, world)
     create_all(sides.source, world.objects())
-    reset(sides.target, world, with_crds=row["target"] == "crds")
+    reset(sides.target, world, "all" if row["target"] == "crds" else "none")
     source_objects = listed(sides.source, world)
     before = observe(sides.target, world)
     args = [a for param, value in row.items() for a in args_of(param, value, ctx)]

@@ -10,7 +10,7 @@ import pytest
 from tests.refmodel import CRD, CROSSPLANE, Live, Marker, Options, Target, Type, move, restore, selector_matches
 
 G = "m.example.com"
-GIZMO, RELIC = Type(f"gizmos.{G}", "Gizmo", True), Type(f"relics.{G}", "Relic", True)
+GIZMO, RELIC = Type(f"gizmos.{G}", "Gizmo", True), Type(f"relics.{G}", "Relic", True, subresource=False)
 POOL = Type(f"pools.{G}", "Pool", False)
 TYPES = [GIZMO, RELIC, POOL]
 ALL = {t.qualified for t in TYPES}
@@ -121,7 +121,7 @@ def test_an_object_paused_in_the_backup_stays_so_and_is_not_paused_by_the_restor
 
 def test_a_dry_run_changes_nothing_and_reports_what_it_would_do():
     before = Target(set(), {})
-    out = restore(BACKUP, TYPES, Options(dry_run=True), before)
+    out = restore(BACKUP, TYPES, Options(dry_run="client"), before)
     assert out.target == before and out.code == 0
     assert set(out.results.values()) == {"would-create"}
 
@@ -163,7 +163,7 @@ def test_the_pauses_are_counted():
     opts = Options(marker=hold, pause_resources=("*",), keep_paused=(f"relics.{G}",))
     out = restore(BACKUP, TYPES, opts, empty())
     assert (out.unpaused, out.left_paused) == (4, 1)
-    assert (restore(BACKUP, TYPES, Options(dry_run=True, pause_auto=True), empty()).unpaused) == 0
+    assert (restore(BACKUP, TYPES, Options(dry_run="client", pause_auto=True), empty()).unpaused) == 0
 
 
 def test_a_move_pauses_what_it_moves_in_the_source_and_leaves_the_rest():
@@ -187,3 +187,15 @@ def test_a_cluster_scoped_type_named_with_n_is_taken_unless_the_flag_says_no():
     assert (POOL.qualified, "", "p1") in restore(BACKUP, TYPES, named, empty()).results
     flagged = dataclasses.replace(named, cluster_resources=False)
     assert (POOL.qualified, "", "p1") not in restore(BACKUP, TYPES, flagged, empty()).results
+
+
+def test_a_status_the_target_rejects_is_counted_and_keeps_what_was_paused_paused():
+    before = Target(set(ALL), {}, phases={GIZMO.qualified: frozenset({"ok"})})
+    out = restore(BACKUP, TYPES, Options(pause_auto=True), before)
+    assert out.code == 3 and out.results[(GIZMO.qualified, "a", "g1")] == "created"
+    assert out.without_status == {(GIZMO.qualified, "a", "g1"), (GIZMO.qualified, "b", "g3")}, "g2 opted out"
+    assert out.target.objects[(GIZMO.qualified, "a", "g1")] == dataclasses.replace(
+        live(BACKUP[0], None), paused_with=CROSSPLANE
+    )
+    assert restore(BACKUP, TYPES, Options(dry_run="client"), before).code == 0, "a client dry run cannot know"
+    assert restore(BACKUP, TYPES, Options(dry_run="server"), before).code == 0, "nor can a server one: no /status"
