@@ -258,7 +258,7 @@ class _Planner:
                 self.named.update(matched)
         item = _plan_item(key.qualified, obj, cat, decider, self.exists)
         self.matched += cat != Category.CRD or CRD_QUALIFIED in decider.include
-        if item.rt.namespaced and item.action != Action.UNAVAILABLE:
+        if item.rt.namespaced:  # an unavailable one too: a resumed run writes it once its CRD is installed
             self.namespaces_needed.add(item.namespace)
         refs = meta.get("ownerReferences")
         self.plan.add(item, [r.get("uid", "") for r in refs] if refs else ())
