@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from statusvault.errors import KubeApiError
 from statusvault.kinds import CRDS
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
@@ -210,6 +211,36 @@ def reset(kube: KubeClient, world: World, crds: str = "all") -> None:
             for obj in page:
                 kube.delete(rt, obj["metadata"].get("namespace"), obj["metadata"]["name"])
     _wait(lambda: not observe(kube, world).objects, "objects gone")
+
+
+def fix(kube: KubeClient, world: World) -> None:
+    """What a user does after a restore that could not finish: install the CRDs the target lacked and take back
+    the rule its statuses broke (Gizmo's schema opened in place), keeping the objects there."""
+    d = install_crds(kube, world.crds())
+    gizmos = world.qualified[0]
+    live = kube.get(CRDS, None, gizmos)
+    opened = world.crds()[0]["spec"]["versions"][0]["schema"]
+    if live["spec"]["versions"][0]["schema"] != opened:
+        live["spec"]["versions"][0]["schema"] = opened
+        kube.replace(CRDS, None, gizmos, live)
+    rt = d.by_qualified(gizmos)
+    assert rt is not None
+    probe = kube.create(rt, world.a, {"apiVersion": rt.api_version, "kind": "Gizmo", "metadata": {"name": "probe"}})
+    try:  # the server takes a schema change in a moment: until then it still refuses another phase
+        _wait(lambda: _admits(kube, rt, world.a, probe, {"phase": "Pending"}), "the opened schema in force")
+    finally:
+        kube.delete(rt, world.a, "probe")
+        _wait(lambda: kube.get(rt, world.a, "probe") is None, "probe gone")
+
+
+def _admits(kube: KubeClient, rt: Any, ns: str, obj: dict[str, Any], status: dict[str, Any]) -> bool:
+    try:
+        kube.replace(rt, ns, obj["metadata"]["name"], {**obj, "status": status}, dry_run=True, sub="status")
+    except KubeApiError as e:
+        if e.code != 422:
+            raise
+        return False
+    return True
 
 
 def _differs(live: dict[str, Any], body: dict[str, Any]) -> bool:
