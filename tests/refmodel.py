@@ -118,7 +118,8 @@ def restore(backup: list[dict[str, Any]], types: list[Type], opts: Options, befo
         desired = opts.modify(copy.deepcopy(obj), _ns(obj)) if opts.modify else copy.deepcopy(obj)
         saved = desired.get("status") or None
         wanted = saved is not None and _wants_status(t, obj, opts)
-        phases = before.phases.get(t.qualified)
+        crd_updated = opts.policy == "update" and _crd_comes(t, opts) and not opts.dry_run  # to the backup's
+        phases = None if crd_updated else before.phases.get(t.qualified)
         checked = _status_checked(t, key in before.objects, opts)
         rejected = wanted and checked and phases is not None and saved.get("phase") not in phases
         if t.qualified not in served:

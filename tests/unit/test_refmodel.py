@@ -199,3 +199,9 @@ def test_a_status_the_target_rejects_is_counted_and_keeps_what_was_paused_paused
     )
     assert restore(BACKUP, TYPES, Options(dry_run="client"), before).code == 0, "a client dry run cannot know"
     assert restore(BACKUP, TYPES, Options(dry_run="server"), before).code == 0, "nor can a server one: no /status"
+
+
+def test_policy_update_makes_an_existing_crd_the_backups_so_its_stricter_rule_goes():
+    before = Target(set(ALL), {}, phases={GIZMO.qualified: frozenset({"ok"})})
+    assert restore(BACKUP, TYPES, Options(policy="update"), before).code == 0
+    assert restore(BACKUP, TYPES, Options(policy="update", exclude=(CRD,)), before).code == 3, "unless left out"
