@@ -1,6 +1,6 @@
 """The world of the composition suites (tests/integration/test_compose*.py): three CRDs of a group of their own,
 twelve objects in two namespaces and the cluster scope, a modifiers file with its Python twin for the reference
-model (tests/refmodel.py), and the two things every row does to a cluster: reset it, and read it back."""
+model (tests/refmodel.py), and what a row does to a cluster: reset it, read it back, fix what made a run fail."""
 
 from __future__ import annotations
 
