@@ -212,6 +212,15 @@ def test_a_restore_with_each_pair_of_option_values_leaves_what_the_model_says(ro
     assert (report["unpaused"], report["leftPaused"]) == (expected.unpaused, expected.left_paused), where
     if expected.code == ExitStatus.PARTIAL_FAILURE and not row["dry_run"]:
         fixed_and_run_again(row, backed.objects, ctx, before, run, kube, args, name)
+    elif expected.left_paused:
+        unpaused(expected.target, run("unpause", name, "--storage", ctx.store, *args), kube, ctx, where)
+
+
+def unpaused(target: refmodel.Target, result: Any, kube: KubeClient, ctx: Context, where: str) -> None:
+    """docs/user-guide.md: `statusvault unpause` with the same options releases what --keep-paused left paused."""
+    assert result.code == ExitStatus.SUCCESS, where + result.err
+    released = {k: dataclasses.replace(live, paused_with=None) for k, live in target.objects.items()}
+    assert differences(released, observe(kube, ctx.world).objects) == {}, where
 
 
 def fixed_and_run_again(row: Row, objects: list, ctx: Context, before, run, kube, args: list[str], name: str) -> None:
