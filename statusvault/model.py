@@ -89,6 +89,11 @@ class Selection:
             return not self.namespaces
         return self.include_cluster_resources
 
+    def takes_cluster_scoped(self, named: bool) -> bool:
+        """Whether a cluster-scoped type's objects are taken: as --include-cluster-resources says; without it,
+        when no -n is given or the type is `named` in --include-resources (backup, restore, move and watch alike)."""
+        return self.cluster_resources or (named and self.include_cluster_resources is None)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "namespaces": list(self.namespaces),

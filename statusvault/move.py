@@ -23,10 +23,9 @@ from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import JSON_PATCH, Request
-from statusvault.model import KubeObject, ResourceType, Selection, display
+from statusvault.model import KubeObject, ResourceType, Selection, display, name_matches
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.pausemarkers import RECORD, PauseOptions, pause_patch, unpause_patch
-from statusvault.restore.plan import backup_resources
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.runner import RestoreRequest, open_backup, run_restore, unfinished_manager
 from statusvault.restore.writes import written_by
@@ -115,12 +114,25 @@ def _target_restore(req: MoveRequest, name: str) -> RestoreRequest:
 
 
 def _source_pause(req: MoveRequest) -> PauseOptions:
-    """How the source is paused: --pause-resources read as every option reads resource names (a name that matches
-    none of the resources moved fails before anything is paused); without a marker, the operators' conventions."""
+    """How the source is paused: --pause-resources read as every option reads resource names, against what the
+    source serves (a name it does not know fails before anything is paused), and kept to the resources moved (one
+    the selection leaves out pauses nothing, as in a restore); without a marker, the operators' conventions."""
     pause = req.options.pause if req.options.pause.enabled else PauseOptions(auto=True)
-    moved = Discovery(select_resources(req.source.discover(False), req.selection), [])
-    names = backup_resources("--pause-resources", pause.resources, moved, moved, "among the resources moved")
-    return dataclasses.replace(pause, resources=names)
+    source = req.source.discover(False)
+    moved = Discovery(select_resources(source, req.selection), [])
+    return dataclasses.replace(pause, resources=_moved_resources(pause.resources, moved, source))
+
+
+def _moved_resources(names: tuple[str, ...], moved: Discovery, source: Discovery) -> tuple[str, ...]:
+    """The resources moved that --pause-resources names (a name is read among them first, so one that is
+    ambiguous only in the whole source is not); a name the source does not serve at all is an error."""
+    out: set[str] = set()
+    for name in names:
+        found = {rt.qualified for rt in moved.match(name)}
+        if not found and not source.match(name):
+            raise ConfigError(f"--pause-resources {name}: no resource of that name in the source")
+        out |= found
+    return tuple(sorted(out))
 
 
 def abort_move(req: MoveRequest) -> AbortReport:
@@ -151,12 +163,13 @@ def abort_move(req: MoveRequest) -> AbortReport:
 
 
 def _selected(cluster: Cluster, selection: Selection) -> Iterator[tuple[ResourceType, KubeObject]]:
+    """The custom resources the selection takes in `cluster`, as its backup takes them (--name included)."""
     for rt in select_resources(cluster.discover(False), selection):
         if rt.is_crd or not rt.custom:
             continue
         for ns in selection.namespaces or (None,):
             for page in cluster.client.list_pages(rt, ns if rt.namespaced else None, selection.label_selector):
-                yield from ((rt, obj) for obj in page)
+                yield from ((rt, obj) for obj in page if name_matches(obj["metadata"]["name"], selection.names))
 
 
 def _pause_source(source: Cluster, selection: Selection, pause: PauseOptions) -> tuple[int, list[str]]:

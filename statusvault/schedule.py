@@ -185,7 +185,10 @@ def backup_args(spec: ScheduleSpec, types: list[ResourceType]) -> list[str]:
     if spec.encryption_secret:
         args += KEY_ARGS
     args.append("--include-crds" if sel.include_crds else "--no-include-crds")
-    args.append("--include-cluster-resources" if sel.cluster_resources else "--no-include-cluster-resources")
+    if sel.include_cluster_resources is not None:  # else the default, which takes a cluster-scoped type named above
+        args.append(
+            "--include-cluster-resources" if sel.include_cluster_resources else "--no-include-cluster-resources"
+        )
     if spec.metrics_pushgateway:
         args += ["--metrics-pushgateway", spec.metrics_pushgateway]
     return args

@@ -26,10 +26,8 @@ def select_resources(discovery: Discovery, sel: Selection) -> list[ResourceType]
     for rt in candidates:
         if rt.qualified in excluded or "list" not in rt.verbs or rt.is_crd:
             continue
-        if not rt.namespaced:
-            named = rt.qualified in explicit and sel.include_cluster_resources is None
-            if not (sel.cluster_resources or named):
-                continue
+        if not rt.namespaced and not sel.takes_cluster_scoped(rt.qualified in explicit):
+            continue
         chosen[rt.qualified] = rt
     named_crds = any(rt.is_crd for rt in included)
     wants_crds = named_crds or (sel.include_crds and any(rt.custom for rt in chosen.values()))

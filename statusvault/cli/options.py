@@ -241,5 +241,6 @@ def cluster_resources_option(f: F) -> F:
     return click.option(
         "--include-cluster-resources/--no-include-cluster-resources",
         default=None,
-        help="Cluster-scoped custom resources. [default: on unless -n is given]",
+        help="Cluster-scoped custom resources. [default: on unless -n is given; a type named in --include-resources "
+        "is taken]",
     )(f)

@@ -144,14 +144,15 @@ class _Decider:
             return False
         return not self.include or CRD_QUALIFIED in self.include or name in self.include
 
-    def in_scope(self, cat: Category, namespace: str) -> bool:
+    def in_scope(self, cat: Category, key: ObjectKey) -> bool:
         """-n limits namespaced objects and Namespaces; cluster-scoped objects come as --include-cluster-resources
-        says (by default: when no -n is given), with or without -n."""
+        says (by default: when no -n is given, or their type is named in --include-resources), as in a backup."""
         sel = self.opts.selection
         if cat == Category.CRD:
-            return self.crd_selected(namespace)
+            return self.crd_selected(key.name)
         if cat == Category.CLUSTER:
-            return sel.cluster_resources
+            return sel.takes_cluster_scoped(key.qualified in self.include)
+        namespace = key.namespace or key.name  # a Namespace object is in scope when -n names it
         return not sel.namespaces or namespace in sel.namespaces
 
     def wants_status(self, rt: ResourceType, obj: dict[str, Any]) -> bool | None:
@@ -242,7 +243,7 @@ class _Planner:
             decider.crds_in_backup.add(key.name)
         if cat != Category.CRD and not decider.resource_selected(key.qualified):
             return
-        if not decider.in_scope(cat, key.namespace or key.name):
+        if not decider.in_scope(cat, key):
             return
         if obj.get("kind") != rt.kind:
             raise ArchiveError(f"{path} holds an object whose kind, namespace or name does not match its path")
@@ -257,7 +258,7 @@ class _Planner:
                 self.named.update(matched)
         item = _plan_item(key.qualified, obj, cat, decider, self.exists)
         self.matched += cat != Category.CRD or CRD_QUALIFIED in decider.include
-        if item.rt.namespaced and item.action != Action.UNAVAILABLE:
+        if item.rt.namespaced:  # an unavailable one too: a resumed run writes it once its CRD is installed
             self.namespaces_needed.add(item.namespace)
         refs = meta.get("ownerReferences")
         self.plan.add(item, [r.get("uid", "") for r in refs] if refs else ())

@@ -40,6 +40,10 @@ class StatusOutcome:
 GENERATION_NOTE = "status.observedGeneration"
 NAMED = 200  # distinct changes and warnings the summary names; more are counted, not named (memory stays flat)
 SHOWN = 20  # objects the server changed or warned about that the text report lists one by one
+UNCHECKED_STATUS = (
+    "--dry-run server cannot check the saved status of an object it would create (there is no object yet to send "
+    "it to through /status): a schema or CEL rule that status breaks shows only in the real run"
+)
 STATUS_PROBLEMS = frozenset({StatusOutcome.MISMATCH, StatusOutcome.FAILED})
 STATUS_BACK = frozenset({StatusOutcome.WRITTEN, StatusOutcome.IN_BODY, StatusOutcome.WOULD_WRITE})
 
@@ -152,6 +156,9 @@ class RestoreReport:
             c["pause:" + ("kept" if r.paused == "kept" else "paused")] += 1
         elif r.unmarked and not c["pause:no-marker"]:  # once per resource type
             self.warnings.append(unmarked_warning(r.resource))
+        unchecked = r.outcome == Outcome.WOULD_CREATE and r.status == StatusOutcome.WOULD_WRITE
+        if unchecked and self.dry_run == "server" and UNCHECKED_STATUS not in self.warnings:  # once per run
+            self.warnings.append(UNCHECKED_STATUS)
         if r.unmarked:
             c["pause:no-marker"] += 1
         if r.rules:

@@ -306,3 +306,43 @@ def test_a_failed_move_says_how_to_give_the_source_back(run, kube, cluster, targ
     assert "its CRD does not come with this restore" in result.out
     assert "--abort to give the source back" in result.err
     assert run(*args, "-n", namespace, *marker, *no_crd, "--abort").code == ExitStatus.SUCCESS
+
+
+def test_pause_resources_may_name_a_resource_the_move_leaves_out(run, kube, cluster, target, namespace):
+    """As in a restore, a generic marker named for a resource the selection leaves out pauses nothing (it was
+    refused: "no resource of that name among the resources moved"); a name the source does not know still fails."""
+    group = f"{unique('mv')}.example.com"
+    install_crds(kube, [crd(group, "Gadget"), crd(group, "Widget")])
+    d = discover(kube)
+    for kind in ("Gadget", "Widget"):
+        create_with_status(kube, d, cr(f"{group}/v1", kind, "x", status={"id": kind}), namespace)
+    args = [
+        "move", "--from-kubeconfig", str(cluster.kubeconfig), "--to-kubeconfig", str(target.kubeconfig),
+        "-n", namespace, "--exclude-resources", f"widgets.{group}", "--pause-annotation", "example.com/hold=true",
+    ]  # fmt: skip
+
+    typo = run(*args, "--pause-resources", f"gadgets.{group},widgtes.{group}")
+    assert typo.code == ExitStatus.USAGE and f"--pause-resources widgtes.{group}: no resource of that" in typo.err
+    result = run(*args, "--pause-resources", f"gadgets.{group},widgets.{group}", "-o", "json")
+
+    assert result.code == ExitStatus.SUCCESS, result.out + result.err
+    assert json.loads(result.out)["sourcePaused"] == 1
+    gadget = kube.get(d.by_qualified(f"gadgets.{group}"), namespace, "x")
+    assert gadget["metadata"]["annotations"]["example.com/hold"] == "true", "the moved Gadget stays paused"
+    widget = kube.get(d.by_qualified(f"widgets.{group}"), namespace, "x")
+    assert "annotations" not in widget["metadata"], "the Widget, left out of the move, is untouched"
+
+
+def test_a_move_with_name_pauses_only_the_objects_it_moves(run, kube, cluster, target, moving):
+    """--name narrows what is paused in the source as it narrows the backup: the objects it leaves out stay as they
+    were, live for their operator (they were paused too, and no step of the move unpauses them)."""
+    args = ["move", "--from-kubeconfig", str(cluster.kubeconfig), "--to-kubeconfig", str(target.kubeconfig)]
+
+    result = run(*args, "-n", moving, "--name", "db-0*", "-o", "json")
+
+    assert result.code == ExitStatus.SUCCESS, result.out + result.err
+    assert json.loads(result.out)["sourcePaused"] == 10
+    instances = discover(kube).by_qualified(QUALIFIED)
+    assert kube.get(instances, moving, "db-05")["metadata"]["annotations"][PAUSED] == "true", "moved: paused"
+    for name in ("db-10", "db-11"):
+        assert "annotations" not in kube.get(instances, moving, name)["metadata"], f"{name} was not moved"

@@ -206,13 +206,26 @@ def test_namespace_filter_leaves_cluster_scoped_objects_unless_asked(archive):
     assert "parent" in names and KC.qualified in names, "CRDs still come first"
 
 
+def test_a_cluster_scoped_type_named_in_include_resources_comes_with_n_as_in_a_backup(archive):
+    """`-n team-a --include-resources kc,pools` takes the pools in a backup: a restore reads it the same way."""
+    named = ("kc", "pools.infra.example.com")
+    assert "p1" in by_name(plan(archive, namespaces=("team-a",), include_resources=named))
+    assert "p1" not in by_name(
+        plan(archive, namespaces=("team-a",), include_resources=named, include_cluster_resources=False)
+    )
+
+
 @pytest.mark.parametrize(
     "selection, said",
     [
         ({"namespaces": ("other",)}, "--namespace other"),
         ({"label_selector": "env=none"}, "--selector env=none"),
         (
-            {"include_resources": ("pools.infra.example.com",), "namespaces": ("team-a",)},
+            {
+                "include_resources": ("pools.infra.example.com",),
+                "namespaces": ("team-a",),
+                "include_cluster_resources": False,
+            },
             "--namespace team-a --include",
         ),
     ],

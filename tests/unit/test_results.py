@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from statusvault.restore.results import NAMED, SHOWN, ItemResult, Outcome, RestoreReport, StatusOutcome
+from statusvault.restore.results import (
+    NAMED,
+    SHOWN,
+    UNCHECKED_STATUS,
+    ItemResult,
+    Outcome,
+    RestoreReport,
+    StatusOutcome,
+)
 from statusvault.transforms import PRUNED, ServerChange
 
 
@@ -143,3 +151,16 @@ def test_the_text_report_lists_the_first_objects_then_sums_up_per_resource():
     assert lines[-1].startswith(f"Restore of b: {SHOWN + 3} objects, 0 failed, 0 without their saved status, ")
     assert f"{SHOWN + 2} changed by the server, 1 with server warnings, in " in lines[-1]
     report.close()
+
+
+def test_a_server_dry_run_says_once_that_it_could_not_check_the_statuses_of_objects_it_would_create():
+    report = RestoreReport("b", "server")
+    report.add(result(Outcome.WOULD_CREATE, StatusOutcome.WOULD_WRITE, True, "new-1"))
+    report.add(result(Outcome.WOULD_CREATE, StatusOutcome.WOULD_WRITE, True, "new-2"))
+    report.add(result(Outcome.WOULD_UPDATE, StatusOutcome.WOULD_WRITE, True, "checked"))
+    assert report.warnings == [UNCHECKED_STATUS]
+    report.close()
+    client = RestoreReport("b", "client")
+    client.add(result(Outcome.WOULD_CREATE, StatusOutcome.WOULD_WRITE, True))
+    assert client.warnings == [], "a client dry run checks nothing, and says so already"
+    client.close()

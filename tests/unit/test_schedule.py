@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from statusvault.backup.selection import select_resources
+from statusvault.cli.backups import backup
+from statusvault.cli.options import split_csv
+from statusvault.kinds import CRDS
+from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
-from statusvault.schedule import ScheduleSpec, cronjob_api_for, render
+from statusvault.schedule import ScheduleSpec, backup_args, cronjob_api_for, render
 from tests.builders import resource_type
 
 
@@ -30,3 +35,32 @@ def test_cronjob_is_batch_v1_from_1_21(version, api):
 def test_a_schedule_renders_batch_v1_unless_told_otherwise():
     spec = ScheduleSpec("n", "@daily", Selection(), "s3://b/p")
     assert render(spec, [resource_type("xyz.example.com", "KubernetesCluster")])[-1]["apiVersion"] == "batch/v1"
+
+
+@pytest.mark.parametrize(
+    "selection",
+    [
+        Selection(namespaces=("a",), include_resources=("KubernetesCluster", "pools.infra.example.com")),
+        Selection(namespaces=("a",)),
+        Selection(namespaces=("a",), include_cluster_resources=True),
+        Selection(include_cluster_resources=False),
+        Selection(),
+    ],
+    ids=["n-and-a-cluster-scoped-type-named", "n", "n-and-cluster", "no-cluster", "all"],
+)
+def test_the_scheduled_backup_takes_exactly_the_resources_its_rbac_was_rendered_for(selection):
+    """The CronJob's backup command, read back as the backup command reads it, selects the same types (it said
+    --no-include-cluster-resources with -n, and so left out a cluster-scoped type named in --include-resources)."""
+    kc = resource_type("xyz.example.com", "KubernetesCluster")
+    pool = resource_type("infra.example.com", "Pool", namespaced=False)
+    discovery = Discovery([CRDS, kc, pool], [CRDS, kc, pool])
+    types = select_resources(discovery, selection)
+    args = backup_args(ScheduleSpec("n", "@daily", selection, "s3://b/p"), types)
+    params = backup.make_context("backup", args[1:]).params
+    rendered = Selection(
+        namespaces=split_csv(params["namespaces"]),
+        include_resources=split_csv(params["include_resources"]),
+        include_cluster_resources=params["include_cluster_resources"],
+        include_crds=params["include_crds"],
+    )
+    assert select_resources(discovery, rendered) == types

@@ -671,3 +671,28 @@ def test_an_observed_generation_held_as_a_string_is_compared_by_value(run, kube,
     }
     assert noted == {"older"}
     assert kube.get(rollouts, namespace, "same")["status"] == {"observedGeneration": "1"}
+
+
+@pytest.mark.core_api("the restore creates the namespace it maps into")
+def test_objects_whose_crd_was_missing_are_restored_by_the_same_command_once_it_is_installed(run, kube, namespace):
+    """The user guide: fix the cause, run the same command again. The first run planned the objects unavailable,
+    and no namespace for them, so the second one, with the CRD installed, met 'namespace not found' forever."""
+    group = f"{unique('late')}.example.com"
+    definition = crd(group, "Gadget")
+    gadgets = install_crds(kube, [definition]).resolve(f"gadgets.{group}")
+    obj = kube.create(gadgets, namespace, cr(f"{group}/v1", "Gadget", "g", spec={"size": 1}))
+    kube.replace(gadgets, namespace, "g", {**obj, "status": {"id": "g"}}, sub="status")
+    assert run("backup", "b", "-n", namespace, "--include-resources", gadgets.qualified).code == 0
+    kube.delete(CRDS, None, gadgets.qualified)
+    wait_gone(kube, CRDS, None, gadgets.qualified)
+    moved = unique("moved")
+    args = ("restore", "b", "--namespace-mapping", f"{namespace}:{moved}", "--exclude-resources", CRDS.qualified)
+
+    first = run(*args)
+    assert first.code == ExitStatus.PARTIAL_FAILURE, first.out + first.err
+    install_crds(kube, [definition])
+    again = run(*args)
+
+    assert again.code == ExitStatus.SUCCESS, again.out + again.err
+    assert kube.get(gadgets, moved, "g")["status"] == {"id": "g"}
+    delete_namespace(kube, moved)
