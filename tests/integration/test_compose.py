@@ -32,7 +32,7 @@ import pytest
 
 from statusvault.cli.main import main
 from statusvault.errors import ExitStatus
-from statusvault.kinds import NAMESPACES
+from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.optiontable import CONFLICTS
@@ -145,6 +145,8 @@ def backed(cluster, kube: KubeClient, tmp_path_factory: pytest.TempPathFactory, 
     yield Backed(ctx, objects)
     for ns in (world.a, world.b, ops):
         kube.delete(NAMESPACES, None, ns)
+    for q in world.qualified:  # no Kind of the world makes a later test's name ambiguous
+        kube.delete(CRDS, None, q)
     timed()
 
 

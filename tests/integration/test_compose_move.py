@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import NAMESPACES
+from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import load_transport
@@ -87,6 +87,8 @@ def sides(kube, target, tmp_path_factory, request) -> Iterator[Sides]:
     for k in (kube, target_kube):
         for ns in (world.a, world.b):
             k.delete(NAMESPACES, None, ns)
+        for q in world.qualified:  # no Kind of the world makes a later test's name ambiguous
+            k.delete(CRDS, None, q)
     timed()
 
 

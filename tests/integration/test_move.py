@@ -312,25 +312,27 @@ def test_pause_resources_may_name_a_resource_the_move_leaves_out(run, kube, clus
     """As in a restore, a generic marker named for a resource the selection leaves out pauses nothing (it was
     refused: "no resource of that name among the resources moved"); a name the source does not know still fails."""
     group = f"{unique('mv')}.example.com"
-    install_crds(kube, [crd(group, "Gadget"), crd(group, "Widget")])
+    tag = "".join(c for c in group if c.isalpha())[:12]  # Kinds no other test's CRD has
+    install_crds(kube, [crd(group, f"Moved{tag}"), crd(group, f"Left{tag}")])
+    moved_type, left_type = f"moved{tag.lower()}s.{group}", f"left{tag.lower()}s.{group}"
     d = discover(kube)
-    for kind in ("Gadget", "Widget"):
+    for kind in (f"Moved{tag}", f"Left{tag}"):
         create_with_status(kube, d, cr(f"{group}/v1", kind, "x", status={"id": kind}), namespace)
     args = [
         "move", "--from-kubeconfig", str(cluster.kubeconfig), "--to-kubeconfig", str(target.kubeconfig),
-        "-n", namespace, "--exclude-resources", f"widgets.{group}", "--pause-annotation", "example.com/hold=true",
+        "-n", namespace, "--exclude-resources", left_type, "--pause-annotation", "example.com/hold=true",
     ]  # fmt: skip
 
-    typo = run(*args, "--pause-resources", f"gadgets.{group},widgtes.{group}")
-    assert typo.code == ExitStatus.USAGE and f"--pause-resources widgtes.{group}: no resource of that" in typo.err
-    result = run(*args, "--pause-resources", f"gadgets.{group},widgets.{group}", "-o", "json")
+    typo = run(*args, "--pause-resources", f"{moved_type},typo.{group}")
+    assert typo.code == ExitStatus.USAGE and f"--pause-resources typo.{group}: no resource of that" in typo.err
+    result = run(*args, "--pause-resources", f"{moved_type},{left_type}", "-o", "json")
 
     assert result.code == ExitStatus.SUCCESS, result.out + result.err
     assert json.loads(result.out)["sourcePaused"] == 1
-    gadget = kube.get(d.by_qualified(f"gadgets.{group}"), namespace, "x")
-    assert gadget["metadata"]["annotations"]["example.com/hold"] == "true", "the moved Gadget stays paused"
-    widget = kube.get(d.by_qualified(f"widgets.{group}"), namespace, "x")
-    assert "annotations" not in widget["metadata"], "the Widget, left out of the move, is untouched"
+    moved = kube.get(d.by_qualified(moved_type), namespace, "x")
+    assert moved["metadata"]["annotations"]["example.com/hold"] == "true", "the object moved stays paused"
+    left = kube.get(d.by_qualified(left_type), namespace, "x")
+    assert "annotations" not in left["metadata"], "the one left out of the move is untouched"
 
 
 def test_a_move_with_name_pauses_only_the_objects_it_moves(run, kube, cluster, target, moving):

@@ -678,9 +678,10 @@ def test_objects_whose_crd_was_missing_are_restored_by_the_same_command_once_it_
     """The user guide: fix the cause, run the same command again. The first run planned the objects unavailable,
     and no namespace for them, so the second one, with the CRD installed, met 'namespace not found' forever."""
     group = f"{unique('late')}.example.com"
-    definition = crd(group, "Gadget")
-    gadgets = install_crds(kube, [definition]).resolve(f"gadgets.{group}")
-    obj = kube.create(gadgets, namespace, cr(f"{group}/v1", "Gadget", "g", spec={"size": 1}))
+    kind = "Late" + "".join(c for c in group if c.isalpha())[:12]  # a Kind no other test's CRD has
+    definition = crd(group, kind)
+    gadgets = install_crds(kube, [definition]).resolve(f"{kind.lower()}s.{group}")
+    obj = kube.create(gadgets, namespace, cr(f"{group}/v1", kind, "g", spec={"size": 1}))
     kube.replace(gadgets, namespace, "g", {**obj, "status": {"id": "g"}}, sub="status")
     assert run("backup", "b", "-n", namespace, "--include-resources", gadgets.qualified).code == 0
     kube.delete(CRDS, None, gadgets.qualified)
