@@ -170,6 +170,14 @@ class Connection:
 
     def request(self, head: bytes, body: bytes | None) -> Response:
         self.sock.sendall(head + body if body else head)
+        version, status, rest, framing = self._answer_head()
+        data = b"" if status in (204, 304) or 100 <= status < 200 else self._body(framing)
+        if framing.get(b"connection") == b"close" or version == b"HTTP/1.0":
+            self.reusable = False
+        return Response(status, rest, data)
+
+    def _answer_head(self) -> tuple[bytes, int, bytes, dict[bytes, bytes]]:
+        """The answer's HTTP version, status, header lines, and framing headers (lower-cased)."""
         block = self._head_block()
         status_line, _, rest = block.partition(b"\n")
         parts = status_line.split(None, 2)
@@ -178,11 +186,7 @@ class Connection:
         if rest.count(b"\n") > MAX_HEADERS:
             raise ProtocolError("too many header lines")
         framing = {name.lower(): value.lower() for name, value in _FRAMING.findall(rest)}
-        status = int(parts[1])
-        data = b"" if status in (204, 304) or 100 <= status < 200 else self._body(framing)
-        if framing.get(b"connection") == b"close" or parts[0] == b"HTTP/1.0":
-            self.reusable = False
-        return Response(status, rest, data)
+        return parts[0], int(parts[1]), rest, framing
 
     def _head_block(self) -> bytes:
         """The status line and the header lines, through the blank line that ends them.
@@ -210,13 +214,8 @@ class Connection:
         non-empty lines. The connection is not reused afterwards."""
         self.reusable = False
         self.sock.sendall(head)
-        block = self._head_block()
-        status_line, _, rest = block.partition(b"\n")
-        parts = status_line.split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-            raise ProtocolError(f"not an HTTP answer: {status_line[:80]!r}")
-        framing = {name.lower(): value.lower() for name, value in _FRAMING.findall(rest)}
-        return int(parts[1]), rest, self._lines(framing)
+        _, status, rest, framing = self._answer_head()
+        return status, rest, self._lines(framing)
 
     def _lines(self, framing: dict[bytes, bytes]) -> Iterator[bytes]:
         """The body's lines (without their ends, blank ones skipped), chunk by chunk as the server sends them."""
