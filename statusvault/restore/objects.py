@@ -14,7 +14,7 @@ from statusvault.model import KubeObject, ResourceType
 from statusvault.restore.journal import Journal
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.owners import OwnerResolver
-from statusvault.restore.pausemarkers import RECORD, Marker, pause_lost, without_record
+from statusvault.restore.pausemarkers import RECORD, Marker, pause_lost, unpause_patch, without_record
 from statusvault.restore.planstore import Action, PlanItem, StatusMode
 from statusvault.restore.results import GENERATION_NOTE, ItemResult, Outcome, StatusOutcome
 from statusvault.restore.servedtypes import ServedTypes
@@ -142,9 +142,9 @@ class ObjectRestorer:
     def _drop_record(self, rt: ResourceType, item: PlanItem, live: KubeObject) -> KubeObject:
         """The object is not paused: take away the record of a pause that did not hold, so that nothing on it
         claims otherwise (the object as the server returned it)."""
-        if RECORD not in ((live.get("metadata") or {}).get("annotations") or {}):
+        patch = unpause_patch(live)  # the record only: the marker it names is not there
+        if patch is None:
             return live
-        patch = [{"op": "remove", "path": "/metadata/annotations/" + RECORD.replace("/", "~1")}]
         try:
             return self.client.patch(rt, item.namespace or None, item.name, patch, JSON_PATCH)
         except KubeApiError as e:  # reported with the object; the unpause also removes a record left behind
