@@ -102,7 +102,34 @@ def _sort_key(obj: KubeObject) -> str:
     return f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))
 
 
-class KubeClient:
+class ListVerbs:
+    """The LIST verbs, derived from `request_json` alone: the client and the tests' fake server share them."""
+
+    def request_json(self, req: Request) -> Any:
+        raise NotImplementedError
+
+    def list_pages(
+        self,
+        rt: ResourceType,
+        namespace: str | None = None,
+        label_selector: str = "",
+        limit: int = 500,
+        accept: str = JSON,
+    ) -> Iterator[list[KubeObject]]:
+        return paginate(self.request_json, rt, namespace, label_selector, limit, accept)
+
+    def list_metadata(
+        self, rt: ResourceType, namespace: str | None, selector: str = "", limit: int = 1000
+    ) -> Iterator[dict[str, Any]]:
+        """Each existing object's metadata, from a metadata-only LIST; nothing when the resource is not served."""
+        return metadata_of(self.list_pages(rt, namespace, selector, limit, accept=METADATA_LIST))
+
+    def list_names(self, rt: ResourceType, namespace: str | None, limit: int = 1000, selector: str = "") -> set[str]:
+        """Names of the existing objects; empty when the resource is not served."""
+        return {meta.get("name", "") for meta in self.list_metadata(rt, namespace, selector, limit)}
+
+
+class KubeClient(ListVerbs):
     """The verbs statusvault needs, over plain JSON dicts."""
 
     def __init__(self, transport: KubeTransport):
@@ -126,26 +153,6 @@ class KubeClient:
         self, rt: ResourceType, namespace: str | None, selector: str, rv: str, timeout: int = 300
     ) -> Iterator[WatchEvent]:
         return watch_events(self.transport, rt, namespace, selector, rv, timeout)
-
-    def list_pages(
-        self,
-        rt: ResourceType,
-        namespace: str | None = None,
-        label_selector: str = "",
-        limit: int = 500,
-        accept: str = JSON,
-    ) -> Iterator[list[KubeObject]]:
-        return paginate(self.request_json, rt, namespace, label_selector, limit, accept)
-
-    def list_metadata(
-        self, rt: ResourceType, namespace: str | None, selector: str = "", limit: int = 1000
-    ) -> Iterator[dict[str, Any]]:
-        """Each existing object's metadata, from a metadata-only LIST; nothing when the resource is not served."""
-        return metadata_of(self.list_pages(rt, namespace, selector, limit, accept=METADATA_LIST))
-
-    def list_names(self, rt: ResourceType, namespace: str | None, limit: int = 1000, selector: str = "") -> set[str]:
-        """Names of the existing objects; empty when the resource is not served."""
-        return {meta.get("name", "") for meta in self.list_metadata(rt, namespace, selector, limit)}
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> KubeObject | None:
         """GET one object; None when it does not exist."""

@@ -14,9 +14,9 @@ import orjson
 
 from statusvault.errors import KubeApiError
 from statusvault.kinds import CRDS
-from statusvault.kube.client import metadata_of, paginate
+from statusvault.kube.client import ListVerbs
 from statusvault.kube.discovery import Discovery
-from statusvault.kube.transport import JSON, METADATA_LIST, Request
+from statusvault.kube.transport import Request
 from statusvault.kube.watch import WatchEvent
 from statusvault.model import KubeObject, ResourceType
 from tests.fake import crds, listing
@@ -28,7 +28,10 @@ Key = tuple[str, str, str]  # (qualified, namespace, name)
 VERSION = {"major": "1", "minor": "36", "gitVersion": "v1.36.0-fake", "platform": "linux/amd64"}
 
 
-class FakeKube:
+class FakeKube(ListVerbs):
+    """list_pages, list_metadata and list_names come from ListVerbs: the real paginator (its 410 restart)
+    runs against these pages."""
+
     server = "https://fake.invalid"
     watch_period = 0.05  # seconds a WATCH lasts here before its closing bookmark (the real server: minutes)
 
@@ -141,25 +144,6 @@ class FakeKube:
                 o for (q, ns, _), o in self.objects.items() if q == where.qualified and where.namespace in ("", ns)
             ]
             return listing.page(objects, params, req.accept, self.log.revision, req.path)
-
-    def list_pages(
-        self,
-        rt: ResourceType,
-        namespace: str | None = None,
-        label_selector: str = "",
-        limit: int = 500,
-        accept: str = JSON,
-    ) -> Iterator[list[KubeObject]]:
-        """Through the real paginator (kube/client.py): its 410 restart runs against these pages."""
-        return paginate(self.request_json, rt, namespace, label_selector, limit, accept)
-
-    def list_metadata(
-        self, rt: ResourceType, namespace: str | None, selector: str = "", limit: int = 1000
-    ) -> Iterator[dict[str, Any]]:
-        return metadata_of(self.list_pages(rt, namespace, selector, limit, accept=METADATA_LIST))
-
-    def list_names(self, rt: ResourceType, namespace: str | None, limit: int = 1000, selector: str = "") -> set[str]:
-        return {m["name"] for m in self.list_metadata(rt, namespace, selector, limit)}
 
     def watch(
         self, rt: ResourceType, namespace: str | None, selector: str, rv: str, timeout: int = 300
