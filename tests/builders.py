@@ -10,6 +10,12 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+def unique_kind(prefix: str) -> str:
+    """A Kind no other test's CRD has (so a Kind-only name is never ambiguous in the shared cluster): the prefix and
+    ten random letters."""
+    return prefix + "".join(chr(ord("a") + int(c, 16)) for c in uuid.uuid4().hex[:10])
+
+
 def crd(
     group: str,
     kind: str,

@@ -24,7 +24,7 @@ from statusvault.restore.pausemarkers import RECORD
 from statusvault.storage.local import LocalStore
 from statusvault.testing.cluster import ADMIN_TOKEN, LocalCluster, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, install_crds
-from tests.builders import cr, crd, unique
+from tests.builders import cr, crd, unique, unique_kind
 from tests.faultproxy import FaultProxy, self_signed
 from tests.integration.test_pause import GROUP, QUALIFIED, Operator, saved
 
@@ -265,7 +265,7 @@ def test_move_with_include_resources_takes_the_crd_the_target_lacks(run, kube, c
     """The move's backup holds the CRD; its restore brings it along with the resource named (by Kind, as any
     option takes resource names), so the target need not have it."""
     group = f"{unique('mv')}.example.com"
-    kind = "Gadget" + "".join(c for c in group if c.isalpha())[:10]  # a Kind no other test's CRD has
+    kind = unique_kind("Gadget")
     install_crds(kube, [crd(group, kind)])
     d = discover(kube)
     for i in range(3):
@@ -312,7 +312,7 @@ def test_pause_resources_may_name_a_resource_the_move_leaves_out(run, kube, clus
     """As in a restore, a generic marker named for a resource the selection leaves out pauses nothing (it was
     refused: "no resource of that name among the resources moved"); a name the source does not know still fails."""
     group = f"{unique('mv')}.example.com"
-    tag = "".join(c for c in group if c.isalpha())[:12]  # Kinds no other test's CRD has
+    tag = unique_kind("")  # Kinds no other test's CRD has
     install_crds(kube, [crd(group, f"Moved{tag}"), crd(group, f"Left{tag}")])
     moved_type, left_type = f"moved{tag.lower()}s.{group}", f"left{tag.lower()}s.{group}"
     d = discover(kube)

@@ -11,7 +11,7 @@ from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import MERGE_PATCH
 from statusvault.testing.fixtures import FIXTURES, ensure_namespace, install_crds, load_objects
-from tests.builders import cr, crd, kc_status, owner_ref, unique
+from tests.builders import cr, crd, kc_status, owner_ref, unique, unique_kind
 from tests.integration.crs.servers import delete_namespace, replace_schema_and_wait, wait_gone
 
 KC = "xyz.example.com/v1"
@@ -608,7 +608,7 @@ def test_a_cancelled_restore_starts_no_object_and_says_why(run, kube, crds, make
 def gadgets_and_pools(kube, namespace: str) -> tuple[str, object, object]:
     """A namespaced Gadget and a cluster-scoped Pool of a new group, each with a status."""
     group = f"{unique('cmp')}.example.com"
-    kind = "Gadget" + "".join(c for c in group if c.isalpha())[:12]  # a Kind no other test's CRD has
+    kind = unique_kind("Gadget")
     d = install_crds(kube, [crd(group, kind), crd(group, "Pool", scope="Cluster")])
     gadgets, pools = d.resolve(f"{kind.lower()}s.{group}"), d.resolve(f"pools.{group}")
     for rt, ns, name in ((gadgets, namespace, "g"), (pools, None, f"p-{namespace}")):
@@ -678,7 +678,7 @@ def test_objects_whose_crd_was_missing_are_restored_by_the_same_command_once_it_
     """The user guide: fix the cause, run the same command again. The first run planned the objects unavailable,
     and no namespace for them, so the second one, with the CRD installed, met 'namespace not found' forever."""
     group = f"{unique('late')}.example.com"
-    kind = "Late" + "".join(c for c in group if c.isalpha())[:12]  # a Kind no other test's CRD has
+    kind = unique_kind("Late")
     definition = crd(group, kind)
     gadgets = install_crds(kube, [definition]).resolve(f"{kind.lower()}s.{group}")
     obj = kube.create(gadgets, namespace, cr(f"{group}/v1", kind, "g", spec={"size": 1}))
