@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,11 @@ from pathlib import Path
 
 runs, statuses, lifetime = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text()), float(sys.argv[3])
 n = len(runs.read_text().splitlines()) if runs.exists() else 0
-with runs.open("a") as f:
-    f.write("run\\n")
-status = dict(statuses[min(n, len(statuses) - 1)])
+status, issued = dict(statuses[min(n, len(statuses) - 1)]), dt.datetime.now(dt.timezone.utc)
 if lifetime:
-    status["expirationTimestamp"] = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=lifetime)).isoformat()
+    status["expirationTimestamp"] = (issued + dt.timedelta(seconds=lifetime)).isoformat()
+with runs.open("a") as f:
+    f.write(f"{{issued.timestamp()}} {{lifetime}}\\n")
 print(json.dumps({{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", "status": status}}))
 """
 
@@ -40,6 +41,11 @@ class Plugin:
     @property
     def runs(self) -> int:
         return len(self.runs_file.read_text().splitlines()) if self.runs_file.exists() else 0
+
+    def wait_until_half_life(self) -> None:
+        """Return once half the lifetime of the credential last issued has passed: a client renews it from then."""
+        issued, lifetime = map(float, self.runs_file.read_text().splitlines()[-1].split())
+        time.sleep(max(0.0, issued + lifetime / 2 - time.time()) + 0.05)
 
     def spec(self) -> dict[str, Any]:
         return {"apiVersion": "client.authentication.k8s.io/v1", "command": str(self.script), "args": self.args}

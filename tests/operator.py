@@ -7,6 +7,7 @@ python -m tests.operator KUBECONFIG QUALIFIED NAMESPACE LOGFILE [DEPLOYMENT_NS/N
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 import uuid
@@ -53,13 +54,16 @@ def main(argv: list[str]) -> int:
     while rt is None:  # its CRD may come with the restore
         time.sleep(0.2)
         rt = discover(kube).by_qualified(qualified)
-    while True:
+    passes = Path(f"{log}.passes")  # the count of finished passes, for tests to wait on
+    for n in itertools.count(1):
         try:
             if running(kube, deployment):
                 reconcile(kube, rt, namespace, Path(log))
         except KubeApiError:
             pass  # a namespace being deleted and the like: the next pass sees
+        passes.write_text(str(n))
         time.sleep(0.05)
+    return 0
 
 
 if __name__ == "__main__":

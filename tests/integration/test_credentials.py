@@ -3,7 +3,6 @@ plugin re-run once, then the error names the source; an expiring plugin credenti
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -55,7 +54,7 @@ def test_an_expiring_plugin_credential_is_renewed_before_the_next_request(cluste
     kube.get_path(NAMESPACES)
     kube.get_path(NAMESPACES)
     assert plugin.runs == 1
-    time.sleep(2.5)
+    plugin.wait_until_half_life()
     kube.get_path(NAMESPACES)
     assert plugin.runs == 2
     assert kube.transport.stats.retries == 0, "renewed before it lapsed, not after a 401"
@@ -99,7 +98,7 @@ def test_an_expiring_plugin_certificate_is_used_once_renewed(cluster: LocalClust
     plugin = Plugin(tmp_path / "plugin", first, second, lifetime=4)
     kube = client(kubeconfig(tmp_path / "kc", cluster.server, {"exec": plugin.spec()}))
     assert kube.get_path(NAMESPACES)["kind"] == "NamespaceList"
-    time.sleep(2.5)
+    plugin.wait_until_half_life()
     with pytest.raises(KubeApiError) as err:
         kube.get_path(NAMESPACES)
     assert err.value.code == 403 and 'User "sv-cert-unbound"' in str(err.value), "the server saw the new certificate"

@@ -63,8 +63,14 @@ class Operator:
             assert time.monotonic() < deadline and self.proc.poll() is None, "the operator did not start"
             time.sleep(0.05)
 
-    def provisions(self, settle: float = 1.0) -> list[str]:
-        time.sleep(settle)  # a few passes of its loop
+    def provisions(self, passes: int = 3) -> list[str]:
+        """What it provisioned once it has made `passes` more passes over its objects."""
+        done = Path(f"{self.log}.passes")
+        count = lambda: int(done.read_text() or 0) if done.exists() else 0  # noqa: E731
+        until, deadline = count() + passes, time.monotonic() + 30
+        while count() < until:
+            assert time.monotonic() < deadline and self.proc.poll() is None, "the operator stopped passing"
+            time.sleep(0.05)
         return self.log.read_text().splitlines()
 
     def stop(self) -> None:

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from statusvault.archive.crypto import Key
 from statusvault.errors import ExitStatus
 from statusvault.kube.discovery import Discovery
 from statusvault.storage import open_store
 from statusvault.storage.base import S3Options, segment_key, segment_manifest_key, watch_head_key
-from statusvault.watch.chains import chains, read_head
+from statusvault.watch.chains import chains, read_head, walk
 from tests.builders import cr, kc_status
 
 KC = "xyz.example.com/v1"
@@ -57,10 +58,31 @@ class Watcher:
             time.sleep(0.2)
         raise AssertionError(f"not flushed past {t}: {self.log.read_text()}")
 
+    def recorded(self, name: str, phase: str, key: Key | None = None, timeout: float = 60) -> None:
+        """Wait until the store holds `phase` as the last recorded phase of `name` (that change is flushed)."""
+        deadline = time.monotonic() + timeout
+        while phases(self.store(), name, key, newest_chain=True)[-1:] != [phase]:
+            assert time.monotonic() < deadline, f"{name} never recorded as {phase}: {self.log.read_text()}"
+            assert self.proc is None or self.proc.poll() is None, self.log.read_text()
+            time.sleep(0.2)
+
     def stop(self, sig: int = signal.SIGTERM) -> None:
         assert self.proc is not None
         self.proc.send_signal(sig)
         self.proc.wait(30)
+
+
+def phases(store, name: str, key: Key | None = None, newest_chain: bool = False) -> list[str]:
+    """The phases recorded for `name` across every chain of w1 (or its newest), in order, a re-delivered repeat
+    counted once."""
+    out: list[str] = []
+    found = chains(store, "w1")
+    for chain in found[-1:] if newest_chain else found:
+        for rec in walk(store, chain, key):
+            phase = "<deleted>" if rec["op"] == "delete" else (rec["object"].get("status") or {}).get("phase")
+            if rec["object"]["metadata"]["name"] == name and out[-1:] != [phase]:
+                out.append(phase)
+    return out
 
 
 def now() -> dt.datetime:
@@ -115,13 +137,13 @@ def test_restore_at_a_moment_gives_that_moments_statuses_and_honours_deletions(
         w.flushed_after(now())
         m0 = now()
         set_phase(kube, crds, namespace, "a", "v2")
-        time.sleep(1)
+        w.recorded("a", "v2")
         m1 = now()
-        time.sleep(1)
         set_phase(kube, crds, namespace, "a", "v3")
         kube.delete(crds.resolve(KCS), namespace, "b")
         make(cr(KC, "KubernetesCluster", "c", status={**kc_status(), "phase": "new"}), namespace)
-        time.sleep(1)
+        w.recorded("c", "new")
+        w.recorded("b", "<deleted>")
         m2 = now()
         w.flushed_after(m2)
     finally:
@@ -147,16 +169,14 @@ def test_a_watcher_killed_with_sigkill_and_restarted_loses_no_change(
     w.start()
     try:
         w.flushed_after(now(), timeout=90)
-        set_phase(kube, crds, namespace, "a", "before-kill")
-        time.sleep(0.5)
+        set_phase(kube, crds, namespace, "a", "before-kill")  # seen or not, the restarted watch resumes before it
         w.stop(signal.SIGKILL)
         set_phase(kube, crds, namespace, "a", "while-dead")
         w.flush = "0.5"
         w.start()
         w.flushed_after(now() + dt.timedelta(seconds=4))  # the Lease of the killed writer expires first
         set_phase(kube, crds, namespace, "a", "after-restart")
-        time.sleep(0.5)
-        w.flushed_after(now())
+        w.recorded("a", "after-restart")
     finally:
         w.stop()
     log = w.log.read_text()
@@ -182,8 +202,7 @@ def test_a_watcher_killed_as_its_base_lands_starts_a_base_again_when_restarted(
     try:
         w.flushed_after(now(), timeout=90)
         set_phase(kube, crds, namespace, "a", "after-restart")
-        time.sleep(0.5)
-        w.flushed_after(now())
+        w.recorded("a", "after-restart")
     finally:
         w.stop()
     log = w.log.read_text()
@@ -239,8 +258,7 @@ def test_a_410_gone_after_compaction_is_survived_with_a_new_base(
         while len(chains(w.store(), "w1")) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
         set_phase(kube, crds, namespace, "a", "after-gone")
-        time.sleep(0.5)
-        w.flushed_after(now())
+        w.recorded("a", "after-gone")
     finally:
         w.stop()
     log = w.log.read_text()
@@ -259,10 +277,9 @@ def test_a_broken_chain_on_s3_is_refused_by_verify_and_restore(
     w.start()
     try:
         w.flushed_after(now())
-        for phase in ("v2", "v3"):
+        for phase in ("v2", "v3"):  # one segment each
             set_phase(kube, crds, namespace, "a", phase)
-            time.sleep(1.2)
-        w.flushed_after(now())
+            w.recorded("a", phase)
     finally:
         w.stop()
     store = w.store()

@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from statusvault.archive.crypto import MAGIC
+from statusvault.archive.crypto import MAGIC, Key
 from statusvault.errors import ExitStatus
 from statusvault.kinds import LEASES, NAMESPACES
 from statusvault.storage.local import LocalStore
 from statusvault.testing.fixtures import ensure_namespace
-from statusvault.watch.chains import chains, read_head, walk
+from statusvault.watch.chains import chains, read_head
 from tests.builders import cr, kc_status, unique
-from tests.integration.test_watch import KC, KCS, Watcher, moment, now, set_phase
+from tests.integration.test_watch import KC, KCS, Watcher, moment, now, phases, set_phase
 
 
 class Replica(Watcher):
@@ -80,17 +80,6 @@ def head_holder(store) -> str | None:
     return (read_head(store, "w1") or {}).get("holder")
 
 
-def phases(store, name: str) -> list[str]:
-    """The phases recorded for `name` across every chain, in order, a re-delivered repeat counted once."""
-    out: list[str] = []
-    for chain in chains(store, "w1"):
-        for rec in walk(store, chain, None):
-            phase = (rec["object"].get("status") or {}).get("phase", "<deleted>")
-            if rec["object"]["metadata"]["name"] == name and out[-1:] != [phase]:
-                out.append(phase)
-    return out
-
-
 def restored(run, kube, crds, namespace: str, target: str, *args: str) -> dict[str, str]:
     result = run("restore", "w1", *args, "--namespace-mapping", f"{namespace}:{target}")
     assert result.code == 0, result.err
@@ -112,7 +101,8 @@ def test_the_lease_moves_to_the_standby_after_a_kill_and_the_chain_restores_exac
     store = first.store()
     for i in range(5):  # longer than the Lease (3 s): the standby has tried to take it several times
         set_phase(kube, crds, namespace, "a", f"a{i}")
-        time.sleep(1)
+        first.recorded("a", f"a{i}")
+        time.sleep(1)  # the test's subject: time passing while the standby tries to take the Lease
         assert lease_holder(kube, namespace) == head_holder(store) == "replica-1"
     first.flushed_after(now())
     assert not second.writes() and len(chains(store, "w1")) == 1, "the standby wrote nothing"
@@ -123,8 +113,7 @@ def test_the_lease_moves_to_the_standby_after_a_kill_and_the_chain_restores_exac
     wait_for("the standby writes", lambda: head_holder(store) == "replica-2")
     set_phase(kube, crds, namespace, "a", "after-takeover")
     make(cr(KC, "KubernetesCluster", "c", status={**kc_status(), "phase": "new"}), namespace)
-    time.sleep(0.5)
-    second.flushed_after(now())
+    second.recorded("c", "new")
     second.stop()
 
     assert "continuing chain" in second.log.read_text() and len(chains(store, "w1")) == 1
@@ -148,7 +137,7 @@ def test_a_stopped_writer_flushes_what_it_held_and_hands_over_without_waiting_fo
     first.flushed_after(now(), timeout=90)
     replicas.append(second.start())
     set_phase(kube, crds, namespace, "a", "held")
-    time.sleep(1)
+    time.sleep(1)  # for the watch stream to deliver it (nothing outside the process shows the buffer)
     assert phases(first.store(), "a") == [], "not flushed before the stop"
     first.stop()
     stopped = time.monotonic()
@@ -243,13 +232,12 @@ def test_encrypted_segments_hold_no_plaintext_and_restore_only_with_their_key(
                      keys["right"]).start()  # fmt: skip
     replicas.append(sealed)
     sealed.flushed_after(now())
+    key = Key.from_file(keys["right"])
     set_phase(kube, crds, namespace, name, f"{secret}-2")
-    time.sleep(1.2)
+    sealed.recorded(name, f"{secret}-2", key)
     middle = now()
-    time.sleep(0.5)
     set_phase(kube, crds, namespace, name, f"{secret}-3")
-    time.sleep(0.5)
-    sealed.flushed_after(now())
+    sealed.recorded(name, f"{secret}-3", key)
     sealed.stop()
 
     files = [p for p in run.storage.rglob("*") if p.is_file()]
@@ -285,8 +273,7 @@ def test_a_writer_with_another_key_starts_a_new_base_instead_of_mixing_keys_in_a
         replicas.append(w)
         w.flushed_after(now())
         set_phase(kube, crds, namespace, "a", f"v{i + 2}")
-        time.sleep(0.5)
-        w.flushed_after(now())
+        w.recorded("a", f"v{i + 2}", Key.from_file(key))
         w.stop()
     assert "encrypted with another key" in w.log.read_text() and "starting a new base" in w.log.read_text()
     store = LocalStore(run.storage)
