@@ -34,7 +34,7 @@ apiext-bin: $(STAMP)
 test: cluster-bin apiext-bin
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The tests that need no cluster (everything not marked `integration`), in about 90 s.
+# The tests that need no cluster (everything not marked `integration`): under a minute on 2 cores.
 unit: $(STAMP)
 	$(PY) -m pytest -m "not integration" -q $(PYTEST_ARGS)
 

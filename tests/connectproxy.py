@@ -55,7 +55,7 @@ class ConnectProxy:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[ConnectProxy]:
-        thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         thread.start()
         try:
             yield self

@@ -99,7 +99,7 @@ class FaultProxy:
             ctx.load_cert_chain(str(certs[0]), str(certs[1]))
             self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
             self.scheme = "https"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def url(self) -> str:

@@ -29,6 +29,16 @@ def s3_store(monkeypatch) -> Iterator[S3Store]:
 @pytest.fixture(params=["local", "s3", "memory", "memory+cas"])
 def store(request, tmp_path) -> ObjectStore:
     """Each kind of store: a directory, S3 (moto), the bare protocol in memory, and one that writes conditionally."""
+    return _store(request, tmp_path)
+
+
+@pytest.fixture(params=["local", "s3", "memory+cas"])
+def conditional_store(request, tmp_path) -> ObjectStore:
+    """Each kind of store that writes conditionally (put_if): all but the bare protocol in memory."""
+    return _store(request, tmp_path)
+
+
+def _store(request, tmp_path) -> ObjectStore:
     if request.param == "local":
         return LocalStore(tmp_path / "root")
     if request.param == "s3":

@@ -29,6 +29,19 @@ def plant(case: Case, store, ns: str = "hostile"):
     return name, KEY if case.encrypted else None
 
 
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """A case's archive, built once for the module's tests (they only read it): the large cases take seconds."""
+    root, built = tmp_path_factory.mktemp("hostile"), {}
+
+    def _planted(case: Case):
+        if case.id not in built:
+            built[case.id] = plant(case, root)
+        return root, *built[case.id]
+
+    return _planted
+
+
 def test_the_corpus_is_large_and_named():
     assert len(CASES) >= 30
     assert len({c.id for c in CASES}) == len(CASES)
@@ -45,9 +58,9 @@ def test_the_untwisted_base_reads_and_verifies(tmp_path, encrypted):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_restore_refuses_before_any_write(tmp_path, case):
-    name, key = plant(case, tmp_path)
-    with pytest.raises(StatusVaultError) as refused, open_backup(LocalStore(tmp_path), name, key) as reader:
+def test_restore_refuses_before_any_write(planted, case):
+    root, name, key = planted(case)
+    with pytest.raises(StatusVaultError) as refused, open_backup(LocalStore(root), name, key) as reader:
         reader.head()
         for _ in reader.objects():
             pass
@@ -57,10 +70,10 @@ def test_restore_refuses_before_any_write(tmp_path, case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_verify_fails(tmp_path, case):
-    name, key = plant(case, tmp_path)
+def test_verify_fails(planted, case):
+    root, name, key = planted(case)
     try:
-        report = catalog.verify(LocalStore(tmp_path), name, key)
+        report = catalog.verify(LocalStore(root), name, key)
     except StatusVaultError as e:
         assert "\n" not in str(e)
         return
@@ -68,13 +81,12 @@ def test_verify_fails(tmp_path, case):
     assert "\n" not in catalog.describe_problems(report)
 
 
-def test_a_restore_stops_inflating_at_the_summary_manifests_bound(tmp_path, monkeypatch):
+def test_a_restore_stops_inflating_at_the_summary_manifests_bound(planted, monkeypatch):
     """Forty 15 MiB objects (600 MiB) where the summary manifest says a few KiB: the restore's first read is
     bounded by the summary's totals (its uncompressedBytes, tar framing per member and the embedded manifest's
     limit: `stream_bound`), not by the format's maxima (64 GiB), and refused before any write."""
-    case = next(c for c in CASES if c.id == "decompression_bomb")
-    name, key = plant(case, tmp_path)
-    summary = orjson.loads((tmp_path / "backups" / name / "manifest.json").read_bytes())
+    root, name, key = planted(next(c for c in CASES if c.id == "decompression_bomb"))
+    summary = orjson.loads((root / "backups" / name / "manifest.json").read_bytes())
     streams: list[TarStream] = []
 
     class Counted(TarStream):
@@ -90,7 +102,7 @@ def test_a_restore_stops_inflating_at_the_summary_manifests_bound(tmp_path, monk
         run_restore(
             fake,
             lambda refresh: Discovery(types, types),
-            RestoreRequest(store=LocalStore(tmp_path), backup=name, key=key),
+            RestoreRequest(store=LocalStore(root), backup=name, key=key),
         )
     bound = stream_bound(summary)
     assert f"{bound:,} bytes" in str(refused.value)

@@ -46,7 +46,7 @@ class Scripted(http.server.BaseHTTPRequestHandler):
 def server():
     Scripted.script, Scripted.seen = [], []
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
     yield f"http://127.0.0.1:{srv.server_address[1]}"
     srv.shutdown()
 
@@ -134,7 +134,7 @@ class Guarded(http.server.BaseHTTPRequestHandler):
 def guarded():
     Guarded.valid, Guarded.seen = "good", []
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Guarded)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
     yield f"http://127.0.0.1:{srv.server_address[1]}"
     srv.shutdown()
 

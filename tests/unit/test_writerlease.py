@@ -21,7 +21,6 @@ from statusvault.storage import ObjectStore
 from statusvault.storage.base import archive_key, manifest_key, writer_key
 from statusvault.writerlease import Process, WriterRecord, claim, stale_reason
 from tests.golden import SELECTION, TYPES, GoldenKube
-from tests.memstore import MemoryStore
 
 HERE = Process("node-a", 100, "boot-1", "pid:[4026531836]", 5000)
 ELSEWHERE = Process("node-b", 4242)
@@ -160,9 +159,9 @@ def test_a_live_writer_keeps_its_name(store, writer):
     assert {k: store.get(k) for k in keys(store)} == before, "nothing of the live run was touched"
 
 
-def test_of_two_runs_claiming_one_name_at_once_exactly_one_wins(store):
-    if type(store) is MemoryStore:
-        pytest.skip("without conditional writes a simultaneous claim is narrowed, not excluded")
+def test_of_two_runs_claiming_one_name_at_once_exactly_one_wins(conditional_store):
+    """Without conditional writes (the bare protocol) a simultaneous claim is narrowed, not excluded."""
+    store = conditional_store
     plant(store, record(lease_seconds=0.001))  # both find a stopped run's leftovers
     time.sleep(0.01)
     start, won, refused, other = threading.Barrier(6), [], [], []
