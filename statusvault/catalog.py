@@ -16,18 +16,22 @@ import orjson
 from statusvault import rfc3339
 from statusvault.archive import ArchiveReader, VerifyReport, file_sha256
 from statusvault.archive.crypto import ALGORITHM, Key, decrypt_file
+from statusvault.archive.envelope import RETIRED, Keys, open_data_key, refs
 from statusvault.archive.format import MAX_HEAD_BYTES, archive_field, check_json_size, check_summary
-from statusvault.errors import ArchiveError, BackupNotFoundError, ConfigError
+from statusvault.errors import ArchiveError, BackupHeldError, BackupNotFoundError, ConfigError
 from statusvault.retention import Candidate, Decision, RetentionPolicy, decide
 from statusvault.storage.base import (
     ARCHIVE_FILE,
     BACKUPS_DIR,
     MANIFEST_FILE,
     WRITER_FILE,
+    LocksObjects,
+    ObjectLock,
     ObjectStore,
     archive_key,
     backup_name_of,
     backup_prefix,
+    locking,
     manifest_key,
     writer_key,
 )
@@ -45,6 +49,7 @@ class BackupInfo:
     with_status: int | None = None
     resources: dict[str, Any] = dataclasses.field(default_factory=dict)
     writer: str = ""  # the live run writing a backup not yet complete (host, pid, since when)
+    lock: ObjectLock | None = None  # S3 Object Lock on its archive and manifest, in a bucket with Object Lock
 
     @property
     def phase(self) -> str:
@@ -60,6 +65,7 @@ class BackupInfo:
             "withStatus": self.with_status,
             "sizeBytes": self.size,
             "writer": self.writer or None,
+            "lock": self.lock.to_dict() if self.lock else None,
         }
 
 
@@ -102,9 +108,12 @@ def list_backups(store: ObjectStore) -> list[BackupInfo]:
         entry["size"] += obj.size if not obj.key.endswith(f"/{WRITER_FILE}") else 0  # the lease is not the backup's
         entry["modified"] = min(entry["modified"], obj.modified)
     out = []
+    locks = _locking(store)
     for name, entry in sorted(found.items()):
         complete = {ARCHIVE_FILE, MANIFEST_FILE} <= entry["files"]
         info = BackupInfo(name, complete, entry["size"], rfc3339.format_seconds(entry["modified"]))
+        if locks is not None:
+            info.lock = _lock_of(locks, name, entry["files"])
         if complete:
             with contextlib.suppress(ArchiveError):
                 _fill(info, read_manifest(store, name))
@@ -112,6 +121,28 @@ def list_backups(store: ObjectStore) -> list[BackupInfo]:
             info.writer = writer.who
         out.append(info)
     return sorted(out, key=lambda b: (b.created, b.name))
+
+
+def _locking(store: ObjectStore) -> LocksObjects | None:
+    """The store, when it keeps object versions under S3 Object Lock; else None (nothing there is ever held)."""
+    return store if isinstance(store, LocksObjects) and store.object_lock_enabled() else None
+
+
+def _lock_of(store: LocksObjects, name: str, files: set[str]) -> ObjectLock | None:
+    """The lock on the backup: the longer retention and any legal hold of its archive and manifest (None: none)."""
+    found = [store.lock_of(f"{backup_prefix(name)}{f}") for f in (ARCHIVE_FILE, MANIFEST_FILE) if f in files]
+    until = max(found, key=lambda lock: lock.until or dt.datetime.min.replace(tzinfo=dt.UTC), default=ObjectLock())
+    lock = ObjectLock(until.mode, until.until, any(f.legal_hold for f in found))
+    return lock if lock != ObjectLock() else None
+
+
+def hold(store: ObjectStore, name: str, now: dt.datetime | None = None) -> ObjectLock | None:
+    """The lock that keeps the backup from being deleted now, or None when nothing holds it."""
+    locks = _locking(store)
+    if locks is None:
+        return None
+    lock = _lock_of(locks, name, {o.key.rsplit("/", 1)[1] for o in store.list(backup_prefix(name))})
+    return lock if lock is not None and lock.held(now or dt.datetime.now(dt.UTC)) else None
 
 
 def _fill(info: BackupInfo, manifest: dict[str, Any]) -> None:
@@ -125,7 +156,18 @@ def _fill(info: BackupInfo, manifest: dict[str, Any]) -> None:
 
 def describe(store: ObjectStore, name: str) -> dict[str, Any]:
     manifest = read_manifest(store, name)
+    locks = _locking(store)
+    lock = _lock_of(locks, name, {ARCHIVE_FILE, MANIFEST_FILE}) if locks is not None else None
+    encryption = manifest.get("encryption")
     return {
+        "lock": lock.to_dict() if lock else None,
+        "encryption": {
+            "algorithm": encryption["algorithm"],
+            "keys": refs(encryption),
+            "retiredKeys": encryption.get(RETIRED) or [],
+        }
+        if encryption
+        else None,
         "name": name,
         "phase": "Completed",
         "storage": store.url,
@@ -167,36 +209,42 @@ def local_archive(store: ObjectStore, name: str) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def readable_archive(store: ObjectStore, name: str, manifest: dict[str, Any], key: Key | None) -> Iterator[Path]:
+def readable_archive(store: ObjectStore, name: str, manifest: dict[str, Any], keys: Keys) -> Iterator[Path]:
     """The archive as a local tar.gz: its stored bytes checked against the manifest, decrypted when encrypted.
 
     An archive whose size differs from the manifest's is refused before it is downloaded (temp disk stays
-    within the size the manifest states)."""
+    within the size the manifest states), and an encrypted one the keys do not open before it is downloaded."""
     archive = archive_field(manifest)
+    encryption = manifest.get("encryption")
+    data_key = _data_key(name, manifest, keys)
     if stored_size(store, name) != archive["size"]:
         raise ArchiveError(f"backup {name!r} was modified: the archive's size differs from its manifest")
     with local_archive(store, name) as path:
         if file_sha256(path) != archive["sha256"]:
             raise ArchiveError(f"backup {name!r} was modified: the archive checksum differs from its manifest")
-        encryption = manifest.get("encryption")
-        if not encryption:
-            if key is not None:  # else whoever can write the bucket could swap in a plaintext archive
-                raise ConfigError(f"backup {name!r} is not encrypted, but an encryption key was given: refusing it")
+        if not encryption or data_key is None:
             yield path
             return
-        with _decrypted(path, name, encryption, key) as plain:
+        with _decrypted(path, data_key) as plain:
             yield plain
 
 
-@contextlib.contextmanager
-def _decrypted(path: Path, name: str, encryption: dict[str, Any], key: Key | None) -> Iterator[Path]:
-    key_id, algorithm = encryption["keyId"][:64], encryption["algorithm"][:64]
+def _data_key(name: str, manifest: dict[str, Any], keys: Keys) -> Key | None:
+    """The key that decrypts the backup's archive (None: it is not encrypted); refuses a plaintext backup met with
+    a key (else whoever can write the bucket could swap in a plaintext archive), and keys that do not open it."""
+    encryption = manifest.get("encryption")
+    if not encryption:
+        if keys:
+            raise ConfigError(f"backup {name!r} is not encrypted, but an encryption key was given: refusing it")
+        return None
+    algorithm = encryption["algorithm"][:64]
     if algorithm != ALGORITHM:
         raise ArchiveError(f"backup {name!r} is encrypted with {algorithm!r}, which this statusvault cannot read")
-    if key is None:
-        raise ConfigError(f"backup {name!r} is encrypted (key {key_id!r}): pass --encryption-key-file")
-    if key.id != key_id:
-        raise ConfigError(f"backup {name!r} was encrypted with key {key_id!r}, not with the given key ({key.id})")
+    return open_data_key(encryption, keys, name, archive_field(manifest)["sha256"])
+
+
+@contextlib.contextmanager
+def _decrypted(path: Path, key: Key) -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="statusvault-") as tmp:
         plain = Path(tmp) / ARCHIVE_FILE
         with open(plain, "wb") as f:
@@ -204,23 +252,25 @@ def _decrypted(path: Path, name: str, encryption: dict[str, Any], key: Key | Non
         yield plain
 
 
-def verify(store: ObjectStore, name: str, key: Key | None = None) -> VerifyReport:
+def verify(store: ObjectStore, name: str, keys: Keys = None) -> VerifyReport:
     """Check the stored archive's size and SHA-256, then (decrypting it when needed) every file's hash.
 
-    An encrypted backup verified without its key gets the first check only (`objects_unchecked`)."""
+    An encrypted backup verified without a key gets the first check only (`objects_unchecked`); given keys, its
+    wrapped data key must unwrap (bound to the backup's name and archive) before anything else."""
     manifest = read_manifest(store, name)
     archive = archive_field(manifest)
-    encryption = manifest.get("encryption")
-    if key is not None and not encryption:  # the key holder is told, not reassured by a swapped-in plaintext
-        raise ConfigError(f"backup {name!r} is not encrypted, but an encryption key was given: refusing it")
+    try:
+        data_key = _data_key(name, manifest, keys) if keys or not manifest.get("encryption") else None
+    except ArchiveError as e:
+        return VerifyReport(error=str(e))
     with local_archive(store, name) as path:
         stored_ok = path.stat().st_size == archive["size"] and file_sha256(path) == archive["sha256"]
-        if not encryption:
+        if not manifest.get("encryption"):
             report = ArchiveReader(path, summary=manifest).verify()
-        elif key is None or stored_ok is False:
-            return VerifyReport(archive_sha_ok=stored_ok, objects_unchecked=key is None)
+        elif data_key is None or stored_ok is False:
+            return VerifyReport(archive_sha_ok=stored_ok, objects_unchecked=data_key is None)
         else:
-            with _decrypted(path, name, encryption, key) as plain:
+            with _decrypted(path, data_key) as plain:
                 report = ArchiveReader(plain, summary=manifest).verify()
     report.archive_sha_ok = stored_ok
     return report
@@ -243,6 +293,13 @@ def describe_problems(report: VerifyReport) -> str:
     return "; ".join(parts)
 
 
+def set_legal_hold(store: ObjectStore, name: str, on: bool) -> int:
+    """Set (or release) the legal hold on every version of the backup's archive and manifest; how many versions."""
+    locks = locking(store)
+    read_manifest(store, name)  # a complete backup, or a clear error
+    return sum(locks.set_legal_hold(key, on) for key in (archive_key(name), manifest_key(name)))
+
+
 def download(store: ObjectStore, name: str, dest: Path) -> int:
     read_manifest(store, name)
     with local_archive(store, name) as path:
@@ -257,11 +314,23 @@ def delete(store: ObjectStore, name: str) -> list[str]:
         raise BackupNotFoundError(f"backup {name!r} not found in {store.url}")
     if manifest_key(name) not in keys and writer_key(name) in keys and (writer := live_writer(store, name)):
         raise writer.refusal(store, name, "it can be deleted once that run has ended")
+    held = hold(store, name)
+    if held is not None:  # a delete would only hide it: S3 keeps a locked version, and the bucket then holds a marker
+        raise BackupHeldError(f"backup {name!r} is held by S3 Object Lock ({held.describe()}): it cannot be deleted "
+                              + ("until its legal hold is released (`statusvault hold release`)" if held.legal_hold
+                                 else "before then"))  # fmt: skip
     # the manifest goes first, so a half-finished delete leaves an incomplete backup, never a broken one
     keys.sort(key=lambda k: not k.endswith(MANIFEST_FILE))
     for key in keys:
         store.delete(key)
     return keys
+
+
+def held_back(decision: Decision, lock: ObjectLock | None) -> Decision:
+    """A decision to delete a backup S3 Object Lock holds, made a keep that says until when: never tried."""
+    if not decision.delete or lock is None:
+        return decision
+    return Decision(decision.name, False, f"held by Object Lock: {lock.describe()}", True, lock.until)
 
 
 def _created(info: BackupInfo) -> dt.datetime:
@@ -284,7 +353,9 @@ def prune(
         or (schedule and not b.complete and b.name.startswith(f"{schedule}-"))
     ]
     candidates = [Candidate(b.name, _created(b), b.complete, writing=bool(b.writer)) for b in infos]
-    decisions = decide(candidates, policy, now or dt.datetime.now(dt.UTC))
+    now = now or dt.datetime.now(dt.UTC)
+    locks = {b.name: b.lock for b in infos if b.lock is not None and b.lock.held(now)}
+    decisions = [held_back(d, locks.get(d.name)) for d in decide(candidates, policy, now)]
     if not dry_run:
         for d in decisions:
             if d.delete:

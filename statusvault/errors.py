@@ -64,6 +64,10 @@ class BackupBusyError(StorageError):
     """Another run is writing a backup of that name: its writer lease is live."""
 
 
+class BackupHeldError(StorageError):
+    """S3 Object Lock (a retention not yet over, or a legal hold) keeps the backup from being deleted."""
+
+
 class LeaseLostError(StorageError):
     """Another run took over the name of the backup this run was writing; this run landed nothing more."""
 

@@ -33,7 +33,13 @@ class Key:
         if len(secret) != 32:
             raise ConfigError("an encryption key is 32 bytes (base64 in a file: `head -c 32 /dev/urandom | base64`)")
         self._aead = AESGCM(secret)
+        self._secret = secret
         self.id = hashlib.sha256(b"statusvault key id\0" + secret).hexdigest()[:16]  # names the key, reveals nothing
+
+    @classmethod
+    def generate(cls) -> Key:
+        """A random key: each envelope-encrypted backup's own data key (archive/envelope.py)."""
+        return cls(os.urandom(32))
 
     @classmethod
     def from_file(cls, path: str | Path) -> Key:
@@ -54,6 +60,27 @@ class Key:
 
     def open(self, nonce: bytes, data: bytes, last: bool) -> bytes:
         return self._aead.decrypt(nonce, data, LAST if last else MORE)
+
+    @property
+    def secret(self) -> bytes:
+        """The key's 32 bytes: a data key's, to be wrapped under a key-encryption key."""
+        return self._secret
+
+    def wrap(self, secret: bytes, aad: bytes) -> bytes:
+        """`secret` (a data key's bytes) sealed under this key: a random 12-byte nonce, then AES-256-GCM of it with
+        `aad` authenticated alongside."""
+        nonce = os.urandom(12)
+        return nonce + self._aead.encrypt(nonce, secret, aad)
+
+    def unwrap(self, wrapped: bytes, aad: bytes) -> bytes | None:
+        """What `wrap` sealed, or None when this is not the key it was sealed under or anything (`aad` included)
+        differs."""
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            return self._aead.decrypt(wrapped[:12], wrapped[12:], aad) if len(wrapped) > 12 + TAG else None
+        except InvalidTag:
+            return None
 
     def describe(self) -> dict[str, object]:
         """What a manifest records about the encryption (never the key)."""

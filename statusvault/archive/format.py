@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from statusvault.archive.envelope import check_field
 from statusvault.errors import ArchiveError
 from statusvault.model import ObjectKey
 
@@ -153,13 +154,8 @@ def check_summary(manifest: dict[str, Any]) -> None:
     check_manifest(manifest)
     if manifest.get("archive") is not None:
         archive_field(manifest)
-    encryption = manifest.get("encryption")
-    if encryption is not None and (
-        not isinstance(encryption, dict)
-        or not isinstance(encryption.get("algorithm"), str)
-        or not isinstance(encryption.get("keyId"), str)
-    ):
-        raise ArchiveError("manifest has a malformed encryption field")
+    if manifest.get("encryption") is not None:
+        check_field(manifest["encryption"])
 
 
 def archive_field(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import orjson
 from statusvault import __version__, rfc3339
 from statusvault.archive import FORMAT_VERSION, ArchiveWriter, member_path
 from statusvault.archive.crypto import Key
+from statusvault.archive.envelope import Keyring, Keys, context, sealed_field
 from statusvault.backup.listers import ListerPool, ListerSpec
 from statusvault.backup.selection import select_resources
 from statusvault.backup.spools import InOrder, Record, Spool
@@ -28,8 +29,10 @@ from statusvault.model import KubeObject, ResourceType, Selection, name_matches,
 from statusvault.pausepoints import pause_point
 from statusvault.progress import NullProgress, Progress
 from statusvault.storage.base import (
+    ObjectLock,
     ObjectStore,
     archive_key,
+    locked_store,
     manifest_key,
     sweep_stale_writes,
     validate_backup_name,
@@ -120,11 +123,13 @@ class BackupEngine:
         progress: Progress | None = None,
         page_size: int = 500,
         compresslevel: int = 3,
-        key: Key | None = None,
+        key: Keys = None,
         list_concurrency: int = 1,
         listers: ListerSpec | None = None,
+        lock: ObjectLock | None = None,
     ):
-        self.key = key  # client-side encryption of the archive
+        self.keyring = Keyring.of(key)  # client-side encryption: a data key of its own, wrapped by each of these
+        self.lock = lock  # S3 Object Lock on the archive and the manifest (not on the transient writer lease)
         self.list_concurrency = max(1, list_concurrency)  # LIST streams at once (types, namespaces)
         if listers is not None:  # no more workers than LISTs run at once
             listers = dataclasses.replace(listers, processes=min(listers.processes, self.list_concurrency))
@@ -142,14 +147,17 @@ class BackupEngine:
         created_at = dt.datetime.now(dt.UTC)
         types = select_resources(self.discovery, selection)  # unknown names fail here, before any write
         _check_namespaces(self.client, self.discovery, selection.namespaces)
+        for kek in self.keyring.keks:
+            kek.ref()  # a KMS key that cannot be found or read fails here, before any write
+        target = locked_store(self.store, self.lock) if self.lock is not None else self.store
         with claim(self.store, name) as lease:  # refuses a complete backup or one a live run writes
             swept = sweep_stale_writes(self.store, STALE_WRITE_AFTER)
             if swept:
                 log.info("removed %d leftover(s) of backups killed mid-write from %s", swept, self.store.url)
-            manifest = self._archive(name, selection, schedule, types, created_at, lease)
+            manifest = self._archive(target, name, selection, schedule, types, created_at, lease)
             try:
                 lease.renew()  # still this run's, right before the manifest completes the backup
-                self.store.put(manifest_key(name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+                target.put(manifest_key(name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
             except LeaseLostError:
                 raise  # the name, and what is under it, is the other run's now
             except BaseException:
@@ -159,6 +167,7 @@ class BackupEngine:
 
     def _archive(
         self,
+        target: ObjectStore,
         name: str,
         selection: Selection,
         schedule: str,
@@ -174,15 +183,18 @@ class BackupEngine:
             for rt in types
             for ns in self._scopes(rt, selection)
         ]
-        with self.store.open_write(archive_key(name)) as sink:
-            writer = ArchiveWriter(sink, self.compresslevel, mtime=created_at.timestamp(), key=self.key)
+        data_key = Key.generate() if self.keyring else None
+        with target.open_write(archive_key(name)) as sink:
+            writer = ArchiveWriter(sink, self.compresslevel, mtime=created_at.timestamp(), key=data_key)
             try:
                 summaries = self._write(writer, streams, lease)
                 manifest = self._manifest(name, selection, summaries, writer, created_at)
                 manifest["schedule"] = schedule
-                if self.key is not None:
-                    manifest["encryption"] = self.key.describe()
+                if data_key is not None:
+                    manifest["encryption"] = data_key.describe()  # the archive's own copy: no wrappings
                 size, sha = writer.finish(manifest)
+                if data_key is not None:  # wrapped for the summary, bound to the name and the archive's bytes
+                    manifest["encryption"] = sealed_field(data_key, self.keyring, context(name, sha, data_key.id))
                 lease.renew()  # still this run's, right before the archive lands
             except BaseException:
                 writer.abort()

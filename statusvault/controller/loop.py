@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from statusvault import rfc3339
-from statusvault.archive.crypto import Key
+from statusvault.archive.envelope import Keys
 from statusvault.controller.intent import (
     INTENT_LABEL,
     STATUS_LABEL,
@@ -91,7 +91,7 @@ class Controller:
         discover: Callable[[bool], Discovery],
         store: Callable[[str | None], ObjectStore],
         config: ControllerConfig,
-        key: Key | None = None,
+        key: Keys = None,
     ):
         self.key = key  # for encrypted backups
         self.client = client

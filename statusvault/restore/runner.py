@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from statusvault.archive import ArchiveReader, file_sha256
-from statusvault.archive.crypto import Key
+from statusvault.archive.envelope import Keys
 from statusvault.catalog import read_manifest, readable_archive
 from statusvault.errors import ArchiveError
 from statusvault.kube.api import KubeApi
@@ -38,7 +38,7 @@ class RestoreRequest:
     options: RestoreOptions = dataclasses.field(default_factory=RestoreOptions)
     state_dir: Path | None = None  # None: no journal, the restore cannot be resumed
     restart: bool = False  # discard an unfinished earlier run's state
-    key: Key | None = None  # to decrypt an encrypted backup
+    key: Keys = None  # key files and KMS keys, to decrypt an encrypted backup
     parallel: int = 8  # threads (per process)
     workers: WorkerSpec | None = None  # worker processes for large waves
     progress: Progress = dataclasses.field(default_factory=NullProgress)
@@ -50,7 +50,7 @@ class RestoreRequest:
 
 
 @contextmanager
-def open_backup(store: ObjectStore, name: str, key: Key | None = None) -> Iterator[ArchiveReader]:
+def open_backup(store: ObjectStore, name: str, key: Keys = None) -> Iterator[ArchiveReader]:
     """A reader over the backup's archive after checking it is complete and its checksum matches (decrypted
     with key when the backup is encrypted)."""
     manifest = read_manifest(store, name)

@@ -140,6 +140,83 @@ def put_if(store: ObjectStore, key: str, data: bytes, version: str | None) -> st
     return hashlib.sha256(data).hexdigest()
 
 
+LOCK_MODES = ("GOVERNANCE", "COMPLIANCE")
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectLock:
+    """S3 Object Lock on one object version: a retention (mode and retain-until date) and a legal hold; written
+    with a backup's objects, read back to tell whether they may be deleted."""
+
+    mode: str = ""  # GOVERNANCE | COMPLIANCE; "" without a retention
+    until: dt.datetime | None = None
+    legal_hold: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("", *LOCK_MODES) or bool(self.mode) != (self.until is not None):
+            raise ConfigError(f"an Object Lock retention is a mode ({' or '.join(LOCK_MODES)}) and a date")
+
+    def held(self, now: dt.datetime) -> bool:
+        """Whether S3 refuses to delete the version now."""
+        return self.legal_hold or (self.until is not None and self.until > now)
+
+    def covers(self, wanted: ObjectLock) -> bool:
+        """Whether this lock protects at least as much, and as long, as `wanted`."""
+        strong = self.mode == wanted.mode or self.mode == "COMPLIANCE"
+        lasts = wanted.until is None or (self.until is not None and strong and self.until >= wanted.until)
+        return lasts and (self.legal_hold or not wanted.legal_hold)
+
+    def describe(self) -> str:
+        """"governance until 2026-01-02T03:04:05Z, legal hold"; "" for no lock."""
+        parts = [f"{self.mode.lower()} until {self.until:%Y-%m-%dT%H:%M:%SZ}"] if self.until is not None else []
+        return ", ".join(parts + (["legal hold"] if self.legal_hold else []))
+
+    def to_dict(self) -> dict[str, object]:
+        until = f"{self.until:%Y-%m-%dT%H:%M:%SZ}" if self.until is not None else None
+        return {"mode": self.mode or None, "retainUntil": until, "legalHold": self.legal_hold}
+
+
+@runtime_checkable
+class LocksObjects(Protocol):
+    """A store that keeps object versions S3 Object Lock protects from deletion (a directory cannot)."""
+
+    def object_lock_enabled(self) -> bool:
+        """Whether the bucket has Object Lock enabled (it is set when a bucket is created)."""
+        ...
+
+    def with_lock(self, lock: ObjectLock) -> ObjectStore:
+        """The same store, whose writes (put, put_if, open_write) carry `lock`."""
+        ...
+
+    def lock_of(self, key: str) -> ObjectLock:
+        """The lock on the object's current version (ObjectLock() when none)."""
+        ...
+
+    def set_legal_hold(self, key: str, on: bool) -> int:
+        """Set or release the legal hold on every version of the object; returns how many versions."""
+        ...
+
+
+def locking(store: ObjectStore) -> LocksObjects:
+    """`store` as one that locks objects; ConfigError when it cannot (a directory, a bucket without Object Lock)."""
+    if not isinstance(store, LocksObjects):
+        raise ConfigError(
+            f"{store.url} cannot lock backups: Object Lock (--lock-mode, --legal-hold) needs an S3 bucket created "
+            "with Object Lock enabled; files in a directory can be deleted by whoever can write it"
+        )
+    if not store.object_lock_enabled():
+        raise ConfigError(
+            f"{store.url}: the bucket does not have Object Lock enabled (--lock-mode, --legal-hold need one created "
+            "with it, e.g. `aws s3api create-bucket --object-lock-enabled-for-bucket`)"
+        )
+    return store
+
+
+def locked_store(store: ObjectStore, lock: ObjectLock) -> ObjectStore:
+    """`store` with every write carrying `lock`; ConfigError, before anything is written, when it cannot."""
+    return locking(store).with_lock(lock)
+
+
 def validate_backup_name(name: str) -> str:
     """Backup names become keys and object names: DNS-1123-ish, no path tricks."""
     ok = name and len(name) <= 200 and all(c.isalnum() or c in "-_." for c in name)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import copy
+import dataclasses
 import datetime as dt
 import email.utils
+import hashlib
 import io
 import logging
 import tempfile
@@ -21,7 +25,7 @@ import botocore.exceptions
 from boto3.s3.transfer import TransferConfig
 
 from statusvault.errors import StorageError
-from statusvault.storage.base import S3Options, StoredObject, Versioned, Writer
+from statusvault.storage.base import LOCK_MODES, ObjectLock, S3Options, StoredObject, Versioned, Writer
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +45,61 @@ class S3Store:
         self.client = client or _make_client(options)
         self.transfer = TransferConfig(multipart_threshold=PART_SIZE, multipart_chunksize=PART_SIZE)
         self.conditional = True  # If-None-Match / If-Match writes, until the store says it has none
+        self.lock: ObjectLock | None = None  # carried by every write (with_lock)
+        self._lock_enabled: bool | None = None
 
     def _key(self, key: str) -> str:
         return self.prefix + key
 
-    def _sse_args(self) -> dict[str, str]:
-        args: dict[str, str] = {}
+    def _sse_args(self, body: bytes | None = None) -> dict[str, Any]:
+        """A write's server-side encryption and Object Lock arguments; `body`: its bytes, whose MD5 S3 requires
+        with a lock (botocore sends no checksum with when_required)."""
+        args: dict[str, Any] = {}
         if self.options.sse:
             args["ServerSideEncryption"] = self.options.sse
             if self.options.kms_key_id:
                 args["SSEKMSKeyId"] = self.options.kms_key_id
+        if self.lock is not None:
+            args.update(lock_args(self.lock))
+            if body is not None:
+                args["ContentMD5"] = base64.b64encode(hashlib.md5(body).digest()).decode()
         return args
+
+    def object_lock_enabled(self) -> bool:
+        if self._lock_enabled is None:
+            try:
+                resp = self.client.get_object_lock_configuration(Bucket=self.bucket)
+            except botocore.exceptions.ClientError as e:
+                if e.response.get("Error", {}).get("Code") != "ObjectLockConfigurationNotFoundError":
+                    raise _client_error(self, "read the Object Lock configuration of", e) from e
+                resp = {}
+            except botocore.exceptions.BotoCoreError as e:
+                raise StorageError(f"cannot read the Object Lock configuration of {self.url}: {e}") from e
+            enabled = (resp.get("ObjectLockConfiguration") or {}).get("ObjectLockEnabled")
+            self._lock_enabled = enabled == "Enabled"
+        return self._lock_enabled
+
+    def with_lock(self, lock: ObjectLock) -> S3Store:
+        view = copy.copy(self)  # the same client and bucket
+        view.lock = lock
+        return view
+
+    def lock_of(self, key: str) -> ObjectLock:
+        head = self._call("read from", self.client.head_object, Bucket=self.bucket, Key=self._key(key))
+        return lock_from_head(head)
+
+    def set_legal_hold(self, key: str, on: bool) -> int:
+        versions = self._versions(self._key(key))
+        for version in versions:
+            self._call("set a legal hold in", self.client.put_object_legal_hold, Bucket=self.bucket,
+                       Key=self._key(key), VersionId=version, LegalHold={"Status": "ON" if on else "OFF"})  # fmt: skip
+        return len(versions)
+
+    def _versions(self, key: str) -> list[str]:
+        """The version IDs of `key` (delete markers left out), newest first."""
+        pages = self.client.get_paginator("list_object_versions").paginate(Bucket=self.bucket, Prefix=key)
+        with self._errors("list"):
+            return [v["VersionId"] for page in pages for v in page.get("Versions") or [] if v["Key"] == key]
 
     def _call(self, what: str, fn: Callable[..., T], **kwargs: Any) -> T:
         with self._errors(what):
@@ -114,6 +162,12 @@ class S3Store:
         return Versioned(data, str(resp["ETag"]), (now - resp["LastModified"]).total_seconds())
 
     def put_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        written = self._put_if(key, data, version)
+        if written is not None:
+            self._ensure_lock(key)
+        return written
+
+    def _put_if(self, key: str, data: bytes, version: str | None) -> str | None:
         """PutObject with If-None-Match: * or If-Match: ETag. A refusal met by a retry whose first attempt was
         done (its answer lost) is recognised by the write's own id."""
         if not self.conditional:
@@ -127,7 +181,7 @@ class S3Store:
                 Body=data,
                 Metadata={WRITE_ID: write_id},
                 **condition,
-                **self._sse_args(),
+                **self._sse_args(data),
             )
         except botocore.exceptions.ClientError as e:
             code = e.response.get("Error", {}).get("Code")
@@ -154,7 +208,7 @@ class S3Store:
             return None
         write_id = uuid.uuid4().hex
         self._write(self._key(key), write_id, self.client.put_object, Bucket=self.bucket, Body=data,
-                    Metadata={WRITE_ID: write_id}, **self._sse_args())  # fmt: skip
+                    Metadata={WRITE_ID: write_id}, **self._sse_args(data))  # fmt: skip
         return self._etag_of(self._key(key), write_id)
 
     def sweep(self, older_than: float) -> int:
@@ -185,8 +239,9 @@ class S3Store:
             Bucket=self.bucket,
             Body=data,
             Metadata={WRITE_ID: write_id},
-            **self._sse_args(),
+            **self._sse_args(data),
         )
+        self._ensure_lock(key)
 
     @contextmanager
     def open_write(self, key: str) -> Iterator[Writer]:
@@ -197,6 +252,24 @@ class S3Store:
         except BaseException:
             writer.abort()
             raise
+        self._ensure_lock(key)
+
+    def _ensure_lock(self, key: str) -> None:
+        """After a write with a lock: the object holds it, or is given it now (moto drops a multipart upload's, and
+        an S3-compatible store may ignore the headers); a store that still does not report it fails the write."""
+        wanted = self.lock
+        if wanted is None or (found := self.lock_of(key)).covers(wanted):
+            return
+        if wanted.until is not None and not found.covers(dataclasses.replace(wanted, legal_hold=False)):
+            retention = {"Mode": wanted.mode, "RetainUntilDate": wanted.until}
+            self._call("lock an object in", self.client.put_object_retention, Bucket=self.bucket,
+                       Key=self._key(key), Retention=retention)  # fmt: skip
+        if wanted.legal_hold and not found.legal_hold:
+            self._call("set a legal hold in", self.client.put_object_legal_hold, Bucket=self.bucket,
+                       Key=self._key(key), LegalHold={"Status": "ON"})  # fmt: skip
+        if not self.lock_of(key).covers(wanted):
+            raise StorageError(f"{self.url}/{key} was written, but the store does not report the Object Lock asked "
+                               f"for ({wanted.describe()}): it cannot be relied on to keep backups")  # fmt: skip
 
     def get(self, key: str, limit: int = -1) -> bytes:
         resp = self._call("read from", self.client.get_object, Bucket=self.bucket, Key=self._key(key))
@@ -276,6 +349,8 @@ class _MultipartWriter:
             )
             self.upload_id = resp["UploadId"]
         number = len(self.parts) + 1
+        body = self.buffer.getvalue()
+        md5 = {"ContentMD5": s._sse_args(body)["ContentMD5"]} if s.lock is not None else {}
         resp = s._call(
             "write to",
             s.client.upload_part,
@@ -283,7 +358,8 @@ class _MultipartWriter:
             Key=self.key,
             UploadId=self.upload_id,
             PartNumber=number,
-            Body=self.buffer.getvalue(),
+            Body=body,
+            **md5,
         )
         self.parts.append({"PartNumber": number, "ETag": resp["ETag"]})
         self.buffer = io.BytesIO()
@@ -291,14 +367,15 @@ class _MultipartWriter:
     def finish(self) -> None:
         s = self.store
         if self.upload_id is None:  # small: one PUT
+            body = self.buffer.getvalue()
             s._write(
                 self.key,
                 self.write_id,
                 s.client.put_object,
                 Bucket=s.bucket,
-                Body=self.buffer.getvalue(),
+                Body=body,
                 Metadata={WRITE_ID: self.write_id},
-                **s._sse_args(),
+                **s._sse_args(body),
             )
             return
         if self.buffer.tell():
@@ -321,6 +398,24 @@ class _MultipartWriter:
                 self.store.client.abort_multipart_upload(
                     Bucket=self.store.bucket, Key=self.key, UploadId=self.upload_id
                 )
+
+
+def lock_args(lock: ObjectLock) -> dict[str, Any]:
+    """PutObject's and CreateMultipartUpload's Object Lock arguments."""
+    args: dict[str, Any] = {"ObjectLockLegalHoldStatus": "ON"} if lock.legal_hold else {}
+    if lock.until is not None:
+        args.update(ObjectLockMode=lock.mode, ObjectLockRetainUntilDate=lock.until)
+    return args
+
+
+def lock_from_head(head: dict[str, Any]) -> ObjectLock:
+    """The lock HeadObject reports (S3 leaves the fields out when the caller may not read them, or there is none)."""
+    until = head.get("ObjectLockRetainUntilDate")
+    mode = str(head.get("ObjectLockMode") or "").upper()
+    held = head.get("ObjectLockLegalHoldStatus") == "ON"
+    if mode not in LOCK_MODES or not isinstance(until, dt.datetime):
+        return ObjectLock(legal_hold=held)
+    return ObjectLock(mode, until if until.tzinfo else until.replace(tzinfo=dt.UTC), held)
 
 
 def _client_error(store: S3Store, what: str, e: botocore.exceptions.ClientError) -> StorageError:

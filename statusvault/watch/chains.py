@@ -10,6 +10,7 @@ from typing import Any
 
 from statusvault import rfc3339
 from statusvault.archive.crypto import Key
+from statusvault.archive.envelope import FileKek, refs
 from statusvault.catalog import read_manifest
 from statusvault.errors import ArchiveError, BackupNotFoundError
 from statusvault.storage.base import (
@@ -176,13 +177,14 @@ def why_not_continued(
     if info.get("selection") != selection:
         return f"chain {base} was made for another selection"
     try:
-        theirs = (read_manifest(store, base).get("encryption") or {}).get("keyId")
+        encryption = read_manifest(store, base).get("encryption")
     except BackupNotFoundError:
         return f"base {base} is gone"
-    ours = key.id if key is not None else None
-    if theirs != ours:
-        return f"chain {base} is encrypted with another key ({theirs or 'none'}; this writer's: {ours or 'none'})"
-    return None
+    theirs = refs(encryption) if encryption else []  # the key files and KMS keys that open the base
+    ours = FileKek(key).ref() if key is not None else None
+    if (ours is None and not theirs) or ours in theirs:
+        return None
+    return f"chain {base} is encrypted with another key ({', '.join(theirs) or 'none'}; this writer's: {ours or 'none'})"
 
 
 def reach(chain: Chain) -> tuple[dt.datetime, dt.datetime]:
