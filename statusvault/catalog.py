@@ -83,7 +83,11 @@ def read_manifest(store: ObjectStore, name: str) -> dict[str, Any]:
             f"backup {name!r} is incomplete (no manifest): it cannot be used; a run that stopped left it (the same "
             "backup command replaces it, `delete` removes it)"
         )
-    data = store.get(manifest_key(name), MAX_HEAD_BYTES + 1)
+    return parse_manifest(store.get(manifest_key(name), MAX_HEAD_BYTES + 1), name)
+
+
+def parse_manifest(data: bytes, name: str) -> dict[str, Any]:
+    """A summary manifest's bytes, held to the format's rules (at most MAX_HEAD_BYTES + 1 of them read)."""
     if len(data) > MAX_HEAD_BYTES:
         raise ArchiveError(f"manifest of backup {name!r} is larger than the limit ({MAX_HEAD_BYTES:,} bytes)")
     check_json_size(f"manifest of backup {name!r}", data)
@@ -108,7 +112,7 @@ def list_backups(store: ObjectStore) -> list[BackupInfo]:
         entry["size"] += obj.size if not obj.key.endswith(f"/{WRITER_FILE}") else 0  # the lease is not the backup's
         entry["modified"] = min(entry["modified"], obj.modified)
     out = []
-    locks = _locking(store)
+    locks = object_locks(store)
     for name, entry in sorted(found.items()):
         complete = {ARCHIVE_FILE, MANIFEST_FILE} <= entry["files"]
         info = BackupInfo(name, complete, entry["size"], rfc3339.format_seconds(entry["modified"]))
@@ -123,7 +127,7 @@ def list_backups(store: ObjectStore) -> list[BackupInfo]:
     return sorted(out, key=lambda b: (b.created, b.name))
 
 
-def _locking(store: ObjectStore) -> LocksObjects | None:
+def object_locks(store: ObjectStore) -> LocksObjects | None:
     """The store, when it keeps object versions under S3 Object Lock; else None (nothing there is ever held)."""
     return store if isinstance(store, LocksObjects) and store.object_lock_enabled() else None
 
@@ -138,7 +142,7 @@ def _lock_of(store: LocksObjects, name: str, files: set[str]) -> ObjectLock | No
 
 def hold(store: ObjectStore, name: str, now: dt.datetime | None = None) -> ObjectLock | None:
     """The lock that keeps the backup from being deleted now, or None when nothing holds it."""
-    locks = _locking(store)
+    locks = object_locks(store)
     if locks is None:
         return None
     lock = _lock_of(locks, name, {o.key.rsplit("/", 1)[1] for o in store.list(backup_prefix(name))})
@@ -156,7 +160,7 @@ def _fill(info: BackupInfo, manifest: dict[str, Any]) -> None:
 
 def describe(store: ObjectStore, name: str) -> dict[str, Any]:
     manifest = read_manifest(store, name)
-    locks = _locking(store)
+    locks = object_locks(store)
     lock = _lock_of(locks, name, {ARCHIVE_FILE, MANIFEST_FILE}) if locks is not None else None
     encryption = manifest.get("encryption")
     return {

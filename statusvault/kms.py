@@ -43,7 +43,7 @@ class KmsKek:
         return self._client
 
     def ref(self) -> str:
-        """"kms:" and the key's ARN (an alias or key ID is resolved once, so every name of a key matches)."""
+        """ "kms:" and the key's ARN (an alias or key ID is resolved once, so every name of a key matches)."""
         if not self._arn:
             self._arn = str(self._call("find", self.client.describe_key, KeyId=self.key_id)["KeyMetadata"]["Arn"])
         return f"kms:{self._arn}"

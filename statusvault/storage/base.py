@@ -167,7 +167,7 @@ class ObjectLock:
         return lasts and (self.legal_hold or not wanted.legal_hold)
 
     def describe(self) -> str:
-        """"governance until 2026-01-02T03:04:05Z, legal hold"; "" for no lock."""
+        """ "governance until 2026-01-02T03:04:05Z, legal hold"; "" for no lock."""
         parts = [f"{self.mode.lower()} until {self.until:%Y-%m-%dT%H:%M:%SZ}"] if self.until is not None else []
         return ", ".join(parts + (["legal hold"] if self.legal_hold else []))
 

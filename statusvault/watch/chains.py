@@ -184,7 +184,8 @@ def why_not_continued(
     ours = FileKek(key).ref() if key is not None else None
     if (ours is None and not theirs) or ours in theirs:
         return None
-    return f"chain {base} is encrypted with another key ({', '.join(theirs) or 'none'}; this writer's: {ours or 'none'})"
+    listed = ", ".join(theirs) or "none"
+    return f"chain {base} is encrypted with another key ({listed}; this writer's: {ours or 'none'})"
 
 
 def reach(chain: Chain) -> tuple[dt.datetime, dt.datetime]:

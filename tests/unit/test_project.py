@@ -82,7 +82,7 @@ LAYERS = (
     ("storage", "kube", "processes", "kms"),
     ("archive", "schedule", "writerlease"),
     ("backup", "catalog"),
-    ("restore",),
+    ("restore", "keys"),
     ("controller", "move"),
     ("watch",),
     ("cli",),

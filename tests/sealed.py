@@ -1,0 +1,50 @@
+"""Small backups for the envelope, key rotation and Object Lock tests: an in-memory cluster (tests/fake/), key files,
+and what a backup holds read back through the restore's reader."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from statusvault.backup import BackupEngine, BackupResult
+from statusvault.kinds import CRDS, NAMESPACES
+from statusvault.model import Selection
+from statusvault.restore.runner import open_backup
+from statusvault.storage.base import ObjectStore
+from tests.builders import cr, crd, resource_type
+from tests.fake import FakeKube
+
+KC = resource_type("xyz.example.com", "KubernetesCluster")
+NS = "team-a"
+
+
+def cluster(count: int = 3) -> FakeKube:
+    """A Namespace, the KubernetesCluster CRD and `count` KubernetesClusters with status."""
+    kube = FakeKube()
+    kube.put(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    kube.put(CRDS, crd("xyz.example.com", "KubernetesCluster"))
+    for i in range(count):
+        obj = cr("xyz.example.com/v1", "KubernetesCluster", f"kc-{i}", spec={"n": i}, status={"phase": "Ready"})
+        kube.put(KC, {**obj, "metadata": {**obj["metadata"], "namespace": NS}})
+    return kube
+
+
+def back_up(kube: FakeKube, store: ObjectStore, name: str, **engine: Any) -> BackupResult:
+    return BackupEngine(kube, kube.discovery(NAMESPACES), store, page_size=50, **engine).run(name, Selection())
+
+
+def key_file(folder: Path, name: str) -> Path:
+    path = folder / f"{name}.key"
+    path.write_text(base64.b64encode(os.urandom(32)).decode())
+    return path
+
+
+def names_in(store: ObjectStore, backup: str, keys: Any = None) -> list[str]:
+    """The KubernetesClusters' names in the backup, as a restore reads them."""
+    with open_backup(store, backup, keys) as reader:
+        objects = [orjson.loads(data) for _, data in reader.objects()]
+    return [o["metadata"]["name"] for o in objects if o["kind"] == KC.kind]
