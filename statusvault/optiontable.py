@@ -24,13 +24,14 @@ _RESTORE = (
     *_STORAGE, *_SELECTION, "--namespace-mapping", "--status-include-resources", "--status-exclude-resources",
     "--no-status", "--existing-resource-policy", "--dry-run", "--parallel", "--processes", "--qps", "--burst",
     "--scale-down", "--pause", "--pause-annotation", "--pause-field", "--pause-resources", "--keep-paused",
-    "--modifiers", "--state-dir", "--encryption-key-file", "--at", "--restart", "--metrics-textfile",
+    "--modifiers", "--state-dir", "--encryption-key-file", "--kms-key-id", "--at", "--restart", "--metrics-textfile",
     "--metrics-pushgateway", "--output", "--strict",
 )  # fmt: skip
 
 _BACKUP = (
     *_STORAGE, *_SELECTION, "--all-namespaces", "--include-crds", "--page-size", "--list-concurrency", "--processes",
-    "--output", "--schedule", "--encryption-key-file", "--metrics-textfile", "--metrics-pushgateway",
+    "--output", "--schedule", "--encryption-key-file", "--kms-key-id", "--lock-mode", "--lock-for", "--legal-hold",
+    "--metrics-textfile", "--metrics-pushgateway",
 )  # fmt: skip
 _MOVE = (
     "--from-kubeconfig", "--from-context", "--to-kubeconfig", "--to-context", *_STORAGE, *_SELECTION,
@@ -49,6 +50,7 @@ COMMAND_OPTIONS: dict[str, frozenset[str]] = {
     "backup": frozenset(_BACKUP),
     "move": frozenset(_MOVE),
     "watch run": frozenset(_WATCH),
+    "keys rotate": frozenset(("--from", "--to", "--all", "--retire", *_STORAGE, "--output")),
 }
 
 
@@ -87,6 +89,8 @@ NEEDS = (
     Needs("--pause-field", ("--pause-resources",), "the generic marker applies to the resources named"),
     Needs("--keep-paused", ("--pause", "--pause-annotation", "--pause-field"), "only what was paused stays paused"),
     Needs("--yes", ("--delete-source",), "it confirms --delete-source"),
+    Needs("--lock-mode", ("--lock-for",), "a retention is a mode and how long it lasts"),
+    Needs("--lock-for", ("--lock-mode",), "a retention is a mode and how long it lasts"),
 )
 
 _UNSET: tuple[Any, ...] = (None, False, "", (), [], "none", 0)

@@ -78,7 +78,8 @@ def decide(backups: list[Candidate], policy: RetentionPolicy, now: dt.datetime) 
     Unprotected complete backups are deleted (with --ttl: only those older than it). Incomplete backups are
     deleted once older than the grace period (a younger one may still be running), never while being written.
     """
-    complete = sorted((b for b in backups if b.complete), key=lambda b: b.created, reverse=True)
+    # newest first; of two made in the same second, the later name (a schedule's names end in their time)
+    complete = sorted((b for b in backups if b.complete), key=lambda b: (b.created, b.name), reverse=True)
     keep: dict[str, str] = {}
     if complete:
         keep[complete[0].name] = "newest complete backup"
@@ -92,7 +93,7 @@ def decide(backups: list[Candidate], policy: RetentionPolicy, now: dt.datetime) 
         for name in _newest_per_bucket(complete, policy.keep_weekly, "week"):
             keep.setdefault(name, "weekly")
     out = []
-    for b in sorted(backups, key=lambda b: b.created):
+    for b in sorted(backups, key=lambda b: (b.created, b.name)):
         age = now - b.created
         if b.writing:
             out.append(Decision(b.name, False, "being written"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,11 @@ from statusvault.backup.listers import ListerSpec, default_list_processes
 from statusvault.cli.app import App
 from statusvault.cli.options import (
     cluster_resources_option,
-    encryption_key,
-    encryption_option,
+    keyring,
+    keys_options,
+    lock_options,
     metrics_options,
+    object_lock,
     output_option,
     s3_options,
     selection_options,
@@ -77,7 +80,8 @@ from statusvault.storage.base import validate_backup_name
     envvar="STATUSVAULT_SCHEDULE",
     help="Name of the schedule this run belongs to (names the backup, labels metrics).",
 )
-@encryption_option
+@keys_options
+@lock_options
 @metrics_options
 def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
     """Back up custom resources, status included, to a directory or S3.
@@ -90,6 +94,7 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
     if schedule:
         validate_backup_name(schedule)
     name = validate_backup_name(name or default_backup_name(schedule or "backup"))
+    lock = object_lock(kw, dt.datetime.now(dt.UTC))
     namespaces = () if kw["all_namespaces"] else split_csv(kw["namespaces"])
     selection = Selection(
         namespaces=namespaces,
@@ -108,7 +113,7 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
             store,
             app.progress(),
             page_size=kw["page_size"],
-            key=encryption_key(kw),
+            key=keyring(kw),
             list_concurrency=kw["list_concurrency"],
             listers=ListerSpec(
                 app.kubeconfig,
@@ -117,6 +122,7 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
                 app.log_format,
                 app.debug,
             ),
+            lock=lock,
         )
         result = engine.run(name, selection, schedule)
         run.success, run.duration, run.objects = True, result.duration, result.objects
@@ -145,6 +151,7 @@ def list_cmd(app: App, /, output: str, timeline: bool, **kw: Any) -> None:
         show_timeline(store, output)
         return
     infos = catalog.list_backups(store)
+    locked = any(b.lock for b in infos)  # a LOCK column only where some backup has one
     rows = [
         (
             b.name,
@@ -153,12 +160,13 @@ def list_cmd(app: App, /, output: str, timeline: bool, **kw: Any) -> None:
             "-" if b.objects is None else b.objects,
             "-" if b.with_status is None else b.with_status,
             human_size(b.size),
+            *([b.lock.describe() if b.lock else "-"] if locked else []),
         )
         for b in infos
     ]
     writers = "".join(f"\n{b.name} is being written by {b.writer}" for b in infos if b.writer)
     text = (
-        table(["NAME", "PHASE", "CREATED", "OBJECTS", "WITH STATUS", "SIZE"], rows)
+        table(["NAME", "PHASE", "CREATED", "OBJECTS", "WITH STATUS", "SIZE", *(["LOCK"] if locked else [])], rows)
         + ("\n" + writers if writers else "")
         if infos
         else f"No backups in {store.url}"
@@ -190,6 +198,7 @@ def describe(app: App, /, name: str, output: str, **kw: Any) -> None:
             f"Objects:    {totals.get('objects')} ({totals.get('withStatus')} with status)",
             f"Size:       {human_size(archive.get('size'))} compressed, "
             f"{human_size(totals.get('uncompressedBytes'))} uncompressed",
+            *_protection(data),
             "",
             table(["RESOURCE", "KIND", "STATUS-SUBRESOURCE", "OBJECTS", "WITH STATUS"], rows),
         ]
@@ -197,23 +206,35 @@ def describe(app: App, /, name: str, output: str, **kw: Any) -> None:
     emit(data, output, text)
 
 
+def _protection(data: dict[str, Any]) -> list[str]:
+    """describe's Lock and Encryption lines, when the backup has either."""
+    lock, encryption = data.get("lock"), data.get("encryption")
+    lines = []
+    if lock:
+        parts = [f"{lock['mode'].lower()} until {lock['retainUntil']}"] if lock["mode"] else []
+        lines.append("Lock:       " + ", ".join(parts + (["legal hold"] if lock["legalHold"] else [])))
+    if encryption:
+        lines.append(f"Encrypted:  data key wrapped by {', '.join(encryption['keys']) or 'no key'}")
+    return lines
+
+
 @click.command()
 @click.argument("name")
 @storage_options
-@encryption_option
+@keys_options
 @output_option
 @click.pass_obj
 def verify(app: App, /, name: str, output: str, **kw: Any) -> None:
     """Re-read a backup and check its format and every file's SHA-256; non-zero exit on any mismatch.
 
-    An encrypted backup is decrypted with --encryption-key-file; without it only the stored archive's
-    checksum can be checked."""
-    key = encryption_key(kw)
+    An encrypted backup is decrypted with the key file or KMS key that unwraps its data key; without one only the
+    stored archive's checksum can be checked."""
+    keys = keyring(kw)
     store = app.store(kw.pop("storage"), s3_options(kw))
     if is_watch(store, name):
-        verify_watch(store, name, key, output)
+        verify_watch(store, name, keys.file_key(), output)
         return
-    report = catalog.verify(store, name, key)
+    report = catalog.verify(store, name, keys)
     data = {
         "name": name,
         "ok": report.ok,

@@ -27,6 +27,7 @@ COMMAND_MODULES = {
     **dict.fromkeys(("schedule", "prune"), "schedule"),
     "controller": "controller",
     "watch": "watch",
+    **dict.fromkeys(("hold", "keys"), "keys"),
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -10,9 +11,13 @@ from typing import Any, TypeVar
 import click
 
 from statusvault.archive.crypto import Key
+from statusvault.archive.envelope import FileKek, Kek, Keyring
 from statusvault.cli.output import FORMATS
+from statusvault.errors import ConfigError
+from statusvault.retention import parse_duration
 from statusvault.schedule import DEFAULT_IMAGE
 from statusvault.storage import S3Options
+from statusvault.storage.base import ObjectLock
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -91,6 +96,85 @@ def encryption_key(kw: dict[str, Any]) -> Key | None:
     """Pop --encryption-key-file out of a command's kwargs and read the key."""
     path = kw.pop("encryption_key_file", None)
     return Key.from_file(path) if path else None
+
+
+def keys_options(f: F) -> F:
+    """Keys that wrap (backup) or may unwrap (restore, verify) each backup's data key: key files and KMS keys."""
+    return _apply(
+        f,
+        [
+            click.option(
+                "--encryption-key-file",
+                type=click.Path(dir_okay=False),
+                multiple=True,
+                envvar="STATUSVAULT_ENCRYPTION_KEY_FILE",
+                help="Client-side encryption: a file with a base64 32-byte key (`head -c 32 /dev/urandom | base64`). "
+                "Repeatable: a backup's data key is wrapped by each; a restore uses whichever unwraps it.",
+            ),
+            click.option(
+                "--kms-key-id",
+                multiple=True,
+                envvar="STATUSVAULT_KMS_KEY_ID",
+                help="An AWS KMS key (ID, ARN or alias/NAME) that wraps or unwraps the data key, as a key file does "
+                "(repeatable; AWS_REGION or the ARN's region; AWS_ENDPOINT_URL_KMS for another endpoint).",
+            ),
+        ],
+    )
+
+
+def keyring(kw: dict[str, Any]) -> Keyring:
+    """Pop --encryption-key-file and --kms-key-id out of a command's kwargs: the keys, in the order given."""
+    files = [FileKek.from_file(p) for p in kw.pop("encryption_key_file", None) or ()]
+    kms = [kek_of(f"kms:{k}") for k in kw.pop("kms_key_id", None) or ()]
+    return Keyring((*files, *kms))
+
+
+def kek_of(text: str) -> Kek:
+    """A key as --from/--to name it: `kms:ID|ARN|alias/NAME`, else the path of a key file."""
+    if text.startswith("kms:"):
+        from statusvault.kms import KmsKek  # only KMS users pay for boto3's import
+
+        return KmsKek(text.removeprefix("kms:"))
+    return FileKek.from_file(text)
+
+
+def lock_options(f: F) -> F:
+    return _apply(
+        f,
+        [
+            click.option(
+                "--lock-mode",
+                type=click.Choice(["governance", "compliance"]),
+                envvar="STATUSVAULT_LOCK_MODE",
+                help="S3 Object Lock retention of the backup's archive and manifest: governance (removable with "
+                "s3:BypassGovernanceRetention) or compliance (by no one, until it ends). Needs a bucket created with "
+                "Object Lock.",
+            ),
+            click.option(
+                "--lock-for",
+                metavar="DURATION",
+                envvar="STATUSVAULT_LOCK_FOR",
+                help="How long from the backup's start the lock holds (e.g. 30d, 720h).",
+            ),
+            click.option(
+                "--legal-hold",
+                is_flag=True,
+                envvar="STATUSVAULT_LEGAL_HOLD",
+                help="Also put a legal hold on the backup (held until `statusvault hold release`).",
+            ),
+        ],
+    )
+
+
+def object_lock(kw: dict[str, Any], now: dt.datetime) -> ObjectLock | None:
+    """Pop the lock options: the Object Lock a backup starting `now` is written with, or None."""
+    mode, duration, hold = kw.pop("lock_mode", None), kw.pop("lock_for", None), kw.pop("legal_hold", False)
+    until = (now + parse_duration(duration)).replace(microsecond=0) if mode and duration else None
+    if until is not None and until <= now:
+        raise ConfigError("--lock-for must be longer than zero")
+    if until is None and not hold:
+        return None
+    return ObjectLock(mode.upper() if until is not None else "", until, hold)
 
 
 def output_option(f: F) -> F:

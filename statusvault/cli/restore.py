@@ -15,8 +15,8 @@ import click
 from statusvault.cli.app import App
 from statusvault.cli.options import (
     cluster_resources_option,
-    encryption_key,
-    encryption_option,
+    keyring,
+    keys_options,
     metrics_options,
     output_option,
     s3_options,
@@ -122,7 +122,7 @@ from statusvault.storage.base import ObjectStore
 )
 @strict_option
 @state_dir_option
-@encryption_option
+@keys_options
 @click.option(
     "--at",
     metavar="RFC3339|latest",
@@ -152,7 +152,7 @@ def _restore(app: App, backup_name: str, output: str, kw: dict[str, Any], unpaus
 
     moment_wanted = parse_at(at)
     lineage = "" if moment_wanted else f"{backup_name}-at-latest"  # the latest moment moves on between runs
-    with point_in_time(store, backup_name, moment_wanted, encryption_key(kw)) as (moment_store, name, moment):
+    with point_in_time(store, backup_name, moment_wanted, keyring(kw).file_key()) as (moment_store, name, moment):
         click.echo(f"restoring watch {backup_name} as it was at {moment.isoformat()} (as {name})", err=True)
         _run_restore(app, moment_store, name, output, kw, unpause, lineage)
 
@@ -171,7 +171,7 @@ def _run_restore(
             options=opts,
             state_dir=Path(kw["state_dir"]),
             restart=kw["restart"],
-            key=encryption_key(kw),
+            key=keyring(kw),
             parallel=kw["parallel"],
             workers=worker_spec(app, kw),
             progress=app.progress(),

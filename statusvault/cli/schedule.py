@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from typing import Any
 
 import click
 import yaml
 
-from statusvault import catalog
+from statusvault import catalog, rfc3339
 from statusvault.backup.selection import select_resources
 from statusvault.cli.app import App
 from statusvault.cli.options import (
@@ -162,7 +163,8 @@ def apply_and_report(app: App, discovery: Discovery, manifests: list[dict[str, A
 @output_option
 @click.pass_obj
 def prune(app: App, /, output: str, **kw: Any) -> None:
-    """Apply retention: keep-last/daily/weekly and TTL; never deletes the newest complete backup."""
+    """Apply retention: keep-last/daily/weekly and TTL; never deletes the newest complete backup, nor one S3 Object
+    Lock holds (reported as held, and until when)."""
     store = app.store(kw.pop("storage"), s3_options(kw))
     policy = RetentionPolicy(
         kw["keep_last"],
@@ -189,11 +191,18 @@ def prune(app: App, /, output: str, **kw: Any) -> None:
         {
             "policy": policy.to_dict(),
             "dryRun": kw["dry_run"],
-            "decisions": [{"name": d.name, "delete": d.delete, "reason": d.reason} for d in decisions],
+            "decisions": [
+                {"name": d.name, "delete": d.delete, "reason": d.reason, "held": d.held, "heldUntil": _at(d.held_until)}
+                for d in decisions
+            ],
         },
         output,
         text,
     )
+
+
+def _at(when: dt.datetime | None) -> str | None:
+    return rfc3339.format_seconds(when) if when is not None else None
 
 
 COMMANDS = (schedule, prune)

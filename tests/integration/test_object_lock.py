@@ -1,0 +1,200 @@
+"""S3 Object Lock on moto's S3 server over HTTP (no cluster: backups of an in-memory one, tests/sealed.py): a
+locked backup survives `prune` and `delete`, a direct delete of its object versions with the same credentials
+fails, restore and verify still read it; a legal hold is set and released; a bucket without Object Lock and a
+directory are refused before anything is written."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as dt
+import io
+import json
+import os
+import time
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from statusvault import catalog, keys
+from statusvault.archive.envelope import FileKek, Keyring
+from statusvault.cli.main import main
+from statusvault.errors import BackupHeldError, ConfigError, ExitStatus
+from statusvault.retention import RetentionPolicy
+from statusvault.storage.base import ObjectLock, S3Options, archive_key, manifest_key
+from statusvault.storage.local import LocalStore
+from statusvault.storage.s3 import S3Store
+from tests.builders import unique
+from tests.sealed import KC, back_up, cluster, key_file, names_in
+
+NAMES = ["kc-0", "kc-1", "kc-2"]
+PREFIX = "team"
+
+
+@pytest.fixture
+def s3(s3_endpoint: str):
+    return boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+
+
+@pytest.fixture
+def locked_bucket(s3) -> str:
+    name = unique("lock")
+    s3.create_bucket(Bucket=name, ObjectLockEnabledForBucket=True)
+    return name
+
+
+def store_of(endpoint: str, bucket: str) -> S3Store:
+    options = S3Options(endpoint_url=endpoint, region="us-east-1", addressing_style="path")
+    return S3Store(bucket, PREFIX, options)
+
+
+@pytest.fixture
+def store(s3_endpoint: str, locked_bucket: str) -> S3Store:
+    return store_of(s3_endpoint, locked_bucket)
+
+
+def lock(mode: str = "GOVERNANCE", seconds: float = 86400, legal_hold: bool = False) -> ObjectLock:
+    until = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)).replace(microsecond=0)
+    return ObjectLock(mode, until, legal_hold)
+
+
+def cli(store: S3Store, *args: str) -> tuple[int, str, str]:
+    """A store command of the CLI, in-process (they need no cluster)."""
+    out, err = io.StringIO(), io.StringIO()
+    storage = ["--storage", f"s3://{store.bucket}/{PREFIX}", "--s3-endpoint-url", store.options.endpoint_url or "",
+               "--s3-addressing-style", "path"]  # fmt: skip
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([*args, *storage])
+    return int(code), out.getvalue(), err.getvalue()
+
+
+def versions(s3, bucket: str, key: str) -> list[str]:
+    found = s3.list_object_versions(Bucket=bucket, Prefix=f"{PREFIX}/{key}").get("Versions") or []
+    return [v["VersionId"] for v in found if v["Key"] == f"{PREFIX}/{key}"]
+
+
+def test_a_locked_backup_survives_prune_and_a_direct_delete_and_still_restores(store, s3, tmp_path):
+    kek = FileKek.from_file(key_file(tmp_path, "k"))
+    kube = cluster()
+    back_up(kube, store, "nightly-1", key=Keyring((kek,)), lock=lock())
+    back_up(kube, store, "nightly-2", key=Keyring((kek,)))
+    back_up(kube, store, "nightly-3", key=Keyring((kek,)))
+
+    code, out, err = cli(store, "prune", "--keep-last", "1", "-o", "json")
+
+    assert code == ExitStatus.SUCCESS, err
+    decisions = {d["name"]: d for d in json.loads(out)["decisions"]}
+    assert decisions["nightly-1"]["delete"] is False and decisions["nightly-1"]["reason"].startswith(
+        "held by Object Lock: governance until "
+    )
+    assert decisions["nightly-1"]["heldUntil"] == store.lock_of(archive_key("nightly-1")).to_dict()["retainUntil"]
+    assert decisions["nightly-2"]["delete"] is True and decisions["nightly-3"]["delete"] is False
+    assert [b.name for b in catalog.list_backups(store)] == ["nightly-1", "nightly-3"]
+
+    for key in (archive_key("nightly-1"), manifest_key("nightly-1")):
+        (version,) = versions(s3, store.bucket, key)
+        with pytest.raises(ClientError, match="AccessDenied"):
+            s3.delete_object(Bucket=store.bucket, Key=f"{PREFIX}/{key}", VersionId=version)
+    with pytest.raises(BackupHeldError, match=r"^backup 'nightly-1' is held by S3 Object Lock \(governance until"):
+        catalog.delete(store, "nightly-1")
+    assert catalog.list_backups(store)[0].complete, "a refused delete leaves no delete marker behind"
+
+    assert names_in(store, "nightly-1", Keyring((kek,))) == NAMES
+    assert catalog.verify(store, "nightly-1", Keyring((kek,))).ok
+
+
+def test_compliance_mode_is_not_bypassed_where_governance_is(store, s3):
+    kube = cluster()
+    back_up(kube, store, "gov", lock=lock("GOVERNANCE"))
+    back_up(kube, store, "comp", lock=lock("COMPLIANCE"))
+    for name, deleted in (("gov", True), ("comp", False)):
+        (version,) = versions(s3, store.bucket, archive_key(name))
+        attempt = {"Bucket": store.bucket, "Key": f"{PREFIX}/{archive_key(name)}", "VersionId": version}
+        with contextlib.nullcontext() if deleted else pytest.raises(ClientError, match="AccessDenied"):
+            s3.delete_object(**attempt, BypassGovernanceRetention=True)
+
+
+def test_every_object_of_the_backup_is_locked_but_not_its_writer_lease(store, s3):
+    big = cluster(0)
+    for i in range(14):  # ~10.5 MB of incompressible status: a multipart upload, whose lock moto drops
+        blob = base64.b64encode(os.urandom(750_000)).decode()
+        meta = {"name": f"big-{i}", "namespace": "team-a"}
+        body = {"apiVersion": "xyz.example.com/v1", "kind": KC.kind, "metadata": meta, "status": {"b": blob}}
+        big.put(KC, body)
+    wanted = lock("COMPLIANCE", legal_hold=True)
+    back_up(big, store, "big", lock=wanted)
+    assert store.lock_of(archive_key("big")).covers(wanted) and store.lock_of(manifest_key("big")).covers(wanted)
+    lease = versions(s3, store.bucket, "backups/big/writer.json")
+    assert lease, "the writer lease was written, then deleted (a delete marker hides its versions)"
+    for version in lease:  # not locked: what a lifecycle rule for noncurrent versions removes
+        s3.delete_object(Bucket=store.bucket, Key=f"{PREFIX}/backups/big/writer.json", VersionId=version)
+
+
+def test_a_legal_hold_is_set_and_released_by_a_command(store):
+    kube = cluster()
+    for name in ("a", "b"):
+        back_up(kube, store, name)
+
+    code, out, err = cli(store, "hold", "set", "a")
+    assert (code, err) == (0, "") and out == "Legal hold set on backup a (2 object versions)\n"
+    assert catalog.prune(store, RetentionPolicy(keep_last=1), dry_run=True)[0].reason == (
+        "held by Object Lock: legal hold"
+    )
+    assert cli(store, "delete", "a", "--yes")[0] == ExitStatus.ERROR
+
+    code, out, err = cli(store, "hold", "release", "a")
+    assert (code, out) == (0, "Legal hold released on backup a (2 object versions)\n"), err
+    pruned = catalog.prune(store, RetentionPolicy(keep_last=1))
+    assert [(d.name, d.delete) for d in pruned] == [("a", True), ("b", False)]
+
+
+def test_a_retention_that_ended_no_longer_holds(store):
+    kube = cluster()
+    back_up(kube, store, "a-short", lock=lock(seconds=2))
+    back_up(kube, store, "b-newer")
+    assert catalog.prune(store, RetentionPolicy(keep_last=1), dry_run=True)[0].held
+    time.sleep(2.5)
+    assert [(d.name, d.delete) for d in catalog.prune(store, RetentionPolicy(keep_last=1))] == [
+        ("a-short", True),
+        ("b-newer", False),
+    ]
+
+
+def test_list_and_describe_show_the_lock(store):
+    back_up(cluster(), store, "b", lock=lock(legal_hold=True))
+    wanted = store.lock_of(archive_key("b")).to_dict()
+    code, out, _ = cli(store, "list", "-o", "json")
+    assert code == 0 and json.loads(out)[0]["lock"] == wanted and wanted["mode"] == "GOVERNANCE"
+    code, out, _ = cli(store, "list")
+    assert "governance until" in out and "legal hold" in out
+    code, out, _ = cli(store, "describe", "b", "-o", "json")
+    assert code == 0 and json.loads(out)["lock"] == wanted
+    assert "Lock:       governance until " in cli(store, "describe", "b")[1]
+
+
+def test_a_bucket_without_object_lock_and_a_directory_are_refused_before_anything_is_written(
+    s3_endpoint, bucket, s3, tmp_path
+):
+    plain = store_of(s3_endpoint, bucket)
+    with pytest.raises(ConfigError, match="the bucket does not have Object Lock enabled"):
+        back_up(cluster(), plain, "b", lock=lock())
+    assert s3.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+    with pytest.raises(ConfigError, match="cannot lock backups: Object Lock .* needs an S3 bucket"):
+        back_up(cluster(), LocalStore(tmp_path / "dir"), "b", lock=lock())
+    assert not (tmp_path / "dir").exists()
+    code, _, err = cli(plain, "hold", "set", "b")
+    assert code == ExitStatus.USAGE and err.count("\n") == 1 and "does not have Object Lock enabled" in err
+
+
+def test_rotating_a_locked_backup_writes_a_new_manifest_version_with_the_same_lock(store, s3, tmp_path):
+    old, new = (FileKek.from_file(key_file(tmp_path, n)) for n in ("old", "new"))
+    wanted = lock("COMPLIANCE")
+    back_up(cluster(), store, "b", key=Keyring((old,)), lock=wanted)
+
+    rotation = keys.rotate(store, ["b"], old, new, retire=True)
+
+    assert [r.action for r in rotation.results] == ["retired"], rotation.results
+    assert store.lock_of(manifest_key("b")).covers(wanted)
+    assert len(versions(s3, store.bucket, manifest_key("b"))) == 3, "added, then retired: two versions more"
+    assert names_in(store, "b", Keyring((new,))) == NAMES
