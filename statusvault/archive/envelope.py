@@ -88,10 +88,6 @@ class Keyring:
             return keys or cls()
         return cls((FileKek(keys),))
 
-    def file_key(self) -> Key | None:
-        """The first key file's key: what encrypts a watch's segments, which have no envelope."""
-        return next((k.key for k in self.keks if isinstance(k, FileKek)), None)
-
     def names(self) -> str:
         return ", ".join(k.name for k in self.keks)
 

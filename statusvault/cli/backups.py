@@ -232,7 +232,7 @@ def verify(app: App, /, name: str, output: str, **kw: Any) -> None:
     keys = keyring(kw)
     store = app.store(kw.pop("storage"), s3_options(kw))
     if is_watch(store, name):
-        verify_watch(store, name, keys.file_key(), output)
+        verify_watch(store, name, keys, output)
         return
     report = catalog.verify(store, name, keys)
     data = {

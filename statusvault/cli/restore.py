@@ -152,7 +152,7 @@ def _restore(app: App, backup_name: str, output: str, kw: dict[str, Any], unpaus
 
     moment_wanted = parse_at(at)
     lineage = "" if moment_wanted else f"{backup_name}-at-latest"  # the latest moment moves on between runs
-    with point_in_time(store, backup_name, moment_wanted, keyring(kw).file_key()) as (moment_store, name, moment):
+    with point_in_time(store, backup_name, moment_wanted, keyring(kw)) as (moment_store, name, moment):
         click.echo(f"restoring watch {backup_name} as it was at {moment.isoformat()} (as {name})", err=True)
         _run_restore(app, moment_store, name, output, kw, unpause, lineage)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from statusvault.archive.crypto import Key
+from statusvault.archive.envelope import Keys
 from statusvault.cli.output import emit, human_size, table
 from statusvault.errors import ArchiveError
 from statusvault.retention import Decision, RetentionPolicy
@@ -30,7 +30,7 @@ def show_timeline(store: ObjectStore, output: str) -> None:
     emit(data, output, text)
 
 
-def verify_watch(store: ObjectStore, name: str, key: Key | None, output: str) -> None:
+def verify_watch(store: ObjectStore, name: str, key: Keys, output: str) -> None:
     """Walk every chain; a broken one is one line and a non-zero exit."""
     try:
         found, unread = chains.verify(store, name, key)

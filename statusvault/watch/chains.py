@@ -10,7 +10,7 @@ from typing import Any
 
 from statusvault import rfc3339
 from statusvault.archive.crypto import Key
-from statusvault.archive.envelope import FileKek, refs
+from statusvault.archive.envelope import FileKek, Keys, refs
 from statusvault.catalog import read_manifest
 from statusvault.errors import ArchiveError, BackupNotFoundError
 from statusvault.storage.base import (
@@ -103,9 +103,7 @@ def _chain(store: ObjectStore, watch: str, base: str, entry: dict[str, Any], hea
     return Chain(watch, base, start, str(info.get("baseSha256", "")), len(seqs), until, entry["bytes"], head_seq)
 
 
-def walk(
-    store: ObjectStore, chain: Chain, key: Key | None, upto: dt.datetime | None = None
-) -> Iterator[dict[str, Any]]:
+def walk(store: ObjectStore, chain: Chain, key: Keys, upto: dt.datetime | None = None) -> Iterator[dict[str, Any]]:
     """Every record of the chain (up to `upto`), in order, checking each link (see `links`) and each segment's
     SHA-256. Raises ArchiveError at the first broken link."""
     for where, m in links(store, chain, upto):
@@ -144,7 +142,7 @@ def _check_base(store: ObjectStore, chain: Chain) -> None:
         raise ArchiveError(f"base {chain.base} of watch {chain.watch!r} is not the one its chain names")
 
 
-def verify(store: ObjectStore, watch: str, key: Key | None) -> tuple[list[Chain], int]:
+def verify(store: ObjectStore, watch: str, key: Keys) -> tuple[list[Chain], int]:
     """Walk every chain of the watch in full; ArchiveError at the first broken link. Returns the chains and the
     number of encrypted segments whose records went unread for want of the key (their links and stored
     SHA-256 were checked, as `verify` does for an encrypted backup without its key)."""
@@ -155,7 +153,7 @@ def verify(store: ObjectStore, watch: str, key: Key | None) -> tuple[list[Chain]
     for chain in found:
         for where, m in links(store, chain):
             skey = segment_key(chain.watch, chain.base, m["seq"])
-            if key is None and m.get("encryption"):
+            if not key and m.get("encryption"):
                 with stored_segment(store, skey, m, where):
                     unread += 1
                 continue

@@ -16,7 +16,7 @@ import orjson
 
 from statusvault import rfc3339
 from statusvault.archive import ArchiveWriter, member_path, parse_member_path
-from statusvault.archive.crypto import Key
+from statusvault.archive.envelope import Keys
 from statusvault.catalog import read_manifest
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.model import ObjectKey
@@ -52,7 +52,7 @@ def point_name(watch: str, at: dt.datetime) -> str:
 
 @contextlib.contextmanager
 def point_in_time(
-    store: ObjectStore, watch: str, at: dt.datetime | None, key: Key | None
+    store: ObjectStore, watch: str, at: dt.datetime | None, key: Keys
 ) -> Iterator[tuple[ObjectStore, str, dt.datetime]]:
     """(a temporary store, the backup name in it, the moment) holding the watch's state at `at` (None: latest).
 
@@ -71,7 +71,7 @@ def point_in_time(
         yield out, name, moment
 
 
-def _load_base(db: sqlite3.Connection, store: ObjectStore, chain: Chain, key: Key | None) -> dict[str, Any]:
+def _load_base(db: sqlite3.Connection, store: ObjectStore, chain: Chain, key: Keys) -> dict[str, Any]:
     with open_backup(store, chain.base, key) as reader:
         head = reader.head()
         rows = ((k.qualified, k.namespace, k.name, data) for k, data in _keyed(reader.objects()))
@@ -89,7 +89,7 @@ def _apply_changes(
     db: sqlite3.Connection,
     store: ObjectStore,
     chain: Chain,
-    key: Key | None,
+    key: Keys,
     moment: dt.datetime,
     resources: dict[str, Any],
 ) -> None:

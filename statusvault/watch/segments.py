@@ -17,6 +17,7 @@ import orjson
 from statusvault import rfc3339
 from statusvault.archive import file_sha256
 from statusvault.archive.crypto import ALGORITHM, EncryptingWriter, Key, decrypt_file
+from statusvault.archive.envelope import FileKek, Keyring, Keys
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.storage.base import ObjectStore
 
@@ -139,23 +140,28 @@ def stored_segment(store: ObjectStore, key: str, m: dict[str, Any], where: str) 
 
 
 @contextlib.contextmanager
-def fetched_segment(store: ObjectStore, key: str, m: dict[str, Any], enc: Key | None, where: str) -> Iterator[Path]:
+def fetched_segment(store: ObjectStore, key: str, m: dict[str, Any], keys: Keys, where: str) -> Iterator[Path]:
     """The segment's plaintext gzip as a local file, after its stored size and SHA-256 were checked. Key problems
-    are the archives' (catalog.readable_archive): a ConfigError, as is a plaintext segment met with a key."""
+    are the archives' (catalog.readable_archive): a ConfigError, as is a plaintext segment met with a key. A segment
+    has no envelope: of the keys given, the key file that sealed it opens it."""
     with tempfile.TemporaryDirectory(prefix="statusvault-seg-") as tmp, stored_segment(store, key, m, where) as path:
         encryption = m.get("encryption")
+        ring = Keyring.of(keys)
         if not encryption:
-            if enc is not None:  # else whoever can write the bucket could swap in a plaintext segment
+            if ring:  # else whoever can write the bucket could swap in a plaintext segment
                 raise ConfigError(f"{where} is not encrypted, but an encryption key was given: refusing it")
             yield path
             return
         key_id, algorithm = str(encryption.get("keyId"))[:64], str(encryption.get("algorithm"))[:64]
         if algorithm != ALGORITHM:
             raise ArchiveError(f"{where} is encrypted with {algorithm!r}, which this statusvault cannot read")
-        if enc is None:
+        files = [k.key for k in ring.keks if isinstance(k, FileKek)]
+        if not files:
             raise ConfigError(f"{where} is encrypted (key {key_id!r}): pass --encryption-key-file")
-        if enc.id != key_id:
-            raise ConfigError(f"{where} was encrypted with key {key_id!r}, not with the given key ({enc.id})")
+        enc = next((k for k in files if k.id == key_id), None)
+        if enc is None:
+            given = ", ".join(k.id for k in files)
+            raise ConfigError(f"{where} was encrypted with key {key_id!r}, not with the given key ({given})")
         plain = Path(tmp) / "plain"
         with open(plain, "wb") as f:
             decrypt_file(path, f, enc)
