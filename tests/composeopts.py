@@ -20,6 +20,7 @@ class Context:
     world: World
     store: str = "store"
     key: str = "key"
+    other_key: str = "other-key"  # a key that opens none of the backups: listed first, a restore must pass it over
     modifiers: str = "modifiers.yaml"
     operator: str = "ops/deployment/op"
     mapped: tuple[str, str] = ("new-a", "new-b")
@@ -86,7 +87,8 @@ def args_of(name: str, value: Any, ctx: Context) -> list[str]:
         "scale_down": lambda: ["--scale-down", ctx.operator],
         "at": lambda: ["--at", "latest"],
         "delete_source": lambda: ["--delete-source", "--yes"],
-        "encryption": lambda: ["--encryption-key-file", ctx.key],
+        "encryption": lambda: [*(["--encryption-key-file", ctx.other_key] if value == "keys" else []),
+                               "--encryption-key-file", ctx.key],  # fmt: skip
     }
     return flags[name]()
 

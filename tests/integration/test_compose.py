@@ -71,7 +71,7 @@ PARAMS: dict[str, tuple[Any, ...]] = {
     "processes": (None, 2),
     "dry_run": (None, "client", "server"),
     "at": (False, True),  # a watch, restored --at latest
-    "encryption": (False, True),
+    "encryption": (False, "key", "keys"),  # "keys": a key that opens nothing first, then the backup's
 }
 
 
@@ -131,10 +131,11 @@ def backed(cluster, kube: KubeClient, tmp_path_factory: pytest.TempPathFactory, 
     create_all(kube, world.objects())
     objects = [o for ns in (world.a, world.b, None) for o in _listed(kube, world, ns)]
     ops = _operator(kube)
-    key, modifiers = tmp / "key", tmp / "modifiers.yaml"
-    key.write_text(base64.b64encode(os.urandom(32)).decode())
+    key, other, modifiers = tmp / "key", tmp / "other-key", tmp / "modifiers.yaml"
+    for path in (key, other):
+        path.write_text(base64.b64encode(os.urandom(32)).decode())
     modifiers.write_text(world.modifiers())
-    ctx = Context(world, str(tmp / "store"), str(key), str(modifiers), f"{ops}/deployment/op")
+    ctx = Context(world, str(tmp / "store"), str(key), str(other), str(modifiers), f"{ops}/deployment/op")
     include = ",".join(world.qualified)
     for name, sealed in (("plain", ()), ("sealed", ("--encryption-key-file", str(key)))):
         code, _, err = cli(cluster.kubeconfig, "backup", name, "--include-resources", include, "--storage", ctx.store,

@@ -65,8 +65,9 @@ def test_tampered_ciphertext_is_refused_even_with_a_matching_manifest(run, make,
 
     result = run("restore", "sealed", "--encryption-key-file", keys["right"])
     assert result.code == ExitStatus.ERROR
-    assert (
-        result.err.strip() == "error: cannot decrypt the archive: wrong key, or the archive was modified or cut short"
+    assert result.err.strip() == (  # the wrapped data key is bound to the archive's SHA-256 the backup wrote
+        f"error: the data key of backup 'sealed' does not unwrap with key file {keys['right']}: its manifest was "
+        "modified, or its wrapped key belongs to another backup or archive"
     )
 
 
@@ -88,4 +89,8 @@ def test_a_key_refuses_plaintext_and_archives_of_other_backups(run, make, namesp
     (folder / "b" / "manifest.json").write_text(json.dumps(manifest))
     swapped = run("restore", "b", "--encryption-key-file", keys["right"])
     assert swapped.code == ExitStatus.ERROR
-    assert swapped.err.strip() == "error: the encrypted archive stored as 'b' belongs to backup 'a'"
+    assert swapped.err.startswith("error: the data key of backup 'b' does not unwrap with key file ")
+    manifest["encryption"] = json.loads((folder / "a" / "manifest.json").read_text())["encryption"]
+    (folder / "b" / "manifest.json").write_text(json.dumps(manifest))  # a's wrapped key too: bound to a's name
+    swapped = run("restore", "b", "--encryption-key-file", keys["right"])
+    assert swapped.code == ExitStatus.ERROR and "does not unwrap" in swapped.err
