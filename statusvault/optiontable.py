@@ -44,12 +44,19 @@ _WATCH = (
     "--metrics-textfile", "--encryption-key-file",
 )  # fmt: skip
 
+_SCHEDULE = (
+    "--schedule", *_STORAGE, *_SELECTION, "--include-crds", "--namespace-of-job", "--image", "--credentials-secret",
+    "--encryption-key-secret", "--apply", "--dry-run", "--kms-key-id", "--lock-mode", "--lock-for", "--legal-hold",
+    "--keep-last", "--ttl", "--keep-daily", "--keep-weekly", "--metrics-pushgateway", "--kube-version",
+)  # fmt: skip
+
 COMMAND_OPTIONS: dict[str, frozenset[str]] = {
     "restore": frozenset(_RESTORE),
     "unpause": frozenset(_RESTORE),
     "backup": frozenset(_BACKUP),
     "move": frozenset(_MOVE),
     "watch run": frozenset(_WATCH),
+    "schedule render": frozenset(_SCHEDULE),
     "keys rotate": frozenset(("--from", "--to", "--all", "--retire", *_STORAGE, "--output")),
 }
 

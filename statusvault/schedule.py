@@ -33,6 +33,10 @@ class ScheduleSpec:
     metrics_pushgateway: str = ""
     cronjob_api: str = "batch/v1"  # batch/v1beta1 before Kubernetes 1.21
     encryption_secret: str = ""  # a Secret whose "key" is the base64 encryption key
+    kms_key_ids: tuple[str, ...] = ()  # KMS keys that wrap each backup's data key as well
+    lock_mode: str = ""  # governance | compliance: S3 Object Lock on each backup, for lock_for from its start
+    lock_for: str = ""
+    legal_hold: bool = False
 
     @property
     def account(self) -> str:
@@ -184,6 +188,12 @@ def backup_args(spec: ScheduleSpec, types: list[ResourceType]) -> list[str]:
         args += ["--name", ",".join(sel.names)]
     if spec.encryption_secret:
         args += KEY_ARGS
+    for kms in spec.kms_key_ids:
+        args += ["--kms-key-id", kms]
+    if spec.lock_mode:
+        args += ["--lock-mode", spec.lock_mode, "--lock-for", spec.lock_for]
+    if spec.legal_hold:
+        args.append("--legal-hold")
     args.append("--include-crds" if sel.include_crds else "--no-include-crds")
     if sel.include_cluster_resources is not None:  # else the default, which takes a cluster-scoped type named above
         args.append(

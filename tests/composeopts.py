@@ -87,10 +87,14 @@ def args_of(name: str, value: Any, ctx: Context) -> list[str]:
         "scale_down": lambda: ["--scale-down", ctx.operator],
         "at": lambda: ["--at", "latest"],
         "delete_source": lambda: ["--delete-source", "--yes"],
-        "encryption": lambda: [*(["--encryption-key-file", ctx.other_key] if value == "keys" else []),
-                               "--encryption-key-file", ctx.key],  # fmt: skip
+        "encryption": lambda: [a for k in keys_of(value, ctx) for a in ("--encryption-key-file", k)],
     }
     return flags[name]()
+
+
+def keys_of(value: str, ctx: Context) -> list[str]:
+    """The key files of an encryption value: the backup's, after one that opens nothing for "keys"."""
+    return [ctx.other_key, ctx.key] if value == "keys" else [ctx.key]
 
 
 DEFAULTS: Row = {  # what a row without the parameter means

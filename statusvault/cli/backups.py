@@ -32,7 +32,7 @@ from statusvault.errors import ArchiveError
 from statusvault.metrics import recorded
 from statusvault.model import Selection
 from statusvault.optiontable import check_options
-from statusvault.storage.base import validate_backup_name
+from statusvault.storage.base import locking, validate_backup_name
 
 
 @click.command()
@@ -106,6 +106,8 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
         names=split_csv(kw["names"]),
     )
     store = app.store(kw["storage"], s3)
+    if lock is not None:
+        locking(store)  # a directory, a bucket without Object Lock: refused before the cluster is asked anything
     with recorded("backup", schedule, kw["metrics_textfile"], kw["metrics_pushgateway"]) as run:
         engine = BackupEngine(
             app.client(pool_size=kw["list_concurrency"] * 2 + 4),

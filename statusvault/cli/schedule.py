@@ -14,8 +14,10 @@ from statusvault.backup.selection import select_resources
 from statusvault.cli.app import App
 from statusvault.cli.options import (
     cluster_resources_option,
+    lock_options,
     manifest_options,
     metrics_options,
+    object_lock,
     output_option,
     s3_options,
     selection_options,
@@ -28,6 +30,7 @@ from statusvault.kube.apply import apply_manifests
 from statusvault.kube.discovery import Discovery
 from statusvault.metrics import recorded
 from statusvault.model import Selection
+from statusvault.optiontable import check_options
 from statusvault.retention import RetentionPolicy, parse_duration
 from statusvault.schedule import ScheduleSpec, cronjob_api_for, offline_types, render
 from statusvault.storage.base import validate_backup_name
@@ -70,6 +73,8 @@ def schedule() -> None:
 )
 @click.option("--namespace-of-job", default="statusvault", show_default=True, help="Namespace of the CronJob.")
 @manifest_options
+@click.option("--kms-key-id", multiple=True, help="A KMS key that wraps each backup's data key (repeatable).")
+@lock_options
 @retention_options
 @click.option("--metrics-pushgateway", default="", metavar="URL", help="Push run metrics to this Pushgateway.")
 @click.option(
@@ -81,6 +86,8 @@ def schedule() -> None:
 def render_cmd(app: App, /, name: str, cron: str, **kw: Any) -> None:
     """Print (or --apply) the ServiceAccount, RBAC and CronJob for backups named NAME-YYYYMMDDhhmmss."""
     validate_backup_name(name)
+    check_options("schedule render", kw)
+    object_lock(dict(kw), dt.datetime.now(dt.UTC))  # a bad --lock-for fails here, not in the first night's run
     s3 = s3_options(kw)
     if not str(kw["storage"] or "").startswith("s3://"):
         raise ConfigError("a scheduled backup needs --storage s3://bucket/prefix: a pod's filesystem does not last")
@@ -108,6 +115,10 @@ def render_cmd(app: App, /, name: str, cron: str, **kw: Any) -> None:
         metrics_pushgateway=kw["metrics_pushgateway"],
         cronjob_api=_cronjob_api(kw["kube_version"], discovery),
         encryption_secret=kw["encryption_key_secret"],
+        kms_key_ids=tuple(kw["kms_key_id"]),
+        lock_mode=kw["lock_mode"] or "",
+        lock_for=kw["lock_for"] or "",
+        legal_hold=kw["legal_hold"],
     )
     types = select_resources(discovery, selection) if discovery is not None else offline_types(selection)
     manifests = render(spec, types)

@@ -136,3 +136,54 @@ def test_every_option_also_comes_from_the_environment(cli, monkeypatch):
     monkeypatch.setenv("STATUSVAULT_LIST_OUTPUT", "json")  # STATUSVAULT_<COMMAND>_<OPTION> when not named
     code, out, _ = cli("list")
     assert code == 0 and json.loads(out)[0]["name"] == "b1"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--lock-mode", "governance"], "--lock-mode needs --lock-for: a retention is a mode and how long it lasts"),
+        (["--lock-for", "30d"], "--lock-for needs --lock-mode: a retention is a mode and how long it lasts"),
+        (
+            ["--lock-mode", "compliance", "--lock-for", "soon"],
+            "invalid duration 'soon': use e.g. 720h, 30d, 2w or 1h30m",
+        ),
+    ],
+    ids=["mode-alone", "duration-alone", "bad-duration"],
+)
+def test_a_lock_is_a_mode_and_a_duration(cli, args, message):
+    assert cli("backup", *args) == (ExitStatus.USAGE, "", f"error: {message}\n")
+    assert not cli.store.exists()
+
+
+@pytest.mark.parametrize("args", [["--lock-mode", "governance", "--lock-for", "1d"], ["--legal-hold"]])
+def test_a_directory_cannot_lock_a_backup_and_is_refused_before_the_cluster_is_asked(cli, args):
+    code, out, err = cli("backup", *args)
+    assert (code, out) == (ExitStatus.USAGE, "")
+    assert err.startswith(f"error: file://{cli.store} cannot lock backups: Object Lock (--lock-mode, --legal-hold) "
+                          "needs an S3 bucket created with Object Lock enabled")  # fmt: skip
+    assert len(err.splitlines()) == 1 and not cli.store.exists()
+
+
+def test_a_legal_hold_needs_a_bucket_with_object_lock(cli):
+    stored_backup(cli.store)
+    code, _, err = cli("hold", "set", "b1")
+    assert code == ExitStatus.USAGE and err.startswith(f"error: file://{cli.store} cannot lock backups")
+
+
+@pytest.mark.parametrize("names", [[], ["b1", "--all"]], ids=["neither", "both"])
+def test_keys_rotate_takes_backup_names_or_all(cli, tmp_path, names):
+    assert cli("keys", "rotate", "--from", "a.key", "--to", "b.key", *names) == (
+        ExitStatus.USAGE, "", "error: name the backups to rotate, or pass --all (not both)\n"
+    )  # fmt: skip
+
+
+def test_keys_rotate_reports_each_backup_and_exits_3_when_one_fails(cli, tmp_path):
+    from tests.sealed import key_file
+
+    stored_backup(cli.store)  # not encrypted: skipped
+    old, new = key_file(tmp_path, "old"), key_file(tmp_path, "new")
+    code, out, err = cli("keys", "rotate", "--from", str(old), "--to", str(new), "b1", "nope", "-o", "json")
+    assert code == ExitStatus.PARTIAL_FAILURE
+    assert json.loads(out)["results"][0] == {"name": "b1", "action": "skipped", "detail": "not encrypted"}
+    assert json.loads(out)["results"][1]["action"] == "failed"
+    assert err == "error: 1 backup(s) not rotated: run the same command again once fixed\n"

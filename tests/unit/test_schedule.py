@@ -64,3 +64,16 @@ def test_the_scheduled_backup_takes_exactly_the_resources_its_rbac_was_rendered_
         include_crds=params["include_crds"],
     )
     assert select_resources(discovery, rendered) == types
+
+
+def test_the_scheduled_backup_locks_and_wraps_as_the_schedule_says():
+    kc = resource_type("xyz.example.com", "KubernetesCluster")
+    spec = ScheduleSpec("n", "@daily", Selection(), "s3://b/p", kms_key_ids=("alias/backups",), lock_mode="compliance",
+                        lock_for="30d", legal_hold=True)  # fmt: skip
+    params = backup.make_context("backup", backup_args(spec, [kc])[1:]).params
+    assert (params["kms_key_id"], params["lock_mode"], params["lock_for"], params["legal_hold"]) == (
+        ("alias/backups",),
+        "compliance",
+        "30d",
+        True,
+    )
