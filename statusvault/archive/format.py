@@ -16,6 +16,7 @@ from statusvault.errors import ArchiveError
 from statusvault.model import ObjectKey
 
 FORMAT_VERSION = "1.0"
+ENVELOPE_FORMAT_VERSION = "1.1"  # an encrypted backup whose data key its summary manifest holds wrapped (envelope.py)
 SUPPORTED_MAJOR = 1
 MANIFEST_MEMBER = "manifest.json"
 RESOURCES_DIR = "resources"

@@ -17,6 +17,7 @@ from statusvault import __version__, rfc3339
 from statusvault.archive import FORMAT_VERSION, ArchiveWriter, member_path
 from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import Keyring, Keys, context, sealed_field
+from statusvault.archive.format import ENVELOPE_FORMAT_VERSION
 from statusvault.backup.listers import ListerPool, ListerSpec
 from statusvault.backup.selection import select_resources
 from statusvault.backup.spools import InOrder, Record, Spool
@@ -191,6 +192,7 @@ class BackupEngine:
                 manifest = self._manifest(name, selection, summaries, writer, created_at)
                 manifest["schedule"] = schedule
                 if data_key is not None:
+                    manifest["formatVersion"] = ENVELOPE_FORMAT_VERSION
                     manifest["encryption"] = data_key.describe()  # the archive's own copy: no wrappings
                 size, sha = writer.finish(manifest)
                 if data_key is not None:  # wrapped for the summary, bound to the name and the archive's bytes
