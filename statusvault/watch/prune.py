@@ -37,6 +37,7 @@ def prune_watch(
     found = chains(store, watch)
     decisions = decide(found, policy, now or dt.datetime.now(dt.UTC))
     decisions += _leftovers(store, watch, {c.base for c in found}, policy, now or dt.datetime.now(dt.UTC))
+    decisions = [catalog.held_back(d, catalog.hold(store, d.name) if d.delete else None) for d in decisions]
     if not dry_run:
         for d in decisions:
             if d.delete:
