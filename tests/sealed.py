@@ -4,6 +4,8 @@ and what a backup holds read back through the restore's reader."""
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import os
 from pathlib import Path
 from typing import Any
@@ -11,10 +13,12 @@ from typing import Any
 import orjson
 
 from statusvault.backup import BackupEngine, BackupResult
+from statusvault.cli.main import main
 from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.model import Selection
 from statusvault.restore.runner import open_backup
 from statusvault.storage.base import ObjectStore
+from statusvault.storage.s3 import S3Store
 from tests.builders import cr, crd, resource_type
 from tests.fake import FakeKube
 
@@ -35,6 +39,17 @@ def cluster(count: int = 3) -> FakeKube:
 
 def back_up(kube: FakeKube, store: ObjectStore, name: str, **engine: Any) -> BackupResult:
     return BackupEngine(kube, kube.discovery(NAMESPACES), store, page_size=50, **engine).run(name, Selection())
+
+
+def store_cli(store: S3Store, *args: str) -> tuple[int, str, str]:
+    """A command of the CLI that needs no cluster (list, prune, hold, keys, verify ...), in-process, on `store`."""
+    out, err = io.StringIO(), io.StringIO()
+    endpoint = store.options.endpoint_url or ""
+    storage = ["--storage", f"s3://{store.bucket}/{store.prefix}", "--s3-endpoint-url", endpoint,
+               "--s3-addressing-style", "path"]  # fmt: skip
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([*args, *storage])
+    return int(code), out.getvalue(), err.getvalue()
 
 
 def key_file(folder: Path, name: str) -> Path:

@@ -5,8 +5,6 @@ is refused before anything is written."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import boto3
@@ -14,13 +12,12 @@ import pytest
 
 from statusvault import catalog
 from statusvault.archive.envelope import FileKek, Keyring
-from statusvault.cli.main import main
 from statusvault.errors import ArchiveError, ConfigError, ExitStatus
 from statusvault.kms import KmsKek
 from statusvault.storage.base import S3Options
 from statusvault.storage.s3 import S3Store
 from tests.builders import unique
-from tests.sealed import back_up, cluster, key_file, names_in
+from tests.sealed import back_up, cluster, key_file, names_in, store_cli
 
 NAMES = ["kc-0", "kc-1", "kc-2"]
 
@@ -45,15 +42,6 @@ def store(s3_endpoint: str, bucket: str) -> S3Store:
     return S3Store(bucket, "p", S3Options(endpoint_url=s3_endpoint, region="us-east-1", addressing_style="path"))
 
 
-def cli(store: S3Store, *args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    storage = ["--storage", f"s3://{store.bucket}/p", "--s3-endpoint-url", store.options.endpoint_url or "",
-               "--s3-addressing-style", "path"]  # fmt: skip
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([*args, *storage])
-    return int(code), out.getvalue(), err.getvalue()
-
-
 def test_a_data_key_wrapped_by_a_kms_key_and_a_key_file_opens_with_either(store, kms, tmp_path):
     arn, alias = new_key(kms)
     path = key_file(tmp_path, "k")
@@ -65,9 +53,9 @@ def test_a_data_key_wrapped_by_a_kms_key_and_a_key_file_opens_with_either(store,
     for name in (alias, arn, arn.rsplit("/", 1)[1]):  # every name of the key
         assert names_in(store, "b", Keyring((KmsKek(name),))) == NAMES
     assert names_in(store, "b", Keyring((FileKek.from_file(path),))) == NAMES
-    code, out, err = cli(store, "verify", "b", "--kms-key-id", alias, "-o", "json")
+    code, out, err = store_cli(store, "verify", "b", "--kms-key-id", alias, "-o", "json")
     assert code == 0 and json.loads(out)["ok"] and json.loads(out)["objectsChecked"], err
-    code, out, _ = cli(store, "describe", "b")
+    code, out, _ = store_cli(store, "describe", "b")
     assert f"Encrypted:  data key wrapped by kms:{arn}, file:" in out
 
 
@@ -85,7 +73,7 @@ def test_a_kms_wrapping_moved_to_another_backup_does_not_unwrap(store, kms):
 def test_another_kms_key_is_one_line_naming_the_key_that_would_open_it(store, kms):
     (arn, alias), (_, other) = new_key(kms), new_key(kms)
     back_up(cluster(), store, "b", key=Keyring((KmsKek(alias),)))
-    code, out, err = cli(store, "verify", "b", "--kms-key-id", other)
+    code, out, err = store_cli(store, "verify", "b", "--kms-key-id", other)
     assert code == ExitStatus.USAGE and out == ""
     assert err == f"error: backup 'b' was encrypted with key 'kms:{arn}', not with the given key (KMS key {other})\n"
 
@@ -103,13 +91,13 @@ def test_rotating_from_a_key_file_to_a_kms_key_retires_the_file(store, kms, tmp_
     for name in ("a", "b"):
         back_up(kube, store, name, key=Keyring((FileKek.from_file(path),)))
 
-    code, out, err = cli(store, "keys", "rotate", "--from", str(path), "--to", f"kms:{alias}", "--all", "--retire",
-                         "-o", "json")  # fmt: skip
+    rotate = ["keys", "rotate", "--from", str(path), "--to", f"kms:{alias}"]
+    code, out, err = store_cli(store, *rotate, "--all", "--retire", "-o", "json")
 
     assert code == 0, err
     assert [(r["name"], r["action"]) for r in json.loads(out)["results"]] == [("a", "retired"), ("b", "retired")]
     assert names_in(store, "a", Keyring((KmsKek(arn),))) == NAMES
     with pytest.raises(ConfigError, match=rf"^key file {path} was retired from backup 'a'"):
         names_in(store, "a", Keyring((FileKek.from_file(path),)))
-    code, out, err = cli(store, "keys", "rotate", "--from", str(path), "--to", f"kms:{alias}", "a")
+    code, out, err = store_cli(store, *rotate, "a")
     assert code == 0 and "unchanged" in out, "a second run finds nothing to do"

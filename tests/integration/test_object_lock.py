@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
-import io
 import json
 import os
 import time
@@ -19,14 +18,13 @@ from botocore.exceptions import ClientError
 
 from statusvault import catalog, keys
 from statusvault.archive.envelope import FileKek, Keyring
-from statusvault.cli.main import main
 from statusvault.errors import BackupHeldError, ConfigError, ExitStatus
 from statusvault.retention import RetentionPolicy
 from statusvault.storage.base import ObjectLock, S3Options, archive_key, manifest_key
 from statusvault.storage.local import LocalStore
 from statusvault.storage.s3 import S3Store
 from tests.builders import unique
-from tests.sealed import KC, back_up, cluster, key_file, names_in
+from tests.sealed import KC, back_up, cluster, key_file, names_in, store_cli
 
 NAMES = ["kc-0", "kc-1", "kc-2"]
 PREFIX = "team"
@@ -59,16 +57,6 @@ def lock(mode: str = "GOVERNANCE", seconds: float = 86400, legal_hold: bool = Fa
     return ObjectLock(mode, until, legal_hold)
 
 
-def cli(store: S3Store, *args: str) -> tuple[int, str, str]:
-    """A store command of the CLI, in-process (they need no cluster)."""
-    out, err = io.StringIO(), io.StringIO()
-    storage = ["--storage", f"s3://{store.bucket}/{PREFIX}", "--s3-endpoint-url", store.options.endpoint_url or "",
-               "--s3-addressing-style", "path"]  # fmt: skip
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([*args, *storage])
-    return int(code), out.getvalue(), err.getvalue()
-
-
 def versions(s3, bucket: str, key: str) -> list[str]:
     found = s3.list_object_versions(Bucket=bucket, Prefix=f"{PREFIX}/{key}").get("Versions") or []
     return [v["VersionId"] for v in found if v["Key"] == f"{PREFIX}/{key}"]
@@ -81,7 +69,7 @@ def test_a_locked_backup_survives_prune_and_a_direct_delete_and_still_restores(s
     back_up(kube, store, "nightly-2", key=Keyring((kek,)))
     back_up(kube, store, "nightly-3", key=Keyring((kek,)))
 
-    code, out, err = cli(store, "prune", "--keep-last", "1", "-o", "json")
+    code, out, err = store_cli(store, "prune", "--keep-last", "1", "-o", "json")
 
     assert code == ExitStatus.SUCCESS, err
     decisions = {d["name"]: d for d in json.loads(out)["decisions"]}
@@ -136,14 +124,14 @@ def test_a_legal_hold_is_set_and_released_by_a_command(store):
     for name in ("a", "b"):
         back_up(kube, store, name)
 
-    code, out, err = cli(store, "hold", "set", "a")
+    code, out, err = store_cli(store, "hold", "set", "a")
     assert (code, err) == (0, "") and out == "Legal hold set on backup a (2 object versions)\n"
     assert catalog.prune(store, RetentionPolicy(keep_last=1), dry_run=True)[0].reason == (
         "held by Object Lock: legal hold"
     )
-    assert cli(store, "delete", "a", "--yes")[0] == ExitStatus.ERROR
+    assert store_cli(store, "delete", "a", "--yes")[0] == ExitStatus.ERROR
 
-    code, out, err = cli(store, "hold", "release", "a")
+    code, out, err = store_cli(store, "hold", "release", "a")
     assert (code, out) == (0, "Legal hold released on backup a (2 object versions)\n"), err
     pruned = catalog.prune(store, RetentionPolicy(keep_last=1))
     assert [(d.name, d.delete) for d in pruned] == [("a", True), ("b", False)]
@@ -164,13 +152,13 @@ def test_a_retention_that_ended_no_longer_holds(store):
 def test_list_and_describe_show_the_lock(store):
     back_up(cluster(), store, "b", lock=lock(legal_hold=True))
     wanted = store.lock_of(archive_key("b")).to_dict()
-    code, out, _ = cli(store, "list", "-o", "json")
+    code, out, _ = store_cli(store, "list", "-o", "json")
     assert code == 0 and json.loads(out)[0]["lock"] == wanted and wanted["mode"] == "GOVERNANCE"
-    code, out, _ = cli(store, "list")
+    code, out, _ = store_cli(store, "list")
     assert "governance until" in out and "legal hold" in out
-    code, out, _ = cli(store, "describe", "b", "-o", "json")
+    code, out, _ = store_cli(store, "describe", "b", "-o", "json")
     assert code == 0 and json.loads(out)["lock"] == wanted
-    assert "Lock:       governance until " in cli(store, "describe", "b")[1]
+    assert "Lock:       governance until " in store_cli(store, "describe", "b")[1]
 
 
 def test_a_bucket_without_object_lock_and_a_directory_are_refused_before_anything_is_written(
@@ -183,7 +171,7 @@ def test_a_bucket_without_object_lock_and_a_directory_are_refused_before_anythin
     with pytest.raises(ConfigError, match="cannot lock backups: Object Lock .* needs an S3 bucket"):
         back_up(cluster(), LocalStore(tmp_path / "dir"), "b", lock=lock())
     assert not (tmp_path / "dir").exists()
-    code, _, err = cli(plain, "hold", "set", "b")
+    code, _, err = store_cli(plain, "hold", "set", "b")
     assert code == ExitStatus.USAGE and err.count("\n") == 1 and "does not have Object Lock enabled" in err
 
 
