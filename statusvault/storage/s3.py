@@ -25,7 +25,8 @@ import botocore.exceptions
 from boto3.s3.transfer import TransferConfig
 
 from statusvault.errors import StorageError
-from statusvault.storage.base import LOCK_MODES, ObjectLock, S3Options, StoredObject, Versioned, Writer
+from statusvault.storage.base import ObjectLock, S3Options, StoredObject, Versioned, Writer
+from statusvault.storage.s3client import client_error, lock_args, lock_from_head, make_client
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class S3Store:
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.options = options
         self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
-        self.client = client or _make_client(options)
+        self.client = client or make_client(options)
         self.transfer = TransferConfig(multipart_threshold=PART_SIZE, multipart_chunksize=PART_SIZE)
         self.conditional = True  # If-None-Match / If-Match writes, until the store says it has none
         self.lock: ObjectLock | None = None  # carried by every write (with_lock)
@@ -71,7 +72,7 @@ class S3Store:
                 resp = self.client.get_object_lock_configuration(Bucket=self.bucket)
             except botocore.exceptions.ClientError as e:
                 if e.response.get("Error", {}).get("Code") != "ObjectLockConfigurationNotFoundError":
-                    raise _client_error(self, "read the Object Lock configuration of", e) from e
+                    raise client_error(self, "read the Object Lock configuration of", e) from e
                 resp = {}
             except botocore.exceptions.BotoCoreError as e:
                 raise StorageError(f"cannot read the Object Lock configuration of {self.url}: {e}") from e
@@ -111,7 +112,7 @@ class S3Store:
         try:
             yield
         except botocore.exceptions.ClientError as e:
-            raise _client_error(self, what, e) from e
+            raise client_error(self, what, e) from e
         except botocore.exceptions.NoCredentialsError as e:
             raise StorageError(
                 f"no S3 credentials found for {self.url}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE"
@@ -147,7 +148,7 @@ class S3Store:
         except botocore.exceptions.ClientError as e:
             if e.response.get("Error", {}).get("Code") in NOT_FOUND:
                 return None
-            raise _client_error(self, "read from", e) from e
+            raise client_error(self, "read from", e) from e
         except botocore.exceptions.BotoCoreError as e:
             raise StorageError(f"cannot read from {self.url}: {e}") from e
         body = resp["Body"]
@@ -191,7 +192,7 @@ class S3Store:
                 self.conditional = False
                 return self._put_compared(key, data, version)
             if code not in CONDITION_FAILED:
-                raise _client_error(self, "write to", e) from e
+                raise client_error(self, "write to", e) from e
             return self._etag_of(self._key(key), write_id)
         except botocore.exceptions.BotoCoreError as e:  # every answer lost: done if S3 holds this very write
             etag = self._etag_of(self._key(key), write_id)
@@ -300,7 +301,7 @@ class S3Store:
         except botocore.exceptions.ClientError as e:
             if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return False
-            raise _client_error(self, "read from", e) from e
+            raise client_error(self, "read from", e) from e
         except botocore.exceptions.BotoCoreError as e:
             raise StorageError(f"cannot read from {self.url}: {e}") from e
         return True
@@ -398,59 +399,3 @@ class _MultipartWriter:
                 self.store.client.abort_multipart_upload(
                     Bucket=self.store.bucket, Key=self.key, UploadId=self.upload_id
                 )
-
-
-def lock_args(lock: ObjectLock) -> dict[str, Any]:
-    """PutObject's and CreateMultipartUpload's Object Lock arguments."""
-    args: dict[str, Any] = {"ObjectLockLegalHoldStatus": "ON"} if lock.legal_hold else {}
-    if lock.until is not None:
-        args.update(ObjectLockMode=lock.mode, ObjectLockRetainUntilDate=lock.until)
-    return args
-
-
-def lock_from_head(head: dict[str, Any]) -> ObjectLock:
-    """The lock HeadObject reports (S3 leaves the fields out when the caller may not read them, or there is none)."""
-    until = head.get("ObjectLockRetainUntilDate")
-    mode = str(head.get("ObjectLockMode") or "").upper()
-    held = head.get("ObjectLockLegalHoldStatus") == "ON"
-    if mode not in LOCK_MODES or not isinstance(until, dt.datetime):
-        return ObjectLock(legal_hold=held)
-    return ObjectLock(mode, until if until.tzinfo else until.replace(tzinfo=dt.UTC), held)
-
-
-def _client_error(store: S3Store, what: str, e: botocore.exceptions.ClientError) -> StorageError:
-    err = e.response.get("Error", {})
-    code = str(err.get("Code", ""))
-    if code == "NoSuchBucket" or (code in ("404", "NotFound") and what == "list"):
-        return StorageError(f"bucket {store.bucket!r} does not exist ({store.url})")
-    if code in ("AccessDenied", "403", "Forbidden"):
-        return StorageError(f"access denied to {store.url}: check the credentials and the bucket policy")
-    if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"):
-        return StorageError(f"S3 rejected the credentials for {store.url} ({code})")
-    if code in ("NoSuchKey", "404", "NotFound"):
-        return StorageError(f"{store.url}: object not found")
-    return StorageError(f"cannot {what} {store.url}: {code or 'error'}: {err.get('Message', e)}")
-
-
-def _make_client(o: S3Options) -> Any:
-    settings: dict[str, Any] = {
-        "s3": {"addressing_style": o.addressing_style},
-        "request_checksum_calculation": o.checksum,
-        "response_checksum_validation": o.checksum,
-    }
-    config = botocore.config.Config(
-        **settings,
-        retries={"max_attempts": 5, "mode": "standard"},
-        connect_timeout=10,
-        read_timeout=60,
-    )
-    verify: bool | str | None = None
-    if o.insecure_skip_tls_verify:
-        verify = False
-    elif o.ca_bundle:
-        verify = o.ca_bundle
-    try:
-        session = boto3.session.Session(profile_name=o.profile, region_name=o.region)
-    except botocore.exceptions.ProfileNotFound as e:
-        raise StorageError(f"AWS profile not found: {o.profile}") from e
-    return session.client("s3", endpoint_url=o.endpoint_url, config=config, verify=verify)
