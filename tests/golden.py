@@ -2,11 +2,13 @@
 
     python -m tests.golden regenerate
 
-writes fixtures/golden/v1/{plain,encrypted}/ (a backup made by the real BackupEngine from a small fixed
-cluster: two CRDs, a Namespace, two KubernetesClusters with status, a cluster-scoped ClusterPool), the test
-key that sealed the encrypted one, and fixtures/golden/crypto-vectors.json (known answers for the STREAM
-framing). Regenerating changes the bytes (zlib versions differ) and must never be done to make a test pass:
-every future statusvault must read what is checked in."""
+writes fixtures/golden/v1/{plain,envelope}/ (a backup made by the real BackupEngine from a small fixed
+cluster: two CRDs, a Namespace, two KubernetesClusters with status, a cluster-scoped ClusterPool; `envelope`
+is format 1.1, its data key wrapped by the test key), the test key, and fixtures/golden/crypto-vectors.json
+(known answers for the STREAM framing). fixtures/golden/v1/encrypted/ (format 1.0, sealed with the test key
+itself) was made the same way by the writer before envelopes, which no longer exists: regenerate leaves it.
+Regenerating changes the bytes (zlib versions differ) and must never be done to make a test pass: every
+future statusvault must read what is checked in."""
 
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ NAMESPACE = "golden-v1"
 CREATED = datetime.datetime(2025, 1, 10, 2, 0, 0, tzinfo=datetime.UTC)
 SECRET = hashlib.sha256(b"statusvault golden v1 test key").digest()  # a test key, checked in on purpose
 NONCE_PREFIX = bytes.fromhex("5354415455535631")  # the encrypted fixture's, so regenerating is repeatable
+DATA_KEY = hashlib.sha256(b"statusvault golden v1.1 data key").digest()  # the envelope fixture's data key
 
 KC = ResourceType("xyz.example.com", "v1", "kubernetesclusters", "KubernetesCluster", True, True, True,
                   ("list", "create"), ("kc",), "kubernetescluster")  # fmt: skip
@@ -140,8 +143,10 @@ class _Clock(datetime.datetime):
 
 def make_backup(store: LocalStore, name: str, key: Key | None) -> None:
     clock = types.SimpleNamespace(datetime=_Clock, UTC=datetime.UTC)
-    sealing = functools.partial(EncryptingWriter, prefix=NONCE_PREFIX)
-    with mock.patch.object(backup, "dt", clock), mock.patch.object(archivewriter, "EncryptingWriter", sealing):
+    prefixed = functools.partial(EncryptingWriter, prefix=NONCE_PREFIX)
+    sealing = mock.patch.object(archivewriter, "EncryptingWriter", prefixed)
+    data_key = mock.patch.object(Key, "generate", classmethod(lambda cls: cls(DATA_KEY)))
+    with mock.patch.object(backup, "dt", clock), sealing, data_key:
         engine = backup.BackupEngine(GoldenKube(), Discovery(TYPES, TYPES), store, key=key)  # type: ignore[arg-type]
         engine.run(name, SELECTION)
 
@@ -194,7 +199,7 @@ def regenerate() -> None:
     (V1 / "test.key").write_text(base64.b64encode(SECRET).decode() + "\n")
     with tempfile.TemporaryDirectory() as tmp:
         store = LocalStore(Path(tmp))
-        for folder, key in (("plain", None), ("encrypted", Key(SECRET))):
+        for folder, key in (("plain", None), ("envelope", Key(SECRET))):
             make_backup(store, f"golden-{folder}", key)
             (V1 / folder).mkdir(exist_ok=True)
             for file in ("archive.tar.gz", "manifest.json"):
