@@ -135,8 +135,8 @@ def object_locks(store: ObjectStore) -> LocksObjects | None:
 def _lock_of(store: LocksObjects, name: str, files: set[str]) -> ObjectLock | None:
     """The lock on the backup: the longer retention and any legal hold of its archive and manifest (None: none)."""
     found = [store.lock_of(f"{backup_prefix(name)}{f}") for f in (ARCHIVE_FILE, MANIFEST_FILE) if f in files]
-    until = max(found, key=lambda lock: lock.until or dt.datetime.min.replace(tzinfo=dt.UTC), default=ObjectLock())
-    lock = ObjectLock(until.mode, until.until, any(f.legal_hold for f in found))
+    longest = max(found, key=lambda lock: lock.until or dt.datetime.min.replace(tzinfo=dt.UTC), default=ObjectLock())
+    lock = ObjectLock(longest.mode, longest.until, any(f.legal_hold for f in found))
     return lock if lock != ObjectLock() else None
 
 
@@ -160,36 +160,24 @@ def _fill(info: BackupInfo, manifest: dict[str, Any]) -> None:
 
 def describe(store: ObjectStore, name: str) -> dict[str, Any]:
     manifest = read_manifest(store, name)
+    fields = ("createdAt", "completedAt", "formatVersion", "tool", "server", "selection", "resources", "totals")
     locks = object_locks(store)
     lock = _lock_of(locks, name, {ARCHIVE_FILE, MANIFEST_FILE}) if locks is not None else None
     encryption = manifest.get("encryption")
     return {
-        "lock": lock.to_dict() if lock else None,
-        "encryption": {
-            "algorithm": encryption["algorithm"],
-            "keys": refs(encryption),
-            "retiredKeys": encryption.get(RETIRED) or [],
-        }
-        if encryption
-        else None,
         "name": name,
         "phase": "Completed",
         "storage": store.url,
-        **{
-            k: manifest.get(k)
-            for k in (
-                "createdAt",
-                "completedAt",
-                "formatVersion",
-                "tool",
-                "server",
-                "selection",
-                "resources",
-                "totals",
-                "archive",
-            )
-        },
+        **{k: manifest.get(k) for k in (*fields, "archive")},
+        "lock": lock.to_dict() if lock else None,
+        "encryption": _keys_of(encryption) if encryption else None,
     }
+
+
+def _keys_of(encryption: dict[str, Any]) -> dict[str, Any]:
+    """What describe shows of the encryption: the keys that open the backup, and those retired from it."""
+    retired = encryption.get(RETIRED) or []
+    return {"algorithm": encryption["algorithm"], "keys": refs(encryption), "retiredKeys": retired}
 
 
 def stored_size(store: ObjectStore, name: str) -> int:
@@ -319,10 +307,11 @@ def delete(store: ObjectStore, name: str) -> list[str]:
     if manifest_key(name) not in keys and writer_key(name) in keys and (writer := live_writer(store, name)):
         raise writer.refusal(store, name, "it can be deleted once that run has ended")
     held = hold(store, name)
-    if held is not None:  # a delete would only hide it: S3 keeps a locked version, and the bucket then holds a marker
-        raise BackupHeldError(f"backup {name!r} is held by S3 Object Lock ({held.describe()}): it cannot be deleted "
-                              + ("until its legal hold is released (`statusvault hold release`)" if held.legal_hold
-                                 else "before then"))  # fmt: skip
+    if held is not None:  # a delete would only hide it behind a delete marker: S3 keeps the locked versions
+        until = "until its legal hold is released (`statusvault hold release`)" if held.legal_hold else "before then"
+        raise BackupHeldError(
+            f"backup {name!r} is held by S3 Object Lock ({held.describe()}): it cannot be deleted {until}"
+        )
     # the manifest goes first, so a half-finished delete leaves an incomplete backup, never a broken one
     keys.sort(key=lambda k: not k.endswith(MANIFEST_FILE))
     for key in keys:
