@@ -131,11 +131,15 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
         run.bytes = int(result.manifest["archive"]["size"])
     rows = [(q, r["count"], r["withStatus"]) for q, r in result.manifest["resources"].items()]
     totals = result.manifest["totals"]
-    text = table(["RESOURCE", "OBJECTS", "WITH STATUS"], rows) + (
-        f"\n\nBackup {result.name} completed: {totals['objects']} objects ({totals['withStatus']} with status), "
-        f"{human_size(result.manifest['archive']['size'])} in {result.duration:.1f}s -> {result.storage}"
+    text = (
+        table(["RESOURCE", "OBJECTS", "WITH STATUS"], rows)
+        + (
+            f"\n\nBackup {result.name} completed: {totals['objects']} objects ({totals['withStatus']} with status), "
+            f"{human_size(result.manifest['archive']['size'])} in {result.duration:.1f}s -> {result.storage}"
+        )
+        + (f"; locked: {lock.describe()}" if lock else "")
     )
-    emit(result.to_dict(), output, text)
+    emit({**result.to_dict(), "lock": lock.to_dict() if lock else None}, output, text)
 
 
 @click.command("list")
