@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install cluster-bin apiext-bin test unit lint demo bench cluster-up cluster-down clean docs
+.PHONY: install cluster-bin apiext-bin s3-bin test unit lint demo bench cluster-up cluster-down clean docs
 
 install: $(STAMP)
 
@@ -31,7 +31,12 @@ cluster-bin: $(STAMP)
 apiext-bin: $(STAMP)
 	@$(PY) -m statusvault.testing.apiext build >/dev/null
 
-test: cluster-bin apiext-bin
+# versitygw, a real S3-compatible server (Object Lock included), built from the Go module proxy once per machine
+# (a minute or two) into the same cache; the S3 Object Lock tests run on it as well as on moto.
+s3-bin: $(STAMP)
+	@$(PY) -m statusvault.testing.s3server build >/dev/null
+
+test: cluster-bin apiext-bin s3-bin
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The tests that need no cluster (everything not marked `integration`): under a minute on 2 cores.

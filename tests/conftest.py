@@ -182,6 +182,24 @@ def s3_endpoint() -> Iterator[str]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def versitygw_endpoint() -> Iterator[str]:
+    """A real S3-compatible server (versitygw, built from the Go module proxy once per machine), with the same
+    credentials as moto's: `make s3-bin` builds it. Never skipped: a missing build is a failure."""
+    from statusvault.testing.s3server import VersityServer
+
+    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+    os.environ.pop("AWS_PROFILE", None)
+    with VersityServer.start("testing", "testing") as server:
+        yield server.endpoint
+
+
+@pytest.fixture(params=["moto", "versitygw"])
+def s3_server(request: pytest.FixtureRequest) -> str:
+    """Each S3 server the Object Lock tests run on: moto's, and versitygw."""
+    return str(request.getfixturevalue("s3_endpoint" if request.param == "moto" else "versitygw_endpoint"))
+
+
 @pytest.fixture
 def bucket(s3_endpoint: str) -> str:
     name = unique("bkt")

@@ -1,7 +1,7 @@
-"""S3 Object Lock on moto's S3 server over HTTP (no cluster: backups of an in-memory one, tests/sealed.py): a
-locked backup survives `prune` and `delete`, a direct delete of its object versions with the same credentials
-fails, restore and verify still read it; a legal hold is set and released; a bucket without Object Lock and a
-directory are refused before anything is written."""
+"""S3 Object Lock on moto's S3 server and on versitygw, over HTTP (no cluster: backups of an in-memory one,
+tests/sealed.py): a locked backup survives `prune` and `delete`, a direct delete of its object versions with the
+same credentials fails, restore and verify still read it; a legal hold is set and released; a bucket without
+Object Lock and a directory are refused before anything is written."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import time
 
 import boto3
 import pytest
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from statusvault import catalog, keys
@@ -28,11 +29,12 @@ from tests.sealed import KC, back_up, cluster, key_file, names_in, store_cli
 
 NAMES = ["kc-0", "kc-1", "kc-2"]
 PREFIX = "team"
+PATH_STYLE = Config(s3={"addressing_style": "path"})
 
 
 @pytest.fixture
-def s3(s3_endpoint: str):
-    return boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+def s3(s3_server: str):
+    return boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1", config=PATH_STYLE)
 
 
 @pytest.fixture
@@ -48,8 +50,15 @@ def store_of(endpoint: str, bucket: str) -> S3Store:
 
 
 @pytest.fixture
-def store(s3_endpoint: str, locked_bucket: str) -> S3Store:
-    return store_of(s3_endpoint, locked_bucket)
+def plain_bucket(s3) -> str:
+    name = unique("plain")
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def store(s3_server: str, locked_bucket: str) -> S3Store:
+    return store_of(s3_server, locked_bucket)
 
 
 def lock(mode: str = "GOVERNANCE", seconds: float = 86400, legal_hold: bool = False) -> ObjectLock:
@@ -162,12 +171,12 @@ def test_list_and_describe_show_the_lock(store):
 
 
 def test_a_bucket_without_object_lock_and_a_directory_are_refused_before_anything_is_written(
-    s3_endpoint, bucket, s3, tmp_path
+    s3_server, plain_bucket, s3, tmp_path
 ):
-    plain = store_of(s3_endpoint, bucket)
+    plain = store_of(s3_server, plain_bucket)
     with pytest.raises(ConfigError, match="the bucket does not have Object Lock enabled"):
         back_up(cluster(), plain, "b", lock=lock())
-    assert s3.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+    assert s3.list_objects_v2(Bucket=plain_bucket).get("KeyCount") == 0
     with pytest.raises(ConfigError, match="cannot lock backups: Object Lock .* needs an S3 bucket"):
         back_up(cluster(), LocalStore(tmp_path / "dir"), "b", lock=lock())
     assert not (tmp_path / "dir").exists()
