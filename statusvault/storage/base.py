@@ -10,6 +10,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from statusvault import rfc3339
 from statusvault.errors import ConfigError
 
 ARCHIVE_FILE = "archive.tar.gz"
@@ -168,11 +169,11 @@ class ObjectLock:
 
     def describe(self) -> str:
         """ "governance until 2026-01-02T03:04:05Z, legal hold"; "" for no lock."""
-        parts = [f"{self.mode.lower()} until {self.until:%Y-%m-%dT%H:%M:%SZ}"] if self.until is not None else []
+        parts = [f"{self.mode.lower()} until {rfc3339.format_seconds(self.until)}"] if self.until is not None else []
         return ", ".join(parts + (["legal hold"] if self.legal_hold else []))
 
     def to_dict(self) -> dict[str, object]:
-        until = f"{self.until:%Y-%m-%dT%H:%M:%SZ}" if self.until is not None else None
+        until = rfc3339.format_seconds(self.until) if self.until is not None else None
         return {"mode": self.mode or None, "retainUntil": until, "legalHold": self.legal_hold}
 
 
