@@ -1,7 +1,7 @@
-"""S3 Object Lock on moto's S3 server and on versitygw, over HTTP (no cluster: backups of an in-memory one,
-tests/sealed.py): a locked backup survives `prune` and `delete`, a direct delete of its object versions with the
-same credentials fails, restore and verify still read it; a legal hold is set and released; a bucket without
-Object Lock and a directory are refused before anything is written."""
+"""S3 Object Lock on moto's S3 server and on versitygw, over HTTP (backups of an in-memory cluster, tests/sealed.py;
+the last test goes through the CLI on the real API server): a locked backup survives `prune` and `delete`, a direct
+delete of its object versions with the same credentials fails, restore and verify still read it; a legal hold is
+set and released; a bucket without Object Lock and a directory are refused before anything is written."""
 
 from __future__ import annotations
 
@@ -195,3 +195,32 @@ def test_rotating_a_locked_backup_writes_a_new_manifest_version_with_the_same_lo
     assert store.lock_of(manifest_key("b")).covers(wanted)
     assert len(versions(s3, store.bucket, manifest_key("b"))) == 3, "added, then retired: two versions more"
     assert names_in(store, "b", Keyring((new,))) == NAMES
+
+
+def test_the_cli_backs_up_under_a_lock_that_prune_keeps_and_restores_from_it(
+    run, kube, crds, make, namespace, s3_server, locked_bucket, tmp_path
+):
+    """On the real API server: `backup --lock-mode --lock-for` (with --s3-checksum when_required, where S3 needs
+    the Content-MD5 statusvault sends), then `prune` keeps the locked backup, and `restore` brings it back."""
+    from tests.builders import cr, kc_status
+    from tests.integration.crs.test_backup import s3_args
+    from tests.integration.crs.test_restore import KC as KC_VERSION
+    from tests.integration.crs.test_restore import delete_namespace
+
+    make(cr(KC_VERSION, "KubernetesCluster", "prod", status=kc_status(4)), namespace)
+    where = ["--storage", f"s3://{locked_bucket}/{PREFIX}", *s3_args(s3_server)]
+    key = str(key_file(tmp_path, "k"))
+    locked = run("backup", "b-1", "-n", namespace, *where, "--encryption-key-file", key,
+                 "--lock-mode", "compliance", "--lock-for", "1d", "-o", "json")  # fmt: skip
+    assert locked.code == 0, locked.err
+    assert json.loads(locked.out)["lock"]["mode"] == "COMPLIANCE"
+    assert run("backup", "b-2", "-n", namespace, *where).code == 0
+
+    pruned = run("prune", "--keep-last", "1", *where, "-o", "json")
+    assert pruned.code == 0 and [d["held"] for d in json.loads(pruned.out)["decisions"]] == [True, False]
+
+    delete_namespace(kube, namespace)
+    restored = run("restore", "b-1", *where, "--encryption-key-file", str(key_file(tmp_path, "other")),
+                   "--encryption-key-file", key)  # fmt: skip
+    assert restored.code == 0, restored.err
+    assert kube.get(crds.resolve("kc"), namespace, "prod")["status"] == kc_status(4)
