@@ -46,6 +46,7 @@ from statusvault.testing.benchcore import (
     timed_cpu,
     write_all,
 )
+from statusvault.testing.benchgo import go_list, go_write, goref_binary
 from statusvault.testing.benchreport import report
 from statusvault.testing.cluster import LocalCluster
 from statusvault.testing.controlplane import free_ports
@@ -101,6 +102,10 @@ def measure_backup(http: Http, env: dict[str, str], n: int, work: Path, results:
     results["list_bare"] = timed_cpu(lambda: bare_list(http, work / "bare.jsonl.gz"))
     log(f"bare HTTP LIST of {NAMESPACES} namespaces, {LIST_CONCURRENCY} at once")
     results["list_bare_parallel"] = timed_cpu(lambda: bare_list_parallel(http, work, LIST_CONCURRENCY))
+    go = goref_binary()
+    if go is not None:
+        log("Go reference: LIST (limit 500) + JSON + gzip, one stream")
+        results["list_go"] = go_list(go, http.server, n, work)
     for concurrency, processes in ((1, 1), (LIST_CONCURRENCY, 1), (LIST_CONCURRENCY, 2)):
         log(f"statusvault backup -> directory (--list-concurrency {concurrency} --processes {processes})")
         key = f"backup_dir_{concurrency}" + (f"_p{processes}" if processes > 1 else "")
@@ -123,6 +128,11 @@ def measure_restore(
     log(f"bare HTTP create + PUT status, {PARALLEL} threads")
     make_namespaces(http, "bare")
     results["write_bare"] = timed_cpu(lambda: write_all(http, objects(n, "bare"), PARALLEL))
+    go = goref_binary()
+    if go is not None:
+        log(f"Go reference: create + PUT status, {PARALLEL} goroutines")
+        make_namespaces(http, "gowrite")
+        results["write_go"] = go_write(go, cluster.server, n, "gowrite", work)
 
     sample = min(n, 1000)
     log(f"sequential baseline: one object at a time (create, then PUT status), {sample} objects")
