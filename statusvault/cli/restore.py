@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -14,28 +14,69 @@ import click
 
 from statusvault.cli.app import App
 from statusvault.cli.options import (
+    EncryptionArgs,
+    MetricsArgs,
+    SelectionArgs,
+    StorageArgs,
     cluster_resources_option,
-    encryption_key,
     encryption_option,
     metrics_options,
     output_option,
-    s3_options,
+    pass_args,
     selection_options,
     state_dir_option,
     storage_options,
     strict_option,
 )
-from statusvault.cli.output import emit, table
+from statusvault.cli.output import emit_items, table
 from statusvault.errors import ConfigError, PartialFailure, StatusVaultError
-from statusvault.metrics import recorded
 from statusvault.model import display
-from statusvault.optiontable import check_options
 from statusvault.restore.modifiers import Modifiers, load_modifiers
-from statusvault.restore.options import restore_options
+from statusvault.restore.options import RestoreOptions, restore_options
 from statusvault.restore.results import GENERATION_NOTE, RestoreReport, StatusOutcome
 from statusvault.restore.runner import RestoreRequest, run_restore
 from statusvault.restore.workers import MIN_WAVE, WorkerSpec, default_processes
 from statusvault.storage.base import ObjectStore
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RestoreOptionArgs(SelectionArgs):
+    """The options of a restore that a move has too."""
+
+    namespace_mapping: tuple[str, ...]
+    pause: str
+    pause_annotation: str
+    pause_field: str
+    pause_resources: tuple[str, ...]
+    modifiers_file: str | None
+
+    def options(self) -> RestoreOptions:
+        """RestoreOptions from every restore option the command has, read as a restore intent's are."""
+        options = restore_options(dataclasses.asdict(self))
+        if self.modifiers_file:
+            options = dataclasses.replace(options, modifiers=read_modifiers(self.modifiers_file))
+        return options
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RestoreArgs(StorageArgs, RestoreOptionArgs, EncryptionArgs, MetricsArgs):
+    backup_name: str
+    status_include_resources: tuple[str, ...]
+    status_exclude_resources: tuple[str, ...]
+    no_status: bool
+    existing_resource_policy: str
+    dry_run: str
+    parallel: int
+    processes: int | None
+    qps: float
+    burst: int
+    scale_down: tuple[str, ...]
+    keep_paused: tuple[str, ...]
+    strict: bool
+    state_dir: str
+    at: str | None
+    restart: bool
+    output: str
 
 
 @click.command("restore")
@@ -135,66 +176,79 @@ from statusvault.storage.base import ObjectStore
 )
 @metrics_options
 @output_option
-@click.pass_obj
-def restore_cmd(app: App, /, backup_name: str, output: str, **kw: Any) -> None:
+@pass_args(RestoreArgs, check="restore")
+def restore_cmd(app: App, args: RestoreArgs) -> None:
     """Restore a backup: create each object, then write its saved status through /status."""
-    _restore(app, backup_name, output, kw, unpause=False)
+    _restore(app, args, unpause=False)
 
 
-def _restore(app: App, backup_name: str, output: str, kw: dict[str, Any], unpause: bool) -> None:
-    check_options("unpause" if unpause else "restore", kw)
-    store = app.store(kw.pop("storage"), s3_options(kw))
-    at = kw.pop("at", None)
-    if not at:
-        _run_restore(app, store, backup_name, output, kw, unpause)
+def _restore(app: App, args: RestoreArgs, unpause: bool) -> None:
+    store = app.store(args.storage, args.s3())
+    if not args.at:
+        _run_restore(app, args, store, args.backup_name, unpause)
         return
     from statusvault.watch.pointintime import parse_at, point_in_time
 
-    moment_wanted = parse_at(at)
-    lineage = "" if moment_wanted else f"{backup_name}-at-latest"  # the latest moment moves on between runs
-    with point_in_time(store, backup_name, moment_wanted, encryption_key(kw)) as (moment_store, name, moment):
-        click.echo(f"restoring watch {backup_name} as it was at {moment.isoformat()} (as {name})", err=True)
-        _run_restore(app, moment_store, name, output, kw, unpause, lineage)
+    moment_wanted = parse_at(args.at)
+    lineage = "" if moment_wanted else f"{args.backup_name}-at-latest"  # the latest moment moves on between runs
+    with point_in_time(store, args.backup_name, moment_wanted, args.key()) as (moment_store, name, moment):
+        click.echo(f"restoring watch {args.backup_name} as it was at {moment.isoformat()} (as {name})", err=True)
+        _run_restore(app, args, moment_store, name, unpause, lineage)
 
 
 def _run_restore(
-    app: App, store: ObjectStore, backup_name: str, output: str, kw: dict[str, Any], unpause: bool, lineage: str = ""
+    app: App, args: RestoreArgs, store: ObjectStore, backup_name: str, unpause: bool, lineage: str = ""
 ) -> None:
-    opts = restore_options(kw)
-    if kw["modifiers_file"]:
-        opts = dataclasses.replace(opts, modifiers=read_modifiers(kw["modifiers_file"]))
-    client = app.client(pool_size=kw["parallel"] + 4, qps=kw["qps"], burst=kw["burst"])
-    with recorded("restore", "", kw["metrics_textfile"], kw["metrics_pushgateway"]) as run:
-        request = RestoreRequest(
-            store=store,
-            backup=backup_name,
-            options=opts,
-            state_dir=Path(kw["state_dir"]),
-            restart=kw["restart"],
-            key=encryption_key(kw),
-            parallel=kw["parallel"],
-            workers=worker_spec(app, kw),
-            progress=app.progress(),
-            unpause=unpause,
-            lineage=lineage,
+    options = args.options()
+    client = app.client(pool_size=args.parallel + 4, qps=args.qps, burst=args.burst)
+    with args.recorded("restore") as run:
+        request = restore_request(
+            app, args, options=options, store=store, backup=backup_name, unpause=unpause, lineage=lineage
         )
         report = run_restore(client, lambda refresh: app.discovery(refresh=refresh), request)
         run.success, run.duration = report.succeeded, report.duration
         run.objects, run.errors = report.total, len(report.failures)
     try:
-        if output == "json":
-            report.write_json(sys.stdout)
-        elif output == "yaml":
-            emit(report.to_dict(), output, "")
-        else:
-            click.echo(render(report))
+        emit_items(report.header(), report.results(), args.output, lambda: render(report))
     finally:
         report.close()
+    _check_outcome(report, backup_name, options.dry_run, args.strict)
+
+
+def restore_request(
+    app: App,
+    args: RestoreArgs,
+    *,
+    options: RestoreOptions,
+    store: ObjectStore,
+    backup: str,
+    unpause: bool,
+    lineage: str = "",
+) -> RestoreRequest:
+    """The restore the options ask for, of `backup` in `store`: a stored backup, or a watch's moment (--at), which
+    is rebuilt unencrypted."""
+    return RestoreRequest(
+        store=store,
+        backup=backup,
+        options=options,
+        state_dir=Path(args.state_dir),
+        restart=args.restart,
+        key=None if args.at else args.key(),
+        parallel=args.parallel,
+        workers=worker_spec(app, args),
+        progress=app.progress(),
+        unpause=unpause,
+        lineage=lineage,
+    )
+
+
+def _check_outcome(report: RestoreReport, backup_name: str, dry_run: str, strict: bool) -> None:
+    """The exit status of a reported restore: interrupted, stopped early, partly failed, or (--strict) changed."""
     if report.interrupted:
-        if opts.dry_run == "none":
+        if dry_run == "none":
             click.echo(f"restore of {backup_name} interrupted: run the same command again to resume", err=True)
         raise KeyboardInterrupt
-    again = "; run the same command again to resume" if opts.dry_run == "none" else ""
+    again = "; run the same command again to resume" if dry_run == "none" else ""
     if report.aborted:
         raise StatusVaultError(f"restore of {backup_name} stopped early: {report.aborted}{again}")
     if report.not_paused and not report.failures and not report.lacking:
@@ -208,7 +262,7 @@ def _run_restore(
             f"restore of {backup_name} finished with {len(report.failures)} failed object(s); "
             f"{report.lacking} object(s) lack their saved status{again.replace('resume', 'retry only those')}"
         )
-    if kw["strict"]:
+    if strict:
         check_strict(f"restore of {backup_name}", report)
 
 
@@ -220,17 +274,17 @@ def check_strict(what: str, report: RestoreReport) -> None:
         raise PartialFailure(f"{what}: {'; '.join(parts)} (--strict)")
 
 
-def worker_spec(app: App, kw: dict[str, Any]) -> WorkerSpec:
+def worker_spec(app: App, args: RestoreArgs) -> WorkerSpec:
     """Worker processes reach the cluster as this process does; the QPS budget is shared by all of them."""
-    explicit = kw["processes"] is not None  # then every wave goes to the processes, small ones too
-    processes = kw["processes"] or default_processes()
+    explicit = args.processes is not None  # then every wave goes to the processes, small ones too
+    processes = args.processes or default_processes()
     return WorkerSpec(
         kubeconfig=app.kubeconfig,
         context=app.worker_context(),
         processes=processes,
-        parallel=kw["parallel"],
-        qps=kw["qps"],
-        burst=kw["burst"],
+        parallel=args.parallel,
+        qps=args.qps,
+        burst=args.burst,
         min_wave=0 if explicit else MIN_WAVE,
         log_format=app.log_format,
         debug=app.debug,
@@ -402,9 +456,7 @@ def _status_notes(report: RestoreReport) -> list[str]:
 
 unpause_cmd = click.Command(
     "unpause",
-    callback=click.pass_obj(
-        lambda app, /, backup_name, output, **kw: _restore(app, backup_name, output, kw, unpause=True)
-    ),
+    callback=pass_args(RestoreArgs, check="unpause")(functools.partial(_restore, unpause=True)),
     params=restore_cmd.params,
     help="Finish an earlier restore (same backup and options) and unpause what it left paused, "
     "--keep-paused types included.",
