@@ -19,7 +19,8 @@ from statusvault.cli.options import (
     strict_option,
 )
 from statusvault.cli.output import emit
-from statusvault.cli.restore import RestoreOptionArgs, check_strict, render
+from statusvault.cli.restore import RestoreOptionArgs, check_strict
+from statusvault.cli.restoreview import render
 from statusvault.errors import PartialFailure
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.move import AbortReport, Cluster, MoveReport, MoveRequest, abort_move, check_distinct, run_move
