@@ -142,8 +142,8 @@ def make_backup(store: LocalStore, name: str, key: Key | None) -> None:
     clock = types.SimpleNamespace(datetime=_Clock, UTC=datetime.UTC)
     sealing = functools.partial(EncryptingWriter, prefix=NONCE_PREFIX)
     with mock.patch.object(backup, "dt", clock), mock.patch.object(archivewriter, "EncryptingWriter", sealing):
-        engine = backup.BackupEngine(GoldenKube(), Discovery(TYPES, TYPES), store, key=key)  # type: ignore[arg-type]
-        engine.run(name, SELECTION)
+        request = backup.BackupRequest(store=store, name=name, selection=SELECTION, key=key)
+        backup.BackupEngine(GoldenKube(), Discovery(TYPES, TYPES), request).run()  # type: ignore[arg-type]
 
 
 # --- known answers for the encryption framing ---

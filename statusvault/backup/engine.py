@@ -111,32 +111,37 @@ def _check_namespaces(client: KubeApi, discovery: Discovery, namespaces: tuple[s
 STALE_WRITE_AFTER = 6 * 3600.0  # a write older than this is no backup in progress (the CronJob's deadline)
 
 
+@dataclasses.dataclass(kw_only=True)
+class BackupRequest:
+    """One backup, as the CLI, a move (its record) or a watch (a base) asks for it."""
+
+    store: ObjectStore
+    name: str
+    selection: Selection = dataclasses.field(default_factory=Selection)
+    schedule: str = ""  # the schedule (or watch:NAME) the backup belongs to, recorded in its manifest
+    key: Key | None = None  # client-side encryption of the archive
+    page_size: int = 500
+    list_concurrency: int = 1  # LIST streams at once (types, namespaces)
+    listers: ListerSpec | None = None  # worker processes that list; None (or one process): this process's threads
+    progress: Progress = dataclasses.field(default_factory=NullProgress)
+    compresslevel: int = 3
+
+
 class BackupEngine:
-    def __init__(
-        self,
-        client: KubeApi,
-        discovery: Discovery,
-        store: ObjectStore,
-        progress: Progress | None = None,
-        page_size: int = 500,
-        compresslevel: int = 3,
-        key: Key | None = None,
-        list_concurrency: int = 1,
-        listers: ListerSpec | None = None,
-    ):
-        self.key = key  # client-side encryption of the archive
-        self.list_concurrency = max(1, list_concurrency)  # LIST streams at once (types, namespaces)
+    def __init__(self, client: KubeApi, discovery: Discovery, request: BackupRequest):
+        self.request = request
+        self.list_concurrency = max(1, request.list_concurrency)
+        listers = request.listers
         if listers is not None:  # no more workers than LISTs run at once
             listers = dataclasses.replace(listers, processes=min(listers.processes, self.list_concurrency))
         self.listers = listers if listers is not None and listers.processes > 1 else None  # None: in threads
         self.client = client
         self.discovery = discovery
-        self.store = store
-        self.progress = progress or NullProgress()
-        self.page_size = page_size
-        self.compresslevel = compresslevel
+        self.store = request.store
+        self.progress = request.progress
 
-    def run(self, name: str, selection: Selection, schedule: str = "") -> BackupResult:
+    def run(self) -> BackupResult:
+        name, selection = self.request.name, self.request.selection
         validate_backup_name(name)
         started = time.monotonic()
         created_at = dt.datetime.now(dt.UTC)
@@ -146,7 +151,7 @@ class BackupEngine:
             swept = sweep_stale_writes(self.store, STALE_WRITE_AFTER)
             if swept:
                 log.info("removed %d leftover(s) of backups killed mid-write from %s", swept, self.store.url)
-            manifest = self._archive(name, selection, schedule, types, created_at, lease)
+            manifest = self._archive(name, selection, self.request.schedule, types, created_at, lease)
             try:
                 lease.renew()  # still this run's, right before the manifest completes the backup
                 self.store.put(manifest_key(name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
@@ -175,13 +180,13 @@ class BackupEngine:
             for ns in self._scopes(rt, selection)
         ]
         with self.store.open_write(archive_key(name)) as sink:
-            writer = ArchiveWriter(sink, self.compresslevel, mtime=created_at.timestamp(), key=self.key)
+            writer = ArchiveWriter(sink, self.request.compresslevel, mtime=created_at.timestamp(), key=self.request.key)
             try:
                 summaries = self._write(writer, streams, lease)
                 manifest = self._manifest(name, selection, summaries, writer, created_at)
                 manifest["schedule"] = schedule
-                if self.key is not None:
-                    manifest["encryption"] = self.key.describe()
+                if self.request.key is not None:
+                    manifest["encryption"] = self.request.key.describe()
                 size, sha = writer.finish(manifest)
                 lease.renew()  # still this run's, right before the archive lands
             except BaseException:
@@ -209,7 +214,7 @@ class BackupEngine:
             if self.listers is not None and streams:
                 log.info("listing in %d worker processes", self.listers.processes)
                 produce = stack.enter_context(ListerPool(self.listers, stream_pages)).produce
-            producers = (functools.partial(produce, stream, self.page_size) for stream in streams)
+            producers = (functools.partial(produce, stream, self.request.page_size) for stream in streams)
             ordered = stack.enter_context(InOrder(producers, self.list_concurrency))
             for n, (stream, records) in enumerate(zip(streams, ordered, strict=True)):
                 rt = stream.rt

@@ -71,8 +71,10 @@ class Breaker:
             )
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class ControllerConfig:
+    """The controller's settings, as `controller run` gives them; each intent brings its own restore options."""
+
     namespace: str
     holder: str
     state_dir: Path | None

@@ -181,7 +181,8 @@ class _Decider:
 
 def build_plan(
     reader: ArchiveReader,
-    opts: RestoreOptions,
+    *,
+    options: RestoreOptions,
     live: Discovery,
     exists: Callable[[ResourceType, str, str], bool],
     backup: str = "",
@@ -200,7 +201,7 @@ def build_plan(
     if not single:
         prefix = f"resources/{CRD_QUALIFIED}/"
         crds = {parse_member_path(p).name for p, _ in reader.file_entries() if p.startswith(prefix)}
-    planner = _Planner(RestorePlan(backup, head, path), opts, _Decider(opts, types, live, crds), exists, single)
+    planner = _Planner(RestorePlan(backup, head, path), options, _Decider(options, types, live, crds), exists, single)
     try:
         if not reader.walk_first(planner.add):
             for member, data in reader.objects():  # checks every hash, and that nothing is missing or extra

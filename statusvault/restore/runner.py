@@ -129,6 +129,14 @@ def _planner(
 ) -> Callable[[str, Path | None], RestorePlan]:
     def plan(manager: str, path: Path | None) -> RestorePlan:
         exists = ExistenceIndex(client, manager)
-        return build_plan(reader, req.options, discovery, exists, req.backup, path, reader.summary)
+        return build_plan(
+            reader,
+            options=req.options,
+            live=discovery,
+            exists=exists,
+            backup=req.backup,
+            path=path,
+            summary=reader.summary,
+        )
 
     return plan

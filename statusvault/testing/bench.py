@@ -191,7 +191,7 @@ class SyntheticLister:
 def measure_planning(env: dict[str, str], n: int, work: Path) -> dict[str, Any]:
     """Time to first write: a restore of n objects plans (reads, checks and decides every object) before it
     writes anything. A client dry run of a synthetic n-object backup runs exactly that planning."""
-    from statusvault.backup import BackupEngine
+    from statusvault.backup import BackupEngine, BackupRequest
     from statusvault.kube.discovery import Discovery
     from statusvault.model import ResourceType, Selection
     from statusvault.storage.local import LocalStore
@@ -199,8 +199,8 @@ def measure_planning(env: dict[str, str], n: int, work: Path) -> dict[str, Any]:
     log(f"planning a restore of {n} objects (synthetic backup made by the backup engine)")
     rt = ResourceType(GROUP, "v1", PLURAL, KIND, True, has_status=True, custom=True, verbs=("list", "create"))
     selection = Selection(include_resources=(rt.qualified,), include_crds=False)
-    store = LocalStore(work / "store")
-    BackupEngine(SyntheticLister(n), Discovery([rt], [rt]), store).run("plan-bench", selection)  # type: ignore[arg-type]
+    request = BackupRequest(store=LocalStore(work / "store"), name="plan-bench", selection=selection)
+    BackupEngine(SyntheticLister(n), Discovery([rt], [rt]), request).run()  # type: ignore[arg-type]
     mapping = ",".join(f"plan-{k}:planned-{k}" for k in range(NAMESPACES))
     run = run_cli(["restore", "plan-bench", "--namespace-mapping", mapping, "--dry-run", "client", "-o", "json"], env)
     head = json.loads(run.out[: run.out.index('"items": [')].rstrip().rstrip(",") + "}")

@@ -73,7 +73,9 @@ def plan(archive, exists=lambda rt, ns, name: False, live=None, **opts):
     """Plan with RestoreOptions given flat: the selection's fields go into its Selection."""
     live = live or live_discovery(CRDS, NAMESPACES, KC, DB, LEGACY, POOL, SVC)
     selection = Selection(**{k: opts.pop(k) for k in list(opts) if k in SELECTION})
-    return build_plan(archive, RestoreOptions(selection=selection, **opts), live, exists, backup="b")
+    return build_plan(
+        archive, options=RestoreOptions(selection=selection, **opts), live=live, exists=exists, backup="b"
+    )
 
 
 def by_name(p):

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from statusvault.backup.selection import select_resources
-from statusvault.cli.backups import backup
-from statusvault.cli.options import split_csv
+from statusvault.cli.backups import BackupArgs, backup
 from statusvault.kinds import CRDS
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
@@ -57,10 +56,4 @@ def test_the_scheduled_backup_takes_exactly_the_resources_its_rbac_was_rendered_
     types = select_resources(discovery, selection)
     args = backup_args(ScheduleSpec("n", "@daily", selection, "s3://b/p"), types)
     params = backup.make_context("backup", args[1:]).params
-    rendered = Selection(
-        namespaces=split_csv(params["namespaces"]),
-        include_resources=split_csv(params["include_resources"]),
-        include_cluster_resources=params["include_cluster_resources"],
-        include_crds=params["include_crds"],
-    )
-    assert select_resources(discovery, rendered) == types
+    assert select_resources(discovery, BackupArgs(**params).selection()) == types
