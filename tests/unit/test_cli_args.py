@@ -42,10 +42,15 @@ def leaves(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
     return out
 
 
-def test_every_command_has_a_field_for_each_of_its_parameters():
+def all_commands() -> dict[str, click.Command]:
+    """Every command by its path ("controller run"), each module's commands loaded (the CLI loads them lazily)."""
     for module in set(COMMAND_MODULES.values()):
         load_commands(module)
-    commands = leaves(cli)
+    return leaves(cli)
+
+
+def test_every_command_has_a_field_for_each_of_its_parameters():
+    commands = all_commands()
     assert set(commands) == {*ARGS, "cluster-info"}
     for path, cls in ARGS.items():
         params = {p.name for p in commands[path].params}
@@ -58,7 +63,7 @@ def test_every_command_has_a_field_for_each_of_its_parameters():
 def parsed(path: str, argv: list[str]) -> dict[str, object]:
     """A command's values as click passes them (under the group's settings: a command caches its help option)."""
     parent = click.Context(cli, info_name="statusvault", **cli.context_settings)
-    return leaves(cli)[path].make_context(path, argv, parent=parent).params
+    return all_commands()[path].make_context(path, argv, parent=parent).params
 
 
 def test_a_command_reads_its_values_as_click_gives_them():

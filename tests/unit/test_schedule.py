@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from statusvault.backup.selection import select_resources
-from statusvault.cli.backups import BackupArgs, backup
+from statusvault.cli.backups import BackupArgs
 from statusvault.kinds import CRDS
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
 from statusvault.schedule import ScheduleSpec, backup_args, cronjob_api_for, render
 from tests.builders import resource_type
+from tests.unit.test_cli_args import parsed
 
 
 @pytest.mark.parametrize(
@@ -55,5 +56,5 @@ def test_the_scheduled_backup_takes_exactly_the_resources_its_rbac_was_rendered_
     discovery = Discovery([CRDS, kc, pool], [CRDS, kc, pool])
     types = select_resources(discovery, selection)
     args = backup_args(ScheduleSpec("n", "@daily", selection, "s3://b/p"), types)
-    params = backup.make_context("backup", args[1:]).params
+    params = parsed("backup", args[1:])
     assert select_resources(discovery, BackupArgs(**params).selection()) == types
