@@ -17,7 +17,7 @@ from statusvault.progress import NullProgress, Progress
 from statusvault.restore.journal import Journal
 from statusvault.restore.objects import ObjectRestorer
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.planstore import Action, Category, PlanItem, RestorePlan
+from statusvault.restore.plan import Action, Category, PlanItem, RestorePlan
 from statusvault.restore.results import ItemResult, Outcome, RestoreReport
 from statusvault.restore.servedtypes import ServedTypes
 from statusvault.restore.unpause import unpause_all

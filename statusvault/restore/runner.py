@@ -19,8 +19,8 @@ from statusvault.progress import NullProgress, Progress
 from statusvault.restore.engine import EngineSettings, RestoreEngine
 from statusvault.restore.existence import ExistenceIndex
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.plan import build_plan, manifest_types, resolve_resource_options
-from statusvault.restore.planstore import RestorePlan
+from statusvault.restore.plan import RestorePlan
+from statusvault.restore.planner import build_plan, manifest_types, resolve_resource_options
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.scaledown import Pauser, resolve_workloads
 from statusvault.restore.servedtypes import ServedTypes

@@ -9,7 +9,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from statusvault.archive import ArchiveReader
 from statusvault.errors import StatusVaultError
 from statusvault.restore.objects import ObjectRestorer, client_dry_run, not_attempted
-from statusvault.restore.planstore import Action, Category, PlanItem
+from statusvault.restore.plan import Action, Category, PlanItem
 from statusvault.restore.results import ItemResult
 from statusvault.restore.workers import ProcessPool
 

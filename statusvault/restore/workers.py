@@ -26,7 +26,7 @@ from typing import Any
 from statusvault.errors import StatusVaultError
 from statusvault.kube.discovery import Discovery
 from statusvault.processes import available_cpus, next_message, spawn, worker_init
-from statusvault.restore.planstore import PlanItem
+from statusvault.restore.plan import PlanItem
 from statusvault.restore.results import ItemResult, Outcome, StatusOutcome
 from statusvault.throttle import SharedTokenBucket
 

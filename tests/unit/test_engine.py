@@ -17,7 +17,7 @@ from statusvault.restore.engine import EngineSettings, RestoreEngine
 from statusvault.restore.existence import ExistenceIndex
 from statusvault.restore.journal import Journal
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.plan import build_plan
+from statusvault.restore.planner import build_plan
 from statusvault.restore.servedtypes import ServedTypes
 from tests.builders import cr, owner_ref, resource_type, with_meta, write_archive
 from tests.fake import FakeKube
