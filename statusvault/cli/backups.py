@@ -10,7 +10,7 @@ import click
 
 from statusvault import catalog
 from statusvault.backup import LIST_CONCURRENCY, BackupEngine, default_backup_name
-from statusvault.backup.listers import ListerSpec, default_list_processes
+from statusvault.backup.listers import default_list_processes
 from statusvault.cli.app import App
 from statusvault.cli.options import (
     cluster_resources_option,
@@ -29,6 +29,7 @@ from statusvault.errors import ArchiveError
 from statusvault.metrics import recorded
 from statusvault.model import Selection
 from statusvault.optiontable import check_options
+from statusvault.processes import WorkerSpec
 from statusvault.storage.base import validate_backup_name
 
 
@@ -110,12 +111,12 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
             page_size=kw["page_size"],
             key=encryption_key(kw),
             list_concurrency=kw["list_concurrency"],
-            listers=ListerSpec(
-                app.kubeconfig,
-                app.worker_context(),
-                kw["processes"] or default_list_processes(kw["list_concurrency"]),
-                app.log_format,
-                app.debug,
+            listers=WorkerSpec(
+                kubeconfig=app.kubeconfig,
+                context=app.worker_context(),
+                processes=kw["processes"] or default_list_processes(kw["list_concurrency"]),
+                log_format=app.log_format,
+                debug=app.debug,
             ),
         )
         result = engine.run(name, selection, schedule)

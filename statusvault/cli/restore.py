@@ -30,11 +30,12 @@ from statusvault.errors import ConfigError, PartialFailure, StatusVaultError
 from statusvault.metrics import recorded
 from statusvault.model import display
 from statusvault.optiontable import check_options
+from statusvault.processes import WorkerSpec
 from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import restore_options
 from statusvault.restore.results import GENERATION_NOTE, RestoreReport, StatusOutcome
 from statusvault.restore.runner import RestoreRequest, run_restore
-from statusvault.restore.workers import MIN_WAVE, WorkerSpec, default_processes
+from statusvault.restore.workers import MIN_WAVE, default_processes
 from statusvault.storage.base import ObjectStore
 
 
