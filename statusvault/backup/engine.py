@@ -16,7 +16,7 @@ import orjson
 from statusvault import __version__, rfc3339
 from statusvault.archive import FORMAT_VERSION, ArchiveWriter, member_path
 from statusvault.archive.crypto import Key
-from statusvault.backup.listers import ListerPool, ListerSpec
+from statusvault.backup.listers import ListJob, list_in_worker
 from statusvault.backup.selection import select_resources
 from statusvault.backup.spools import InOrder, Record, Spool
 from statusvault.errors import ConfigError, KubeApiError, LeaseLostError
@@ -26,6 +26,8 @@ from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import Request
 from statusvault.model import KubeObject, ResourceType, Selection, name_matches, object_key
 from statusvault.pausepoints import pause_point
+from statusvault.processes import WorkerSpec
+from statusvault.processes.pool import WorkerPool
 from statusvault.progress import NullProgress, Progress
 from statusvault.storage.base import (
     ObjectStore,
@@ -122,7 +124,7 @@ class BackupRequest:
     key: Key | None = None  # client-side encryption of the archive
     page_size: int = 500
     list_concurrency: int = 1  # LIST streams at once (types, namespaces)
-    listers: ListerSpec | None = None  # worker processes that list; None (or one process): this process's threads
+    listers: WorkerSpec | None = None  # worker processes that list; None (or one process): this process's threads
     progress: Progress = dataclasses.field(default_factory=NullProgress)
     compresslevel: int = 3
 
@@ -213,7 +215,8 @@ class BackupEngine:
             produce: Callable[[_Stream, int, Spool], None] = self._list
             if self.listers is not None and streams:
                 log.info("listing in %d worker processes", self.listers.processes)
-                produce = stack.enter_context(ListerPool(self.listers, stream_pages)).produce
+                pool = stack.enter_context(WorkerPool(self.listers, ListJob(stream_pages), role="list"))
+                produce = functools.partial(list_in_worker, pool)
             producers = (functools.partial(produce, stream, self.request.page_size) for stream in streams)
             ordered = stack.enter_context(InOrder(producers, self.list_concurrency))
             for n, (stream, records) in enumerate(zip(streams, ordered, strict=True)):

@@ -10,7 +10,7 @@ import click
 
 from statusvault import catalog
 from statusvault.backup import LIST_CONCURRENCY, BackupEngine, BackupRequest, default_backup_name
-from statusvault.backup.listers import ListerSpec, default_list_processes
+from statusvault.backup.listers import default_list_processes
 from statusvault.cli.app import App
 from statusvault.cli.options import (
     EncryptionArgs,
@@ -28,6 +28,7 @@ from statusvault.cli.options import (
 from statusvault.cli.output import emit, human_size, table
 from statusvault.cli.watchviews import is_watch, verify_watch
 from statusvault.errors import ArchiveError
+from statusvault.processes import WorkerSpec
 from statusvault.storage.base import ObjectStore, validate_backup_name
 
 
@@ -152,12 +153,12 @@ def backup_request(app: App, args: BackupArgs, name: str, store: ObjectStore) ->
         key=args.key(),
         page_size=args.page_size,
         list_concurrency=args.list_concurrency,
-        listers=ListerSpec(
-            app.kubeconfig,
-            app.worker_context(),
-            args.processes or default_list_processes(args.list_concurrency),
-            app.log_format,
-            app.debug,
+        listers=WorkerSpec(
+            kubeconfig=app.kubeconfig,
+            context=app.worker_context(),
+            processes=args.processes or default_list_processes(args.list_concurrency),
+            log_format=app.log_format,
+            debug=app.debug,
         ),
     )
 

@@ -27,11 +27,12 @@ from statusvault.cli.options import (
 from statusvault.cli.output import emit_items
 from statusvault.cli.restoreview import render
 from statusvault.errors import ConfigError, PartialFailure, StatusVaultError
+from statusvault.processes import WorkerSpec
 from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import RestoreOptions, restore_options
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.runner import RestoreRequest, run_restore
-from statusvault.restore.workers import MIN_WAVE, WorkerSpec, default_processes
+from statusvault.restore.workers import MIN_WAVE, default_processes
 from statusvault.storage.base import ObjectStore
 
 

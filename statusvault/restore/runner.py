@@ -15,6 +15,7 @@ from statusvault.catalog import read_manifest, readable_archive
 from statusvault.errors import ArchiveError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
+from statusvault.processes import WorkerSpec
 from statusvault.progress import NullProgress, Progress
 from statusvault.restore.engine import EngineSettings, RestoreEngine
 from statusvault.restore.existence import ExistenceIndex
@@ -25,7 +26,6 @@ from statusvault.restore.results import RestoreReport
 from statusvault.restore.scaledown import Pauser, resolve_workloads
 from statusvault.restore.servedtypes import ServedTypes
 from statusvault.restore.state import earlier_manager, finish, restore_state, state_key
-from statusvault.restore.workers import WorkerSpec
 from statusvault.storage.base import ObjectStore
 
 
