@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import multiprocessing
 import os
+import queue
 import signal
 import threading
 import time
@@ -80,6 +81,12 @@ class WorkerPool:
         self._start_deaths = 0  # in a row, since a worker was last ready
         self._reader: threading.Thread | None = None
         self.workers: list[_Worker] = []
+        # Pipes are written by one sender thread, never by the caller: Ctrl-C raises in the main thread between
+        # any two bytecodes, and a send it cut short would lose a batch (or corrupt the pipe) and leave its tasks
+        # open for ever.
+        self._due: queue.SimpleQueue[tuple[_Worker, tuple[Any, ...] | None] | None] = queue.SimpleQueue()
+        self._sender = threading.Thread(target=self._send_loop, name=f"{role}-sender", daemon=True)
+        self._sender.start()
         try:
             for _ in range(max(1, spec.processes)):
                 self.workers.append(self._start())
@@ -151,10 +158,11 @@ class WorkerPool:
             self._send(w)
 
     def withdraw(self) -> None:
-        """Forget the tasks not yet sent (a run that stops starts nothing new): their `done` is never called."""
+        """Forget the tasks not yet sent (a run that stops starts nothing new): their `done` is never called.
+        A task counts as sent once the sender took it: the sender is never interrupted, so it reaches its worker."""
         with self._cond:
             for w in self.workers:
-                for t in w.outbox:
+                for t in [t for t in w.tasks.values() if not t.sent]:  # in the outbox, or cut short on the way
                     t.ended = True
                     self._tasks.pop(t.id, None)
                     w.tasks.pop(t.id, None)
@@ -195,13 +203,15 @@ class WorkerPool:
         for w, busy in workers:
             if busy and not self.grace:
                 w.process.kill()  # (a backup's) busy workers only read: nothing is left half done
-            else:
-                self._post(w, ("stop",))
+            else:  # after what the sender still has for it
+                self._due.put((w, ("stop",)))
         for w, _ in workers:
             w.process.join(max(STOP_WAIT, deadline - time.monotonic()))
             if w.process.is_alive():
                 w.process.kill()
                 w.process.join()
+        self._due.put(None)
+        self._sender.join(timeout=5)
         if self._reader is not None:
             self._reader.join(timeout=5)
         with self._cond:
@@ -381,6 +391,21 @@ class WorkerPool:
         return _Worker(*spawn(self.ctx, worker_main, f"statusvault-{self.role}-worker", *args), time.monotonic())
 
     def _send(self, w: _Worker) -> None:
+        """Have the sender send `w` what it is due (a put on a queue: nothing a Ctrl-C can cut in half)."""
+        self._due.put((w, None))
+
+    def _send_loop(self) -> None:
+        """The sender: each worker's due tasks (None) or one message, in the order they were asked for."""
+        while (due := self._due.get()) is not None:
+            w, msg = due
+            try:
+                self._send_now(w) if msg is None else self._post(w, msg)
+            except BaseException as e:  # never a silent stop: the pool breaks, and every wait raises it
+                log.debug("the %s pool's sender stopped", self.role, exc_info=True)
+                self._break(e if isinstance(e, StatusVaultError) else StatusVaultError(f"{type(e).__name__}: {e}"))
+                return
+
+    def _send_now(self, w: _Worker) -> None:
         """What `w` is due, once it is ready: the shared value if it changed, then its outbox."""
         with w.send_lock:
             with self._cond:

@@ -200,3 +200,20 @@ def test_a_forgotten_tasks_callbacks_never_run_again(one):
         seen = len(parts)
         time.sleep(0.3)
         assert len(parts) == seen and "done" not in parts
+
+
+def test_a_ctrl_c_between_submits_leaves_no_task_that_a_drain_waits_on_for_ever(one):
+    """Ctrl-C raises in the main thread between any two bytecodes, also in `submit` after a task was counted
+    and before it reached the outbox, or amid a send. Sends are the sender thread's (never cut), and withdraw
+    takes back every task not yet sent: a drain after it returns with what was sent answered."""
+    answered: list[Any] = []
+    with WorkerPool(one, ProbeJob(), role="test") as pool:
+        call(pool, "pid")  # ready
+        sent = pool.submit(("sleep", 0.2), lambda result, error: answered.append(result), batch=False)
+        cut = pool.submit(("pid",), lambda result, error: answered.append(result), batch=True)
+        (worker,) = pool.workers
+        with pool._cond:
+            worker.outbox.remove(cut)  # as if the interrupt came between the count and the outbox
+        pool.withdraw()
+        pool.drain()
+    assert sent.ended and cut.ended and len(answered) == 1, "the sent task answered; the cut one withdrawn, never run"
