@@ -28,7 +28,7 @@ from statusvault.pausepoints import pause_point
 from statusvault.storage.base import ObjectStore, validate_backup_name
 from statusvault.watch.chains import read_head, why_not_continued
 from statusvault.watch.metrics import WatchMetrics
-from statusvault.watch.segments import parse_time
+from statusvault.watch.segments import parse_record_time
 from statusvault.watch.streams import Change, Gone, Item, Position, StreamSet, streams_for
 from statusvault.watch.writer import ChainWriter, FencedError
 
@@ -101,7 +101,7 @@ class WatchEngine:
         streams = streams_for(select_resources(discovery, cfg.selection), cfg.selection)
         items: queue.Queue[Item] = queue.Queue(maxsize=10000)
         head = read_head(self.store, cfg.name)
-        self.metrics.leading(parse_time(str(head["until"])) if head and head.get("until") else None)
+        self.metrics.leading(parse_record_time(str(head["until"])) if head and head.get("until") else None)
         resumed = self._resume(head, {s.key for s in streams})
         streamset = StreamSet(self.client, streams, items, cfg.watch_timeout)
         positions = streamset.start(resumed.positions if resumed else {})
