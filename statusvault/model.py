@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+from collections.abc import Iterable
 from typing import Any
 
 KubeObject = dict[str, Any]
@@ -83,6 +84,32 @@ class Selection:
     include_crds: bool = True
     names: tuple[str, ...] = ()  # object names or shell-style patterns; empty: every name (CRDs are never filtered)
 
+    @classmethod
+    def from_options(
+        cls,
+        *,
+        namespaces: str | Iterable[str] = (),
+        include_resources: str | Iterable[str] = (),
+        exclude_resources: str | Iterable[str] = (),
+        selector: str = "",
+        names: str | Iterable[str] = (),
+        include_cluster_resources: bool | None = None,
+        include_crds: bool | None = True,
+        all_namespaces: bool = False,
+    ) -> Selection:
+        """The one reading of the selection options (the CLI's values, a restore intent's data): lists repeated or
+        comma-separated; -A takes every namespace; include_crds None: on unless -n is given."""
+        taken = () if all_namespaces else split_csv(namespaces)
+        return cls(
+            namespaces=taken,
+            include_resources=split_csv(include_resources),
+            exclude_resources=split_csv(exclude_resources),
+            label_selector=selector,
+            include_cluster_resources=include_cluster_resources,
+            include_crds=not taken if include_crds is None else include_crds,
+            names=split_csv(names),
+        )
+
     @property
     def cluster_resources(self) -> bool:
         if self.include_cluster_resources is None:
@@ -104,6 +131,12 @@ class Selection:
             "includeCRDs": self.include_crds,
             "names": list(self.names),
         }
+
+
+def split_csv(values: str | Iterable[str]) -> tuple[str, ...]:
+    """`--x a,b --x c` -> (a, b, c); one string is one comma-separated list."""
+    parts = (values,) if isinstance(values, str) else values
+    return tuple(v.strip() for raw in parts for v in raw.split(",") if v.strip())
 
 
 def name_matches(name: str, patterns: tuple[str, ...]) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from statusvault import catalog
-from statusvault.backup import BackupEngine
+from statusvault.backup import BackupEngine, BackupRequest
 from statusvault.backup.selection import select_resources
 from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
@@ -209,7 +209,8 @@ def _backup(req: MoveRequest, name: str) -> None:
     """The move's record; what a killed run's backup left is replaced, one a live run is writing refused (the
     engine's writer lease)."""
     selection = dataclasses.replace(req.selection, include_crds=True)  # the target may not have them
-    BackupEngine(req.source.client, req.source.discover(False), req.store).run(name, selection)
+    record = BackupRequest(store=req.store, name=name, selection=selection)
+    BackupEngine(req.source.client, req.source.discover(False), record).run()
 
 
 def verify(client: KubeApi, discovery: Discovery, store: ObjectStore, name: str, opts: RestoreOptions) -> list[str]:

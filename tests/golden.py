@@ -147,8 +147,8 @@ def make_backup(store: LocalStore, name: str, key: Key | None) -> None:
     sealing = mock.patch.object(archivewriter, "EncryptingWriter", prefixed)
     data_key = mock.patch.object(Key, "generate", classmethod(lambda cls: cls(DATA_KEY)))
     with mock.patch.object(backup, "dt", clock), sealing, data_key:
-        engine = backup.BackupEngine(GoldenKube(), Discovery(TYPES, TYPES), store, key=key)  # type: ignore[arg-type]
-        engine.run(name, SELECTION)
+        request = backup.BackupRequest(store=store, name=name, selection=SELECTION, key=key)
+        backup.BackupEngine(GoldenKube(), Discovery(TYPES, TYPES), request).run()  # type: ignore[arg-type]
 
 
 # --- known answers for the encryption framing ---

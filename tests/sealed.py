@@ -12,10 +12,9 @@ from typing import Any
 
 import orjson
 
-from statusvault.backup import BackupEngine, BackupResult
+from statusvault.backup import BackupEngine, BackupRequest, BackupResult
 from statusvault.cli.main import main
 from statusvault.kinds import CRDS, NAMESPACES
-from statusvault.model import Selection
 from statusvault.restore.runner import open_backup
 from statusvault.storage.base import ObjectStore
 from statusvault.storage.s3 import S3Store
@@ -37,8 +36,10 @@ def cluster(count: int = 3) -> FakeKube:
     return kube
 
 
-def back_up(kube: FakeKube, store: ObjectStore, name: str, **engine: Any) -> BackupResult:
-    return BackupEngine(kube, kube.discovery(NAMESPACES), store, page_size=50, **engine).run(name, Selection())
+def back_up(kube: FakeKube, store: ObjectStore, name: str, **request: Any) -> BackupResult:
+    """A backup of the whole fake cluster; `request`: BackupRequest's other fields (key, lock ...)."""
+    backup = BackupRequest(store=store, name=name, page_size=50, **request)
+    return BackupEngine(kube, kube.discovery(NAMESPACES), backup).run()
 
 
 def store_cli(store: S3Store, *args: str) -> tuple[int, str, str]:

@@ -5,6 +5,7 @@ back in order), listers.py (LIST streams in worker processes)."""
 from statusvault.backup.engine import (
     LIST_CONCURRENCY,
     BackupEngine,
+    BackupRequest,
     BackupResult,
     ResourceSummary,
     default_backup_name,
@@ -14,6 +15,7 @@ from statusvault.backup.engine import (
 __all__ = [
     "LIST_CONCURRENCY",
     "BackupEngine",
+    "BackupRequest",
     "BackupResult",
     "ResourceSummary",
     "default_backup_name",

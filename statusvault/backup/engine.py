@@ -18,7 +18,7 @@ from statusvault.archive import FORMAT_VERSION, ArchiveWriter, member_path
 from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import Keyring, Keys, context, sealed_field
 from statusvault.archive.format import ENVELOPE_FORMAT_VERSION
-from statusvault.backup.listers import ListerPool, ListerSpec
+from statusvault.backup.listers import ListJob, list_in_worker
 from statusvault.backup.selection import select_resources
 from statusvault.backup.spools import InOrder, Record, Spool
 from statusvault.errors import ConfigError, KubeApiError, LeaseLostError
@@ -28,6 +28,8 @@ from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import Request
 from statusvault.model import KubeObject, ResourceType, Selection, name_matches, object_key
 from statusvault.pausepoints import pause_point
+from statusvault.processes import WorkerSpec
+from statusvault.processes.pool import WorkerPool
 from statusvault.progress import NullProgress, Progress
 from statusvault.storage.base import (
     ObjectLock,
@@ -115,34 +117,39 @@ def _check_namespaces(client: KubeApi, discovery: Discovery, namespaces: tuple[s
 STALE_WRITE_AFTER = 6 * 3600.0  # a write older than this is no backup in progress (the CronJob's deadline)
 
 
+@dataclasses.dataclass(kw_only=True)
+class BackupRequest:
+    """One backup, as the CLI, a move (its record) or a watch (a base) asks for it."""
+
+    store: ObjectStore
+    name: str
+    selection: Selection = dataclasses.field(default_factory=Selection)
+    schedule: str = ""  # the schedule (or watch:NAME) the backup belongs to, recorded in its manifest
+    key: Keys = None  # client-side encryption: a data key of the backup's own, wrapped by each of these keys
+    lock: ObjectLock | None = None  # S3 Object Lock on the archive and the manifest (not on the writer lease)
+    page_size: int = 500
+    list_concurrency: int = 1  # LIST streams at once (types, namespaces)
+    listers: WorkerSpec | None = None  # worker processes that list; None (or one process): this process's threads
+    progress: Progress = dataclasses.field(default_factory=NullProgress)
+    compresslevel: int = 3
+
+
 class BackupEngine:
-    def __init__(
-        self,
-        client: KubeApi,
-        discovery: Discovery,
-        store: ObjectStore,
-        progress: Progress | None = None,
-        page_size: int = 500,
-        compresslevel: int = 3,
-        key: Keys = None,
-        list_concurrency: int = 1,
-        listers: ListerSpec | None = None,
-        lock: ObjectLock | None = None,
-    ):
-        self.keyring = Keyring.of(key)  # client-side encryption: a data key of its own, wrapped by each of these
-        self.lock = lock  # S3 Object Lock on the archive and the manifest (not on the transient writer lease)
-        self.list_concurrency = max(1, list_concurrency)  # LIST streams at once (types, namespaces)
+    def __init__(self, client: KubeApi, discovery: Discovery, request: BackupRequest):
+        self.request = request
+        self.keyring = Keyring.of(request.key)
+        self.list_concurrency = max(1, request.list_concurrency)
+        listers = request.listers
         if listers is not None:  # no more workers than LISTs run at once
             listers = dataclasses.replace(listers, processes=min(listers.processes, self.list_concurrency))
         self.listers = listers if listers is not None and listers.processes > 1 else None  # None: in threads
         self.client = client
         self.discovery = discovery
-        self.store = store
-        self.progress = progress or NullProgress()
-        self.page_size = page_size
-        self.compresslevel = compresslevel
+        self.store = request.store
+        self.progress = request.progress
 
-    def run(self, name: str, selection: Selection, schedule: str = "") -> BackupResult:
+    def run(self) -> BackupResult:
+        name, selection = self.request.name, self.request.selection
         validate_backup_name(name)
         started = time.monotonic()
         created_at = dt.datetime.now(dt.UTC)
@@ -150,12 +157,13 @@ class BackupEngine:
         _check_namespaces(self.client, self.discovery, selection.namespaces)
         for kek in self.keyring.keks:
             kek.ref()  # a KMS key that cannot be found or read fails here, before any write
-        target = locked_store(self.store, self.lock) if self.lock is not None else self.store
+        lock = self.request.lock
+        target = locked_store(self.store, lock) if lock is not None else self.store
         with claim(self.store, name) as lease:  # refuses a complete backup or one a live run writes
             swept = sweep_stale_writes(self.store, STALE_WRITE_AFTER)
             if swept:
                 log.info("removed %d leftover(s) of backups killed mid-write from %s", swept, self.store.url)
-            manifest = self._archive(target, name, selection, schedule, types, created_at, lease)
+            manifest = self._archive(target, name, selection, self.request.schedule, types, created_at, lease)
             try:
                 lease.renew()  # still this run's, right before the manifest completes the backup
                 target.put(manifest_key(name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
@@ -186,7 +194,7 @@ class BackupEngine:
         ]
         data_key = Key.generate() if self.keyring else None
         with target.open_write(archive_key(name)) as sink:
-            writer = ArchiveWriter(sink, self.compresslevel, mtime=created_at.timestamp(), key=data_key)
+            writer = ArchiveWriter(sink, self.request.compresslevel, mtime=created_at.timestamp(), key=data_key)
             try:
                 summaries = self._write(writer, streams, lease)
                 manifest = self._manifest(name, selection, summaries, writer, created_at)
@@ -222,8 +230,9 @@ class BackupEngine:
             produce: Callable[[_Stream, int, Spool], None] = self._list
             if self.listers is not None and streams:
                 log.info("listing in %d worker processes", self.listers.processes)
-                produce = stack.enter_context(ListerPool(self.listers, stream_pages)).produce
-            producers = (functools.partial(produce, stream, self.page_size) for stream in streams)
+                pool = stack.enter_context(WorkerPool(self.listers, ListJob(stream_pages), role="list"))
+                produce = functools.partial(list_in_worker, pool)
+            producers = (functools.partial(produce, stream, self.request.page_size) for stream in streams)
             ordered = stack.enter_context(InOrder(producers, self.list_concurrency))
             for n, (stream, records) in enumerate(zip(streams, ordered, strict=True)):
                 rt = stream.rt

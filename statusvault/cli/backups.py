@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import sys
 from pathlib import Path
@@ -10,29 +11,68 @@ from typing import Any
 import click
 
 from statusvault import catalog
-from statusvault.backup import LIST_CONCURRENCY, BackupEngine, default_backup_name
-from statusvault.backup.listers import ListerSpec, default_list_processes
+from statusvault.backup import LIST_CONCURRENCY, BackupEngine, BackupRequest, default_backup_name
+from statusvault.backup.listers import default_list_processes
 from statusvault.cli.app import App
 from statusvault.cli.options import (
+    KeysArgs,
+    LockArgs,
+    MetricsArgs,
+    SelectionArgs,
+    StorageArgs,
     cluster_resources_option,
-    keyring,
     keys_options,
     lock_options,
     metrics_options,
-    object_lock,
     output_option,
-    s3_options,
+    pass_args,
     selection_options,
-    split_csv,
     storage_options,
 )
 from statusvault.cli.output import emit, human_size, table
 from statusvault.cli.watchviews import is_watch, verify_watch
 from statusvault.errors import ArchiveError
-from statusvault.metrics import recorded
-from statusvault.model import Selection
-from statusvault.optiontable import check_options
-from statusvault.storage.base import locking, validate_backup_name
+from statusvault.processes import WorkerSpec
+from statusvault.storage.base import ObjectStore, locking, validate_backup_name
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BackupArgs(StorageArgs, SelectionArgs, KeysArgs, LockArgs, MetricsArgs):
+    name: str | None
+    page_size: int
+    list_concurrency: int
+    processes: int | None
+    output: str
+    schedule: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ListArgs(StorageArgs):
+    timeline: bool
+    output: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StoredArgs(StorageArgs):
+    """One stored backup (describe, verify, download, delete)."""
+
+    name: str
+    output: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VerifyArgs(StoredArgs, KeysArgs):
+    pass
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DownloadArgs(StoredArgs):
+    dest: Path
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DeleteArgs(StoredArgs):
+    yes: bool
 
 
 @click.command()
@@ -73,7 +113,6 @@ from statusvault.storage.base import locking, validate_backup_name
     "process may use (cgroup-aware), at most one per concurrent LIST; 1 below 4 CPUs]",
 )
 @output_option
-@click.pass_obj
 @click.option(
     "--schedule",
     default="",
@@ -83,50 +122,24 @@ from statusvault.storage.base import locking, validate_backup_name
 @keys_options
 @lock_options
 @metrics_options
-def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
+@pass_args(BackupArgs, check="backup")
+def backup(app: App, args: BackupArgs) -> None:
     """Back up custom resources, status included, to a directory or S3.
 
     NAME defaults to backup-YYYYMMDDhhmmss (UTC), or SCHEDULE-YYYYMMDDhhmmss with --schedule.
     """
-    check_options("backup", kw)
-    s3 = s3_options(kw)
-    schedule = kw["schedule"] or ""
-    if schedule:
-        validate_backup_name(schedule)
-    name = validate_backup_name(name or default_backup_name(schedule or "backup"))
-    lock = object_lock(kw, dt.datetime.now(dt.UTC))
-    namespaces = () if kw["all_namespaces"] else split_csv(kw["namespaces"])
-    selection = Selection(
-        namespaces=namespaces,
-        include_resources=split_csv(kw["include_resources"]),
-        exclude_resources=split_csv(kw["exclude_resources"]),
-        label_selector=kw["selector"],
-        include_cluster_resources=kw["include_cluster_resources"],
-        include_crds=kw["include_crds"],
-        names=split_csv(kw["names"]),
-    )
-    store = app.store(kw["storage"], s3)
+    if args.schedule:
+        validate_backup_name(args.schedule)
+    name = validate_backup_name(args.name or default_backup_name(args.schedule or "backup"))
+    store = app.store(args.storage, args.s3())
+    request = backup_request(app, args, name, store)
+    lock = request.lock
     if lock is not None:
         locking(store)  # a directory, a bucket without Object Lock: refused before the cluster is asked anything
-    with recorded("backup", schedule, kw["metrics_textfile"], kw["metrics_pushgateway"]) as run:
-        engine = BackupEngine(
-            app.client(pool_size=kw["list_concurrency"] * 2 + 4),
-            app.discovery(),
-            store,
-            app.progress(),
-            page_size=kw["page_size"],
-            key=keyring(kw),
-            list_concurrency=kw["list_concurrency"],
-            listers=ListerSpec(
-                app.kubeconfig,
-                app.worker_context(),
-                kw["processes"] or default_list_processes(kw["list_concurrency"]),
-                app.log_format,
-                app.debug,
-            ),
-            lock=lock,
-        )
-        result = engine.run(name, selection, schedule)
+    with args.recorded("backup", args.schedule) as run:
+        client = app.client(pool_size=args.list_concurrency * 2 + 4)
+        discovery = app.discovery()
+        result = BackupEngine(client, discovery, request).run()
         run.success, run.duration, run.objects = True, result.duration, result.objects
         run.bytes = int(result.manifest["archive"]["size"])
     rows = [(q, r["count"], r["withStatus"]) for q, r in result.manifest["resources"].items()]
@@ -139,22 +152,45 @@ def backup(app: App, /, name: str | None, output: str, **kw: Any) -> None:
         )
         + (f"; locked: {lock.describe()}" if lock else "")
     )
-    emit({**result.to_dict(), "lock": lock.to_dict() if lock else None}, output, text)
+    emit({**result.to_dict(), "lock": lock.to_dict() if lock else None}, args.output, text)
+
+
+def backup_request(app: App, args: BackupArgs, name: str, store: ObjectStore) -> BackupRequest:
+    """The backup the options ask for, under its checked name, into the opened store; its Object Lock (if any)
+    runs from now."""
+    return BackupRequest(
+        store=store,
+        name=name,
+        selection=args.selection(),
+        schedule=args.schedule,
+        progress=app.progress(),
+        key=args.keys(),
+        lock=args.lock(dt.datetime.now(dt.UTC)),
+        page_size=args.page_size,
+        list_concurrency=args.list_concurrency,
+        listers=WorkerSpec(
+            kubeconfig=app.kubeconfig,
+            context=app.worker_context(),
+            processes=args.processes or default_list_processes(args.list_concurrency),
+            log_format=app.log_format,
+            debug=app.debug,
+        ),
+    )
 
 
 @click.command("list")
 @storage_options
 @click.option("--timeline", is_flag=True, help="List watches and the ranges `restore WATCH --at` can restore.")
 @output_option
-@click.pass_obj
-def list_cmd(app: App, /, output: str, timeline: bool, **kw: Any) -> None:
+@pass_args(ListArgs)
+def list_cmd(app: App, args: ListArgs) -> None:
     """List backups; one without its manifest cannot be restored: Writing while a run writes it, else Incomplete
     (left by a run that stopped; the same backup command replaces it)."""
-    store = app.store(kw.pop("storage"), s3_options(kw))
-    if timeline:
+    store = app.store(args.storage, args.s3())
+    if args.timeline:
         from statusvault.cli.watchviews import show_timeline
 
-        show_timeline(store, output)
+        show_timeline(store, args.output)
         return
     infos = catalog.list_backups(store)
     locked = any(b.lock for b in infos)  # a LOCK column only where some backup has one
@@ -177,18 +213,18 @@ def list_cmd(app: App, /, output: str, timeline: bool, **kw: Any) -> None:
         if infos
         else f"No backups in {store.url}"
     )
-    emit([b.to_dict() for b in infos], output, text)
+    emit([b.to_dict() for b in infos], args.output, text)
 
 
 @click.command()
 @click.argument("name")
 @storage_options
 @output_option
-@click.pass_obj
-def describe(app: App, /, name: str, output: str, **kw: Any) -> None:
+@pass_args(StoredArgs)
+def describe(app: App, args: StoredArgs) -> None:
     """Show a backup's per-resource counts, how many objects carry status, and its size."""
-    store = app.store(kw.pop("storage"), s3_options(kw))
-    data = catalog.describe(store, name)
+    store = app.store(args.storage, args.s3())
+    data = catalog.describe(store, args.name)
     rows = [
         (q, r["kind"], "yes" if r.get("hasStatusSubresource") else "no", r.get("count", "-"), r.get("withStatus", "-"))
         for q, r in (data["resources"] or {}).items()
@@ -196,7 +232,7 @@ def describe(app: App, /, name: str, output: str, **kw: Any) -> None:
     totals, archive = data["totals"] or {}, data["archive"] or {}
     text = "\n".join(
         [
-            f"Name:       {name}",
+            f"Name:       {args.name}",
             "Phase:      Completed",
             f"Created:    {data['createdAt']}",
             f"Server:     {(data['server'] or {}).get('gitVersion', '')}",
@@ -209,7 +245,7 @@ def describe(app: App, /, name: str, output: str, **kw: Any) -> None:
             table(["RESOURCE", "KIND", "STATUS-SUBRESOURCE", "OBJECTS", "WITH STATUS"], rows),
         ]
     )
-    emit(data, output, text)
+    emit(data, args.output, text)
 
 
 def _protection(data: dict[str, Any]) -> list[str]:
@@ -229,16 +265,17 @@ def _protection(data: dict[str, Any]) -> list[str]:
 @storage_options
 @keys_options
 @output_option
-@click.pass_obj
-def verify(app: App, /, name: str, output: str, **kw: Any) -> None:
+@pass_args(VerifyArgs)
+def verify(app: App, args: VerifyArgs) -> None:
     """Re-read a backup and check its format and every file's SHA-256; non-zero exit on any mismatch.
 
     An encrypted backup is decrypted with the key file or KMS key that unwraps its data key; without one only the
     stored archive's checksum can be checked."""
-    keys = keyring(kw)
-    store = app.store(kw.pop("storage"), s3_options(kw))
+    keys = args.keys()
+    store = app.store(args.storage, args.s3())
+    name = args.name
     if is_watch(store, name):
-        verify_watch(store, name, keys, output)
+        verify_watch(store, name, keys, args.output)
         return
     report = catalog.verify(store, name, keys)
     data = {
@@ -259,7 +296,7 @@ def verify(app: App, /, name: str, output: str, **kw: Any) -> None:
         text = f"Backup {name}: archive checksum OK; encrypted: pass --encryption-key-file to check every object"
     else:
         text = f"Backup {name}: OK ({report.files_checked} files checked)"
-    emit(data, output, text)
+    emit(data, args.output, text)
     if not report.ok:
         raise ArchiveError(f"backup {name!r} failed verification")
 
@@ -276,15 +313,15 @@ def verify(app: App, /, name: str, output: str, **kw: Any) -> None:
 )
 @storage_options
 @output_option
-@click.pass_obj
-def download(app: App, /, name: str, dest: Path, output: str, **kw: Any) -> None:
+@pass_args(DownloadArgs)
+def download(app: App, args: DownloadArgs) -> None:
     """Download a backup's archive to a local file."""
-    store = app.store(kw.pop("storage"), s3_options(kw))
-    size = catalog.download(store, name, dest)
+    store = app.store(args.storage, args.s3())
+    size = catalog.download(store, args.name, args.dest)
     emit(
-        {"name": name, "file": str(dest), "sizeBytes": size},
-        output,
-        f"Downloaded backup {name} to {dest} ({human_size(size)})",
+        {"name": args.name, "file": str(args.dest), "sizeBytes": size},
+        args.output,
+        f"Downloaded backup {args.name} to {args.dest} ({human_size(size)})",
     )
 
 
@@ -293,14 +330,14 @@ def download(app: App, /, name: str, dest: Path, output: str, **kw: Any) -> None
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @storage_options
 @output_option
-@click.pass_obj
-def delete(app: App, /, name: str, yes: bool, output: str, **kw: Any) -> None:
+@pass_args(DeleteArgs)
+def delete(app: App, args: DeleteArgs) -> None:
     """Delete a backup (its manifest first, then its archive); refused while a run writes it."""
-    store = app.store(kw.pop("storage"), s3_options(kw))
-    if not yes and sys.stdin.isatty():
-        click.confirm(f"Delete backup {name} from {store.url}?", abort=True)
-    keys = catalog.delete(store, name)
-    emit({"name": name, "deleted": keys}, output, f"Deleted backup {name}")
+    store = app.store(args.storage, args.s3())
+    if not args.yes and sys.stdin.isatty():
+        click.confirm(f"Delete backup {args.name} from {store.url}?", abort=True)
+    keys = catalog.delete(store, args.name)
+    emit({"name": args.name, "deleted": keys}, args.output, f"Deleted backup {args.name}")
 
 
 COMMANDS = (backup, list_cmd, describe, verify, download, delete)

@@ -3,31 +3,49 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
 from pathlib import Path
-from typing import Any
 
 import click
-import yaml
 
 from statusvault.cli.app import App
 from statusvault.cli.options import (
-    encryption_key,
+    EncryptionArgs,
+    ManifestArgs,
+    StorageArgs,
     encryption_option,
     manifest_options,
-    s3_options,
-    split_csv,
+    pass_args,
     state_dir_option,
     storage_options,
 )
-from statusvault.cli.schedule import apply_and_report
+from statusvault.cli.schedule import print_or_apply
 from statusvault.controller.install import ControllerSpec, render
 from statusvault.controller.loop import Controller, ControllerConfig
-from statusvault.errors import ConfigError
+from statusvault.model import split_csv
 
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ControllerRunArgs(StorageArgs, EncryptionArgs):
+    namespace: str
+    interval: float
+    once: bool
+    holder: str
+    lease_seconds: int
+    state_dir: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ControllerRenderArgs(StorageArgs, ManifestArgs):
+    namespace: str
+    replicas: int
+    interval: float
+    include_resources: tuple[str, ...]
 
 
 def default_namespace() -> str:
@@ -76,8 +94,8 @@ def controller() -> None:
 @state_dir_option
 @encryption_option
 @storage_options
-@click.pass_obj
-def run_cmd(app: App, /, **kw: Any) -> None:
+@pass_args(ControllerRunArgs)
+def run_cmd(app: App, args: ControllerRunArgs) -> None:
     """Restore declaratively: reconcile restore-intent ConfigMaps into restores, with Lease, phases and Events.
 
     An intent's data names the backup (and optionally storage and any restore option by its long name).
@@ -85,28 +103,17 @@ def run_cmd(app: App, /, **kw: Any) -> None:
     <intent>-status, restores (resuming its journal after a crash), and records Complete or Failed; failures
     are retried with exponential backoff.
     """
-    s3 = s3_options(kw)
-    default_storage = kw.pop("storage")
-    key = encryption_key(kw)
-    config = ControllerConfig(
-        namespace=kw["namespace"],
-        holder=kw["holder"],
-        state_dir=Path(kw["state_dir"]),
-        interval=kw["interval"],
-        lease_seconds=kw["lease_seconds"],
-        kubeconfig=app.kubeconfig,
-        context=app.worker_context(),
-        log_format=app.log_format,
-        debug=app.debug,
-    )
+    s3 = args.s3()
+    key = args.key()
+    config = controller_config(app, args)
     controller = Controller(
         app.client(),
         lambda refresh: app.discovery(refresh=refresh),
-        lambda storage: app.store(storage or default_storage, s3),
+        lambda storage: app.store(storage or args.storage, s3),
         config,
         key,
     )
-    if kw["once"]:
+    if args.once:
         ran = controller.reconcile_all()
         click.echo(f"reconciled restore intents in {config.namespace}: {ran} restore(s) run")
         return
@@ -114,6 +121,21 @@ def run_cmd(app: App, /, **kw: Any) -> None:
     with contextlib.suppress(KeyboardInterrupt):
         controller.run_forever()
     click.echo("controller stopped", err=True)
+
+
+def controller_config(app: App, args: ControllerRunArgs) -> ControllerConfig:
+    """The controller the options ask for; each intent's restore is built from the intent (controller/loop.py)."""
+    return ControllerConfig(
+        namespace=args.namespace,
+        holder=args.holder,
+        state_dir=Path(args.state_dir),
+        interval=args.interval,
+        lease_seconds=args.lease_seconds,
+        kubeconfig=app.kubeconfig,
+        context=app.worker_context(),
+        log_format=app.log_format,
+        debug=app.debug,
+    )
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -132,37 +154,29 @@ def _interrupt(signum: int, frame: object) -> None:
     help="Types the controller may restore. [default: every custom resource the cluster serves]",
 )
 @storage_options
-@click.pass_obj
-def render_cmd(app: App, /, **kw: Any) -> None:
+@pass_args(ControllerRenderArgs)
+def render_cmd(app: App, args: ControllerRenderArgs) -> None:
     """Print (or --apply) the controller's ServiceAccount, RBAC and Deployment.
 
     The ClusterRole lets it create and update CRDs, namespaces, and each allowed type with its /status
     subresource; a Role in its namespace covers intents, status ConfigMaps, Leases and Events. A CRD added
     later needs a re-render.
     """
-    s3 = s3_options(kw)
-    if not str(kw["storage"] or "").startswith("s3://"):
-        raise ConfigError(
-            "an in-cluster controller needs --storage s3://bucket/prefix: a pod's filesystem does not last"
-        )
+    args.check_in_cluster("an in-cluster controller")
     discovery = app.discovery()
-    names = split_csv(kw["include_resources"])
+    names = split_csv(args.include_resources)
     types = [discovery.resolve(n) for n in names] if names else [rt for rt in discovery.custom() if not rt.is_crd]
     spec = ControllerSpec(
-        kw["namespace"],
-        kw["storage"],
-        s3,
-        kw["image"],
-        kw["credentials_secret"],
-        kw["replicas"],
-        kw["interval"],
-        kw["encryption_key_secret"],
+        namespace=args.namespace,
+        storage=str(args.storage),
+        s3=args.s3(),
+        image=args.image,
+        credentials_secret=args.credentials_secret,
+        replicas=args.replicas,
+        interval=args.interval,
+        encryption_secret=args.encryption_key_secret,
     )
-    manifests = render(spec, types)
-    if not kw["apply_"]:
-        click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
-        return
-    apply_and_report(app, discovery, manifests, kw["dry_run"] == "server")
+    print_or_apply(app, discovery, render(spec, types), args)
 
 
 COMMANDS = [controller]

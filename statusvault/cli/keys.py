@@ -2,15 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 import click
 
 from statusvault import catalog, keys
 from statusvault.cli.app import App
-from statusvault.cli.options import kek_of, output_option, s3_options, storage_options
+from statusvault.cli.options import StorageArgs, kek_of, output_option, pass_args, storage_options
 from statusvault.cli.output import emit, table
 from statusvault.errors import ConfigError, PartialFailure
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HoldArgs(StorageArgs):
+    """One stored backup's legal hold (hold set, hold release)."""
+
+    name: str
+    output: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RotateArgs(StorageArgs):
+    names: tuple[str, ...]
+    old: str
+    new: str
+    all_: bool
+    retire: bool
+    output: str
 
 
 @click.group()
@@ -18,33 +36,33 @@ def hold() -> None:
     """Legal holds on backups in a bucket with S3 Object Lock: a held backup cannot be deleted by anyone."""
 
 
-def _set_hold(app: App, name: str, output: str, kw: dict[str, Any], on: bool) -> None:
-    store = app.store(kw.pop("storage"), s3_options(kw))
-    count = catalog.set_legal_hold(store, name, on)
+def _set_hold(app: App, args: HoldArgs, on: bool) -> None:
+    store = app.store(args.storage, args.s3())
+    count = catalog.set_legal_hold(store, args.name, on)
     verb = "set on" if on else "released on"
-    emit({"name": name, "legalHold": on, "versions": count}, output,
-         f"Legal hold {verb} backup {name} ({count} object versions)")  # fmt: skip
+    emit({"name": args.name, "legalHold": on, "versions": count}, args.output,
+         f"Legal hold {verb} backup {args.name} ({count} object versions)")  # fmt: skip
 
 
 @hold.command("set")
 @click.argument("name")
 @storage_options
 @output_option
-@click.pass_obj
-def hold_set(app: App, /, name: str, output: str, **kw: Any) -> None:
+@pass_args(HoldArgs)
+def hold_set(app: App, args: HoldArgs) -> None:
     """Put a legal hold on every version of the backup's archive and manifest: no delete, prune or retention
     removes them until it is released."""
-    _set_hold(app, name, output, kw, True)
+    _set_hold(app, args, True)
 
 
 @hold.command("release")
 @click.argument("name")
 @storage_options
 @output_option
-@click.pass_obj
-def hold_release(app: App, /, name: str, output: str, **kw: Any) -> None:
+@pass_args(HoldArgs)
+def hold_release(app: App, args: HoldArgs) -> None:
     """Release the legal hold on every version of the backup's archive and manifest (a retention still holds)."""
-    _set_hold(app, name, output, kw, False)
+    _set_hold(app, args, False)
 
 
 @click.group("keys")
@@ -62,19 +80,18 @@ def keys_group() -> None:
               "the --to key (a restore with the old key is then told it was retired).")  # fmt: skip
 @storage_options
 @output_option
-@click.pass_obj
-def rotate(app: App, /, names: tuple[str, ...], old: str, new: str, all_: bool, retire: bool, output: str,
-           **kw: Any) -> None:  # fmt: skip
+@pass_args(RotateArgs, check="keys rotate")
+def rotate(app: App, args: RotateArgs) -> None:
     """Wrap the data keys of existing backups by a new key, without re-encrypting any archive. Each backup opens
     with either key throughout; run it again to finish a run that stopped (done backups are left as they are)."""
-    if bool(names) == all_:
+    if bool(args.names) == args.all_:
         raise ConfigError("name the backups to rotate, or pass --all (not both)")
-    store = app.store(kw.pop("storage"), s3_options(kw))
-    rotation = keys.rotate(store, list(names), kek_of(old), kek_of(new), retire)
+    store = app.store(args.storage, args.s3())
+    rotation = keys.rotate(store, list(args.names), kek_of(args.old), kek_of(args.new), args.retire)
     rows = [(r.name, r.action, r.detail) for r in rotation.results]
-    tail = f"\n\n{old} was not retired: {rotation.not_retired}" if rotation.not_retired else ""
+    tail = f"\n\n{args.old} was not retired: {rotation.not_retired}" if rotation.not_retired else ""
     data = {"results": [r.to_dict() for r in rotation.results], "notRetired": rotation.not_retired or None}
-    emit(data, output, (table(["BACKUP", "ACTION", "DETAIL"], rows) if rows else "No backups") + tail)
+    emit(data, args.output, (table(["BACKUP", "ACTION", "DETAIL"], rows) if rows else "No backups") + tail)
     if rotation.failed or rotation.not_retired:
         raise PartialFailure(f"{len(rotation.failed)} backup(s) not rotated: run the same command again once fixed")
 

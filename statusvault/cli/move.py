@@ -4,29 +4,42 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 import click
 
 from statusvault.cli.app import App
 from statusvault.cli.options import (
+    StorageArgs,
     cluster_resources_option,
     output_option,
-    s3_options,
+    pass_args,
     selection_options,
-    split_csv,
     state_dir_option,
     storage_options,
     strict_option,
 )
 from statusvault.cli.output import emit
-from statusvault.cli.restore import check_strict, read_modifiers, render
+from statusvault.cli.restore import RestoreOptionArgs, check_strict
+from statusvault.cli.restoreview import render
 from statusvault.errors import PartialFailure
 from statusvault.kube.discovery import Discovery, discover
-from statusvault.model import Selection
 from statusvault.move import AbortReport, Cluster, MoveReport, MoveRequest, abort_move, check_distinct, run_move
-from statusvault.optiontable import check_options
-from statusvault.restore.options import restore_options
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MoveArgs(StorageArgs, RestoreOptionArgs):
+    from_kubeconfig: str | None
+    from_context: str | None
+    to_kubeconfig: str | None
+    to_context: str | None
+    backup_name: str
+    parallel: int
+    delete_source: bool
+    yes: bool
+    abort: bool
+    strict: bool
+    state_dir: str
+    output: str
 
 
 @click.command("move")
@@ -60,37 +73,37 @@ from statusvault.restore.options import restore_options
 @strict_option
 @state_dir_option
 @output_option
-@click.pass_obj
-def move_cmd(app: App, /, output: str, **kw: Any) -> None:
+@pass_args(MoveArgs, check="move")
+def move_cmd(app: App, args: MoveArgs) -> None:
     """Move custom resources with their status: pause the source, back it up, restore into the target paused,
     verify, unpause the target; the source stays paused (or --delete-source). Run it again to resume."""
-    check_options("move", kw)
-    source = _cluster(app, kw["from_kubeconfig"] or app.kubeconfig, kw["from_context"] or app.context)
-    selection = Selection(
-        namespaces=split_csv(kw["namespaces"]),
-        include_resources=split_csv(kw["include_resources"]),
-        exclude_resources=split_csv(kw["exclude_resources"]),
-        label_selector=kw["selector"],
-        include_cluster_resources=kw["include_cluster_resources"],
-        names=split_csv(kw["names"]),
-    )
-    target = _cluster(app, kw["to_kubeconfig"] or app.kubeconfig, kw["to_context"] or app.context)
+    source = _cluster(app, args.from_kubeconfig or app.kubeconfig, args.from_context or app.context)
+    target = _cluster(app, args.to_kubeconfig or app.kubeconfig, args.to_context or app.context)
     check_distinct(source.client.server, target.client.server)
-    if kw["delete_source"] and not kw["yes"] and not kw["abort"]:
+    if args.delete_source and not args.yes and not args.abort:
         click.confirm("Delete the moved objects in the source once the move is verified?", abort=True)
-    options = restore_options(kw)
-    if kw["modifiers_file"]:
-        options = dataclasses.replace(options, modifiers=read_modifiers(kw["modifiers_file"]))
-    store = app.store(kw.pop("storage"), s3_options(kw))
-    request = MoveRequest(
-        source=source, target=target, store=store, selection=selection, options=options, name=kw["backup_name"],
-        state_dir=Path(kw["state_dir"]), parallel=kw["parallel"], delete_source=kw["delete_source"],
-    )  # fmt: skip
-    if kw["abort"]:
+    request = move_request(app, args, source, target)
+    if args.abort:
         _show_abort(abort_move(request))
         return
     report = run_move(request)
-    _show(report, output, kw["strict"])
+    _show(report, args.output, args.strict)
+
+
+def move_request(app: App, args: MoveArgs, source: Cluster, target: Cluster) -> MoveRequest:
+    """The move the options ask for, between the two clusters."""
+    options = args.options()
+    return MoveRequest(
+        source=source,
+        target=target,
+        store=app.store(args.storage, args.s3()),
+        selection=args.selection(),
+        options=options,
+        name=args.backup_name,
+        state_dir=Path(args.state_dir),
+        parallel=args.parallel,
+        delete_source=args.delete_source,
+    )
 
 
 def _cluster(app: App, kubeconfig: str | None, context: str | None) -> Cluster:

@@ -1,10 +1,14 @@
-"""Option groups shared by several commands (storage, selection, output)."""
+"""Option groups shared by several commands (storage, selection, output), and how a command's callback gets its
+values: as one typed dataclass (pass_args), whose shared parts are the groups' dataclasses here."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import functools
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -12,25 +16,41 @@ import click
 
 from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import FileKek, Kek, Keyring
+from statusvault.cli.app import App
 from statusvault.cli.output import FORMATS
 from statusvault.errors import ConfigError
+from statusvault.metrics import RunMetrics, recorded
+from statusvault.model import Selection
+from statusvault.optiontable import check_options
 from statusvault.retention import parse_duration
 from statusvault.schedule import DEFAULT_IMAGE
 from statusvault.storage import S3Options
 from statusvault.storage.base import ObjectLock
 
 F = TypeVar("F", bound=Callable[..., Any])
+A = TypeVar("A")
+
+
+def pass_args(cls: type[A], check: str = "") -> Callable[[Callable[[App, A], None]], Callable[..., None]]:
+    """Call the command with the App and its values as one typed `cls` (click passes them by name, and `cls` has a
+    field of each name); with `check`, the option table refuses conflicting options first."""
+
+    def decorate(command: Callable[[App, A], None]) -> Callable[..., None]:
+        @functools.wraps(command)
+        def callback(app: App, /, **values: Any) -> None:
+            if check:
+                check_options(check, values)
+            command(app, cls(**values))
+
+        return click.pass_obj(callback)
+
+    return decorate
 
 
 def _apply(f: F, decorators: list[Callable[[F], F]]) -> F:
     for d in reversed(decorators):
         f = d(f)
     return f
-
-
-def split_csv(values: tuple[str, ...]) -> tuple[str, ...]:
-    """`--x a,b --x c` -> (a, b, c)."""
-    return tuple(v.strip() for raw in values for v in raw.split(",") if v.strip())
 
 
 def default_state_dir() -> str:
@@ -92,12 +112,6 @@ def encryption_option(f: F) -> F:
     )(f)
 
 
-def encryption_key(kw: dict[str, Any]) -> Key | None:
-    """Pop --encryption-key-file out of a command's kwargs and read the key."""
-    path = kw.pop("encryption_key_file", None)
-    return Key.from_file(path) if path else None
-
-
 def keys_options(f: F) -> F:
     """Keys that wrap (backup) or may unwrap (restore, verify) each backup's data key: key files and KMS keys."""
     return _apply(
@@ -120,13 +134,6 @@ def keys_options(f: F) -> F:
             ),
         ],
     )
-
-
-def keyring(kw: dict[str, Any]) -> Keyring:
-    """Pop --encryption-key-file and --kms-key-id out of a command's kwargs: the keys, in the order given."""
-    files = [FileKek.from_file(p) for p in kw.pop("encryption_key_file", None) or ()]
-    kms = [kek_of(f"kms:{k}") for k in kw.pop("kms_key_id", None) or ()]
-    return Keyring((*files, *kms))
 
 
 def kek_of(text: str) -> Kek:
@@ -164,17 +171,6 @@ def lock_options(f: F) -> F:
             ),
         ],
     )
-
-
-def object_lock(kw: dict[str, Any], now: dt.datetime) -> ObjectLock | None:
-    """Pop the lock options: the Object Lock a backup starting `now` is written with, or None."""
-    mode, duration, hold = kw.pop("lock_mode", None), kw.pop("lock_for", None), kw.pop("legal_hold", False)
-    until = (now + parse_duration(duration)).replace(microsecond=0) if mode and duration else None
-    if until is not None and until <= now:
-        raise ConfigError("--lock-for must be longer than zero")
-    if until is None and not hold:
-        return None
-    return ObjectLock(mode.upper() if until is not None else "", until, hold)
 
 
 def output_option(f: F) -> F:
@@ -248,21 +244,6 @@ def storage_options(f: F) -> F:
     )
 
 
-def s3_options(kw: dict[str, Any]) -> S3Options:
-    """Pop the --s3-* options out of a command's kwargs."""
-    return S3Options(
-        endpoint_url=kw.pop("s3_endpoint_url"),
-        region=kw.pop("s3_region"),
-        addressing_style=kw.pop("s3_addressing_style"),
-        ca_bundle=kw.pop("s3_ca_bundle"),
-        insecure_skip_tls_verify=kw.pop("s3_insecure_skip_tls_verify"),
-        sse=kw.pop("s3_sse"),
-        kms_key_id=kw.pop("s3_kms_key_id"),
-        checksum=kw.pop("s3_checksum"),
-        profile=kw.pop("s3_profile"),
-    )
-
-
 def selection_options(f: F) -> F:
     return _apply(
         f,
@@ -328,3 +309,128 @@ def cluster_resources_option(f: F) -> F:
         help="Cluster-scoped custom resources. [default: on unless -n is given; a type named in --include-resources "
         "is taken]",
     )(f)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StorageArgs:
+    """--storage and the --s3-* options (storage_options)."""
+
+    storage: str | None
+    s3_endpoint_url: str | None
+    s3_region: str | None
+    s3_addressing_style: str
+    s3_ca_bundle: str | None
+    s3_insecure_skip_tls_verify: bool
+    s3_sse: str | None
+    s3_kms_key_id: str | None
+    s3_checksum: str
+    s3_profile: str | None
+
+    def s3(self) -> S3Options:
+        return S3Options(
+            endpoint_url=self.s3_endpoint_url,
+            region=self.s3_region,
+            addressing_style=self.s3_addressing_style,
+            ca_bundle=self.s3_ca_bundle,
+            insecure_skip_tls_verify=self.s3_insecure_skip_tls_verify,
+            sse=self.s3_sse,
+            kms_key_id=self.s3_kms_key_id,
+            checksum=self.s3_checksum,
+            profile=self.s3_profile,
+        )
+
+    def check_in_cluster(self, what: str) -> None:
+        """What runs in a pod stores in S3: a pod's filesystem does not last."""
+        if not str(self.storage or "").startswith("s3://"):
+            raise ConfigError(f"{what} needs --storage s3://bucket/prefix: a pod's filesystem does not last")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SelectionArgs:
+    """selection_options and --include-cluster-resources; -A and --include-crds where the command has them."""
+
+    namespaces: tuple[str, ...]
+    include_resources: tuple[str, ...]
+    exclude_resources: tuple[str, ...]
+    selector: str
+    names: tuple[str, ...]
+    include_cluster_resources: bool | None
+    all_namespaces: bool = False  # backup, watch run
+    include_crds: bool | None = True  # None (schedule render, watch render): on unless -n is given
+
+    def selection(self) -> Selection:
+        return Selection.from_options(
+            namespaces=self.namespaces,
+            include_resources=self.include_resources,
+            exclude_resources=self.exclude_resources,
+            selector=self.selector,
+            names=self.names,
+            include_cluster_resources=self.include_cluster_resources,
+            include_crds=self.include_crds,
+            all_namespaces=self.all_namespaces,
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EncryptionArgs:
+    """--encryption-key-file (encryption_option)."""
+
+    encryption_key_file: str | None
+
+    def key(self) -> Key | None:
+        return Key.from_file(self.encryption_key_file) if self.encryption_key_file else None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KeysArgs:
+    """Repeated --encryption-key-file and --kms-key-id (keys_options)."""
+
+    encryption_key_file: tuple[str, ...]
+    kms_key_id: tuple[str, ...]
+
+    def keys(self) -> Keyring:
+        """The keys, in the order given: key files first, then KMS keys."""
+        files = [FileKek.from_file(p) for p in self.encryption_key_file]
+        return Keyring((*files, *(kek_of(f"kms:{k}") for k in self.kms_key_id)))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LockArgs:
+    """--lock-mode, --lock-for and --legal-hold (lock_options)."""
+
+    lock_mode: str | None
+    lock_for: str | None
+    legal_hold: bool
+
+    def lock(self, now: dt.datetime) -> ObjectLock | None:
+        """The Object Lock a backup starting `now` is written with, or None."""
+        mode, duration = self.lock_mode, self.lock_for
+        until = (now + parse_duration(duration)).replace(microsecond=0) if mode and duration else None
+        if until is not None and until <= now:
+            raise ConfigError("--lock-for must be longer than zero")
+        if until is None and not self.legal_hold:
+            return None
+        return ObjectLock(mode.upper() if mode and until is not None else "", until, self.legal_hold)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MetricsArgs:
+    """--metrics-textfile and --metrics-pushgateway (metrics_options)."""
+
+    metrics_textfile: str | None
+    metrics_pushgateway: str | None
+
+    def recorded(self, operation: str, schedule: str = "") -> AbstractContextManager[RunMetrics]:
+        """The run's metrics, published when the block ends (a block that raises is a failed run)."""
+        return recorded(operation, schedule, self.metrics_textfile, self.metrics_pushgateway)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ManifestArgs:
+    """What `schedule render`, `watch render` and `controller render` share (manifest_options)."""
+
+    image: str
+    credentials_secret: str
+    encryption_key_secret: str
+    apply_: bool
+    dry_run: str

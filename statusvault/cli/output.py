@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import click
@@ -28,6 +29,25 @@ def emit(data: Any, fmt: str, text: str) -> None:
         click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
     else:
         click.echo(text)
+
+
+def emit_items(head: dict[str, Any], items: Iterable[Any], fmt: str, text: Callable[[], str]) -> None:
+    """Like emit, for a document whose "items" may be too many to hold: JSON is streamed item by item."""
+    if fmt == "json":
+        opening = json.dumps(head, indent=2)
+        sys.stdout.write(opening[:-2] + ',\n  "items": [')
+        for n, item in enumerate(items):
+            sys.stdout.write(("," if n else "") + "\n    " + json.dumps(item))
+        sys.stdout.write("\n  ]\n}\n")
+    elif fmt == "yaml":
+        emit({**head, "items": list(items)}, fmt, "")
+    else:
+        click.echo(text())
+
+
+def emit_manifests(manifests: list[dict[str, Any]]) -> None:
+    """Rendered Kubernetes objects as one multi-document YAML stream."""
+    click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
 
 
 def human_size(n: int | None) -> str:

@@ -2,40 +2,74 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 from typing import Any
 
 import click
-import yaml
 
 from statusvault import catalog, rfc3339
 from statusvault.backup.selection import select_resources
 from statusvault.cli.app import App
 from statusvault.cli.options import (
+    LockArgs,
+    ManifestArgs,
+    MetricsArgs,
+    SelectionArgs,
+    StorageArgs,
     cluster_resources_option,
     lock_options,
     manifest_options,
     metrics_options,
-    object_lock,
     output_option,
-    s3_options,
+    pass_args,
     selection_options,
-    split_csv,
     storage_options,
 )
-from statusvault.cli.output import emit, table
+from statusvault.cli.output import emit, emit_manifests, table
 from statusvault.errors import ConfigError, KubeConnectionError
 from statusvault.kube.apply import apply_manifests
 from statusvault.kube.discovery import Discovery
-from statusvault.metrics import recorded
-from statusvault.model import Selection
-from statusvault.optiontable import check_options
 from statusvault.retention import RetentionPolicy, parse_duration
 from statusvault.schedule import ScheduleSpec, cronjob_api_for, offline_types, render
 from statusvault.storage.base import validate_backup_name
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RetentionArgs:
+    """--keep-last, --ttl, --keep-daily, --keep-weekly (retention_options)."""
+
+    keep_last: int | None
+    ttl: str | None
+    keep_daily: int | None
+    keep_weekly: int | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScheduleRenderArgs(StorageArgs, SelectionArgs, ManifestArgs, RetentionArgs, LockArgs):
+    name: str
+    cron: str
+    namespace_of_job: str
+    kms_key_id: tuple[str, ...]
+    metrics_pushgateway: str
+    kube_version: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PruneArgs(StorageArgs, RetentionArgs, MetricsArgs):
+    schedule: str
+    watch: str
+    incomplete_grace: str
+    dry_run: bool
+    output: str
+
+    def policy(self) -> RetentionPolicy:
+        ttl = parse_duration(self.ttl) if self.ttl else None
+        grace = parse_duration(self.incomplete_grace)
+        return RetentionPolicy(self.keep_last, ttl, self.keep_daily, self.keep_weekly, grace)
 
 
 def retention_options(f: Any) -> Any:
@@ -82,65 +116,46 @@ def schedule() -> None:
     default="",
     help="Render for this Kubernetes version (default: the cluster's, or batch/v1 when no cluster is reachable).",
 )
-@click.pass_obj
-def render_cmd(app: App, /, name: str, cron: str, **kw: Any) -> None:
+@pass_args(ScheduleRenderArgs, check="schedule render")
+def render_cmd(app: App, args: ScheduleRenderArgs) -> None:
     """Print (or --apply) the ServiceAccount, RBAC and CronJob for backups named NAME-YYYYMMDDhhmmss."""
-    validate_backup_name(name)
-    check_options("schedule render", kw)
-    object_lock(dict(kw), dt.datetime.now(dt.UTC))  # a bad --lock-for fails here, not in the first night's run
-    s3 = s3_options(kw)
-    if not str(kw["storage"] or "").startswith("s3://"):
-        raise ConfigError("a scheduled backup needs --storage s3://bucket/prefix: a pod's filesystem does not last")
-    if kw["ttl"]:
-        parse_duration(kw["ttl"])
-    selection = _selection(kw)
+    validate_backup_name(args.name)
+    args.lock(dt.datetime.now(dt.UTC))  # a bad --lock-for fails here, not in the first night's run
+    args.check_in_cluster("a scheduled backup")
+    if args.ttl:
+        parse_duration(args.ttl)
     try:
         discovery: Discovery | None = app.discovery()
     except (ConfigError, KubeConnectionError) as e:
         log.info("no cluster reachable (%s): rendering from the resource names", e)
         discovery = None
-    spec = ScheduleSpec(
-        name=name,
-        cron=cron,
-        selection=selection,
-        storage=kw["storage"],
-        s3=s3,
-        job_namespace=kw["namespace_of_job"],
-        image=kw["image"],
-        credentials_secret=kw["credentials_secret"],
-        keep_last=kw["keep_last"],
-        ttl=kw["ttl"] or "",
-        keep_daily=kw["keep_daily"],
-        keep_weekly=kw["keep_weekly"],
-        metrics_pushgateway=kw["metrics_pushgateway"],
-        cronjob_api=_cronjob_api(kw["kube_version"], discovery),
-        encryption_secret=kw["encryption_key_secret"],
-        kms_key_ids=tuple(kw["kms_key_id"]),
-        lock_mode=kw["lock_mode"] or "",
-        lock_for=kw["lock_for"] or "",
-        legal_hold=kw["legal_hold"],
-    )
-    types = select_resources(discovery, selection) if discovery is not None else offline_types(selection)
-    manifests = render(spec, types)
-    if not kw["apply_"]:
-        click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
-        return
-    if discovery is None:
-        raise ConfigError("--apply needs a reachable cluster")
-    apply_and_report(app, discovery, manifests, kw["dry_run"] == "server")
+    spec = schedule_spec(args, _cronjob_api(args.kube_version, discovery))
+    types = select_resources(discovery, spec.selection) if discovery is not None else offline_types(spec.selection)
+    print_or_apply(app, discovery, render(spec, types), args)
 
 
-def _selection(kw: dict[str, Any]) -> Selection:
-    """A schedule for namespaces stays namespaced: CRDs (cluster-wide) only when asked for."""
-    namespaces = split_csv(kw["namespaces"])
-    return Selection(
-        namespaces=namespaces,
-        include_resources=split_csv(kw["include_resources"]),
-        exclude_resources=split_csv(kw["exclude_resources"]),
-        label_selector=kw["selector"],
-        include_cluster_resources=kw["include_cluster_resources"],
-        include_crds=kw["include_crds"] if kw["include_crds"] is not None else not namespaces,
-        names=split_csv(kw["names"]),
+def schedule_spec(args: ScheduleRenderArgs, cronjob_api: str) -> ScheduleSpec:
+    """The scheduled backup the options ask for (a schedule for namespaces takes CRDs only when asked to)."""
+    return ScheduleSpec(
+        name=args.name,
+        cron=args.cron,
+        selection=args.selection(),
+        storage=str(args.storage),
+        s3=args.s3(),
+        job_namespace=args.namespace_of_job,
+        image=args.image,
+        credentials_secret=args.credentials_secret,
+        keep_last=args.keep_last,
+        ttl=args.ttl or "",
+        keep_daily=args.keep_daily,
+        keep_weekly=args.keep_weekly,
+        metrics_pushgateway=args.metrics_pushgateway,
+        cronjob_api=cronjob_api,
+        encryption_secret=args.encryption_key_secret,
+        kms_key_ids=args.kms_key_id,
+        lock_mode=args.lock_mode or "",
+        lock_for=args.lock_for or "",
+        legal_hold=args.legal_hold,
     )
 
 
@@ -152,8 +167,14 @@ def _cronjob_api(kube_version: str, discovery: Discovery | None) -> str:
     return "batch/v1"
 
 
-def apply_and_report(app: App, discovery: Discovery, manifests: list[dict[str, Any]], dry_run: bool) -> None:
-    """Apply the manifests, one line per object applied."""
+def print_or_apply(app: App, discovery: Discovery | None, manifests: list[dict[str, Any]], args: ManifestArgs) -> None:
+    """Print the manifests, or (--apply) apply them, one line per object applied."""
+    if not args.apply_:
+        emit_manifests(manifests)
+        return
+    if discovery is None:
+        raise ConfigError("--apply needs a reachable cluster")
+    dry_run = args.dry_run == "server"
     for applied in apply_manifests(app.client(), discovery, manifests, dry_run):
         click.echo(f"{applied} applied" + (" (server dry run)" if dry_run else ""))
 
@@ -172,28 +193,22 @@ def apply_and_report(app: App, discovery: Discovery, manifests: list[dict[str, A
 @click.option("--dry-run", is_flag=True, help="Show what would be deleted; delete nothing.")
 @metrics_options
 @output_option
-@click.pass_obj
-def prune(app: App, /, output: str, **kw: Any) -> None:
+@pass_args(PruneArgs)
+def prune(app: App, args: PruneArgs) -> None:
     """Apply retention: keep-last/daily/weekly and TTL; never deletes the newest complete backup, nor one S3 Object
     Lock holds (reported as held, and until when)."""
-    store = app.store(kw.pop("storage"), s3_options(kw))
-    policy = RetentionPolicy(
-        kw["keep_last"],
-        parse_duration(kw["ttl"]) if kw["ttl"] else None,
-        kw["keep_daily"],
-        kw["keep_weekly"],
-        parse_duration(kw["incomplete_grace"]),
-    )
-    if kw["watch"]:
+    store = app.store(args.storage, args.s3())
+    policy = args.policy()
+    if args.watch:
         from statusvault.cli.watchviews import prune_watch_cmd
 
-        prune_watch_cmd(store, kw["watch"], policy, kw["dry_run"], output)
+        prune_watch_cmd(store, args.watch, policy, args.dry_run, args.output)
         return
-    with recorded("prune", kw["schedule"], kw["metrics_textfile"], kw["metrics_pushgateway"]) as run:
-        decisions = catalog.prune(store, policy, kw["schedule"], kw["dry_run"])
+    with args.recorded("prune", args.schedule) as run:
+        decisions = catalog.prune(store, policy, args.schedule, args.dry_run)
         deleted = [d for d in decisions if d.delete]
         run.success, run.objects = True, len(deleted)
-    verb = "would delete" if kw["dry_run"] else "deleted"
+    verb = "would delete" if args.dry_run else "deleted"
     rows = [(d.name, (verb if d.delete else "keep"), d.reason) for d in decisions]
     text = (
         table(["BACKUP", "ACTION", "REASON"], rows) + "\n\n" if rows else ""
@@ -201,13 +216,13 @@ def prune(app: App, /, output: str, **kw: Any) -> None:
     emit(
         {
             "policy": policy.to_dict(),
-            "dryRun": kw["dry_run"],
+            "dryRun": args.dry_run,
             "decisions": [
                 {"name": d.name, "delete": d.delete, "reason": d.reason, "held": d.held, "heldUntil": _at(d.held_until)}
                 for d in decisions
             ],
         },
-        output,
+        args.output,
         text,
     )
 

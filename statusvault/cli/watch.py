@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -12,25 +13,23 @@ import threading
 from typing import Any
 
 import click
-import yaml
 
 from statusvault.backup.selection import select_resources
 from statusvault.cli.app import App
 from statusvault.cli.controller import default_namespace
 from statusvault.cli.options import (
+    EncryptionArgs,
+    ManifestArgs,
+    SelectionArgs,
+    StorageArgs,
     cluster_resources_option,
-    encryption_key,
     encryption_option,
     manifest_options,
-    s3_options,
+    pass_args,
     selection_options,
-    split_csv,
     storage_options,
 )
-from statusvault.cli.schedule import _selection, apply_and_report
-from statusvault.errors import ConfigError
-from statusvault.model import Selection
-from statusvault.optiontable import check_options
+from statusvault.cli.schedule import print_or_apply
 from statusvault.retention import parse_duration
 from statusvault.schedule import ScheduleSpec
 from statusvault.storage.base import validate_backup_name, watch_prefix
@@ -38,6 +37,33 @@ from statusvault.watch.engine import WatchConfig, WatchEngine
 from statusvault.watch.install import WatchSpec, render
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class IntervalArgs:
+    """--flush-interval and --base-interval (_interval_options)."""
+
+    flush_interval: float
+    base_interval: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WatchRunArgs(StorageArgs, SelectionArgs, IntervalArgs, EncryptionArgs):
+    name: str
+    segment_max_bytes: int
+    lease_namespace: str
+    holder: str
+    lease_seconds: int
+    page_size: int
+    metrics_port: int
+    metrics_textfile: str | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WatchRenderArgs(StorageArgs, SelectionArgs, IntervalArgs, ManifestArgs):
+    name: str
+    namespace_of_watch: str
+    replicas: int
 
 
 @click.group("watch")
@@ -73,41 +99,45 @@ def _interval_options(f: Any) -> Any:
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="Serve Prometheus metrics on it.")
 @click.option("--metrics-textfile", type=click.Path(dir_okay=False), help="Write metrics here at each flush.")
 @encryption_option
-@click.pass_obj
-def run_cmd(app: App, /, name: str, **kw: Any) -> None:
+@pass_args(WatchRunArgs, check="watch run")
+def run_cmd(app: App, args: WatchRunArgs) -> None:
     """Keep NAME's record: LIST then WATCH the selected resources, write a base and chained segments.
 
     Runs until SIGTERM or Ctrl-C (the buffered changes are flushed first). With several replicas, the one
     holding the Lease statusvault-watch-NAME writes; a new writer continues the chain from the last flushed
     resourceVersion, or starts a new base when it cannot (and says so)."""
-    check_options("watch run", kw)
     from statusvault.watch.metrics import WatchMetrics
 
-    validate_backup_name(name)
-    store = app.store(kw.pop("storage"), s3_options(kw))
-    key = encryption_key(kw)
-    config = WatchConfig(
-        name=name,
-        selection=_backup_selection(kw),
-        lease_namespace=kw["lease_namespace"],
-        holder=kw["holder"],
-        flush_interval=kw["flush_interval"],
-        base_interval=parse_duration(kw["base_interval"]).total_seconds(),
-        max_segment_bytes=kw["segment_max_bytes"],
-        lease_seconds=kw["lease_seconds"],
-        page_size=kw["page_size"],
-    )
-    next(iter(store.list(watch_prefix(name))), None)  # a listing checks the store: bucket, credentials, access
-    metrics = WatchMetrics(name, kw["metrics_textfile"])
-    if kw["metrics_port"]:
-        metrics.serve(kw["metrics_port"])
+    validate_backup_name(args.name)
+    store = app.store(args.storage, args.s3())
+    key = args.key()
+    config = watch_config(args)
+    next(iter(store.list(watch_prefix(args.name))), None)  # a listing checks the store: bucket, credentials, access
+    metrics = WatchMetrics(args.name, args.metrics_textfile)
+    if args.metrics_port:
+        metrics.serve(args.metrics_port)
     engine = WatchEngine(app.client(), lambda: app.discovery(refresh=True), store, config, key, metrics)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, functools.partial(_stop, engine.stop))
     with contextlib.suppress(KeyboardInterrupt):
         engine.run()
     engine.stop.set()
-    click.echo(f"watch {name} stopped", err=True)
+    click.echo(f"watch {args.name} stopped", err=True)
+
+
+def watch_config(args: WatchRunArgs) -> WatchConfig:
+    """The watch the options ask for."""
+    return WatchConfig(
+        name=args.name,
+        selection=args.selection(),
+        lease_namespace=args.lease_namespace,
+        holder=args.holder,
+        flush_interval=args.flush_interval,
+        base_interval=parse_duration(args.base_interval).total_seconds(),
+        max_segment_bytes=args.segment_max_bytes,
+        lease_seconds=args.lease_seconds,
+        page_size=args.page_size,
+    )
 
 
 def _stop(stop: threading.Event, signum: int, frame: object) -> None:
@@ -116,18 +146,6 @@ def _stop(stop: threading.Event, signum: int, frame: object) -> None:
     if stop.is_set():
         raise KeyboardInterrupt
     stop.set()
-
-
-def _backup_selection(kw: dict[str, Any]) -> Selection:
-    return Selection(
-        namespaces=() if kw["all_namespaces"] else split_csv(kw["namespaces"]),
-        include_resources=split_csv(kw["include_resources"]),
-        exclude_resources=split_csv(kw["exclude_resources"]),
-        label_selector=kw["selector"],
-        include_cluster_resources=kw["include_cluster_resources"],
-        include_crds=kw["include_crds"],
-        names=split_csv(kw["names"]),
-    )
 
 
 @watch.command("render")
@@ -142,26 +160,26 @@ def _backup_selection(kw: dict[str, Any]) -> Selection:
 @click.option("--replicas", type=click.IntRange(1), default=2, show_default=True, help="Replicas (one writes).")
 @_interval_options
 @manifest_options
-@click.pass_obj
-def render_cmd(app: App, /, name: str, **kw: Any) -> None:
+@pass_args(WatchRenderArgs)
+def render_cmd(app: App, args: WatchRenderArgs) -> None:
     """Print (or --apply) the ServiceAccount, RBAC (get/list/watch on the watched types) and Deployment."""
-    validate_backup_name(name)
-    s3 = s3_options(kw)
-    if not str(kw["storage"] or "").startswith("s3://"):
-        raise ConfigError("an in-cluster watch needs --storage s3://bucket/prefix: a pod's filesystem does not last")
-    parse_duration(kw["base_interval"])
-    selection = _selection(kw)
+    validate_backup_name(args.name)
+    args.check_in_cluster("an in-cluster watch")
+    parse_duration(args.base_interval)
+    spec = watch_spec(args)
     discovery = app.discovery()
-    schedule = ScheduleSpec(name=name, cron="", selection=selection, storage=kw["storage"], s3=s3,
-                            job_namespace=kw["namespace_of_watch"], image=kw["image"],
-                            credentials_secret=kw["credentials_secret"],
-                            encryption_secret=kw["encryption_key_secret"])  # fmt: skip
-    spec = WatchSpec(schedule, kw["replicas"], kw["flush_interval"], kw["base_interval"])
-    manifests = render(spec, select_resources(discovery, selection))
-    if not kw["apply_"]:
-        click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
-        return
-    apply_and_report(app, discovery, manifests, kw["dry_run"] == "server")
+    print_or_apply(app, discovery, render(spec, select_resources(discovery, spec.schedule.selection)), args)
+
+
+def watch_spec(args: WatchRenderArgs) -> WatchSpec:
+    """The in-cluster watch the options ask for: its pods run `watch run` as a scheduled backup's run `backup`."""
+    schedule = ScheduleSpec(name=args.name, cron="", selection=args.selection(), storage=str(args.storage),
+                            s3=args.s3(), job_namespace=args.namespace_of_watch, image=args.image,
+                            credentials_secret=args.credentials_secret,
+                            encryption_secret=args.encryption_key_secret)  # fmt: skip
+    return WatchSpec(
+        schedule, replicas=args.replicas, flush_interval=args.flush_interval, base_interval=args.base_interval
+    )
 
 
 COMMANDS = [watch]

@@ -37,11 +37,12 @@ from statusvault.kinds import CONFIGMAPS, EVENTS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject
+from statusvault.processes import WorkerSpec
 from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.runner import RestoreRequest, run_restore
-from statusvault.restore.workers import MIN_WAVE, WorkerSpec, default_processes
+from statusvault.restore.workers import MIN_WAVE, default_processes
 from statusvault.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -71,8 +72,10 @@ class Breaker:
             )
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class ControllerConfig:
+    """The controller's settings, as `controller run` gives them; each intent brings its own restore options."""
+
     namespace: str
     holder: str
     state_dir: Path | None

@@ -13,16 +13,17 @@ from statusvault.errors import StatusVaultError
 from statusvault.kinds import CRD_QUALIFIED, CRDS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import established
+from statusvault.processes import WorkerSpec
 from statusvault.progress import NullProgress, Progress
 from statusvault.restore.journal import Journal
 from statusvault.restore.objects import ObjectRestorer
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.planstore import Action, Category, PlanItem, RestorePlan
+from statusvault.restore.plan import Action, Category, PlanItem, RestorePlan
 from statusvault.restore.results import ItemResult, Outcome, RestoreReport
 from statusvault.restore.servedtypes import ServedTypes
 from statusvault.restore.unpause import unpause_all
 from statusvault.restore.waves import WaveRunner
-from statusvault.restore.workers import ProcessPool, WorkerSpec
+from statusvault.restore.workers import WaveWorkers
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class RestoreEngine:
         )
         progress = self.settings.progress
         progress.start("restore", total=plan.pending(journal.path))
-        processes: ProcessPool | None = None
+        processes: WaveWorkers | None = None
         try:
             for wave in plan.waves():
                 if processes is None and self._wants_processes(wave.size, opts):
@@ -91,12 +92,12 @@ class RestoreEngine:
         usable = spec is not None and spec.processes > 1 and opts.dry_run != "client"
         return usable and spec is not None and size >= spec.min_wave
 
-    def _processes(self, journal: Journal, opts: RestoreOptions, run: _Run) -> ProcessPool:
+    def _processes(self, journal: Journal, opts: RestoreOptions, run: _Run) -> WaveWorkers:
         spec = self.settings.workers
         assert spec is not None
         log.info("restoring waves of %d+ objects in %d worker processes", spec.min_wave, spec.processes)
         run.report.processes = spec.processes
-        return ProcessPool(spec, journal.path, opts, run.record)
+        return WaveWorkers(spec, journal.path, opts, run.record)
 
     def _unpause(self, plan: RestorePlan, journal: Journal, opts: RestoreOptions, report: RestoreReport) -> None:
         """Only once every object of the restore has its status; otherwise what it paused stays paused."""

@@ -1,5 +1,5 @@
 """The restore journal: what has been done (objects finished and created, owners' new UIDs) and the
-restore's identity (its field manager). The plan (planstore.py) holds what was decided."""
+restore's identity (its field manager). The plan (plan.py) holds what was decided."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from statusvault.errors import StatusVaultError
-from statusvault.restore.planstore import PlanItem, remove_db
+from statusvault.restore.plan import PlanItem, remove_db
 
 _SCHEMA = """
 CREATE TABLE done (seq INTEGER PRIMARY KEY);  -- finished by this or an earlier (interrupted) run

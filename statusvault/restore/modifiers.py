@@ -36,7 +36,7 @@ class ModifierError(StatusVaultError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Outcome:
+class RulesOutcome:
     """What the rules did to one object: rules applied, rules skipped by a failed `test`."""
 
     applied: tuple[int, ...] = ()
@@ -66,7 +66,7 @@ class Modifiers:
 
     def apply(
         self, qualified: str, obj: dict[str, Any], namespace: str | None = None
-    ) -> tuple[dict[str, Any], Outcome]:
+    ) -> tuple[dict[str, Any], RulesOutcome]:
         """The object after every matching rule, in file order; `obj` (as backed up) is not changed. Rules
         patch it in its target `namespace` (a namespace mapping's), while `conditions.namespaces` matches the
         namespace it was backed up from, as Velero's does."""
@@ -84,7 +84,7 @@ class Modifiers:
             else:
                 obj = patched
                 applied.append(rule.index)
-        return obj, Outcome(tuple(applied), tuple(skipped))
+        return obj, RulesOutcome(tuple(applied), tuple(skipped))
 
 
 def load_modifiers(text: str, source: str = "modifiers") -> Modifiers:

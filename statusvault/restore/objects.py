@@ -15,7 +15,7 @@ from statusvault.restore.journal import Journal
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.owners import OwnerResolver
 from statusvault.restore.pausemarkers import RECORD, Marker, pause_lost, unpause_patch, without_record
-from statusvault.restore.planstore import Action, PlanItem, StatusMode
+from statusvault.restore.plan import Action, PlanItem, StatusMode
 from statusvault.restore.results import GENERATION_NOTE, ItemResult, Outcome, StatusOutcome
 from statusvault.restore.servedtypes import ServedTypes
 from statusvault.restore.writes import ObjectWriter, ServerReply

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from statusvault.errors import ConfigError
-from statusvault.model import Selection
+from statusvault.model import Selection, split_csv
 from statusvault.optiontable import check_options
 from statusvault.restore.modifiers import Modifiers
 from statusvault.restore.pausemarkers import PauseOptions, pause_options
@@ -41,10 +41,7 @@ def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
     Lists are comma-separated strings (or tuples of them); booleans are bools or "true"/"false"."""
 
     def csv(key: str) -> tuple[str, ...]:
-        raw = values.get(key) or ()
-        return tuple(
-            v.strip() for part in ((raw,) if isinstance(raw, str) else raw) for v in part.split(",") if v.strip()
-        )
+        return split_csv(values.get(key) or ())
 
     def flag(key: str) -> bool | None:
         raw = values.get(key)
@@ -67,16 +64,15 @@ def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
         if not sep or not old or not new:
             raise ConfigError(f"invalid namespace-mapping entry {entry!r}: expected OLD:NEW")
         mapping.append((old, new))
-    selection = Selection(
-        namespaces=csv("namespaces"),
-        include_resources=csv("include_resources"),
-        exclude_resources=csv("exclude_resources"),
-        label_selector=str(values.get("selector") or ""),
-        include_cluster_resources=flag("include_cluster_resources"),
-        names=csv("names"),
-    )
     return RestoreOptions(
-        selection=selection,
+        selection=Selection.from_options(
+            namespaces=csv("namespaces"),
+            include_resources=csv("include_resources"),
+            exclude_resources=csv("exclude_resources"),
+            selector=str(values.get("selector") or ""),
+            names=csv("names"),
+            include_cluster_resources=flag("include_cluster_resources"),
+        ),
         namespace_mapping=tuple(mapping),
         status_include=csv("status_include_resources"),
         status_exclude=csv("status_exclude_resources"),

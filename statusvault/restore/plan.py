@@ -1,329 +1,352 @@
-"""Plan a restore: filter the archive's objects, decide each one, and order them into waves. No writes."""
+"""The restore plan: what was decided, one row per object, in a SQLite file read-only once sealed.
+
+What has been done lives apart, in the journal (journal.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
-from collections.abc import Callable, Iterable
+import enum
+import json
+import os
+import sqlite3
+import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from statusvault.archive import ArchiveReader, parse_member_path
-from statusvault.archive.format import checked_object
-from statusvault.errors import ArchiveError, ConfigError
-from statusvault.kinds import CRD_QUALIFIED, NAMESPACES
-from statusvault.kube.discovery import Discovery
-from statusvault.labels import parse_selector
-from statusvault.model import ObjectKey, ResourceType, Selection
-from statusvault.restore.options import RestoreOptions
-from statusvault.restore.planstore import Action, Category, PlanItem, RestorePlan, StatusMode
-from statusvault.transforms import map_namespace, status_annotation
+from statusvault.archive import member_path
+from statusvault.errors import StatusVaultError
+from statusvault.model import ObjectKey, ResourceType, display
 
-STATUS_ALL = "*"
+MAX_OWNER_DEPTH = 64  # ownership chains deeper than this are treated as a cycle
+ADD_BATCH = 1024  # plan rows inserted at once while planning
 
 
-def manifest_types(manifest: dict[str, Any]) -> list[ResourceType]:
-    """The resource types as recorded at backup time."""
-    out = []
-    for qualified, r in (manifest.get("resources") or {}).items():
-        rt = ResourceType(
-            r["group"],
-            r["version"],
-            r["resource"],
-            r["kind"],
-            bool(r["namespaced"]),
-            bool(r.get("hasStatusSubresource")),
-            bool(r.get("custom")),
-            ("list",),
-            tuple(r.get("shortNames") or ()),
-            r.get("singular") or "",
+class Category(enum.IntEnum):
+    """Restore order: CRDs, namespaces, other cluster-scoped objects, namespaced objects."""
+
+    CRD = 0
+    NAMESPACE = 1
+    CLUSTER = 2
+    NAMESPACED = 3
+
+
+class Action(enum.StrEnum):
+    CREATE = "create"
+    SKIP_EXISTS = "skip"  # exists, policy none
+    UPDATE = "update"  # exists, policy update
+    SKIP_TERMINATING = "skip-terminating"  # was being deleted at backup time
+    UNAVAILABLE = "unavailable"  # the cluster does not serve the resource and the backup has no CRD for it
+
+
+class StatusMode(enum.StrEnum):
+    SUBRESOURCE = "subresource"  # PUT .../status after the create
+    IN_BODY = "in-body"  # no /status subresource: the status travels in the create body
+    LEFT_OUT = "left-out"  # a saved status the user asked not to restore (--no-status, exclusions, opt-out)
+    NONE = "none"  # no saved status, or one never restored (a CRD's; a built-in's unless asked for)
+
+    @property
+    def wanted(self) -> bool:
+        """Whether the run must write a saved status for this object."""
+        return self in (StatusMode.SUBRESOURCE, StatusMode.IN_BODY)
+
+
+@dataclasses.dataclass(slots=True)
+class PlanItem:
+    """One object's decisions, as read back from the plan for the wave being restored."""
+
+    rt: ResourceType
+    source_namespace: str  # in the archive ("" when cluster-scoped or added by the plan)
+    namespace: str  # target namespace ("" when cluster-scoped)
+    name: str
+    old_uid: str  # kept only for owners of other objects in the plan
+    category: Category
+    action: Action
+    status_mode: StatusMode
+    depth: int = 0
+    in_archive: bool = True  # False for a namespace the plan adds
+    seq: int = 0  # the row, once stored
+
+    @property
+    def path(self) -> str:
+        """The archive member, "" for a namespace the plan adds."""
+        if not self.in_archive:
+            return ""
+        return member_path(ObjectKey(self.rt.qualified, self.source_namespace, self.name))
+
+    @property
+    def display(self) -> str:
+        return display(self.rt.qualified, self.namespace, self.name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Wave:
+    category: Category
+    depth: int
+    size: int
+
+
+_SCHEMA = """
+CREATE TABLE items (
+    seq INTEGER PRIMARY KEY,
+    qualified TEXT NOT NULL,
+    source_ns TEXT NOT NULL,
+    ns TEXT NOT NULL,
+    name TEXT NOT NULL,
+    old_uid TEXT NOT NULL,
+    category INTEGER NOT NULL,
+    action TEXT NOT NULL,
+    status_mode TEXT NOT NULL,
+    depth INTEGER NOT NULL DEFAULT 0,
+    in_archive INTEGER NOT NULL
+);
+CREATE TABLE refs (seq INTEGER NOT NULL, owner_uid TEXT NOT NULL);
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+_COLUMNS = "qualified, source_ns, ns, name, old_uid, category, action, status_mode, depth, in_archive"
+_NOT_DONE = "NOT EXISTS (SELECT 1 FROM journal.done d WHERE d.seq = items.seq)"
+
+
+class RestorePlan:
+    """Rows are added in archive order while planning, then read back wave by wave, in that order.
+
+    The rows live in a SQLite file, so a plan of 100,000 objects costs the same memory as a plan of 100.
+    Resource types are few and stay in memory (`types`, as the cluster served them when planning).
+    It is built beside its final path and renamed there when sealed (a crash while planning leaves no
+    half plan), then reopened read-only. Without a path it is a scratch file, removed on close.
+    """
+
+    def __init__(self, backup: str, manifest: dict[str, Any], path: Path | None = None):
+        kept = path is not None
+        if path is None:
+            fd, name = tempfile.mkstemp(prefix="statusvault-plan-", suffix=".sqlite")
+            os.close(fd)
+            path = Path(name)
+        self._fields(backup, manifest, path, kept)
+        self._building = path.with_name(path.name + ".building")
+        remove_db(self._building)  # what a run killed while planning left (the caller holds the state's lock)
+        self._db = sqlite3.connect(self._building, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode = OFF")  # while building: one transaction, nothing to protect
+        self._db.execute("PRAGMA synchronous = OFF")
+        self._db.executescript(_SCHEMA)
+        self._db.execute("BEGIN")
+
+    def _fields(self, backup: str, manifest: dict[str, Any], path: Path, kept: bool) -> None:
+        """Every attribute, as a new plan has it (open() then loads the saved ones)."""
+        self.backup = backup
+        self.manifest = manifest
+        self.warnings: list[str] = []
+        self.types: dict[str, ResourceType] = {}
+        self.path: Path = path
+        self.kept = kept  # False: a scratch plan, removed on close
+        self._sealed = False
+        self._journal: Path | None = None
+        self._next_seq = 1  # rows are numbered here, so that a batch knows its numbers before it is inserted
+        self._items: list[tuple[Any, ...]] = []  # rows not inserted yet: one executemany per ADD_BATCH
+        self._refs: list[tuple[int, str]] = []
+
+    @classmethod
+    def open(cls, path: Path) -> RestorePlan:
+        """The sealed plan of an earlier run, read-only."""
+        plan = cls.__new__(cls)
+        plan._fields("", {}, path, True)
+        try:
+            plan._db = _read_only(path)
+            meta = {k: json.loads(v) for k, v in plan._db.execute("SELECT key, value FROM meta")}
+            plan.backup, plan.manifest, plan.warnings = meta["backup"], meta["manifest"], meta["warnings"]
+            plan.types = {q: _type(t) for q, t in meta["types"].items()}
+        except (sqlite3.DatabaseError, KeyError, TypeError, ValueError) as e:
+            raise StatusVaultError(f"restore plan {path} is unreadable ({e}): start over with --restart") from None
+        plan._sealed = True
+        return plan
+
+    def close(self) -> None:
+        self._db.close()
+        if not self._sealed:
+            remove_db(self._building)
+        if not self.kept:
+            remove_db(self.path)
+
+    def remove(self) -> None:
+        """Close and delete the plan (its restore finished)."""
+        self.close()
+        remove_db(self.path)
+
+    def __enter__(self) -> RestorePlan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- building ---
+
+    def add(self, item: PlanItem, owner_uids: Iterable[str] = ()) -> None:
+        assert not self._sealed, "the plan is sealed"
+        qualified = item.rt.qualified
+        self.types.setdefault(qualified, item.rt)
+        seq, self._next_seq = self._next_seq, self._next_seq + 1
+        self._items.append(
+            (
+                seq,
+                qualified,
+                item.source_namespace,
+                item.namespace,
+                item.name,
+                item.old_uid,
+                int(item.category),
+                str(item.action),
+                str(item.status_mode),
+                item.depth,
+                int(item.in_archive),
+            )
         )
-        if rt.qualified != qualified:
-            raise ArchiveError(f"manifest entry {qualified!r} does not match its group/resource")
-        out.append(rt)
-    return out
+        self._refs += [(seq, uid) for uid in owner_uids if uid]
+        if len(self._items) >= ADD_BATCH:
+            self._flush()
 
+    def _flush(self) -> None:
+        """Insert the rows added since the last flush (before anything reads the items)."""
+        if self._items:
+            self._db.executemany(f"INSERT INTO items (seq, {_COLUMNS}) VALUES ({', '.join('?' * 11)})", self._items)
+            self._items = []
+        if self._refs:
+            self._db.executemany("INSERT INTO refs VALUES (?, ?)", self._refs)
+            self._refs = []
 
-def _category(rt: ResourceType) -> Category:
-    if rt.is_crd:
-        return Category.CRD
-    if rt.group == "" and rt.resource == "namespaces":
-        return Category.NAMESPACE
-    return Category.CLUSTER if not rt.namespaced else Category.NAMESPACED
+    def seal(self) -> None:
+        """Order owners before their dependents, index the rows for reading wave by wave, and move the
+        plan into place, read-only from here on."""
+        self._flush()
+        self._assign_depths()
+        self._db.execute("CREATE INDEX items_order ON items (category, depth, in_archive, seq)")
+        meta = {
+            "backup": self.backup,
+            "manifest": self.manifest,
+            "warnings": self.warnings,
+            "types": {q: dataclasses.asdict(rt) for q, rt in self.types.items()},
+        }
+        self._db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
+        self._db.execute("COMMIT")
+        self._db.close()
+        remove_db(self.path)
+        os.replace(self._building, self.path)
+        self._db = _read_only(self.path)
+        self._sealed = True
 
-
-def backup_resources(
-    option: str, names: tuple[str, ...], in_backup: Discovery, live: Discovery, where: str = "in this backup"
-) -> tuple[str, ...]:
-    """The backup's resource types (qualified names) that user-given names stand for, as every option that takes
-    resources reads them: resource.group, plural, singular, Kind, short name, or a shell-style pattern; a name the
-    backup does not know is looked up in the live cluster. A name that matches nothing in the backup is an error."""
-    out: set[str] = set()
-    for name in names:
-        found = {rt.qualified for rt in in_backup.match(name)}
-        if not found:
-            known = {rt.qualified for rt in in_backup.preferred}
-            found = {rt.qualified for rt in live.match(name)} & known
-        if not found:
-            raise ConfigError(f"{option} {name}: no resource of that name {where}")
-        out |= found
-    return tuple(sorted(out))
-
-
-def resolve_resource_options(opts: RestoreOptions, types: list[ResourceType], live: Discovery) -> RestoreOptions:
-    """The options with every resource name resolved against the backup (qualified names), so that each option
-    reads names the same way, and a typo fails before anything is written."""
-    in_backup = Discovery(types, [])
-
-    def names(option: str, values: tuple[str, ...]) -> tuple[str, ...]:
-        return backup_resources(option, values, in_backup, live)
-
-    sel, pause = opts.selection, opts.pause
-    status_all = (STATUS_ALL,) if STATUS_ALL in opts.status_include else ()
-    status_named = tuple(n for n in opts.status_include if n != STATUS_ALL)
-    return dataclasses.replace(
-        opts,
-        selection=dataclasses.replace(
-            sel,
-            include_resources=names("--include-resources", sel.include_resources),
-            exclude_resources=names("--exclude-resources", sel.exclude_resources),
-        ),
-        status_include=status_all + names("--status-include-resources", status_named),
-        status_exclude=names("--status-exclude-resources", opts.status_exclude),
-        pause=dataclasses.replace(
-            pause,
-            resources=names("--pause-resources", pause.resources),
-            keep_paused=names("--keep-paused", pause.keep_paused),
-        ),
-    )
-
-
-class _Decider:
-    """Per-object decisions that depend only on the options and the backup's resource types."""
-
-    def __init__(self, opts: RestoreOptions, types: list[ResourceType], live: Discovery, crds_in_backup: set[str]):
-        self.opts = opts
-        self.live = live
-        self.backup_types = {rt.qualified: rt for rt in types}
-        self.include = self._resolve(opts.selection.include_resources)
-        self.exclude = self._resolve(opts.selection.exclude_resources, "--exclude-resources")
-        self.status_all = STATUS_ALL in opts.status_include
-        self.status_include = self._resolve(
-            (n for n in opts.status_include if n != STATUS_ALL), "--status-include-resources"
+    def _assign_depths(self) -> None:
+        """depth = 1 + the deepest owner that is also in the plan; only owners keep their old UID."""
+        db = self._db
+        db.execute("CREATE INDEX refs_owner ON refs (owner_uid)")
+        db.execute("UPDATE items SET old_uid = '' WHERE old_uid != '' AND old_uid NOT IN (SELECT owner_uid FROM refs)")
+        db.execute("CREATE INDEX items_uid ON items (old_uid) WHERE old_uid != ''")
+        db.execute(
+            "CREATE TEMP TABLE links AS SELECT r.seq AS dependent, o.seq AS owner "
+            "FROM refs r JOIN items o ON o.old_uid = r.owner_uid WHERE o.old_uid != '' AND o.seq != r.seq"
         )
-        self.status_exclude = self._resolve(opts.status_exclude, "--status-exclude-resources")
-        self.selector = parse_selector(opts.selection.label_selector)
-        self.mapping = opts.mapping
-        self.crds_in_backup = crds_in_backup  # filled while planning when the CRDs are read in the same pass
-        self._targets: dict[str, ResourceType | None] = {}
+        db.execute("CREATE INDEX temp.links_dependent ON links (dependent)")
+        deepest = "(SELECT 1 + MAX(o.depth) FROM links l JOIN items o ON o.seq = l.owner WHERE l.dependent = items.seq)"
+        for _ in range(MAX_OWNER_DEPTH):  # correlated subqueries: no UPDATE ... FROM, which needs SQLite 3.33
+            deeper = db.execute(
+                f"UPDATE items SET depth = {deepest} WHERE seq IN (SELECT dependent FROM links) AND depth < {deepest}"
+            ).rowcount
+            if not deeper:
+                break
+        else:
+            self.warnings.append(
+                f"ownerReferences form a cycle or a chain deeper than {MAX_OWNER_DEPTH}: "
+                "those objects are restored in an arbitrary order"
+            )
+        db.execute("DROP TABLE links")
 
-    def target(self, qualified: str) -> ResourceType | None:
-        """The type an object is written with: as served, or as backed up when its CRD comes with the backup
-        (discovery is refreshed after CRDs are created); None: unavailable. CRDs precede their objects in the
-        archive, so the first object of a type is decided after every CRD was read."""
-        if qualified not in self._targets:
-            rt = self.backup_types[qualified]
-            served = self.live.by_qualified(qualified)
-            if served is not None:
-                self._targets[qualified] = dataclasses.replace(served, custom=served.custom or rt.custom)
-            else:
-                restorable = self.crd_selected(qualified) and qualified in self.crds_in_backup
-                self._targets[qualified] = rt if restorable else None
-        return self._targets[qualified]
+    # --- reading ---
 
-    def _resolve(self, names: Iterable[str], option: str = "--include-resources") -> set[str]:
-        return set(backup_resources(option, tuple(names), Discovery(list(self.backup_types.values()), []), self.live))
+    def __len__(self) -> int:
+        self._flush()
+        count: int = self._db.execute("SELECT COUNT(*) FROM items").fetchone()[0]
+        return count
 
-    def resource_selected(self, qualified: str) -> bool:
-        return (not self.include or qualified in self.include) and qualified not in self.exclude
-
-    def crd_selected(self, name: str) -> bool:
-        """A CRD of the backup comes with the restore unless CRDs are excluded: always without
-        --include-resources, else when CRDs are named or the resource it defines is (the target may lack it)."""
-        if CRD_QUALIFIED in self.exclude:
-            return False
-        return not self.include or CRD_QUALIFIED in self.include or name in self.include
-
-    def in_scope(self, cat: Category, key: ObjectKey) -> bool:
-        """-n limits namespaced objects and Namespaces; cluster-scoped objects come as --include-cluster-resources
-        says (by default: when no -n is given, or their type is named in --include-resources), as in a backup."""
-        sel = self.opts.selection
-        if cat == Category.CRD:
-            return self.crd_selected(key.name)
-        if cat == Category.CLUSTER:
-            return sel.takes_cluster_scoped(key.qualified in self.include)
-        namespace = key.namespace or key.name  # a Namespace object is in scope when -n names it
-        return not sel.namespaces or namespace in sel.namespaces
-
-    def wants_status(self, rt: ResourceType, obj: dict[str, Any]) -> bool | None:
-        """True: restore it; False: the user asked not to; None: not a status statusvault restores by default."""
-        override = status_annotation(obj)
-        if override is not None:
-            return override
-        if rt.is_crd:
-            return None  # a CRD's status belongs to the API server
-        if self.opts.no_status or rt.qualified in self.status_exclude:
-            return False
-        if self.status_all:
-            return True
-        if self.status_include and rt.qualified in self.status_include:
-            return True
-        return (not self.status_include) if rt.custom else None
-
-    def status_mode(self, rt: ResourceType, obj: dict[str, Any]) -> StatusMode:
-        if not obj.get("status"):
-            return StatusMode.NONE
-        wanted = self.wants_status(rt, obj)
-        if not wanted:
-            return StatusMode.NONE if wanted is None else StatusMode.LEFT_OUT
-        return StatusMode.SUBRESOURCE if rt.has_status else StatusMode.IN_BODY
-
-
-def build_plan(
-    reader: ArchiveReader,
-    opts: RestoreOptions,
-    live: Discovery,
-    exists: Callable[[ResourceType, str, str], bool],
-    backup: str = "",
-    path: Path | None = None,
-    summary: dict[str, Any] | None = None,
-) -> RestorePlan:
-    """Read every object (verifying each hash), filter, decide and order. Raises before any write.
-
-    With the backup's summary manifest, an archive not read yet is planned during its first, checking read
-    (one pass instead of two): the summary's resource types guide the decisions, and the archive's own
-    manifest must then describe the same types."""
-    single = summary is not None and isinstance(summary.get("resources"), dict) and reader.unread
-    head = summary if single and summary is not None else reader.head()
-    types = manifest_types(head)
-    crds: set[str] = set()
-    if not single:
-        prefix = f"resources/{CRD_QUALIFIED}/"
-        crds = {parse_member_path(p).name for p, _ in reader.file_entries() if p.startswith(prefix)}
-    planner = _Planner(RestorePlan(backup, head, path), opts, _Decider(opts, types, live, crds), exists, single)
-    try:
-        if not reader.walk_first(planner.add):
-            for member, data in reader.objects():  # checks every hash, and that nothing is missing or extra
-                key = parse_member_path(member)
-                planner.add(member, key, checked_object(member, key, data))
-        if single and reader.head().get("resources") != head.get("resources"):
-            raise ArchiveError("the backup's summary manifest does not describe the resources in its archive")
-        planner.plan.manifest = reader.head()
-        planner.finish()
-    except BaseException:
-        planner.plan.close()
-        raise
-    return planner.plan
-
-
-class _Planner:
-    """Each object read from the archive decided and added to the plan; then the namespaces it needs."""
-
-    def __init__(
-        self,
-        plan: RestorePlan,
-        opts: RestoreOptions,
-        decider: _Decider,
-        exists: Callable[[ResourceType, str, str], bool],
-        learn_crds: bool,
-    ):
-        self.plan, self.opts, self.decider, self.exists = plan, opts, decider, exists
-        self.learn_crds = learn_crds  # single pass: the CRDs in the backup are learnt as they are read
-        self.namespaces_needed: set[str] = set()
-        self.named: set[str] = set()  # --name patterns that matched something
-        self.matched = 0  # objects the selection chose (CRDs come along with -n: they count only when asked for)
-
-    def add(self, path: str, key: ObjectKey, obj: dict[str, Any]) -> None:
-        decider, sel = self.decider, self.opts.selection
-        rt = decider.backup_types.get(key.qualified)
-        if rt is None:
-            raise ArchiveError(f"{path} belongs to a resource the manifest does not describe")
-        cat = _category(rt)
-        if cat == Category.CRD and self.learn_crds:
-            decider.crds_in_backup.add(key.name)
-        if cat != Category.CRD and not decider.resource_selected(key.qualified):
-            return
-        if not decider.in_scope(cat, key):
-            return
-        if obj.get("kind") != rt.kind:
-            raise ArchiveError(f"{path} holds an object whose kind, namespace or name does not match its path")
-        meta = obj["metadata"]
-        if cat not in (Category.CRD, Category.NAMESPACE):
-            if not decider.selector(meta.get("labels") or {}):
-                return
-            if sel.names:
-                matched = [p for p in sel.names if fnmatch.fnmatchcase(key.name, p)]
-                if not matched:
-                    return
-                self.named.update(matched)
-        item = _plan_item(key.qualified, obj, cat, decider, self.exists)
-        self.matched += cat != Category.CRD or CRD_QUALIFIED in decider.include
-        if item.rt.namespaced:  # an unavailable one too: a resumed run writes it once its CRD is installed
-            self.namespaces_needed.add(item.namespace)
-        refs = meta.get("ownerReferences")
-        self.plan.add(item, [r.get("uid", "") for r in refs] if refs else ())
-
-    def finish(self) -> None:
-        sel, plan = self.opts.selection, self.plan
-        if not self.matched and _selection(sel):
-            raise ConfigError(f"nothing in backup {plan.backup} matches {_selection(sel)}: nothing to restore")
-        plan.warnings += [f"no object in the selection is named {p!r}" for p in sel.names if p not in self.named]
-        if self.decider.live.by_qualified(NAMESPACES.qualified) is not None:  # a server without the core API
-            _add_namespaces(plan, self.namespaces_needed, self.exists)  # (a bare CRD server) takes any name
-        plan.seal()
-
-
-def _selection(sel: Selection) -> str:
-    """The user's selection, as they gave it ("" when they gave none)."""
-    parts = [
-        f"{flag} {','.join(values)}"
-        for flag, values in (
-            ("--namespace", sel.namespaces),
-            ("--include-resources", sel.include_resources),
-            ("--name", sel.names),
+    def waves(self) -> list[Wave]:
+        """Groups to run in order: by category, then by owner depth (owners before dependents)."""
+        self._flush()
+        rows = self._db.execute(
+            "SELECT category, depth, COUNT(*) FROM items GROUP BY category, depth ORDER BY category, depth"
         )
-        if values
-    ]
-    if sel.label_selector:
-        parts.append(f"--selector {sel.label_selector}")
-    return " ".join(parts)
+        return [Wave(Category(c), d, n) for c, d, n in rows]
+
+    def items(self, wave: Wave | None = None, journal: Path | None = None) -> Iterator[PlanItem]:
+        """A wave's items (all items when None): those the plan added first, then archive order.
+
+        journal: only the items that journal has not seen done."""
+        self._flush()
+        query = f"SELECT {_COLUMNS}, seq FROM items WHERE 1"
+        args: tuple[int, ...] = ()
+        if wave is not None:
+            query += " AND category = ? AND depth = ?"
+            args = (int(wave.category), wave.depth)
+        if journal is not None:
+            self._attach(journal)
+            query += f" AND {_NOT_DONE}"
+        for row in self._db.execute(query + " ORDER BY category, depth, in_archive, seq", args):
+            yield self._item(row)
+
+    def _item(self, row: tuple[Any, ...]) -> PlanItem:
+        q, src, ns, name, uid, cat, action, mode, depth, stored, seq = row
+        return PlanItem(
+            self.types[q], src, ns, name, uid, Category(cat), Action(action), StatusMode(mode), depth, bool(stored), seq
+        )
+
+    def paused(self, journal: Path) -> list[PlanItem]:
+        """The items the journal says this restore created paused and has not unpaused yet."""
+        self._attach(journal)
+        rows = self._db.execute(
+            f"SELECT {_COLUMNS}, seq FROM items WHERE seq IN (SELECT seq FROM journal.paused) ORDER BY seq"
+        ).fetchall()
+        return [self._item(row) for row in rows]
+
+    def pending(self, journal: Path, wanted_status: bool = False) -> int:
+        """Items the journal has not seen done; wanted_status: only those whose saved status is to be written."""
+        self._attach(journal)
+        query = f"SELECT COUNT(*) FROM items WHERE {_NOT_DONE}"
+        if wanted_status:
+            modes = ", ".join(f"'{m}'" for m in StatusMode if m.wanted)
+            query += f" AND status_mode IN ({modes})"
+        count: int = self._db.execute(query).fetchone()[0]
+        return count
+
+    def _attach(self, journal: Path) -> None:
+        if self._journal != journal:
+            if self._journal is not None:
+                self._db.execute("DETACH DATABASE journal")
+            self._db.execute("ATTACH DATABASE ? AS journal", (f"file:{journal}?mode=ro",))
+            self._journal = journal
+
+    def names(self, category: Category, action: Action | None = None) -> set[str]:
+        """Names of the items of one category (optionally with one action): small sets, such as namespaces."""
+        self._flush()
+        query = "SELECT name FROM items WHERE category = ?"
+        args: list[int | str] = [int(category)]
+        if action is not None:
+            query, args = query + " AND action = ?", [*args, str(action)]
+        return {name for (name,) in self._db.execute(query, args)}
+
+    def resources(self, exclude: Category) -> set[str]:
+        """The qualified resource names with at least one item outside one category."""
+        self._flush()
+        rows = self._db.execute("SELECT DISTINCT qualified FROM items WHERE category != ?", (int(exclude),))
+        return {q for (q,) in rows}
 
 
-def _plan_item(
-    qualified: str,
-    obj: dict[str, Any],
-    cat: Category,
-    decider: _Decider,
-    exists: Callable[[ResourceType, str, str], bool],
-) -> PlanItem:
-    meta = obj.get("metadata") or {}
-    target = decider.target(qualified)
-    rt = target if target is not None else decider.backup_types[qualified]
-    ns = map_namespace(meta.get("namespace", ""), decider.mapping) if rt.namespaced else ""
-    if target is None:
-        action = Action.UNAVAILABLE
-    elif "deletionTimestamp" in meta:
-        action = Action.SKIP_TERMINATING
-    elif exists(rt, ns, meta["name"]):
-        action = Action.UPDATE if decider.opts.existing_policy == "update" else Action.SKIP_EXISTS
-    else:
-        action = Action.CREATE
-    return PlanItem(
-        rt,
-        meta.get("namespace", "") if rt.namespaced else "",
-        ns,
-        meta["name"],
-        meta.get("uid", ""),
-        cat,
-        action,
-        decider.status_mode(rt, obj),
-    )
+def _read_only(path: Path) -> sqlite3.Connection:
+    if not path.exists():
+        raise sqlite3.DatabaseError("no such file")
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
 
 
-def _add_namespaces(plan: RestorePlan, needed: set[str], exists: Callable[[ResourceType, str, str], bool]) -> None:
-    """Target namespaces that neither exist nor come from the backup are created bare."""
-    for ns in sorted(needed - plan.names(Category.NAMESPACE)):
-        if not exists(NAMESPACES, "", ns):
-            item = PlanItem(NAMESPACES, "", "", ns, "", Category.NAMESPACE, Action.CREATE, StatusMode.NONE)
-            item.in_archive = False
-            plan.add(item)
+def _type(fields: dict[str, Any]) -> ResourceType:
+    args: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+    return ResourceType(**args)
+
+
+def remove_db(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)

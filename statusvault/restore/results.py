@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -290,14 +289,6 @@ class RestoreReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.header(), "items": list(self.results())}
-
-    def write_json(self, out: IO[str]) -> None:
-        """The -o json report, streamed item by item."""
-        head = json.dumps(self.header(), indent=2)
-        out.write(head[:-2] + ',\n  "items": [')
-        for n, item in enumerate(self.results()):
-            out.write(("," if n else "") + "\n    " + json.dumps(item))
-        out.write("\n  ]\n}\n")
 
     def close(self) -> None:
         self._spool.close()

@@ -15,17 +15,17 @@ from statusvault.catalog import read_manifest, readable_archive
 from statusvault.errors import ArchiveError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
+from statusvault.processes import WorkerSpec
 from statusvault.progress import NullProgress, Progress
 from statusvault.restore.engine import EngineSettings, RestoreEngine
 from statusvault.restore.existence import ExistenceIndex
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.plan import build_plan, manifest_types, resolve_resource_options
-from statusvault.restore.planstore import RestorePlan
+from statusvault.restore.plan import RestorePlan
+from statusvault.restore.planner import build_plan, manifest_types, resolve_resource_options
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.scaledown import Pauser, resolve_workloads
 from statusvault.restore.servedtypes import ServedTypes
 from statusvault.restore.state import earlier_manager, finish, restore_state, state_key
-from statusvault.restore.workers import WorkerSpec
 from statusvault.storage.base import ObjectStore
 
 
@@ -129,6 +129,14 @@ def _planner(
 ) -> Callable[[str, Path | None], RestorePlan]:
     def plan(manager: str, path: Path | None) -> RestorePlan:
         exists = ExistenceIndex(client, manager)
-        return build_plan(reader, req.options, discovery, exists, req.backup, path, reader.summary)
+        return build_plan(
+            reader,
+            options=req.options,
+            live=discovery,
+            exists=exists,
+            backup=req.backup,
+            path=path,
+            summary=reader.summary,
+        )
 
     return plan

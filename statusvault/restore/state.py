@@ -15,7 +15,7 @@ from pathlib import Path
 from statusvault.errors import ConfigError, StatusVaultError
 from statusvault.restore.journal import Journal, new_manager
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.planstore import RestorePlan
+from statusvault.restore.plan import RestorePlan
 
 log = logging.getLogger(__name__)
 

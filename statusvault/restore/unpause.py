@@ -10,7 +10,7 @@ from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH
 from statusvault.restore.journal import Journal
 from statusvault.restore.pausemarkers import PauseOptions, unpause_patch
-from statusvault.restore.planstore import PlanItem, RestorePlan
+from statusvault.restore.plan import PlanItem, RestorePlan
 from statusvault.restore.servedtypes import ServedTypes
 
 ATTEMPTS = 5

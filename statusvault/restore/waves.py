@@ -9,9 +9,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from statusvault.archive import ArchiveReader
 from statusvault.errors import StatusVaultError
 from statusvault.restore.objects import ObjectRestorer, client_dry_run, not_attempted
-from statusvault.restore.planstore import Action, Category, PlanItem
+from statusvault.restore.plan import Action, Category, PlanItem
 from statusvault.restore.results import ItemResult
-from statusvault.restore.workers import ProcessPool
+from statusvault.restore.workers import WaveWorkers
 
 Record = Callable[[ItemResult, PlanItem], None]
 
@@ -37,7 +37,7 @@ class WaveRunner:
         self.dry_run = restorer.opts.dry_run
         self.reads_all = restorer.opts.modifiers is not None or restorer.opts.pause.enabled
 
-    def run(self, items: Iterator[PlanItem], processes: ProcessPool | None = None) -> None:
+    def run(self, items: Iterator[PlanItem], processes: WaveWorkers | None = None) -> None:
         """Restore the items in this process's threads, or in worker processes when `processes` is given."""
         todo = self._to_write(items)
         if self.dry_run == "client":  # previews are read-only GETs, run in order so the plan reads in order

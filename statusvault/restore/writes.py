@@ -12,7 +12,7 @@ from statusvault.errors import KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH
 from statusvault.model import KubeObject, ResourceType
-from statusvault.restore.planstore import PlanItem, StatusMode
+from statusvault.restore.plan import PlanItem, StatusMode
 from statusvault.restore.results import Outcome, StatusOutcome
 from statusvault.transforms import ServerChange, contains, object_changes, status_body, status_changes, update_patch
 

@@ -46,6 +46,7 @@ from statusvault.testing.benchcore import (
     timed_cpu,
     write_all,
 )
+from statusvault.testing.benchgo import go_list, go_write, goref_binary
 from statusvault.testing.benchreport import report
 from statusvault.testing.cluster import LocalCluster
 from statusvault.testing.controlplane import free_ports
@@ -101,6 +102,10 @@ def measure_backup(http: Http, env: dict[str, str], n: int, work: Path, results:
     results["list_bare"] = timed_cpu(lambda: bare_list(http, work / "bare.jsonl.gz"))
     log(f"bare HTTP LIST of {NAMESPACES} namespaces, {LIST_CONCURRENCY} at once")
     results["list_bare_parallel"] = timed_cpu(lambda: bare_list_parallel(http, work, LIST_CONCURRENCY))
+    go = goref_binary()
+    if go is not None:
+        log("Go reference: LIST (limit 500) + JSON + gzip, one stream")
+        results["list_go"] = go_list(go, http.server, n, work)
     for concurrency, processes in ((1, 1), (LIST_CONCURRENCY, 1), (LIST_CONCURRENCY, 2)):
         log(f"statusvault backup -> directory (--list-concurrency {concurrency} --processes {processes})")
         key = f"backup_dir_{concurrency}" + (f"_p{processes}" if processes > 1 else "")
@@ -123,6 +128,11 @@ def measure_restore(
     log(f"bare HTTP create + PUT status, {PARALLEL} threads")
     make_namespaces(http, "bare")
     results["write_bare"] = timed_cpu(lambda: write_all(http, objects(n, "bare"), PARALLEL))
+    go = goref_binary()
+    if go is not None:
+        log(f"Go reference: create + PUT status, {PARALLEL} goroutines")
+        make_namespaces(http, "gowrite")
+        results["write_go"] = go_write(go, cluster.server, n, "gowrite", work)
 
     sample = min(n, 1000)
     log(f"sequential baseline: one object at a time (create, then PUT status), {sample} objects")
@@ -181,7 +191,7 @@ class SyntheticLister:
 def measure_planning(env: dict[str, str], n: int, work: Path) -> dict[str, Any]:
     """Time to first write: a restore of n objects plans (reads, checks and decides every object) before it
     writes anything. A client dry run of a synthetic n-object backup runs exactly that planning."""
-    from statusvault.backup import BackupEngine
+    from statusvault.backup import BackupEngine, BackupRequest
     from statusvault.kube.discovery import Discovery
     from statusvault.model import ResourceType, Selection
     from statusvault.storage.local import LocalStore
@@ -189,8 +199,8 @@ def measure_planning(env: dict[str, str], n: int, work: Path) -> dict[str, Any]:
     log(f"planning a restore of {n} objects (synthetic backup made by the backup engine)")
     rt = ResourceType(GROUP, "v1", PLURAL, KIND, True, has_status=True, custom=True, verbs=("list", "create"))
     selection = Selection(include_resources=(rt.qualified,), include_crds=False)
-    store = LocalStore(work / "store")
-    BackupEngine(SyntheticLister(n), Discovery([rt], [rt]), store).run("plan-bench", selection)  # type: ignore[arg-type]
+    request = BackupRequest(store=LocalStore(work / "store"), name="plan-bench", selection=selection)
+    BackupEngine(SyntheticLister(n), Discovery([rt], [rt]), request).run()  # type: ignore[arg-type]
     mapping = ",".join(f"plan-{k}:planned-{k}" for k in range(NAMESPACES))
     run = run_cli(["restore", "plan-bench", "--namespace-mapping", mapping, "--dry-run", "client", "-o", "json"], env)
     head = json.loads(run.out[: run.out.index('"items": [')].rstrip().rstrip(",") + "}")

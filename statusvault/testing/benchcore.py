@@ -165,14 +165,19 @@ class CliRun:
 
 
 def run_cli(args: list[str], env: dict[str, str]) -> CliRun:
-    """Run statusvault in its own process; measure wall time, peak RSS and the CPU it and its workers used.
+    """Run statusvault in its own process, measured (run_measured)."""
+    return run_measured([sys.executable, "-m", "statusvault", *args], env)
+
+
+def run_measured(command: list[str], env: dict[str, str]) -> CliRun:
+    """Run a command; measure wall time, peak RSS and the CPU it and its workers used.
 
     Peak RSS is VmHWM read from /proc while it runs: rusage's ru_maxrss would include the RSS of this (large)
     parent, which Linux carries across fork and exec. CPU comes from wait4's rusage of that one child.
     """
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "statusvault", *args], env=env, stdout=out, stderr=err)
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=err)
         peak = 0
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -185,7 +190,7 @@ def run_cli(args: list[str], env: dict[str, str]) -> CliRun:
         out.seek(0)
         err.seek(0)
         if proc.returncode != 0:
-            raise RuntimeError(f"statusvault {' '.join(args)} failed: {err.read().decode()[-2000:]}")
+            raise RuntimeError(f"{' '.join(command[:6])} ... failed: {err.read().decode()[-2000:]}")
         return CliRun(seconds, peak / 1024, usage.ru_utime + usage.ru_stime, out.read().decode())
 
 

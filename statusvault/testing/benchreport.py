@@ -51,12 +51,37 @@ def _restore_rows(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _go_rows(r: dict[str, Any]) -> list[Row]:
+    """statusvault and the bare Python client against the compiled reference (bench/goref): objects/s and CPU
+    per object, each as a ratio (objects/s: higher is better; CPU: lower is better)."""
+    rows: list[Row] = []
+    pairs = (
+        ("list_go", "Go LIST + JSON + gzip, 1 stream", (("list_bare", "bare Python LIST"),
+                                                         ("backup_dir_1", "statusvault backup, 1 LIST"))),
+        ("write_go", f"Go create + PUT status ({r['parallel']} goroutines)", (("write_bare", "bare Python writer"),
+                                                                            ("restore_p1", "statusvault restore"))),
+    )  # fmt: skip
+    for key, label, others in pairs:
+        if key not in r:
+            continue
+        go = r[key]
+        rows.append(_row(label, go, go["objects_per_s"]))
+        for other, name in others:
+            if other in r:
+                fig = r[other]
+                speed = fig["objects_per_s"] / go["objects_per_s"]
+                cpu = fig["cpu_ms_per_object"] / go["cpu_ms_per_object"]
+                rows.append((f"  {name} vs Go", "", f"{speed:.2f}", "", f"{cpu:.2f}x", ""))
+    return rows
+
+
 def report(r: dict[str, Any]) -> str:
     rows = [HEAD]
     if "list_bare" in r:
         rows += _backup_rows(r)
     if "write_bare" in r:
         rows += _restore_rows(r)
+    rows += _go_rows(r)
     if "planning" in r:
         p = r["planning"]
         rows.append(

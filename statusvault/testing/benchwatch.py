@@ -35,7 +35,7 @@ from statusvault.testing.benchcore import (
 from statusvault.testing.cluster import LocalCluster
 from statusvault.watch.chains import chains, walk
 from statusvault.watch.pointintime import point_in_time
-from statusvault.watch.segments import parse_time
+from statusvault.watch.segments import parse_record_time
 
 RATE = float(os.environ.get("BENCH_WATCH_RATE", "200"))  # status changes per second
 SECONDS = float(os.environ.get("BENCH_WATCH_SECONDS", "30"))
@@ -139,12 +139,12 @@ def recovery_points(store: LocalStore, sent: dict[str, float]) -> list[float]:
 
 def _segment_of(store: LocalStore, base: str, seen: str, cache: dict[int, float]) -> float:
     """When the segment holding a record seen at `seen` was complete: its manifest's mtime."""
-    t = parse_time(seen)
+    t = parse_record_time(seen)
     seq = 1
     while True:
         path = store.root / segment_manifest_key("wb", base, seq)
         m = orjson.loads(path.read_bytes())
-        if parse_time(m["lastSeen"]) >= t:
+        if parse_record_time(m["lastSeen"]) >= t:
             return cache.setdefault(seq, path.stat().st_mtime)
         seq += 1
 

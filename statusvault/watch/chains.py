@@ -27,7 +27,7 @@ from statusvault.watch.segments import (
     CHAIN_KIND,
     check_segment_manifest,
     fetched_segment,
-    parse_time,
+    parse_record_time,
     read_json,
     records,
     stored_segment,
@@ -89,17 +89,17 @@ def _chain(store: ObjectStore, watch: str, base: str, entry: dict[str, Any], hea
     info = read_json(store, chain_key(watch, base), f"chain {base} of watch {watch!r}")
     if info.get("kind") != CHAIN_KIND or info.get("base") != base or not isinstance(info.get("from"), str):
         raise ArchiveError(f"chain {base} of watch {watch!r}: chain.json is malformed")
-    start = parse_time(info["from"])
+    start = parse_record_time(info["from"])
     seqs = sorted(entry["seqs"])
     until = start
     if seqs:
         last = read_json(store, segment_manifest_key(watch, base, seqs[-1]), f"segment {seqs[-1]} of {base}")
-        until = parse_time(str(last.get("until") or info["from"]))
+        until = parse_record_time(str(last.get("until") or info["from"]))
     head_seq = 0
     if head.get("base") == base:
         head_seq = int(head.get("seq") or 0)
         if head_seq == (seqs[-1] if seqs else 0):
-            until = max(until, parse_time(str(head.get("until") or info["from"])))
+            until = max(until, parse_record_time(str(head.get("until") or info["from"])))
     return Chain(watch, base, start, str(info.get("baseSha256", "")), len(seqs), until, entry["bytes"], head_seq)
 
 
@@ -127,7 +127,7 @@ def links(store: ObjectStore, chain: Chain, upto: dt.datetime | None = None) -> 
         m = check_segment_manifest(read_json(store, mkey, where), chain.watch, chain.base, seq)
         if m["previous"] != previous:
             raise ArchiveError(f"{where} does not follow segment {seq - 1}: the chain is broken")
-        if upto is not None and m.get("firstSeen") and parse_time(m["firstSeen"]) > upto:
+        if upto is not None and m.get("firstSeen") and parse_record_time(m["firstSeen"]) > upto:
             return
         yield where, m
         previous = m["sha256"]

@@ -17,7 +17,7 @@ from typing import Any
 
 from statusvault import catalog
 from statusvault.archive.crypto import Key
-from statusvault.backup import BackupEngine
+from statusvault.backup import BackupEngine, BackupRequest
 from statusvault.backup.selection import select_resources
 from statusvault.controller.lease import Lease
 from statusvault.errors import ArchiveError, StatusVaultError
@@ -28,15 +28,17 @@ from statusvault.pausepoints import pause_point
 from statusvault.storage.base import ObjectStore, validate_backup_name
 from statusvault.watch.chains import read_head, why_not_continued
 from statusvault.watch.metrics import WatchMetrics
-from statusvault.watch.segments import parse_time
+from statusvault.watch.segments import parse_record_time
 from statusvault.watch.streams import Change, Gone, Item, Position, StreamSet, streams_for
 from statusvault.watch.writer import ChainWriter, FencedError
 
 log = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class WatchConfig:
+    """One watch, as `watch run` asks for it."""
+
     name: str
     selection: Selection
     lease_namespace: str
@@ -99,7 +101,7 @@ class WatchEngine:
         streams = streams_for(select_resources(discovery, cfg.selection), cfg.selection)
         items: queue.Queue[Item] = queue.Queue(maxsize=10000)
         head = read_head(self.store, cfg.name)
-        self.metrics.leading(parse_time(str(head["until"])) if head and head.get("until") else None)
+        self.metrics.leading(parse_record_time(str(head["until"])) if head and head.get("until") else None)
         resumed = self._resume(head, {s.key for s in streams})
         streamset = StreamSet(self.client, streams, items, cfg.watch_timeout)
         positions = streamset.start(resumed.positions if resumed else {})
@@ -204,8 +206,9 @@ class _Loop:
         self.last_base = now
         name = base_name(cfg.name, now)
         writer = ChainWriter(self.e.store, cfg.name, name, positions, self.e.key)
-        engine = BackupEngine(self.e.client, self.discovery, self.e.store, page_size=cfg.page_size, key=self.e.key)
-        future = self.pool.submit(engine.run, name, cfg.selection, f"watch:{cfg.name}")
+        base = BackupRequest(store=self.e.store, name=name, selection=cfg.selection, schedule=f"watch:{cfg.name}",
+                             key=self.e.key, page_size=cfg.page_size)  # fmt: skip
+        future = self.pool.submit(BackupEngine(self.e.client, self.discovery, base).run)
         self.pending = _Pending(writer, future)
         self.next_base = time.monotonic() + cfg.base_interval
         log.info("watch %s: making base %s", cfg.name, name)

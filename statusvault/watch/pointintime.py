@@ -24,7 +24,7 @@ from statusvault.restore.runner import open_backup
 from statusvault.storage.base import ObjectStore, archive_key, manifest_key
 from statusvault.storage.local import LocalStore
 from statusvault.watch.chains import Chain, chain_for, chains, walk
-from statusvault.watch.segments import parse_time, stamp
+from statusvault.watch.segments import parse_record_time, stamp
 
 SCHEMA = """
 CREATE TABLE objs (resource TEXT, namespace TEXT, name TEXT, data BLOB, PRIMARY KEY (resource, namespace, name))
@@ -95,7 +95,7 @@ def _apply_changes(
 ) -> None:
     """Fold every change seen up to `moment` into the table: the object after it, or its absence."""
     for rec in walk(store, chain, key, upto=moment):
-        if parse_time(rec["seen"]) > moment:
+        if parse_record_time(rec["seen"]) > moment:
             break
         rt = resources.get(rec["resource"])
         if rt is None:

@@ -14,7 +14,7 @@ from statusvault.storage.base import CHAIN_FILE, ObjectStore, chain_of, chain_pr
 from statusvault.watch.chains import Chain, chains, reach
 
 
-def decide(found: list[Chain], policy: RetentionPolicy, now: dt.datetime) -> list[Decision]:
+def decide_chains(found: list[Chain], policy: RetentionPolicy, now: dt.datetime) -> list[Decision]:
     """Pure: keep the newest chain (the one reaching furthest), the last --keep-last, and every chain reaching into
     the --ttl window."""
     newest_first = sorted(found, key=reach, reverse=True)
@@ -35,7 +35,7 @@ def prune_watch(
     store: ObjectStore, watch: str, policy: RetentionPolicy, dry_run: bool = False, now: dt.datetime | None = None
 ) -> list[Decision]:
     found = chains(store, watch)
-    decisions = decide(found, policy, now or dt.datetime.now(dt.UTC))
+    decisions = decide_chains(found, policy, now or dt.datetime.now(dt.UTC))
     decisions += _leftovers(store, watch, {c.base for c in found}, policy, now or dt.datetime.now(dt.UTC))
     decisions = [catalog.held_back(d, catalog.hold(store, d.name) if d.delete else None) for d in decisions]
     if not dry_run:

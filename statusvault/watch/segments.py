@@ -34,7 +34,7 @@ def stamp(t: dt.datetime) -> str:
     return rfc3339.format_micro(t)
 
 
-def parse_time(text: str) -> dt.datetime:
+def parse_record_time(text: str) -> dt.datetime:
     try:
         return rfc3339.parse(text)
     except ValueError:

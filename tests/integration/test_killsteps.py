@@ -26,7 +26,7 @@ from statusvault.storage.local import LocalStore
 from statusvault.testing.cluster import ADMIN_TOKEN, LocalCluster, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, install_crds
 from statusvault.watch.chains import chains, read_head
-from statusvault.watch.segments import parse_time
+from statusvault.watch.segments import parse_record_time
 from tests.builders import cr, crd, unique
 from tests.faultproxy import FaultProxy, self_signed
 from tests.integration.crs.test_faults import assert_exact, snapshot
@@ -346,7 +346,7 @@ class Changes:
 def flushed_past(run, moment: dt.datetime, proc, timeout: float = 60) -> None:
     """Wait until the watcher's record reaches past `moment` (its head says so)."""
     deadline = time.monotonic() + timeout
-    while not ((head := read_head(LocalStore(run.storage), "w1")) and parse_time(head["until"]) > moment):
+    while not ((head := read_head(LocalStore(run.storage), "w1")) and parse_record_time(head["until"]) > moment):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise AssertionError(f"not flushed past {moment}: {proc.communicate()[1].decode()[-3000:]}")

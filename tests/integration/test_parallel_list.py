@@ -77,16 +77,14 @@ def test_a_large_type_is_split_by_namespace_in_etcds_key_order(run, kube, crds, 
 
 
 def test_listing_in_worker_processes_writes_the_same_archive(run, spread, monkeypatch):
-    from statusvault.backup import listers
-
     streams: list[str] = []
-    produce = listers.ListerPool.produce
+    list_in_worker = backup.list_in_worker
 
-    def counted(self, stream, page_size, spool):
+    def counted(pool, stream, page_size, spool):
         streams.append(stream.label)
-        return produce(self, stream, page_size, spool)
+        return list_in_worker(pool, stream, page_size, spool)
 
-    monkeypatch.setattr(listers.ListerPool, "produce", counted)
+    monkeypatch.setattr(backup, "list_in_worker", counted)
     selection = [arg for ns in spread for arg in ("-n", ns)]
     assert run("backup", "threads", "--processes", "1", "--list-concurrency", "1", *selection).code == 0
     assert not streams, "--processes 1 lists in this process"

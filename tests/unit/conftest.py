@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import boto3
 import pytest
 
+from statusvault.processes import WorkerSpec
 from statusvault.storage import LocalStore, ObjectStore
 from statusvault.storage.base import S3Options
 from statusvault.storage.s3 import S3Store
@@ -45,3 +47,15 @@ def _store(request, tmp_path) -> ObjectStore:
         s3: S3Store = request.getfixturevalue("s3_store")
         return s3
     return MemoryStore() if request.param == "memory" else ConditionalMemoryStore()
+
+
+@pytest.fixture
+def worker_spec(tmp_path: Path) -> WorkerSpec:
+    """Two worker processes with a kubeconfig of their own, never connected to (the tests' jobs send nothing)."""
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n"
+    )
+    return WorkerSpec(kubeconfig=str(config), processes=2)

@@ -8,7 +8,7 @@ import logging
 import orjson
 import pytest
 
-from statusvault.backup import BackupEngine
+from statusvault.backup import BackupEngine, BackupRequest
 from statusvault.errors import KubeApiError
 from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.model import Selection
@@ -46,8 +46,9 @@ def store(tmp_path) -> LocalStore:
 
 
 def backup(fake: FakeKube, store: LocalStore, concurrency: int = 1, **selection):
-    engine = BackupEngine(fake, fake.discovery(NAMESPACES), store, page_size=2, list_concurrency=concurrency)
-    return engine.run("b", Selection(**selection))
+    request = BackupRequest(store=store, name="b", selection=Selection(**selection), page_size=2,
+                            list_concurrency=concurrency)  # fmt: skip
+    return BackupEngine(fake, fake.discovery(NAMESPACES), request).run()
 
 
 def archived(store: LocalStore, name: str = "b") -> list[str]:
@@ -81,7 +82,7 @@ def test_a_crd_deleted_between_discovery_and_its_list_leaves_its_resource_out_wi
     discovery = fake.discovery(NAMESPACES)
     fake.delete(CRDS, None, WIDGETS.qualified)
     with caplog.at_level(logging.WARNING):
-        result = BackupEngine(fake, discovery, store, page_size=2).run("b", Selection())
+        result = BackupEngine(fake, discovery, BackupRequest(store=store, name="b", page_size=2)).run()
     assert [o for o in archived(store) if o.startswith("Widget")] == []
     assert result.manifest["resources"][WIDGETS.qualified]["count"] == 0
     assert result.objects == 5 + 1, "the clusters and their CRD"

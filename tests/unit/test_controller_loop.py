@@ -9,14 +9,13 @@ import threading
 import pytest
 
 from statusvault import rfc3339
-from statusvault.backup import BackupEngine
+from statusvault.backup import BackupEngine, BackupRequest
 from statusvault.controller import loop
 from statusvault.controller.intent import INTENT_LABEL, digest_of
 from statusvault.controller.lease import Lease
 from statusvault.controller.loop import Controller, ControllerConfig
 from statusvault.errors import StorageError
 from statusvault.kinds import CONFIGMAPS, CRDS, EVENTS, LEASES, NAMESPACES
-from statusvault.model import Selection
 from statusvault.storage.local import LocalStore
 from tests.builders import cr, crd, resource_type
 from tests.fake import FakeKube
@@ -36,7 +35,7 @@ def backed_up(tmp_path_factory) -> LocalStore:
         source.put(KC, {**obj, "metadata": {**obj["metadata"], "namespace": NS}})
         source.replace(KC, NS, f"kc-{i}", {**source.get(KC, NS, f"kc-{i}"), "status": {"id": i}}, sub="status")
     store = LocalStore(tmp_path_factory.mktemp("store"))
-    BackupEngine(source, source.discovery(NAMESPACES), store).run("b", Selection())
+    BackupEngine(source, source.discovery(NAMESPACES), BackupRequest(store=store, name="b")).run()
     return store
 
 
@@ -63,7 +62,7 @@ def leases(monkeypatch) -> list[Lease]:
 
 
 def controller(target: FakeKube, store, tmp_path, lease_seconds: int = 60) -> Controller:
-    config = ControllerConfig(HOME, "me", tmp_path / "state", lease_seconds=lease_seconds)
+    config = ControllerConfig(namespace=HOME, holder="me", state_dir=tmp_path / "state", lease_seconds=lease_seconds)
     stores = store if callable(store) else (lambda name: store)
     return Controller(target, lambda refresh: target.discovery(NAMESPACES), stores, config)
 

@@ -17,7 +17,7 @@ from statusvault.restore.engine import EngineSettings, RestoreEngine
 from statusvault.restore.existence import ExistenceIndex
 from statusvault.restore.journal import Journal
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.plan import build_plan
+from statusvault.restore.planner import build_plan
 from statusvault.restore.servedtypes import ServedTypes
 from tests.builders import cr, owner_ref, resource_type, with_meta, write_archive
 from tests.fake import FakeKube
@@ -50,7 +50,8 @@ def restore(fake: FakeKube, archive: Path, cancel: threading.Event | None = None
     discovery = Discovery([KC, LEGACY, _namespaces()], [KC, LEGACY, _namespaces()])
     journal = Journal.create(None)
     reader = ArchiveReader(archive)
-    with build_plan(reader, options, discovery, ExistenceIndex(fake, journal.manager), "b") as plan:
+    exists = ExistenceIndex(fake, journal.manager)
+    with build_plan(reader, options=options, live=discovery, exists=exists, backup="b") as plan:
         engine = RestoreEngine(fake, ServedTypes(discovery, lambda: discovery), EngineSettings(4, cancel=cancel))
         report = engine.run(reader, plan, journal, options)
         pending = plan.pending(journal.path, wanted_status=True)

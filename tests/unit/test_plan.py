@@ -1,260 +1,203 @@
-"""The restore plan is a value: decisions and order computed from the archive, options and cluster facts."""
+"""The plan (read-only once sealed) and the journal: ordering by owner depth, reading back wave by wave,
+what is left to do, clean-up."""
 
 from __future__ import annotations
 
-import dataclasses
+import sqlite3
 
 import pytest
 
-from statusvault.archive import ArchiveReader
-from statusvault.errors import ConfigError
-from statusvault.kinds import CRDS, NAMESPACES
-from statusvault.kube.discovery import Discovery
-from statusvault.model import Selection
-from statusvault.restore.options import RestoreOptions
-from statusvault.restore.plan import build_plan
-from statusvault.restore.planstore import Action, Category, StatusMode
-from tests.builders import cr, resource_type, with_meta, write_archive
+from statusvault.errors import StatusVaultError
+from statusvault.restore.journal import Journal
+from statusvault.restore.plan import MAX_OWNER_DEPTH, Action, Category, PlanItem, RestorePlan, StatusMode
+from tests.builders import resource_type
 
-KC = dataclasses.replace(resource_type("xyz.example.com", "KubernetesCluster"), short_names=("kc",))
-DB = resource_type("db.example.com", "Database")
-LEGACY = resource_type("legacy.example.com", "LegacyApp", status=False)
-POOL = resource_type("infra.example.com", "Pool", namespaced=False)
-SVC = resource_type("", "Service", custom=False)
+KC = resource_type("xyz.example.com", "KubernetesCluster")
 
 
-def obj(rt, name, ns="team-a", status=None, owners=None, **kw):
-    o = cr(f"{rt.group}/v1" if rt.group else "v1", rt.kind, name, status=status, **kw)
-    if owners:
-        o["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "X", "name": n, "uid": u} for n, u in owners]
-    return with_meta(o, ns if rt.namespaced else "")
-
-
-def crd_obj(rt):
-    return with_meta(
-        {
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": rt.qualified},
-            "spec": {"group": rt.group},
-        }
-    )
+def item(name, uid="", category=Category.NAMESPACED):
+    return PlanItem(KC, "team-a", "team-a", name, uid, category, Action.CREATE, StatusMode.SUBRESOURCE)
 
 
 @pytest.fixture
-def archive(tmp_path):
-    owner = obj(KC, "parent", status={"a": 1})
-    owner["metadata"]["uid"] = "uid-parent"
-    child = obj(DB, "child", status={"externalID": "x"}, owners=[("parent", "uid-parent")])
-    child["metadata"]["uid"] = "uid-child"
-    grandchild = obj(DB, "grandchild", status={"externalID": "y"}, owners=[("child", "uid-child")])
-    entries = [
-        (CRDS, crd_obj(KC)),
-        (POOL, obj(POOL, "p1", status={"allocated": 1})),
-        (DB, grandchild),
-        (DB, child),
-        (KC, owner),
-        (KC, obj(KC, "optout", status={"a": 2}, annotations={"statusvault.io/restore-status": "false"})),
-        (KC, obj(KC, "nostatus", labels={"env": "dev"})),
-        (LEGACY, obj(LEGACY, "billing", status={"ref": 1})),
-        (SVC, obj(SVC, "web", status={"loadBalancer": {}})),
-    ]
-    return ArchiveReader(write_archive(tmp_path / "a.tar.gz", entries))
+def plan():
+    with RestorePlan("b", {}) as p:
+        yield p
 
 
-def live_discovery(*types):
-    return Discovery(list(types), list(types))
+def names(plan):
+    return [[i.name for i in plan.items(w)] for w in plan.waves()]
 
 
-SELECTION = {f.name for f in dataclasses.fields(Selection)}
+def test_owners_come_before_dependents_at_any_depth(plan):
+    plan.add(item("grandchild", "u3"), ["u2"])
+    plan.add(item("child", "u2"), ["u1"])
+    plan.add(item("root", "u1"))
+    plan.add(item("orphan", "u4"), ["not-in-plan"])
+    plan.seal()
+    assert names(plan) == [["root", "orphan"], ["child"], ["grandchild"]]
+    assert [w.depth for w in plan.waves()] == [0, 1, 2]
+    assert not plan.warnings
 
 
-def plan(archive, exists=lambda rt, ns, name: False, live=None, **opts):
-    """Plan with RestoreOptions given flat: the selection's fields go into its Selection."""
-    live = live or live_discovery(CRDS, NAMESPACES, KC, DB, LEGACY, POOL, SVC)
-    selection = Selection(**{k: opts.pop(k) for k in list(opts) if k in SELECTION})
-    return build_plan(archive, RestoreOptions(selection=selection, **opts), live, exists, backup="b")
+def test_a_dependent_waits_for_its_deepest_owner(plan):
+    plan.add(item("a", "ua"))
+    plan.add(item("b", "ub"), ["ua"])
+    plan.add(item("c", "uc"), ["ua", "ub"])
+    plan.seal()
+    assert names(plan) == [["a"], ["b"], ["c"]]
 
 
-def by_name(p):
-    return {i.name: i for i in p.items()}
+def test_only_owners_keep_their_old_uid(plan):
+    plan.add(item("owner", "u1"))
+    plan.add(item("dependent", "u2"), ["u1"])
+    plan.seal()
+    assert {i.name: i.old_uid for i in plan.items()} == {"owner": "u1", "dependent": ""}
 
 
-def test_status_modes_default_to_custom_resources(archive):
-    items = by_name(plan(archive))
-    assert items["parent"].status_mode == StatusMode.SUBRESOURCE
-    assert items["billing"].status_mode == StatusMode.IN_BODY
-    assert items["optout"].status_mode == StatusMode.LEFT_OUT, "annotation false: saved, left out as asked"
-    assert items["nostatus"].status_mode == StatusMode.NONE, "nothing saved"
-    assert items["web"].status_mode == StatusMode.NONE, "built-ins are opt-in"
-    assert items[KC.qualified].status_mode == StatusMode.NONE, "a CRD's status belongs to the API server"
+def test_an_ownership_cycle_ends_with_a_warning(plan):
+    plan.add(item("x", "ux"), ["uy"])
+    plan.add(item("y", "uy"), ["ux"])
+    plan.add(item("z", "uz"))
+    plan.seal()
+    assert len(plan) == 3
+    assert sorted(n for w in names(plan) for n in w) == ["x", "y", "z"]
+    assert max(w.depth for w in plan.waves()) <= 2 * MAX_OWNER_DEPTH, "the relaxation stops"
+    assert any("cycle" in w for w in plan.warnings)
 
 
-def test_status_star_includes_builtins_and_exclude_wins(archive):
-    items = by_name(plan(archive, status_include=("*",), status_exclude=("databases.db.example.com",)))
-    assert items["web"].status_mode == StatusMode.SUBRESOURCE
-    assert items["child"].status_mode == StatusMode.LEFT_OUT
+def test_categories_order_waves_and_added_namespaces_lead_their_wave(plan):
+    plan.add(item("cr"))
+    plan.add(item("team-a", category=Category.NAMESPACE))
+    added = item("team-b", category=Category.NAMESPACE)
+    added.in_archive = False
+    plan.add(added)
+    plan.seal()
+    assert names(plan) == [["team-b", "team-a"], ["cr"]]
+    assert plan.names(Category.NAMESPACE) == {"team-a", "team-b"}
+    assert plan.resources(exclude=Category.NAMESPACE) == {KC.qualified}
+    assert next(i.path for i in plan.items(plan.waves()[0])) == "", "an added namespace is not in the archive"
 
 
-def test_status_include_narrows(archive):
-    items = by_name(plan(archive, status_include=("kubernetesclusters.xyz.example.com",)))
-    assert items["parent"].status_mode == StatusMode.SUBRESOURCE
-    assert items["child"].status_mode == StatusMode.LEFT_OUT
-    assert items["p1"].status_mode == StatusMode.LEFT_OUT
-    assert items["web"].status_mode == StatusMode.NONE, "a built-in not asked for is not left out by the user"
+def test_a_scratch_plan_is_removed_on_close():
+    p = RestorePlan("b", {})
+    p.add(item("x"))
+    p.seal()
+    assert p.path.exists()
+    p.close()
+    assert not p.path.exists()
 
 
-def test_no_status(archive):
-    modes = {i.name: i.status_mode for i in plan(archive, no_status=True).items()}
-    assert set(modes.values()) == {StatusMode.NONE, StatusMode.LEFT_OUT}
-    assert modes["parent"] == StatusMode.LEFT_OUT and modes["nostatus"] == StatusMode.NONE
+def test_a_sealed_plan_is_read_only_and_reopens(tmp_path):
+    path = tmp_path / "p.sqlite"
+    with RestorePlan("b", {"name": "b"}, path) as p:
+        p.add(item("owner", "u1"))
+        p.add(item("dependent", "u2"), ["u1"])
+        p.seal()
+    with RestorePlan.open(path) as again:
+        assert (again.backup, again.manifest, len(again)) == ("b", {"name": "b"}, 2)
+        assert again.types == {KC.qualified: KC}
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            again._db.execute("DELETE FROM items")
 
 
-def test_a_server_without_namespaces_gets_no_namespace_creates(archive):
-    """A bare CRD server (no core API) takes namespaced objects in any namespace name: none is planned."""
-    p = plan(archive, live=live_discovery(CRDS, KC, DB, LEGACY, POOL, SVC))
-    assert not [i for i in p.items() if i.category == Category.NAMESPACE]
-    assert "team-a" in {i.namespace for i in p.items()}
-    with_core = plan(archive)
-    assert [i.name for i in with_core.items() if i.category == Category.NAMESPACE] == ["team-a"]
+def test_the_journal_records_progress_and_the_plan_yields_only_what_is_left(tmp_path):
+    path, journal_path = tmp_path / "p.sqlite", tmp_path / "j.sqlite"
+    with RestorePlan("b", {}, path) as p:
+        p.add(item("owner", "u1"))
+        p.add(item("dependent", "u2"), ["u1"])
+        p.add(item("other"))
+        p.seal()
+        journal = Journal.create(journal_path, "statusvault-restore-test")
+        owner = next(p.items())
+        journal.mark_done(owner)
+        journal.learn_uid("u1", "new-u1")
+        journal.close()
+
+    again, progress = RestorePlan.open(path), Journal.open(journal_path)
+    assert (progress.manager, progress.resumed) == ("statusvault-restore-test", 1)
+    assert again.pending(journal_path) == 2 and len(again) == 3
+    assert again.pending(journal_path, wanted_status=True) == 2
+    assert [i.name for i in again.items(journal=journal_path)] == ["other", "dependent"]
+    assert progress.learned_uids() == {"u1": "new-u1"}
+    again.remove()
+    progress.remove()
+    assert list(tmp_path.iterdir()) == [], "a finished restore leaves nothing"
 
 
-def test_waves_put_crds_namespaces_cluster_then_owners_before_dependents(archive):
-    p = plan(archive)
-    waves = p.waves()
-    order = [[i.name for i in p.items(w)] for w in waves]
-    assert order[0] == [KC.qualified]
-    assert order[1] == ["team-a"] and waves[1].category == Category.NAMESPACE
-    assert order[2] == ["p1"]
-    flat = [n for w in order for n in w]
-    assert flat.index("parent") < flat.index("child") < flat.index("grandchild")
+def test_a_plan_that_failed_to_build_leaves_nothing(tmp_path):
+    path = tmp_path / "p.sqlite"
+    p = RestorePlan("b", {}, path)
+    p.add(item("x"))
+    assert not path.exists(), "built beside its path, renamed into place when sealed"
+    p.close()
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_existing_objects_follow_the_policy(archive):
-    def exists(rt, ns, name):
-        return name in ("parent", "team-a")
-
-    assert by_name(plan(archive, exists))["parent"].action == Action.SKIP_EXISTS
-    assert by_name(plan(archive, exists, existing_policy="update"))["parent"].action == Action.UPDATE
-    assert "team-a" not in by_name(plan(archive, exists)), "an existing namespace is not planned"
-
-
-def test_namespace_mapping_moves_objects_and_adds_the_target_namespace(archive):
-    items = by_name(plan(archive, namespace_mapping=(("team-a", "team-b"),)))
-    assert items["parent"].namespace == "team-b"
-    assert items["team-b"].category == Category.NAMESPACE
-    assert items["p1"].namespace == ""
+@pytest.mark.parametrize("opener", [RestorePlan.open, Journal.open])
+def test_damaged_state_is_a_clear_error(tmp_path, opener):
+    path = tmp_path / "x.sqlite"
+    path.write_bytes(b"\0" * 100)
+    with pytest.raises(StatusVaultError, match="is unreadable .*--restart"):
+        opener(path)
 
 
-def test_filters(archive):
-    names = set(by_name(plan(archive, include_resources=("kc",), label_selector="env=dev")))
-    assert names == {"nostatus", "team-a", KC.qualified}, "the CRD of a selected resource comes with it"
-    names = set(
-        by_name(
-            plan(
-                archive,
-                include_resources=("kc",),
-                exclude_resources=("CustomResourceDefinition",),
-                label_selector="env=dev",
-            )
-        )
-    )
-    assert names == {"nostatus", "team-a"}
-    names = set(by_name(plan(archive, exclude_resources=("databases.db.example.com", "Service"))))
-    assert "child" not in names and "web" not in names and "parent" in names
+def test_leftovers_of_killed_runs_do_not_block_or_leak_into_new_state(tmp_path):
+    path = tmp_path / "p.sqlite"
+    (tmp_path / "p.sqlite.building").write_bytes(b"half a plan")  # killed while planning
+    (tmp_path / "j.sqlite-wal").write_bytes(b"an old run's write-ahead log")  # killed while restoring
+    with RestorePlan("b", {}, path) as p:
+        p.add(item("x"))
+        p.seal()
+    assert not (tmp_path / "p.sqlite.building").exists()
+    journal = Journal.create(tmp_path / "j.sqlite")
+    with RestorePlan.open(path) as again:
+        assert again.pending(journal.path) == 1 and [i.name for i in again.items()] == ["x"]
+    journal.close()
 
 
-def test_unknown_resource_name_is_an_error_before_anything(archive):
-    with pytest.raises(ConfigError, match="--include-resources gizmos.example.com: no resource of that name"):
-        plan(archive, include_resources=("gizmos.example.com",))
+def test_an_unavailable_item_is_created_once_its_type_is_served():
+    from statusvault.kube.discovery import Discovery
+    from statusvault.restore.servedtypes import ServedTypes
+
+    missing = item("later")
+    missing.action = Action.UNAVAILABLE
+    served = ServedTypes(Discovery([], []), lambda: Discovery([KC], [KC]))
+    assert served.target(missing).action == Action.UNAVAILABLE
+    served.rediscover()  # e.g. on resume, after the user installed the CRD
+    assert served.target(missing).action == Action.CREATE
 
 
-def test_a_resource_not_served_gets_its_crd_from_the_backup_with_include_resources(archive):
-    """A target without the CRD (a move, a new cluster): the CRD the backup holds comes with its objects."""
-    items = by_name(plan(archive, include_resources=("kubernetesclusters.xyz.example.com",), live=live_discovery(CRDS)))
-    assert items[KC.qualified].action == Action.CREATE
-    assert items["parent"].action == Action.CREATE
-    items = by_name(
-        plan(archive, include_resources=("kc",), exclude_resources=(CRDS.qualified,), live=live_discovery(CRDS))
-    )
-    assert KC.qualified not in items and items["parent"].action == Action.UNAVAILABLE
+def test_a_journal_remembers_what_it_created(tmp_path):
+    journal = Journal.create(tmp_path / "j.sqlite")
+    x, y = item("x"), item("y")
+    x.seq, y.seq = 1, 2
+    journal.mark_created(x)
+    journal.close()
+    again = Journal.open(tmp_path / "j.sqlite")
+    assert again.was_created(x) and not again.was_created(y)
+    assert again.manager == journal.manager and again.manager.startswith("statusvault-restore-")
+    again.close()
 
 
-def test_no_include_cluster_resources_leaves_cluster_scoped_objects_without_a_namespace_filter(archive):
-    assert "p1" not in by_name(plan(archive, include_cluster_resources=False))
-    assert KC.qualified in by_name(plan(archive, include_cluster_resources=False)), "CRDs are not custom resources"
+def test_a_lineage_resumes_its_backup_and_restarts_another_with_the_same_identity(tmp_path):
+    """restore WATCH --at latest: the re-run of a killed run may name a later moment (another backup)."""
+    from statusvault.restore.state import restore_state
 
+    planned = []
 
-def test_resource_without_crd_in_backup_and_not_served_is_unavailable(archive):
-    items = by_name(
-        plan(
-            archive,
-            live=live_discovery(CRDS, DB, LEGACY, POOL, SVC, KC.__class__("other.io", "v1", "things", "Thing", True)),
-        )
-    )
-    assert items["child"].action == Action.CREATE
-    items = by_name(plan(archive, live=live_discovery(CRDS, KC, LEGACY, POOL, SVC)))
-    assert items["child"].action == Action.UNAVAILABLE, "databases: no CRD in the backup, not served"
-    assert items["parent"].action == Action.CREATE
+    def planner(backup):
+        def plan(manager, path):
+            planned.append(backup)
+            p = RestorePlan(backup, {}, path)
+            p.seal()
+            return p
 
+        return plan
 
-def test_namespace_filter_leaves_cluster_scoped_objects_unless_asked(archive):
-    assert "p1" not in by_name(plan(archive, namespaces=("team-a",)))
-    assert "p1" in by_name(plan(archive, namespaces=("team-a",), include_cluster_resources=True))
-    assert "p1" in by_name(plan(archive))
-    names = by_name(plan(archive, namespaces=("team-a",)))
-    assert "parent" in names and KC.qualified in names, "CRDs still come first"
-
-
-def test_a_cluster_scoped_type_named_in_include_resources_comes_with_n_as_in_a_backup(archive):
-    """`-n team-a --include-resources kc,pools` takes the pools in a backup: a restore reads it the same way."""
-    named = ("kc", "pools.infra.example.com")
-    assert "p1" in by_name(plan(archive, namespaces=("team-a",), include_resources=named))
-    assert "p1" not in by_name(
-        plan(archive, namespaces=("team-a",), include_resources=named, include_cluster_resources=False)
-    )
-
-
-@pytest.mark.parametrize(
-    "selection, said",
-    [
-        ({"namespaces": ("other",)}, "--namespace other"),
-        ({"label_selector": "env=none"}, "--selector env=none"),
-        (
-            {
-                "include_resources": ("pools.infra.example.com",),
-                "namespaces": ("team-a",),
-                "include_cluster_resources": False,
-            },
-            "--namespace team-a --include",
-        ),
-    ],
-)
-def test_a_selection_that_matches_nothing_is_an_error_not_an_empty_success(archive, selection, said):
-    with pytest.raises(ConfigError, match=f"nothing in backup b matches {said}"):
-        plan(archive, **selection)
-
-
-def test_an_object_that_does_not_match_its_path_is_refused(tmp_path, monkeypatch):
-    import tempfile
-
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    import orjson
-
-    from statusvault.archive import ArchiveWriter
-    from statusvault.errors import ArchiveError
-
-    path = tmp_path / "evil.tar.gz"
-    evil = obj(KC, "harmless", ns="team-a")
-    evil["metadata"]["namespace"] = "kube-system"
-    with open(path, "wb") as sink:
-        w = ArchiveWriter(sink)
-        w.add(f"resources/{KC.qualified}/namespaces/team-a/harmless.json", orjson.dumps(evil))
-        from statusvault.backup import ResourceSummary
-
-        w.finish({"formatVersion": "1.0", "resources": {KC.qualified: ResourceSummary(KC, 1).to_dict()}})
-    with pytest.raises(ArchiveError, match="does not match its path"):
-        plan(ArchiveReader(path))
-    assert list(scratch.iterdir()) == [], "a refused plan leaves no file behind"
+    with restore_state(tmp_path, "w-at-1", "w-at-latest-k", planner("w-at-1")) as killed:
+        manager = killed.journal.manager  # never finished: its state stays
+    with restore_state(tmp_path, "w-at-1", "w-at-latest-k", planner("w-at-1")) as again:
+        assert (again.plan.backup, again.journal.manager, planned) == ("w-at-1", manager, ["w-at-1"]), "resumed"
+    with restore_state(tmp_path, "w-at-2", "w-at-latest-k", planner("w-at-2")) as later:
+        assert (later.plan.backup, later.journal.manager, planned) == ("w-at-2", manager, ["w-at-1", "w-at-2"])

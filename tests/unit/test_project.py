@@ -79,8 +79,8 @@ def test_adapters_do_not_import_engines():
 LAYERS = (
     ("__version__", "errors", "model", "rfc3339", "progress", "metrics", "throttle", "pausepoints"),
     ("kinds", "labels", "transforms", "logs", "optiontable", "retention"),
-    ("storage", "kube", "processes", "kms"),
-    ("archive", "schedule", "writerlease"),
+    ("storage", "kube", "kms"),
+    ("archive", "schedule", "writerlease", "processes"),
     ("backup", "catalog"),
     ("restore", "keys"),
     ("controller", "move"),

@@ -132,7 +132,7 @@ def test_memory_stays_flat_however_many_objects_the_server_changed():
 
 
 def test_the_text_report_lists_the_first_objects_then_sums_up_per_resource():
-    from statusvault.cli.restore import render
+    from statusvault.cli.restoreview import render
 
     report = RestoreReport("b", "none")
     for i in range(SHOWN + 2):

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from statusvault.backup.selection import select_resources
-from statusvault.cli.backups import backup
-from statusvault.cli.options import split_csv
+from statusvault.cli.backups import BackupArgs
 from statusvault.kinds import CRDS
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
 from statusvault.schedule import ScheduleSpec, backup_args, cronjob_api_for, render
 from tests.builders import resource_type
+from tests.unit.test_cli_args import parsed
 
 
 @pytest.mark.parametrize(
@@ -56,22 +56,16 @@ def test_the_scheduled_backup_takes_exactly_the_resources_its_rbac_was_rendered_
     discovery = Discovery([CRDS, kc, pool], [CRDS, kc, pool])
     types = select_resources(discovery, selection)
     args = backup_args(ScheduleSpec("n", "@daily", selection, "s3://b/p"), types)
-    params = backup.make_context("backup", args[1:]).params
-    rendered = Selection(
-        namespaces=split_csv(params["namespaces"]),
-        include_resources=split_csv(params["include_resources"]),
-        include_cluster_resources=params["include_cluster_resources"],
-        include_crds=params["include_crds"],
-    )
-    assert select_resources(discovery, rendered) == types
+    params = parsed("backup", args[1:])
+    assert select_resources(discovery, BackupArgs(**params).selection()) == types
 
 
 def test_the_scheduled_backup_locks_and_wraps_as_the_schedule_says():
     kc = resource_type("xyz.example.com", "KubernetesCluster")
     spec = ScheduleSpec("n", "@daily", Selection(), "s3://b/p", kms_key_ids=("alias/backups",), lock_mode="compliance",
                         lock_for="30d", legal_hold=True)  # fmt: skip
-    params = backup.make_context("backup", backup_args(spec, [kc])[1:]).params
-    assert (params["kms_key_id"], params["lock_mode"], params["lock_for"], params["legal_hold"]) == (
+    args = BackupArgs(**parsed("backup", backup_args(spec, [kc])[1:]))
+    assert (args.kms_key_id, args.lock_mode, args.lock_for, args.legal_hold) == (
         ("alias/backups",),
         "compliance",
         "30d",

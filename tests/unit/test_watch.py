@@ -16,7 +16,7 @@ from statusvault.storage.local import LocalStore
 from statusvault.watch.chains import Chain, chain_for
 from statusvault.watch.install import WatchSpec, render
 from statusvault.watch.pointintime import parse_at, point_name
-from statusvault.watch.prune import decide
+from statusvault.watch.prune import decide_chains
 from statusvault.watch.segments import SegmentBuffer, check_segment_manifest, fetched_segment, record, records
 
 T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
@@ -82,9 +82,9 @@ def chain(base: str, start_h: int, until_h: int) -> Chain:
 def test_prune_keeps_every_chain_a_kept_moment_needs_and_always_the_newest():
     found = [chain("b1", 0, 1), chain("b2", 1, 2), chain("b3", 2, 3), chain("b4", 3, 4)]
     now = T0 + dt.timedelta(hours=4)
-    by_ttl = {d.name: d.delete for d in decide(found, RetentionPolicy(ttl=dt.timedelta(minutes=90)), now)}
+    by_ttl = {d.name: d.delete for d in decide_chains(found, RetentionPolicy(ttl=dt.timedelta(minutes=90)), now)}
     assert by_ttl == {"b1": True, "b2": True, "b3": False, "b4": False}, "b3 reaches into the window"
-    by_last = {d.name: d.delete for d in decide(found, RetentionPolicy(keep_last=1), now)}
+    by_last = {d.name: d.delete for d in decide_chains(found, RetentionPolicy(keep_last=1), now)}
     assert by_last == {"b1": True, "b2": True, "b3": True, "b4": False}
 
 
@@ -95,7 +95,7 @@ def test_the_latest_moment_and_the_newest_chain_are_the_chain_reaching_furthest(
     found = [continued, stale]  # as chains() lists them: by start
     assert chain_for(found, None, "w") == (continued, continued.until)
     assert chain_for(found, T0 + dt.timedelta(hours=2), "w")[0] == stale, "a moment both hold: the newer base"
-    kept = {d.name: d.delete for d in decide(found, RetentionPolicy(keep_last=1), T0 + dt.timedelta(hours=3))}
+    kept = {d.name: d.delete for d in decide_chains(found, RetentionPolicy(keep_last=1), T0 + dt.timedelta(hours=3))}
     assert kept == {"b1": False, "b2": True}, "the chain still being written stays"
 
 

@@ -72,7 +72,8 @@ def eventually(check: Callable[[], Any], what: str, timeout: float = 10.0) -> An
 def watching(fake: FakeKube, store: LocalStore) -> Iterator[tuple[WatchEngine, list[BaseException]]]:
     """A watch of the KubernetesClusters running on a thread, flushing every 50 ms; stopped on exit. The list
     collects what `run` raised."""
-    config = WatchConfig("w", Selection(include_resources=(KC.qualified,)), "sv", "me", flush_interval=0.05)
+    config = WatchConfig(name="w", selection=Selection(include_resources=(KC.qualified,)), lease_namespace="sv",
+                         holder="me", flush_interval=0.05)  # fmt: skip
     engine = WatchEngine(fake, lambda: fake.discovery(NAMESPACES), store, config)
     raised: list[BaseException] = []
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from statusvault import catalog
-from statusvault.backup import BackupEngine
+from statusvault.backup import BackupEngine, BackupRequest
 from statusvault.errors import ArchiveError, BackupBusyError, BackupExistsError, LeaseLostError
 from statusvault.kube.discovery import Discovery
 from statusvault.retention import Candidate, RetentionPolicy, decide
@@ -232,7 +232,8 @@ class TakeOver(GoldenKube):
 
 
 def backup(store: ObjectStore, kube: GoldenKube | None = None):
-    return BackupEngine(kube or GoldenKube(), Discovery(TYPES, TYPES), store).run("b1", SELECTION)  # type: ignore[arg-type]
+    request = BackupRequest(store=store, name="b1", selection=SELECTION)
+    return BackupEngine(kube or GoldenKube(), Discovery(TYPES, TYPES), request).run()  # type: ignore[arg-type]
 
 
 def test_a_rerun_replaces_what_a_killed_backup_left_and_lands_a_complete_backup(store):

@@ -1,0 +1,3 @@
+module statusvault.dev/bench/goref
+
+go 1.26

@@ -1,0 +1,168 @@
+"""The restore report as people read it (restore, unpause, move): the dry run's plan, a table per resource, what
+failed, what the server changed or warned about, and the notes on statuses not written."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from statusvault.cli.output import table
+from statusvault.model import display
+from statusvault.restore.results import GENERATION_NOTE, RestoreReport, StatusOutcome
+
+
+def _rules(entry: dict[str, Any]) -> str:
+    """The modifier rules an object met, for the dry-run listing."""
+    m = entry.get("modifiers") or {}
+    applied = f"  rules: {','.join(map(str, m['applied']))}" if m.get("applied") else ""
+    skipped = f"  skipped by test: {','.join(map(str, m['skippedByTest']))}" if m.get("skippedByTest") else ""
+    return applied + skipped
+
+
+def _diff_line(d: dict[str, Any]) -> str:
+    """One difference between the live object and the backup: ~ changed, + only in the backup, - only live."""
+
+    def show(v: Any) -> str:
+        text = json.dumps(v, sort_keys=True, separators=(",", ":"))
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    if "live" in d and "backup" in d:
+        return f"~ {d['path']}: {show(d['live'])} -> {show(d['backup'])}"
+    if "backup" in d:
+        return f"+ {d['path']}: {show(d['backup'])}"
+    return f"- {d['path']}: {show(d['live'])}"
+
+
+def render(report: RestoreReport) -> str:
+    lines = []
+    if report.dry_run == "client":
+        lines.append(f"Plan for restoring {report.backup} (dry run, nothing changed):")
+        for entry in report.results():
+            shown = display(entry["resource"], entry["namespace"], entry["name"])
+            lines.append(f"  {entry['result']:<13} {shown}  status: {entry['status']}{_rules(entry)}")
+            lines += [f"      {_diff_line(d)}" for d in entry.get("diff", ())]
+        lines.append("")
+    rows = []
+    for resource, c in report.by_resource():
+        done = c["created"] + c["would-create"]
+        updated = c["updated"] + c["would-update"]
+        status = (
+            c["status:" + StatusOutcome.WRITTEN]
+            + c["status:" + StatusOutcome.IN_BODY]
+            + c["status:" + StatusOutcome.WOULD_WRITE]
+        )
+        rows.append(
+            (
+                resource,
+                done,
+                updated,
+                c["skipped"],
+                c["failed"],
+                status,
+                c["status:" + StatusOutcome.FAILED],
+            )
+        )
+    lines.append(
+        table(["RESOURCE", "CREATED", "UPDATED", "SKIPPED", "FAILED", "STATUS RESTORED", "STATUS FAILED"], rows)
+    )
+    problems = sorted(report.attention, key=lambda r: (r.resource, r.namespace, r.name))
+    if problems and report.dry_run != "client":
+        lines.append("")
+        for r in problems:
+            notes = [n for n in r.notes if not n.startswith(GENERATION_NOTE)]
+            if r.pause_lost:
+                lines.append(f"NOT PAUSED: {r.display}: {r.pause_lost}")
+            if r.failed or r.message or notes:
+                lines.append(f"{'FAILED' if r.failed else 'note'}: {r.display}: {r.message or '; '.join(notes)}")
+    regenerated = [(res, c["note:generation"]) for res, c in report.by_resource() if c["note:generation"]]
+    if regenerated:
+        lines.append("")
+        for res, n in regenerated:
+            lines.append(
+                f"note: {res}: {n} object(s) carry a status.observedGeneration from before the restore "
+                "(generation restarts at 1); their operator may reconcile them once"
+            )
+    lines += _server_lines(report)
+    lines += _status_notes(report)
+    if report.warnings and report.dry_run != "client":
+        lines += ["", *(f"warning: {w}" for w in report.warnings)]
+    verb = "Dry run of restore" if report.dry_run != "none" else "Restore"
+    lines.append("")
+    if report.resumed:
+        lines.append(f"Resumed: {report.resumed} objects were restored by an earlier run and left alone.")
+    by_server = f", {report.server_changed} changed by the server" if report.server_changed else ""
+    by_server += f", {report.server_warned} with server warnings" if report.server_warned else ""
+    lines.append(
+        f"{verb} of {report.backup}: {report.total} objects, {len(report.failures)} failed, "
+        f"{report.lacking} without their saved status{by_server}, in {report.duration:.1f}s"
+    )
+    return "\n".join(lines)
+
+
+def _server_lines(report: RestoreReport) -> list[str]:
+    """What the server changed of what was sent and what it warned about: the first objects one by one, then the
+    paths and warnings per resource, most frequent first."""
+    if not report.server_objects:
+        return []
+    lines = [""]
+    for r in sorted(report.server_shown, key=lambda r: (r.resource, r.namespace, r.name)):
+        if r.server_changes:
+            lines.append(f"changed by the server: {r.display}: {', '.join(map(str, r.server_changes))}")
+        lines += [f"server warning: {r.display}: {w}" for w in r.server_warnings]
+    if report.server_objects > len(report.server_shown):
+        lines.append(f"... and {report.server_objects - len(report.server_shown)} more object(s) (-o json lists each)")
+    lines.append("")
+    for resource, c in report.by_resource():
+        if c["server:changed"]:
+            named = _named(report.changes_named, resource, lambda key: f"{key[1]} {key[2]}")
+            lines.append(f"{resource}: {c['server:changed']} object(s) changed by the server: {named}")
+        if c["server:warned"]:
+            named = _named(report.warnings_named, resource, lambda key: key[1])
+            lines.append(f"{resource}: {c['server:warned']} object(s) with server warnings: {named}")
+    if report.unnamed:
+        lines.append(f"... and {report.unnamed} more change(s) or warning(s) (-o json lists each object's)")
+    return lines
+
+
+def _named(counts: Counter[Any], resource: str, show: Callable[[Any], str]) -> str:
+    """One resource's changes or warnings with their object counts, most frequent first."""
+    mine = sorted(((-n, show(key)) for key, n in counts.items() if key[0] == resource))
+    return ", ".join(f"{text} ({-n})" for n, text in mine)
+
+
+def _status_notes(report: RestoreReport) -> list[str]:
+    """Saved statuses not written on purpose, and ones the run never reached: said, never silent."""
+    notes = []
+    kept = report.count_status(StatusOutcome.KEPT)
+    if kept:
+        notes.append(
+            f"note: {kept} object(s) existed before the restore and were left as they are (policy none): "
+            "their saved status was not written"
+        )
+    left_out = report.count_status(StatusOutcome.LEFT_OUT)
+    if left_out:
+        notes.append(
+            f"note: {left_out} object(s) restored without their saved status, as asked "
+            "(--no-status, status exclusions or the opt-out annotation)"
+        )
+    modified = report.counts().get("modifiers", {})
+    if modified:
+        notes.append(
+            f"modifiers: {modified.get('modified', 0)} object(s) patched; "
+            f"{modified.get('skipped', 0)} rule application(s) skipped by a failed test"
+        )
+    if report.unpaused or report.left_paused or report.unpause_failures:
+        notes.append(f"pause: {report.unpaused} object(s) unpaused, {report.left_paused} left paused")
+        notes += [f"FAILED to unpause: {problem}" for problem in report.unpause_failures]
+    if report.left_paused and report.succeeded:
+        notes.append(
+            f"note: {report.left_paused} object(s) stay paused as asked (--keep-paused): release them with "
+            f"`statusvault unpause {report.backup}` and the same options"
+        )
+    elif report.left_paused:
+        notes.append(f"note: {report.left_paused} object(s) stay paused until every object has its status")
+    if report.unreached:
+        notes.append(f"not reached: {report.unreached} object(s) with a saved status (the run stopped first)")
+    return ["", *notes] if notes else []

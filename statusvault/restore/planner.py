@@ -1,0 +1,330 @@
+"""Plan a restore: filter the archive's objects, decide each one, and order them into waves. No writes."""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from statusvault.archive import ArchiveReader, parse_member_path
+from statusvault.archive.format import checked_object
+from statusvault.errors import ArchiveError, ConfigError
+from statusvault.kinds import CRD_QUALIFIED, NAMESPACES
+from statusvault.kube.discovery import Discovery
+from statusvault.labels import parse_selector
+from statusvault.model import ObjectKey, ResourceType, Selection
+from statusvault.restore.options import RestoreOptions
+from statusvault.restore.plan import Action, Category, PlanItem, RestorePlan, StatusMode
+from statusvault.transforms import map_namespace, status_annotation
+
+STATUS_ALL = "*"
+
+
+def manifest_types(manifest: dict[str, Any]) -> list[ResourceType]:
+    """The resource types as recorded at backup time."""
+    out = []
+    for qualified, r in (manifest.get("resources") or {}).items():
+        rt = ResourceType(
+            r["group"],
+            r["version"],
+            r["resource"],
+            r["kind"],
+            bool(r["namespaced"]),
+            bool(r.get("hasStatusSubresource")),
+            bool(r.get("custom")),
+            ("list",),
+            tuple(r.get("shortNames") or ()),
+            r.get("singular") or "",
+        )
+        if rt.qualified != qualified:
+            raise ArchiveError(f"manifest entry {qualified!r} does not match its group/resource")
+        out.append(rt)
+    return out
+
+
+def _category(rt: ResourceType) -> Category:
+    if rt.is_crd:
+        return Category.CRD
+    if rt.group == "" and rt.resource == "namespaces":
+        return Category.NAMESPACE
+    return Category.CLUSTER if not rt.namespaced else Category.NAMESPACED
+
+
+def backup_resources(
+    option: str, names: tuple[str, ...], in_backup: Discovery, live: Discovery, where: str = "in this backup"
+) -> tuple[str, ...]:
+    """The backup's resource types (qualified names) that user-given names stand for, as every option that takes
+    resources reads them: resource.group, plural, singular, Kind, short name, or a shell-style pattern; a name the
+    backup does not know is looked up in the live cluster. A name that matches nothing in the backup is an error."""
+    out: set[str] = set()
+    for name in names:
+        found = {rt.qualified for rt in in_backup.match(name)}
+        if not found:
+            known = {rt.qualified for rt in in_backup.preferred}
+            found = {rt.qualified for rt in live.match(name)} & known
+        if not found:
+            raise ConfigError(f"{option} {name}: no resource of that name {where}")
+        out |= found
+    return tuple(sorted(out))
+
+
+def resolve_resource_options(opts: RestoreOptions, types: list[ResourceType], live: Discovery) -> RestoreOptions:
+    """The options with every resource name resolved against the backup (qualified names), so that each option
+    reads names the same way, and a typo fails before anything is written."""
+    in_backup = Discovery(types, [])
+
+    def names(option: str, values: tuple[str, ...]) -> tuple[str, ...]:
+        return backup_resources(option, values, in_backup, live)
+
+    sel, pause = opts.selection, opts.pause
+    status_all = (STATUS_ALL,) if STATUS_ALL in opts.status_include else ()
+    status_named = tuple(n for n in opts.status_include if n != STATUS_ALL)
+    return dataclasses.replace(
+        opts,
+        selection=dataclasses.replace(
+            sel,
+            include_resources=names("--include-resources", sel.include_resources),
+            exclude_resources=names("--exclude-resources", sel.exclude_resources),
+        ),
+        status_include=status_all + names("--status-include-resources", status_named),
+        status_exclude=names("--status-exclude-resources", opts.status_exclude),
+        pause=dataclasses.replace(
+            pause,
+            resources=names("--pause-resources", pause.resources),
+            keep_paused=names("--keep-paused", pause.keep_paused),
+        ),
+    )
+
+
+class _Decider:
+    """Per-object decisions that depend only on the options and the backup's resource types."""
+
+    def __init__(self, opts: RestoreOptions, types: list[ResourceType], live: Discovery, crds_in_backup: set[str]):
+        self.opts = opts
+        self.live = live
+        self.backup_types = {rt.qualified: rt for rt in types}
+        self.include = self._resolve(opts.selection.include_resources)
+        self.exclude = self._resolve(opts.selection.exclude_resources, "--exclude-resources")
+        self.status_all = STATUS_ALL in opts.status_include
+        self.status_include = self._resolve(
+            (n for n in opts.status_include if n != STATUS_ALL), "--status-include-resources"
+        )
+        self.status_exclude = self._resolve(opts.status_exclude, "--status-exclude-resources")
+        self.selector = parse_selector(opts.selection.label_selector)
+        self.mapping = opts.mapping
+        self.crds_in_backup = crds_in_backup  # filled while planning when the CRDs are read in the same pass
+        self._targets: dict[str, ResourceType | None] = {}
+
+    def target(self, qualified: str) -> ResourceType | None:
+        """The type an object is written with: as served, or as backed up when its CRD comes with the backup
+        (discovery is refreshed after CRDs are created); None: unavailable. CRDs precede their objects in the
+        archive, so the first object of a type is decided after every CRD was read."""
+        if qualified not in self._targets:
+            rt = self.backup_types[qualified]
+            served = self.live.by_qualified(qualified)
+            if served is not None:
+                self._targets[qualified] = dataclasses.replace(served, custom=served.custom or rt.custom)
+            else:
+                restorable = self.crd_selected(qualified) and qualified in self.crds_in_backup
+                self._targets[qualified] = rt if restorable else None
+        return self._targets[qualified]
+
+    def _resolve(self, names: Iterable[str], option: str = "--include-resources") -> set[str]:
+        return set(backup_resources(option, tuple(names), Discovery(list(self.backup_types.values()), []), self.live))
+
+    def resource_selected(self, qualified: str) -> bool:
+        return (not self.include or qualified in self.include) and qualified not in self.exclude
+
+    def crd_selected(self, name: str) -> bool:
+        """A CRD of the backup comes with the restore unless CRDs are excluded: always without
+        --include-resources, else when CRDs are named or the resource it defines is (the target may lack it)."""
+        if CRD_QUALIFIED in self.exclude:
+            return False
+        return not self.include or CRD_QUALIFIED in self.include or name in self.include
+
+    def in_scope(self, cat: Category, key: ObjectKey) -> bool:
+        """-n limits namespaced objects and Namespaces; cluster-scoped objects come as --include-cluster-resources
+        says (by default: when no -n is given, or their type is named in --include-resources), as in a backup."""
+        sel = self.opts.selection
+        if cat == Category.CRD:
+            return self.crd_selected(key.name)
+        if cat == Category.CLUSTER:
+            return sel.takes_cluster_scoped(key.qualified in self.include)
+        namespace = key.namespace or key.name  # a Namespace object is in scope when -n names it
+        return not sel.namespaces or namespace in sel.namespaces
+
+    def wants_status(self, rt: ResourceType, obj: dict[str, Any]) -> bool | None:
+        """True: restore it; False: the user asked not to; None: not a status statusvault restores by default."""
+        override = status_annotation(obj)
+        if override is not None:
+            return override
+        if rt.is_crd:
+            return None  # a CRD's status belongs to the API server
+        if self.opts.no_status or rt.qualified in self.status_exclude:
+            return False
+        if self.status_all:
+            return True
+        if self.status_include and rt.qualified in self.status_include:
+            return True
+        return (not self.status_include) if rt.custom else None
+
+    def status_mode(self, rt: ResourceType, obj: dict[str, Any]) -> StatusMode:
+        if not obj.get("status"):
+            return StatusMode.NONE
+        wanted = self.wants_status(rt, obj)
+        if not wanted:
+            return StatusMode.NONE if wanted is None else StatusMode.LEFT_OUT
+        return StatusMode.SUBRESOURCE if rt.has_status else StatusMode.IN_BODY
+
+
+def build_plan(
+    reader: ArchiveReader,
+    *,
+    options: RestoreOptions,
+    live: Discovery,
+    exists: Callable[[ResourceType, str, str], bool],
+    backup: str = "",
+    path: Path | None = None,
+    summary: dict[str, Any] | None = None,
+) -> RestorePlan:
+    """Read every object (verifying each hash), filter, decide and order. Raises before any write.
+
+    With the backup's summary manifest, an archive not read yet is planned during its first, checking read
+    (one pass instead of two): the summary's resource types guide the decisions, and the archive's own
+    manifest must then describe the same types."""
+    single = summary is not None and isinstance(summary.get("resources"), dict) and reader.unread
+    head = summary if single and summary is not None else reader.head()
+    types = manifest_types(head)
+    crds: set[str] = set()
+    if not single:
+        prefix = f"resources/{CRD_QUALIFIED}/"
+        crds = {parse_member_path(p).name for p, _ in reader.file_entries() if p.startswith(prefix)}
+    planner = _Planner(RestorePlan(backup, head, path), options, _Decider(options, types, live, crds), exists, single)
+    try:
+        if not reader.walk_first(planner.add):
+            for member, data in reader.objects():  # checks every hash, and that nothing is missing or extra
+                key = parse_member_path(member)
+                planner.add(member, key, checked_object(member, key, data))
+        if single and reader.head().get("resources") != head.get("resources"):
+            raise ArchiveError("the backup's summary manifest does not describe the resources in its archive")
+        planner.plan.manifest = reader.head()
+        planner.finish()
+    except BaseException:
+        planner.plan.close()
+        raise
+    return planner.plan
+
+
+class _Planner:
+    """Each object read from the archive decided and added to the plan; then the namespaces it needs."""
+
+    def __init__(
+        self,
+        plan: RestorePlan,
+        opts: RestoreOptions,
+        decider: _Decider,
+        exists: Callable[[ResourceType, str, str], bool],
+        learn_crds: bool,
+    ):
+        self.plan, self.opts, self.decider, self.exists = plan, opts, decider, exists
+        self.learn_crds = learn_crds  # single pass: the CRDs in the backup are learnt as they are read
+        self.namespaces_needed: set[str] = set()
+        self.named: set[str] = set()  # --name patterns that matched something
+        self.matched = 0  # objects the selection chose (CRDs come along with -n: they count only when asked for)
+
+    def add(self, path: str, key: ObjectKey, obj: dict[str, Any]) -> None:
+        decider, sel = self.decider, self.opts.selection
+        rt = decider.backup_types.get(key.qualified)
+        if rt is None:
+            raise ArchiveError(f"{path} belongs to a resource the manifest does not describe")
+        cat = _category(rt)
+        if cat == Category.CRD and self.learn_crds:
+            decider.crds_in_backup.add(key.name)
+        if cat != Category.CRD and not decider.resource_selected(key.qualified):
+            return
+        if not decider.in_scope(cat, key):
+            return
+        if obj.get("kind") != rt.kind:
+            raise ArchiveError(f"{path} holds an object whose kind, namespace or name does not match its path")
+        meta = obj["metadata"]
+        if cat not in (Category.CRD, Category.NAMESPACE):
+            if not decider.selector(meta.get("labels") or {}):
+                return
+            if sel.names:
+                matched = [p for p in sel.names if fnmatch.fnmatchcase(key.name, p)]
+                if not matched:
+                    return
+                self.named.update(matched)
+        item = _plan_item(key.qualified, obj, cat, decider, self.exists)
+        self.matched += cat != Category.CRD or CRD_QUALIFIED in decider.include
+        if item.rt.namespaced:  # an unavailable one too: a resumed run writes it once its CRD is installed
+            self.namespaces_needed.add(item.namespace)
+        refs = meta.get("ownerReferences")
+        self.plan.add(item, [r.get("uid", "") for r in refs] if refs else ())
+
+    def finish(self) -> None:
+        sel, plan = self.opts.selection, self.plan
+        if not self.matched and _selection(sel):
+            raise ConfigError(f"nothing in backup {plan.backup} matches {_selection(sel)}: nothing to restore")
+        plan.warnings += [f"no object in the selection is named {p!r}" for p in sel.names if p not in self.named]
+        if self.decider.live.by_qualified(NAMESPACES.qualified) is not None:  # a server without the core API
+            _add_namespaces(plan, self.namespaces_needed, self.exists)  # (a bare CRD server) takes any name
+        plan.seal()
+
+
+def _selection(sel: Selection) -> str:
+    """The user's selection, as they gave it ("" when they gave none)."""
+    parts = [
+        f"{flag} {','.join(values)}"
+        for flag, values in (
+            ("--namespace", sel.namespaces),
+            ("--include-resources", sel.include_resources),
+            ("--name", sel.names),
+        )
+        if values
+    ]
+    if sel.label_selector:
+        parts.append(f"--selector {sel.label_selector}")
+    return " ".join(parts)
+
+
+def _plan_item(
+    qualified: str,
+    obj: dict[str, Any],
+    cat: Category,
+    decider: _Decider,
+    exists: Callable[[ResourceType, str, str], bool],
+) -> PlanItem:
+    meta = obj.get("metadata") or {}
+    target = decider.target(qualified)
+    rt = target if target is not None else decider.backup_types[qualified]
+    ns = map_namespace(meta.get("namespace", ""), decider.mapping) if rt.namespaced else ""
+    if target is None:
+        action = Action.UNAVAILABLE
+    elif "deletionTimestamp" in meta:
+        action = Action.SKIP_TERMINATING
+    elif exists(rt, ns, meta["name"]):
+        action = Action.UPDATE if decider.opts.existing_policy == "update" else Action.SKIP_EXISTS
+    else:
+        action = Action.CREATE
+    return PlanItem(
+        rt,
+        meta.get("namespace", "") if rt.namespaced else "",
+        ns,
+        meta["name"],
+        meta.get("uid", ""),
+        cat,
+        action,
+        decider.status_mode(rt, obj),
+    )
+
+
+def _add_namespaces(plan: RestorePlan, needed: set[str], exists: Callable[[ResourceType, str, str], bool]) -> None:
+    """Target namespaces that neither exist nor come from the backup are created bare."""
+    for ns in sorted(needed - plan.names(Category.NAMESPACE)):
+        if not exists(NAMESPACES, "", ns):
+            item = PlanItem(NAMESPACES, "", "", ns, "", Category.NAMESPACE, Action.CREATE, StatusMode.NONE)
+            item.in_archive = False
+            plan.add(item)
