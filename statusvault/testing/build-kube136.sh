@@ -8,9 +8,9 @@
 #        build-kube136.sh --replaces VER   print the replace block that pins every staging module of
 #                                          k8s.io/kubernetes VER (v1.36.x) to its release (v0.36.x), for go.mod
 #
-# Built with the machine's current Go (1.26 or newer; GO126 names another Go binary), called by its path with
-# GOTOOLCHAIN=local: never Debian's Go 1.19 that builds Kubernetes 1.20 (build-kube.sh), nor a toolchain fetched
-# behind our back. Modules are kept in CACHE_DIR/go/mod, apart from the machine's own Go caches.
+# Built with the machine's current Go (1.26 or newer: /usr/local/go/bin/go, else the go on PATH; GO126 names
+# another Go binary), called by its path with GOTOOLCHAIN=local: never Debian's Go 1.19 that builds Kubernetes 1.20
+# (build-kube.sh), nor a toolchain fetched behind our back. Modules are kept in CACHE_DIR/go/mod, apart from the machine's own Go caches.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 MOD=$HERE/kube136
@@ -40,14 +40,13 @@ if [ "${1:-}" != "--replaces" ]; then
 fi
 
 STEP="find Go 1.26+"
-GO=${GO126:-$(command -v go || true)}
-[ -x "$GO" ] || GO=/usr/local/go/bin/go
-[ -x "$GO" ] || { fail "no go binary (set GO126 to a Go 1.26+ binary)"; exit 1; }
+recent_go() { case "$(GOTOOLCHAIN=local "$1" env GOVERSION 2>/dev/null)" in go1.2[6-9]*|go1.[3-9][0-9]*) ;; *) false ;; esac; }
+GO=""
+for candidate in ${GO126:-/usr/local/go/bin/go $(command -v go || true)}; do  # GO126, when set, is the only one
+  if [ -x "$candidate" ] && recent_go "$candidate"; then GO=$candidate; break; fi
+done
+[ -n "$GO" ] || { fail "no Go 1.26+ at ${GO126:-/usr/local/go/bin/go or on PATH} (set GO126 to a Go 1.26+ binary)"; exit 1; }
 GOVER=$(GOTOOLCHAIN=local "$GO" env GOVERSION)
-case "$GOVER" in
-  go1.2[6-9]*|go1.[3-9][0-9]*) ;;
-  *) fail "$GO is $GOVER; Kubernetes $MINOR needs Go 1.26 or newer (set GO126 to one)"; exit 1 ;;
-esac
 GOROOT=$(GOTOOLCHAIN=local "$GO" env GOROOT)
 export GOROOT PATH="$GOROOT/bin:$PATH" GOTOOLCHAIN=local GOWORK=off GO111MODULE=on GOFLAGS="-modcacherw -buildvcs=false"
 
