@@ -76,24 +76,25 @@ def kube_version(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def cluster(request: pytest.FixtureRequest, kube_version: str) -> LocalCluster:
-    """The control plane of this parameter (on 1.36-crd: an ApiextServer, which also has `server`, `kubeconfig`).
-    Each is started when first asked for and never skipped: a missing cluster binary is a failure."""
-    if kube_version == CRD_ONLY:
-        return request.getfixturevalue("apiext")  # type: ignore[no-any-return]
-    return request.getfixturevalue(f"cluster_{kube_version.replace('.', '')}")  # type: ignore[no-any-return]
+def control_planes() -> Iterator[Callable[[str], LocalCluster]]:
+    """control_planes(version): the session's control plane of that version, started when first asked for (all stay
+    up: the CRD-only server's tests come in between). Never skipped: a missing cluster binary is a failure."""
+    started: dict[str, LocalCluster] = {}
+
+    def get(version: str) -> LocalCluster:
+        if version not in started:
+            started[version] = LocalCluster.start(version=version)
+        return started[version]
+
+    yield get
+    for plane in started.values():
+        plane.stop()
 
 
 @pytest.fixture(scope="session")
-def cluster_120() -> Iterator[LocalCluster]:
-    with LocalCluster.start(version="1.20") as c:
-        yield c
-
-
-@pytest.fixture(scope="session")
-def cluster_136() -> Iterator[LocalCluster]:
-    with LocalCluster.start(version="1.36") as c:
-        yield c
+def cluster(request: pytest.FixtureRequest, control_planes: Callable[[str], LocalCluster], kube_version: str) -> Any:
+    """The server of this parameter: a LocalCluster, or on 1.36-crd an ApiextServer (with `server`, `kubeconfig`)."""
+    return request.getfixturevalue("apiext") if kube_version == CRD_ONLY else control_planes(kube_version)
 
 
 @pytest.fixture(scope="module")
