@@ -27,7 +27,7 @@ cluster-bin: $(STAMP)
 	@$(PY) -m statusvault.testing.cluster build >/dev/null
 
 # kube-apiserver + kube-controller-manager v1.36 and etcd 3.6, built from the Go module proxy with the machine's Go
-# (statusvault/testing/kube136/) once per machine (about 9 minutes on 2 cores) into the same cache: every
+# (statusvault/testing/kube136/) once per machine (about 7 minutes on 2 cores) into the same cache: every
 # integration test runs on both control planes.
 kube136-bin: $(STAMP)
 	@$(PY) -m statusvault.testing.cluster build --kube-version 1.36 >/dev/null
