@@ -1,6 +1,11 @@
 """Shared fixtures: a real kube-apiserver + etcd (session), a moto S3 server (session), per-test namespaces.
 
-tests/integration/crs/ runs its tests on two servers: Kubernetes 1.20 and the 1.36 CRD server (its conftest)."""
+Every test that uses the `cluster` fixture (so `kube`, `crds`, `run`, `make`...) runs on each control plane, as a
+session-scoped parameter `kube_version` (test ids `[1.20]`, `[1.36]`): Kubernetes 1.20.2 with etcd 3.4, and
+Kubernetes 1.36 with etcd 3.6 (statusvault/testing/cluster.py). The custom-resource tests of tests/integration/crs/
+that have a branch for a server without the core API also run on the 1.36 CRD-only server (`[1.36-crd]`, its
+conftest). Markers narrow that: `store_only` runs on 1.20 alone, `current_only` on 1.36 alone, `core_api` never
+on the CRD-only server."""
 
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import load_transport
 from statusvault.testing.apiext import ApiextServer
-from statusvault.testing.cluster import ADMIN_TOKEN, LocalCluster, kubeconfig_yaml
+from statusvault.testing.cluster import ADMIN_TOKEN, RELEASES, LocalCluster, kubeconfig_yaml
 from statusvault.testing.controlplane import free_ports
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, fixture_crds, install_crds
 from tests.builders import unique
@@ -44,17 +49,59 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     faulthandler.dump_traceback_later(60, exit=True)
 
 
+CRD_ONLY = "1.36-crd"  # the apiextensions-apiserver 1.36 of tests/integration/crs/ (no core API)
+
+
+def servers(metafunc: pytest.Metafunc) -> tuple[str, ...]:
+    """The servers one test runs on (see the module's docstring)."""
+    mark = metafunc.definition.get_closest_marker
+    if mark("store_only"):
+        return ("1.20",)
+    if mark("current_only"):
+        return ("1.36",)
+    full = tuple(RELEASES)
+    if "core_api" in metafunc.fixturenames and not mark("core_api"):  # it has a branch for a server without
+        return (*full, CRD_ONLY)
+    return full
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "kube_version" in metafunc.fixturenames:
+        metafunc.parametrize("kube_version", servers(metafunc), indirect=True, scope="session")
+
+
 @pytest.fixture(scope="session")
-def cluster_120() -> Iterator[LocalCluster]:
-    """A real control plane (Kubernetes 1.20). Never skipped: a missing cluster is a failure."""
-    with LocalCluster.start() as c:
+def kube_version(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def control_planes() -> Iterator[Callable[[str], LocalCluster]]:
+    """control_planes(version): the session's control plane of that version, started when first asked for (all stay
+    up: the CRD-only server's tests come in between). Never skipped: a missing cluster binary is a failure."""
+    started: dict[str, LocalCluster] = {}
+
+    def get(version: str) -> LocalCluster:
+        if version not in started:
+            started[version] = LocalCluster.start(version=version)
+        return started[version]
+
+    yield get
+    for plane in started.values():
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest, control_planes: Callable[[str], LocalCluster], kube_version: str) -> Any:
+    """The server of this parameter: a LocalCluster, or on 1.36-crd an ApiextServer (with `server`, `kubeconfig`)."""
+    return request.getfixturevalue("apiext") if kube_version == CRD_ONLY else control_planes(kube_version)
+
+
+@pytest.fixture(scope="module")
+def target(kube_version: str) -> Iterator[LocalCluster]:
+    """A second control plane of the same version, for the tests of one module: the cluster a move goes to."""
+    with LocalCluster.start(version=kube_version) as c:
         yield c
-
-
-@pytest.fixture(scope="session")
-def cluster(cluster_120: LocalCluster) -> LocalCluster:
-    """The server of the tests here (tests/integration/crs/ overrides it with one per parameter)."""
-    return cluster_120
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """`make bench`: statusvault against the machine's own limits, measured side by side in one run.
 
-Seeds BENCH_N custom resources (~2 KB, status included) over 10 namespaces of a local real cluster, then measures
+Seeds BENCH_N custom resources (~2 KB, status included) over 10 namespaces of a local real cluster (Kubernetes
+BENCH_KUBE: 1.20 unless told, or 1.36), then measures
 bare-HTTP LIST and write baselines, `statusvault backup` (directory and S3), `restore` and `verify`, and prints one
 table. Figures go to bench/results.json.
 """
@@ -48,11 +49,14 @@ from statusvault.testing.benchcore import (
 )
 from statusvault.testing.benchgo import go_list, go_write, goref_binary
 from statusvault.testing.benchreport import report
-from statusvault.testing.cluster import LocalCluster
+from statusvault.testing.cluster import DEFAULT_VERSION, RELEASES, LocalCluster
 from statusvault.testing.controlplane import free_ports
 from statusvault.testing.fixtures import install_crds
 
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
+
+
+KUBE_VERSION = os.environ.get("BENCH_KUBE", DEFAULT_VERSION)
 
 
 def machine() -> dict[str, Any]:
@@ -63,7 +67,7 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "statusvault": __version__,
-        "kubernetes": "v1.20.2 (local kube-apiserver + etcd)",
+        "kubernetes": f"{RELEASES[KUBE_VERSION].git_version} (local kube-apiserver + etcd)",
         "urllib3": version("urllib3"),
         "orjson": orjson.__version__,
     }
@@ -289,7 +293,10 @@ def kubectl_baseline(cluster: LocalCluster, work: Path, sample: int) -> dict[str
 def main() -> int:
     n = int(os.environ.get("BENCH_N", "10000"))
     out = Path(os.environ.get("BENCH_OUT", "bench/results.json"))
-    with tempfile.TemporaryDirectory(prefix="statusvault-bench-") as tmp, LocalCluster.start() as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="statusvault-bench-") as tmp,
+        LocalCluster.start(version=KUBE_VERSION) as cluster,
+    ):
         from statusvault.kube.client import KubeClient
         from statusvault.kube.transport import load_transport
 

@@ -1,8 +1,11 @@
-"""Build (once, cached) and run a real etcd + kube-apiserver + kube-controller-manager on loopback.
+"""Build (once, cached) and run a real etcd + kube-apiserver + kube-controller-manager on loopback, of Kubernetes
+1.20 (kube-apiserver 1.20.2 and Debian's etcd 3.4, build-kube.sh) or 1.36 (Go modules, etcd 3.6, build-kube136.sh).
 
 python -m statusvault.testing.cluster up     # start in the background, print the kubeconfig path
 python -m statusvault.testing.cluster down   # stop it by PID
 python -m statusvault.testing.cluster run    # start, print the kubeconfig path, stay in the foreground
+python -m statusvault.testing.cluster build  # build or find the binaries, print their directory
+(each takes --kube-version 1.20|1.36; 1.20 unless told)
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -34,15 +38,43 @@ def cache_dir() -> Path:
     return Path(base) / "statusvault"
 
 
-def ensure_binaries() -> Path:
-    """Return the directory holding kube-apiserver and kube-controller-manager, building them if needed."""
-    bindir = cache_dir() / "bin"
-    needed = [bindir / "kube-apiserver", bindir / "kube-controller-manager"]
-    if all(p.exists() for p in needed) and shutil.which("etcd") and shutil.which("openssl"):
-        return bindir
-    script = Path(__file__).with_name("build-kube.sh")
+@dataclass(frozen=True)
+class Release:
+    """A Kubernetes release the local cluster runs: its binaries (in the cache's bin/), the script that builds them,
+    and the few flags in which its components differ."""
+
+    version: str  # "1.20"
+    git_version: str  # what its API server says it is (kube136/go.mod names the 1.36 one)
+    apiserver: str
+    controller_manager: str
+    etcd: str  # a file in bin/, or "" for the etcd on PATH
+    build_script: str
+    controller_manager_flags: tuple[str, ...] = ()
+
+
+RELEASES = {
+    "1.20": Release(
+        "1.20",
+        "v1.20.2",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "",  # Debian's etcd 3.4
+        "build-kube.sh",
+        ("--port=0",),  # the insecure port, removed in 1.24
+    ),
+    "1.36": Release(
+        "1.36", "v1.36.4", "kube-apiserver-1.36", "kube-controller-manager-1.36", "etcd-3.6", "build-kube136.sh"
+    ),
+}
+DEFAULT_VERSION = "1.20"
+
+
+def ensure_binaries(version: str = DEFAULT_VERSION) -> Path:
+    """Return the directory holding the release's binaries, building them if needed (its script is a no-op when
+    they are there)."""
+    script = Path(__file__).with_name(RELEASES[version].build_script)
     subprocess.run(["bash", str(script), str(cache_dir())], check=True)
-    return bindir
+    return cache_dir() / "bin"
 
 
 def issue_cert(subject: str, cert: Path, key: Path, ca: tuple[Path, Path] | None = None) -> tuple[Path, Path]:
@@ -73,7 +105,9 @@ def kubeconfig_yaml(server: str, user: str, token: str) -> str:
 
 
 class LocalCluster(ControlPlane):
-    """A running local control plane: etcd, kube-apiserver 1.20 and kube-controller-manager."""
+    """A running local control plane: etcd, kube-apiserver and kube-controller-manager of one release."""
+
+    release: Release = RELEASES[DEFAULT_VERSION]
 
     PROCESSES = ("kube-controller-manager", "kube-apiserver", "etcd")
     SERVER = "kube-apiserver"
@@ -91,14 +125,17 @@ class LocalCluster(ControlPlane):
         return path
 
     @classmethod
-    def start(cls, workdir: Path | None = None, detach: bool = False) -> LocalCluster:
-        bindir = ensure_binaries()
-        return cls.launch(workdir, lambda cluster: cluster._start(bindir, detach))
+    def start(cls, workdir: Path | None = None, detach: bool = False, version: str = DEFAULT_VERSION) -> LocalCluster:
+        release = RELEASES[version]
+        bindir = ensure_binaries(version)
+        return cls.launch(workdir, lambda cluster: cluster._start(release, bindir, detach))
 
-    def _start(self, bindir: Path, detach: bool) -> None:
+    def _start(self, release: Release, bindir: Path, detach: bool) -> None:
         wd = self.workdir
+        self.release = release
         self.port, etcd_port, peer_port = free_ports(3)
-        self.spawn_etcd(shutil.which("etcd") or "etcd", etcd_port, peer_port, detach)
+        etcd = str(bindir / release.etcd) if release.etcd else shutil.which("etcd") or "etcd"
+        self.spawn_etcd(etcd, etcd_port, peer_port, detach)
         subprocess.run(["openssl", "genrsa", "-out", str(wd / "sa.key"), "2048"], check=True, capture_output=True)
         ca_cert, _ = issue_cert("/CN=statusvault-test-client-ca", *self.client_ca)
         lines = [f'{ADMIN_TOKEN},admin,admin,"system:masters"']
@@ -108,7 +145,7 @@ class LocalCluster(ControlPlane):
         self.spawn(
             "kube-apiserver",
             [
-                str(bindir / "kube-apiserver"),
+                str(bindir / release.apiserver),
                 f"--etcd-servers=http://127.0.0.1:{etcd_port}",
                 f"--secure-port={self.port}",
                 "--bind-address=127.0.0.1",
@@ -132,18 +169,18 @@ class LocalCluster(ControlPlane):
         self.spawn(
             "kube-controller-manager",
             [
-                str(bindir / "kube-controller-manager"),
+                str(bindir / release.controller_manager),
                 f"--kubeconfig={self.kubeconfig}",
                 "--leader-elect=false",
                 # no serviceaccount-token: no token Secrets, as on Kubernetes 1.24+ (tests use TokenRequest)
-                "--controllers=namespace,garbagecollector,deployment,replicaset",
+                "--controllers=namespace,garbagecollector,deployment,replicaset,cronjob",
                 "--bind-address=127.0.0.1",
                 "--secure-port=0",
-                "--port=0",
+                *release.controller_manager_flags,
             ],
             detach,
         )
-        (wd / "cluster.json").write_text(json.dumps({"port": self.port, "pids": self.pids}))
+        (wd / "cluster.json").write_text(json.dumps({"port": self.port, "pids": self.pids, "version": release.version}))
 
 
 def _state_dir(arg: str | None) -> Path:
@@ -154,10 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m statusvault.testing.cluster")
     parser.add_argument("command", choices=["up", "down", "run", "build"])
     parser.add_argument("--state-dir", help="where the cluster keeps its data (default: cache dir)")
+    parser.add_argument("--kube-version", choices=sorted(RELEASES), default=DEFAULT_VERSION)
     args = parser.parse_args(argv)
     state = _state_dir(args.state_dir)
     if args.command == "build":
-        print(ensure_binaries())
+        print(ensure_binaries(args.kube_version))
         return 0
     if args.command == "down":
         info = state / "cluster.json"
@@ -175,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"a local cluster is already running; run 'down' first ({state})", file=sys.stderr)
         return 1
     shutil.rmtree(state, ignore_errors=True)
-    cluster = LocalCluster.start(state, detach=args.command == "up")
+    cluster = LocalCluster.start(state, detach=args.command == "up", version=args.kube_version)
     print(cluster.kubeconfig)
     if args.command == "run":
         try:

@@ -18,7 +18,6 @@ from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import load_transport
-from statusvault.testing.cluster import LocalCluster
 from statusvault.testing.fixtures import ensure_namespace
 from tests import refmodel
 from tests.builders import unique
@@ -55,13 +54,6 @@ ROWS = pairwise(PARAMS, allowed)
 if os.environ.get("STATUSVAULT_COMPOSE_SAMPLE"):  # N[:SEED]: N random rows instead, to look past pairs
     count, _, seed = os.environ["STATUSVAULT_COMPOSE_SAMPLE"].partition(":")
     ROWS = sampled(PARAMS, allowed, int(count), int(seed or 0))
-
-
-@pytest.fixture(scope="module")
-def target() -> Iterator[LocalCluster]:
-    """A second control plane: the cluster the objects move to."""
-    with LocalCluster.start() as c:
-        yield c
 
 
 @dataclasses.dataclass

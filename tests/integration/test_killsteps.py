@@ -23,7 +23,7 @@ from statusvault.kube.transport import load_transport
 from statusvault.restore.pausemarkers import RECORD
 from statusvault.restore.runner import open_backup
 from statusvault.storage.local import LocalStore
-from statusvault.testing.cluster import ADMIN_TOKEN, LocalCluster, kubeconfig_yaml
+from statusvault.testing.cluster import ADMIN_TOKEN, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, install_crds
 from statusvault.watch.chains import chains, read_head
 from statusvault.watch.segments import parse_record_time
@@ -220,13 +220,6 @@ def test_keep_paused_then_unpause_killed_at_each_step(run, kube, namespace, inst
         assert not list((run.state / "restores").glob("*.journal.sqlite")), "the restore is finished"
     finally:
         kube.delete(NAMESPACES, None, target)
-
-
-@pytest.fixture(scope="module")
-def target():
-    """A second control plane: the cluster a move goes to."""
-    with LocalCluster.start() as c:
-        yield c
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from statusvault.move import Cluster, MoveRequest, run_move
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.pausemarkers import RECORD
 from statusvault.storage.local import LocalStore
-from statusvault.testing.cluster import ADMIN_TOKEN, LocalCluster, kubeconfig_yaml
+from statusvault.testing.cluster import ADMIN_TOKEN, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, install_crds
 from tests.builders import cr, crd, unique, unique_kind
 from tests.faultproxy import FaultProxy, self_signed
@@ -30,13 +30,6 @@ from tests.integration.test_pause import GROUP, QUALIFIED, Operator, saved
 
 N = 12
 PAUSED = "crossplane.io/paused"
-
-
-@pytest.fixture(scope="module")
-def target():
-    """A second control plane: the cluster the objects move to."""
-    with LocalCluster.start() as c:
-        yield c
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from tests.builders import cr, kc_status, unique
 from tests.unit.test_pod_security import pod_templates, restricted_violations
 
 KC = "xyz.example.com/v1"
+CRONJOB_API = {"1.20": "batch/v1beta1", "1.36": "batch/v1"}  # batch/v1 from 1.21, batch/v1beta1 until 1.24
 
 
 def render(run, name, *args):
@@ -30,12 +31,12 @@ def render(run, name, *args):
     return list(yaml.safe_load_all(result.out))
 
 
-def test_render_targets_the_served_cronjob_version_and_is_least_privilege(run, crds, namespace):
+def test_render_targets_the_served_cronjob_version_and_is_least_privilege(run, crds, namespace, kube_version):
     docs = render(run, "nightly", "-n", namespace, "--keep-last", "7", "--credentials-secret", "s3")
     kinds = [d["kind"] for d in docs]
     assert kinds == ["Namespace", "ServiceAccount", "Role", "RoleBinding", "CronJob"], "nothing cluster-wide"
     cron = docs[-1]
-    assert cron["apiVersion"] == "batch/v1beta1", "the 1.20 test cluster only serves batch/v1beta1"
+    assert cron["apiVersion"] == CRONJOB_API[kube_version], "the served version (1.20 serves only batch/v1beta1)"
     spec = cron["spec"]
     assert (spec["concurrencyPolicy"], spec["startingDeadlineSeconds"]) == ("Forbid", 600)
     pod = spec["jobTemplate"]["spec"]["template"]["spec"]

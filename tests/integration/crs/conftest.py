@@ -1,88 +1,53 @@
-"""The custom-resource tests run on two API servers, as a test parameter (`[1.20]`, `[1.36]`):
+"""The custom-resource tests run on each control plane (tests/conftest.py: `[1.20]`, `[1.36]`), and those with a
+branch for a server without the core API (they take the `core_api` fixture) on a third server too:
 
-- 1.20: kube-apiserver 1.20.2 + etcd, the whole Kubernetes API (tests/conftest.py `cluster`);
-- 1.36: the standalone CRD server of Kubernetes 1.36 (apiextensions-apiserver + etcd 3.5, `apiext`): CRDs and
-  custom resources with current semantics (CEL rules, defaulting, managedFields, field validation), but no core API:
-  no Namespaces (a namespaced object can be created in any namespace name), RBAC, Services or Deployments.
+- `[1.36-crd]`: the standalone CRD server of Kubernetes 1.36 (apiextensions-apiserver + etcd 3.5, `apiext`): CRDs
+  and custom resources with current semantics, but no core API: no Namespaces (a namespaced object can be created
+  in any namespace name), RBAC, Services or Deployments, and only a client certificate for its admin. What it
+  alone covers is statusvault on such a server: discovery with an empty /api, backups and restores that find no
+  Namespaces to save or create, `cluster-info` without the core API.
 
-A test that needs the core API says so with `@pytest.mark.core_api("why")`; one that exercises the store rather than
-the server with `@pytest.mark.store_only("why")`. Both run on 1.20 only. One about what only a current server does
-(CEL rules) says `@pytest.mark.current_only("why")` and runs on 1.36 only. The markers are registered in
+A test that needs the core API says so with `@pytest.mark.core_api("why")` (never on the CRD-only server); one that
+exercises the store rather than the server with `@pytest.mark.store_only("why")` (1.20 only); one about what only a
+current server does (CEL rules) with `@pytest.mark.current_only("why")` (1.36 only). The markers are registered in
 pyproject.toml.
 
-The fixtures that hold a server or a client (`cluster`, `kube`, `crds`, `namespace`) are overridden here, so that no
-cached session value of one server reaches a test of the other (tests/conftest.py's function-scoped fixtures,
-`run`, `make`, `proxied`, use these)."""
+`namespace` is overridden here: on the CRD-only server a namespace is only a name."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
-from statusvault.kube.discovery import Discovery
-from statusvault.kube.transport import load_transport
-from statusvault.testing.fixtures import ensure_namespace, fixture_crds, install_crds
+from statusvault.testing.cluster import RELEASES
+from statusvault.testing.fixtures import ensure_namespace
 from tests.builders import unique
+from tests.conftest import CRD_ONLY
 
-SERVERS = ("1.20", "1.36")
-GIT_VERSIONS = {"1.20": "v1.20.2", "1.36": "v1.36.4"}  # what each server says it is
-ONE_SERVER_MARKS = ("core_api", "store_only")
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "kube_version" not in metafunc.fixturenames:
-        return
-    servers = SERVERS
-    if any(metafunc.definition.get_closest_marker(m) for m in ONE_SERVER_MARKS):
-        servers = SERVERS[:1]
-    elif metafunc.definition.get_closest_marker("current_only"):
-        servers = SERVERS[1:]
-    metafunc.parametrize("kube_version", servers, indirect=True, scope="session")
-
-
-@pytest.fixture(scope="session")
-def kube_version(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture(scope="session")
-def cluster(request: pytest.FixtureRequest, kube_version: str) -> Any:
-    """The server of this parameter: a LocalCluster (1.20) or an ApiextServer (1.36); both have `server`,
-    `kubeconfig`."""
-    return request.getfixturevalue("apiext" if kube_version == "1.36" else "cluster_120")
-
-
-@pytest.fixture(scope="session")
-def kube(cluster: Any, kube_version: str) -> KubeClient:
-    return KubeClient(load_transport(str(cluster.kubeconfig)))
-
-
-@pytest.fixture(scope="session")
-def crds(kube: KubeClient) -> Discovery:
-    return install_crds(kube, fixture_crds())
+CRD_ONLY_VERSION = "v1.36.4"  # what the CRD-only server says it is (Debian unstable's source package)
 
 
 @pytest.fixture
 def git_version(kube_version: str) -> str:
-    return GIT_VERSIONS[kube_version]
+    return CRD_ONLY_VERSION if kube_version == CRD_ONLY else RELEASES[kube_version].git_version
 
 
 @pytest.fixture
 def core_api(kube_version: str) -> bool:
     """Whether this server serves Namespaces and the rest of the core API."""
-    return kube_version != "1.36"
+    return kube_version != CRD_ONLY
 
 
 @pytest.fixture
-def namespace(kube: KubeClient, core_api: bool) -> Iterator[str]:
-    """A fresh namespace; on a server without Namespaces, a fresh name (objects may be created in any)."""
+def namespace(kube: KubeClient, kube_version: str) -> Iterator[str]:
+    """A fresh namespace; on a server without Namespaces, a fresh name (objects may be created in any). It takes
+    no `core_api`: that would bring every test that has a namespace to the CRD-only server."""
     name = unique("t")
-    if core_api:
+    if kube_version != CRD_ONLY:
         ensure_namespace(kube, name)
     yield name
-    if core_api:
+    if kube_version != CRD_ONLY:
         kube.delete(NAMESPACES, None, name)

@@ -1,5 +1,5 @@
-"""Namespaces on either server: the 1.20 cluster has them; the 1.36 CRD server has none (a namespaced custom
-resource may be created in any namespace name), so there a namespace is the set of objects in it."""
+"""Namespaces on any test server: the control planes (1.20, 1.36) have them; the 1.36 CRD-only server has none (a
+namespaced custom resource may be created in any namespace name), so there a namespace is the set of objects in it."""
 
 from __future__ import annotations
 

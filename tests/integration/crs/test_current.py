@@ -1,4 +1,4 @@
-"""What only a current server does (Kubernetes 1.25+: CEL validation rules), on the 1.36 CRD server: a rule added
+"""What only a current server does (Kubernetes 1.25+: CEL validation rules), on the 1.36 control plane: a rule added
 to a CRD after the backup that the saved spec or status breaks fails that object clearly, never silently."""
 
 from __future__ import annotations
