@@ -70,7 +70,10 @@ def _pax_record(key: str, value: str) -> bytes:
 
 
 def entry(name: str, data: bytes) -> bytes:
-    """A regular file exactly as the writer stores it (tarfile, PAX format)."""
+    """A regular file exactly as the writer stores it (tarfile, PAX format). A short ASCII name needs no PAX
+    record, and tarfile's block is then `header`'s, built here in a tenth of the time (cases add 200,000)."""
+    if name.isascii() and len(name) < 100 and len(data) < 8**11:
+        return header(name, len(data)) + padded(data)
     info = tarfile.TarInfo(name)
     info.size, info.mode = len(data), 0o644
     return info.tobuf(tarfile.PAX_FORMAT) + padded(data)
