@@ -24,7 +24,6 @@ SYSTEM_NAMESPACES = frozenset(("kube-system",))  # the API server's and the cont
 ALL_SERVICE_ACCOUNTS = "system:serviceaccounts"
 EVERYONE = ("system:authenticated",)
 SELF_LABEL = ("app.kubernetes.io/name", "statusvault")
-MODES = ("none", "auto", "report", "best-effort")
 
 
 class Action(enum.StrEnum):
