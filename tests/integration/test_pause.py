@@ -54,8 +54,8 @@ def backed_up(run, kube, instances, namespace):
 
 
 class Operator:
-    def __init__(self, cluster, namespace: str, log: Path, deployment: str = ""):
-        args = [str(cluster.kubeconfig), QUALIFIED, namespace, str(log), *([deployment] if deployment else [])]
+    def __init__(self, cluster, namespace: str, log: Path, deployment: str = "", qualified: str = QUALIFIED):
+        args = [str(cluster.kubeconfig), qualified, namespace, str(log), *([deployment] if deployment else [])]
         self.log = log
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.operator", *args])
         deadline = time.monotonic() + 30
