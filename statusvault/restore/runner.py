@@ -15,6 +15,7 @@ from statusvault.catalog import read_manifest, readable_archive
 from statusvault.errors import ArchiveError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
+from statusvault.pausepoints import pause_point
 from statusvault.processes import WorkerSpec
 from statusvault.progress import NullProgress, Progress
 from statusvault.restore.engine import EngineSettings, RestoreEngine
@@ -83,6 +84,8 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
         keep = opts.dry_run == "none"
         with restore_state(req.state_dir, req.backup, key, planner, keep, req.restart, req.unpause) as state:
             fence = read_fence_plan(client, state.plan, opts) if opts.fence != "none" else None
+            if fence is not None:
+                pause_point("restore.fence-planned")
             opts, workloads = _fenced(opts, workloads, fence, discover(False))
             planned = time.monotonic() - origin
             engine = _engine(client, discover, req, origin)
