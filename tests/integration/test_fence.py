@@ -110,7 +110,7 @@ def backed_up_widgets(run, kube, group: str, ns: str, kind: str = "Widget") -> A
     d = discover(kube)
     for i in range(N):
         create_with_status(kube, d, cr(f"{group}/v1", kind, f"w-{i:02d}", spec={"size": i}, status=saved(i)), ns)
-    assert run("backup", "b", "-n", ns, "--include-resources", rt.qualified).code == 0
+    assert run("backup", "b", "-n", ns, "--include-resources", rt.qualified, "--no-include-crds").code == 0
     for i in range(N):
         kube.delete(rt, ns, f"w-{i:02d}")
     for i in range(N):
@@ -224,7 +224,17 @@ def an_operator_of(world: Cluster, group: str, resources=("widgets/status",), re
     world.cluster_role(name, [status_rule(group, resources=resources)])
     world.bind(name, "ClusterRole", name, sa(ops, "operator"))
     world.workload(ops, "op", "operator", replicas=replicas)
+    settled(world, ops, "op")
     return f"{ops}/op"
+
+
+def settled(world: Cluster, ns: str, name: str) -> None:
+    """Until its controller stops writing its status (a kill at the count's PATCH must meet no 409)."""
+    seen, same, deadline = "", 0, time.monotonic() + 30
+    while same < 4 and time.monotonic() < deadline:
+        rv = world.get(ns, "Deployment", name)["metadata"]["resourceVersion"]
+        same, seen = (same + 1 if rv == seen else 0), rv
+        time.sleep(0.3)
 
 
 def test_a_racing_operator_wins_without_fencing_and_loses_every_race_with_it(
@@ -331,8 +341,14 @@ def test_a_restore_killed_at_each_step_of_fencing_then_run_again_ends_with_the_o
 
     kill_at(where, args, env, {"source": proxy}, tmp_path)
 
-    live = world.get(ops, "Deployment", name)
-    assert (live["spec"]["replicas"], (live["metadata"].get("annotations") or {}).get(SCALED)) == left
+    def state() -> tuple[int, str | None]:
+        live = world.get(ops, "Deployment", name)
+        return live["spec"]["replicas"], (live["metadata"].get("annotations") or {}).get(SCALED)
+
+    deadline = time.monotonic() + 5  # a request that lands goes on through the proxy after the kill
+    while state() != left and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert state() == left
 
     again = run(*args[2:], "-o", "json", kubeconfig=kubeconfig)
 
