@@ -19,7 +19,7 @@ from statusvault.kube.discovery import discover
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, install_crds
 from tests.builders import cr, crd, unique
 from tests.integration.crs.servers import wait_gone
-from tests.integration.test_pause import Operator
+from tests.integration.test_pause import Operator, assert_raced_and_named
 from tests.killsteps import Pause, Request, Where, kill_at
 
 pytestmark = pytest.mark.integration
@@ -262,13 +262,7 @@ def test_a_racing_operator_wins_without_fencing_and_loses_every_race_with_it(
     for i in range(N):
         wait_gone(kube, widgets, namespace, f"w-{i:02d}")
     unfenced = run("restore", "b", "--parallel", "4", "-o", "json", kubeconfig=kubeconfig)
-    assert unfenced.code == ExitStatus.SUCCESS, unfenced.err
-    provisioned = {line.split()[0] for line in op.provisions()}
-    assert provisioned, "without --fence the operator saw objects without their status"
-    raced = {
-        i["name"] for i in json.loads(unfenced.out)["items"] if any("another writer" in n for n in i.get("notes", ()))
-    }
-    assert raced and raced <= provisioned, "each object it raced is named in the report"
+    assert_raced_and_named(unfenced, op)
 
 
 def test_an_operator_with_a_pause_convention_is_fenced_by_pausing_not_scaling(run, kube, namespace, world, operator):
