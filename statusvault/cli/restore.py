@@ -24,7 +24,7 @@ from statusvault.cli.options import (
     storage_options,
     strict_option,
 )
-from statusvault.cli.output import emit_items
+from statusvault.cli.output import emit, emit_items
 from statusvault.cli.restoreview import render
 from statusvault.errors import ConfigError, PartialFailure, StatusVaultError
 from statusvault.processes import WorkerSpec
@@ -218,7 +218,8 @@ def _run_restore(
     if options.fence == "report":
         request = restore_request(app, args, options=options, store=store, backup=backup_name, unpause=unpause)
         fence = fence_report(client, lambda refresh: app.discovery(refresh=refresh), request)
-        click.echo("\n".join([f"Fencing a restore of {backup_name} would do (nothing written):", *fence.lines()]))
+        text = "\n".join([f"Fencing a restore of {backup_name} would do (nothing written):", *fence.lines()])
+        emit({"backup": backup_name, **fence.to_dict()}, args.output, text)
         return
     with args.recorded("restore") as run:
         request = restore_request(

@@ -104,6 +104,26 @@ class FencePlan:
     def pauses(self) -> bool:
         return bool(self.acting(Action.PAUSE))
 
+    def to_dict(self) -> dict[str, Any]:
+        """The plan for -o json/yaml."""
+        return {
+            "controllers": [
+                {
+                    "kind": c.kind,
+                    "namespace": c.namespace,
+                    "name": c.name,
+                    "serviceAccount": c.service_account,
+                    "action": str(c.action),
+                    "why": c.why,
+                    "grants": [dataclasses.asdict(g) for g in c.grants],
+                    "managers": list(c.managers),
+                }
+                for c in self.controllers
+            ],
+            "unmatchedManagers": list(self.unmatched),
+            "warnings": list(self.warnings),
+        }
+
     def lines(self) -> list[str]:
         """The plan as the user reads it: each controller, why it was found, and what is done to it."""
         out = []

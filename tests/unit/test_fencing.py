@@ -227,3 +227,22 @@ def test_the_plan_says_why_and_what():
 def test_aggregation_is_named_in_the_reason():
     (grant,) = found(aggregating({"agg": "true"}))["ops/deployment/op"].grants
     assert grant.role == "ClusterRole agg (aggregating part)"
+
+
+def test_the_plan_as_data():
+    plan = plan_fencing(bound(rule()), [*OPS, deployment("ops", "agent", "op-sa", kind="DaemonSet")], TARGETS)
+    data = plan.to_dict()
+    assert [(c["kind"], c["name"], c["action"]) for c in data["controllers"]] == [
+        ("DaemonSet", "agent", "only reported"),
+        ("Deployment", "op", "scale to 0 and back"),
+    ]
+    assert data["controllers"][1]["grants"] == [
+        {
+            "resource": "widgets.example.com",
+            "role": "ClusterRole w",
+            "rule": "[apiGroups example.com; resources widgets/status; verbs update]",
+            "binding": "ClusterRoleBinding b-w",
+            "subject": "serviceaccount ops/op-sa",
+        }
+    ]
+    assert (data["unmatchedManagers"], data["warnings"]) == ([], [])
