@@ -7,9 +7,12 @@ from typing import Any
 
 import pytest
 
+from statusvault.errors import ConfigError
 from statusvault.model import ResourceType
 from statusvault.restore.fencing import Action, Rbac, Target, allows, plan_fencing, status_managers
+from statusvault.restore.options import RestoreOptions, restore_options
 from statusvault.restore.pausemarkers import PauseOptions
+from statusvault.restore.state import state_key
 
 WIDGETS = ResourceType("example.com", "v1", "widgets", "Widget", True, has_status=True, custom=True)
 INSTANCES = ResourceType("rds.aws.upbound.io", "v1", "instances", "Instance", True, has_status=True, custom=True)
@@ -246,3 +249,22 @@ def test_the_plan_as_data():
         }
     ]
     assert (data["unmatchedManagers"], data["warnings"]) == ([], [])
+
+
+def test_fencing_does_not_change_which_restore_is_resumed():
+    plain = state_key("b", ("store", "server"), RestoreOptions())
+    assert state_key("b", ("store", "server"), RestoreOptions(fence="auto", fence_exclude=("ops/op",))) == plain
+
+
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        ({"fence": "always"}, "fence must be one of none, auto, report, best-effort, not 'always'"),
+        ({"fence": "auto", "fence_exclude": "ops"}, "invalid --fence-exclude entry 'ops': expected NAMESPACE/NAME"),
+        ({"fence_exclude": "ops/op"}, "--fence-exclude needs --fence"),
+    ],
+)
+def test_fence_options_are_checked(values, error):
+    with pytest.raises(ConfigError, match=error):
+        restore_options(values)
+    assert restore_options({"fence": "best-effort", "fence_exclude": "a/b,c/d"}).fence_exclude == ("a/b", "c/d")
