@@ -20,7 +20,6 @@ from statusvault.testing.fixtures import create_with_status, ensure_namespace, i
 from tests.builders import cr, crd, unique
 from tests.integration.crs.servers import wait_gone
 from tests.integration.test_pause import Operator, assert_raced_and_named
-from tests.killsteps import Pause, Request, Where, kill_at
 
 pytestmark = pytest.mark.integration
 RBAC = "rbac.authorization.k8s.io"
@@ -309,48 +308,5 @@ def test_rbac_the_user_cannot_read_stops_auto_before_any_write_and_warns_under_b
     going_on = run("restore", "b", "--fence", "best-effort", kubeconfig=kubeconfig)
     assert going_on.code == ExitStatus.SUCCESS, going_on.err
     assert "fence: warning: cannot read the cluster's RBAC" in going_on.out and "NOTHING was fenced" in going_on.out
-    for i in range(N):
-        assert kube.get(widgets, namespace, f"w-{i:02d}")["status"] == saved(i)
-
-
-SCALED = "statusvault.io/replicas-before-restore"
-FENCE_STEPS: dict[str, tuple[Where, tuple[int, str | None]]] = {  # where to kill, the (replicas, annotation) left
-    "fence-planned": (Pause("restore.fence-planned"), (2, None)),
-    "count-kept-not-scaled": (Request("PATCH", "/deployments/", body=SCALED.encode(), lands=True), (2, "2")),
-    "scaled-down": (Request("PATCH", "/scale", lands=True), (0, "2")),
-    "mid-restore": (Request("POST", body=b'"name":"w-06"'), (0, "2")),
-    "scaled-back-count-kept": (Request("PATCH", "/scale", nth=2, lands=True), (2, "2")),
-}
-
-
-@pytest.mark.parametrize("step", list(FENCE_STEPS))
-def test_a_restore_killed_at_each_step_of_fencing_then_run_again_ends_with_the_original_replicas(
-    run, kube, namespace, world, proxied, tmp_path, step
-):
-    group = f"{unique('kill')}.example.com"
-    widgets = backed_up_widgets(run, kube, group, namespace)
-    ops, name = an_operator_of(world, group, replicas=2).split("/")
-    proxy, kubeconfig = proxied(0.0)
-    args = ["--kubeconfig", str(kubeconfig), "restore", "b", "--fence", "auto", "--parallel", "2"]
-    env = {"STATUSVAULT_STORAGE": str(run.storage), "STATUSVAULT_STATE_DIR": str(run.state)}
-    where, left = FENCE_STEPS[step]
-
-    kill_at(where, args, env, {"source": proxy}, tmp_path)
-
-    def state() -> tuple[int, str | None]:
-        live = world.get(ops, "Deployment", name)
-        return live["spec"]["replicas"], (live["metadata"].get("annotations") or {}).get(SCALED)
-
-    deadline = time.monotonic() + 5  # a request that lands goes on through the proxy after the kill
-    while state() != left and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert state() == left
-
-    again = run(*args[2:], "-o", "json", kubeconfig=kubeconfig)
-
-    assert again.code == ExitStatus.SUCCESS, again.out + again.err
-    live = world.get(ops, "Deployment", name)
-    assert live["spec"]["replicas"] == 2, "the original count: never fenced twice (which would remember 0)"
-    assert SCALED not in (live["metadata"].get("annotations") or {})
     for i in range(N):
         assert kube.get(widgets, namespace, f"w-{i:02d}")["status"] == saved(i)
