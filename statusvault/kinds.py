@@ -21,3 +21,12 @@ CRDS = ResourceType(
     singular="customresourcedefinition",
 )
 CRD_QUALIFIED = CRDS.qualified
+
+_RBAC = "rbac.authorization.k8s.io"
+CLUSTER_ROLES = ResourceType(_RBAC, "v1", "clusterroles", "ClusterRole", namespaced=False)
+ROLES = ResourceType(_RBAC, "v1", "roles", "Role", namespaced=True)
+CLUSTER_ROLE_BINDINGS = ResourceType(_RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False)
+ROLE_BINDINGS = ResourceType(_RBAC, "v1", "rolebindings", "RoleBinding", namespaced=True)
+DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", namespaced=True, has_status=True)
+STATEFULSETS = ResourceType("apps", "v1", "statefulsets", "StatefulSet", namespaced=True, has_status=True)
+DAEMONSETS = ResourceType("apps", "v1", "daemonsets", "DaemonSet", namespaced=True, has_status=True)

@@ -23,9 +23,9 @@ _SELECTION = ("--namespace", "--include-resources", "--exclude-resources", "--se
 _RESTORE = (
     *_STORAGE, *_SELECTION, "--namespace-mapping", "--status-include-resources", "--status-exclude-resources",
     "--no-status", "--existing-resource-policy", "--dry-run", "--parallel", "--processes", "--qps", "--burst",
-    "--scale-down", "--pause", "--pause-annotation", "--pause-field", "--pause-resources", "--keep-paused",
-    "--modifiers", "--state-dir", "--encryption-key-file", "--kms-key-id", "--at", "--restart", "--metrics-textfile",
-    "--metrics-pushgateway", "--output", "--strict",
+    "--scale-down", "--fence", "--fence-exclude", "--pause", "--pause-annotation", "--pause-field",
+    "--pause-resources", "--keep-paused", "--modifiers", "--state-dir", "--encryption-key-file", "--kms-key-id",
+    "--at", "--restart", "--metrics-textfile", "--metrics-pushgateway", "--output", "--strict",
 )  # fmt: skip
 
 _BACKUP = (
@@ -95,6 +95,7 @@ NEEDS = (
     Needs("--pause-annotation", ("--pause-resources",), "the generic marker applies to the resources named"),
     Needs("--pause-field", ("--pause-resources",), "the generic marker applies to the resources named"),
     Needs("--keep-paused", ("--pause", "--pause-annotation", "--pause-field"), "only what was paused stays paused"),
+    Needs("--fence-exclude", ("--fence",), "it names workloads --fence would otherwise fence"),
     Needs("--yes", ("--delete-source",), "it confirms --delete-source"),
     Needs("--lock-mode", ("--lock-for",), "a retention is a mode and how long it lasts"),
     Needs("--lock-for", ("--lock-mode",), "a retention is a mode and how long it lasts"),

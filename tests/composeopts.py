@@ -85,11 +85,22 @@ def args_of(name: str, value: Any, ctx: Context) -> list[str]:
         "modifiers": lambda: ["--modifiers", ctx.modifiers],
         "pause": lambda: pauses(w.group)[value][0],
         "scale_down": lambda: ["--scale-down", ctx.operator],
+        "fence": lambda: fences(ctx)[value],
         "at": lambda: ["--at", "latest"],
         "delete_source": lambda: ["--delete-source", "--yes"],
         "encryption": lambda: [a for k in keys_of(value, ctx) for a in ("--encryption-key-file", k)],
     }
     return flags[name]()
+
+
+def fences(ctx: Context) -> dict[str, list[str]]:
+    """Each --fence value; "auto+exclude" leaves the operator running (it is the one workload fencing finds)."""
+    ns, _, name = ctx.operator.split("/")
+    return {
+        "auto": ["--fence", "auto"],
+        "best-effort": ["--fence", "best-effort"],
+        "auto+exclude": ["--fence", "auto", "--fence-exclude", f"{ns}/{name}"],
+    }
 
 
 def keys_of(value: str, ctx: Context) -> list[str]:

@@ -24,14 +24,14 @@ from statusvault.cli.options import (
     storage_options,
     strict_option,
 )
-from statusvault.cli.output import emit_items
+from statusvault.cli.output import emit, emit_items
 from statusvault.cli.restoreview import render
 from statusvault.errors import ConfigError, PartialFailure, StatusVaultError
 from statusvault.processes import WorkerSpec
 from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import RestoreOptions, restore_options
 from statusvault.restore.results import RestoreReport
-from statusvault.restore.runner import RestoreRequest, run_restore
+from statusvault.restore.runner import RestoreRequest, fence_report, run_restore
 from statusvault.restore.workers import MIN_WAVE, default_processes
 from statusvault.storage.base import ObjectStore
 
@@ -68,6 +68,8 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, KeysArgs, MetricsArgs):
     qps: float
     burst: int
     scale_down: tuple[str, ...]
+    fence: str
+    fence_exclude: tuple[str, ...]
     keep_paused: tuple[str, ...]
     strict: bool
     state_dir: str
@@ -137,6 +139,21 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, KeysArgs, MetricsArgs):
     "before its status is back.",
 )
 @click.option(
+    "--fence",
+    type=click.Choice(["none", "auto", "report", "best-effort"]),
+    default="none",
+    show_default=True,
+    help="Find the controllers that may write the restored status (from RBAC) and fence them: pause their objects "
+    "or scale them to 0 and back. report: print that plan, write nothing; best-effort: go on without fencing "
+    "when RBAC cannot be read.",
+)
+@click.option(
+    "--fence-exclude",
+    multiple=True,
+    metavar="NAMESPACE/NAME,...",
+    help="Workloads --fence leaves running.",
+)
+@click.option(
     "--pause",
     type=click.Choice(["none", "auto"]),
     default="none",
@@ -198,6 +215,12 @@ def _run_restore(
 ) -> None:
     options = args.options()
     client = app.client(pool_size=args.parallel + 4, qps=args.qps, burst=args.burst)
+    if options.fence == "report":
+        request = restore_request(app, args, options=options, store=store, backup=backup_name, unpause=unpause)
+        fence = fence_report(client, lambda refresh: app.discovery(refresh=refresh), request)
+        text = "\n".join([f"Fencing a restore of {backup_name} would do (nothing written):", *fence.lines()])
+        emit({"backup": backup_name, **fence.to_dict()}, args.output, text)
+        return
     with args.recorded("restore") as run:
         request = restore_request(
             app, args, options=options, store=store, backup=backup_name, unpause=unpause, lineage=lineage

@@ -86,6 +86,9 @@ def render(report: RestoreReport) -> str:
             )
     lines += _server_lines(report)
     lines += _status_notes(report)
+    if report.fence:
+        unfenced = " (a dry run: nothing was fenced)" if report.dry_run != "none" else ""
+        lines += ["", f"Fencing{unfenced}:", *report.fence]
     if report.warnings and report.dry_run != "client":
         lines += ["", *(f"warning: {w}" for w in report.warnings)]
     verb = "Dry run of restore" if report.dry_run != "none" else "Restore"

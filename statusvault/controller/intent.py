@@ -37,6 +37,8 @@ RESTORE_KEYS = frozenset(
         "existing-resource-policy",
         "include-cluster-resources",
         "scale-down",
+        "fence",
+        "fence-exclude",
         "pause",
         "pause-annotation",
         "pause-field",

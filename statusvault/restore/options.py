@@ -24,6 +24,8 @@ class RestoreOptions:
     dry_run: str = "none"  # none | client | server
     scale_down: tuple[str, ...] = ()  # NAMESPACE/KIND/NAME of operators to stop while restoring
     pause: PauseOptions = dataclasses.field(default_factory=PauseOptions)  # objects created paused
+    fence: str = "none"  # none | auto | report | best-effort: find the controllers to fence from RBAC
+    fence_exclude: tuple[str, ...] = ()  # NAMESPACE/NAME of workloads never fenced
     modifiers: Modifiers | None = None  # restore-time patches (only their digest is in the repr, the state key)
 
     @property
@@ -33,6 +35,7 @@ class RestoreOptions:
 
 POLICIES = ("none", "update")
 DRY_RUNS = ("none", "client", "server")
+FENCES = ("none", "auto", "report", "best-effort")
 
 
 def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
@@ -80,6 +83,8 @@ def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
         existing_policy=choice("existing_resource_policy", POLICIES),
         dry_run=choice("dry_run", DRY_RUNS),
         scale_down=csv("scale_down"),
+        fence=choice("fence", FENCES),
+        fence_exclude=_fence_exclude(csv("fence_exclude")),
         pause=pause_options(
             str(values.get("pause") or "none"),
             str(values.get("pause_annotation") or ""),
@@ -88,3 +93,11 @@ def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
             csv("keep_paused"),
         ),
     )
+
+
+def _fence_exclude(entries: tuple[str, ...]) -> tuple[str, ...]:
+    for entry in entries:
+        ns, sep, name = entry.partition("/")
+        if not sep or not ns or not name or "/" in name:
+            raise ConfigError(f"invalid --fence-exclude entry {entry!r}: expected NAMESPACE/NAME")
+    return entries

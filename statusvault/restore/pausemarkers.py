@@ -95,10 +95,11 @@ class PauseOptions:
     field: tuple[str, Any] | None = None  # /json/pointer=VALUE
     resources: tuple[str, ...] = ()  # qualified names the generic marker applies to (wildcards allowed)
     keep_paused: tuple[str, ...] = ()  # qualified names left paused at the end (wildcards allowed)
+    profiled: tuple[str, ...] = ()  # qualified names paused by their known profile without --pause auto (fencing)
 
     @property
     def enabled(self) -> bool:
-        return self.auto or self.annotation is not None or self.field is not None
+        return self.auto or self.annotation is not None or self.field is not None or bool(self.profiled)
 
     def marker_for(self, rt: ResourceType, obj: KubeObject) -> Marker | None:
         """The marker an object is created with, or None (not paused by this restore)."""
@@ -109,7 +110,7 @@ class PauseOptions:
                 return Marker("annotation", *self.annotation)
             if self.field is not None:
                 return Marker("field", *self.field)
-        if self.auto:
+        if self.auto or rt.qualified in self.profiled:
             return next((p.marker for p in PROFILES if p.matches(rt, obj)), None)
         return None
 

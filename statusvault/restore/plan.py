@@ -329,6 +329,16 @@ class RestorePlan:
             query, args = query + " AND action = ?", [*args, str(action)]
         return {name for (name,) in self._db.execute(query, args)}
 
+    def status_namespaces(self) -> dict[str, set[str]]:
+        """Per resource whose saved status this plan writes, the namespaces it writes it in ("" cluster-scoped)."""
+        self._flush()
+        modes = ", ".join(f"'{m}'" for m in StatusMode if m.wanted)
+        rows = self._db.execute(f"SELECT DISTINCT qualified, ns FROM items WHERE status_mode IN ({modes})")
+        out: dict[str, set[str]] = {}
+        for qualified, ns in rows:
+            out.setdefault(qualified, set()).add(ns)
+        return out
+
     def resources(self, exclude: Category) -> set[str]:
         """The qualified resource names with at least one item outside one category."""
         self._flush()

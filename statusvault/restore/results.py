@@ -135,6 +135,7 @@ class RestoreReport:
         self.left_paused = 0  # objects it created paused that stay paused (--keep-paused, or the run failed)
         self.unpause_failures: list[str] = []  # objects it could not unpause (still paused)
         self.total = 0
+        self.fence: list[str] = []  # the fence plan's lines (--fence): each controller, why, what was done
         self.processes = 0  # worker processes used (0: this process's threads only)
         self.timings: dict[str, float] = {}  # seconds from the restore's start: planned, first object finished
         self.attention: list[ItemResult] = []
@@ -283,6 +284,7 @@ class RestoreReport:
             ],
             "serverNotNamed": self.unnamed,
             "warnings": self.warnings,
+            "fence": self.fence,
             "processes": self.processes,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
         }

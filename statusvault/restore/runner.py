@@ -1,4 +1,4 @@
-"""Restore a named backup from a store: fetch and check it, plan (or resume), scale operators down, execute."""
+"""Restore a named backup from a store: fetch and check it, plan (or resume), fence operators, execute."""
 
 from __future__ import annotations
 
@@ -15,15 +15,18 @@ from statusvault.catalog import read_manifest, readable_archive
 from statusvault.errors import ArchiveError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
+from statusvault.pausepoints import pause_point
 from statusvault.processes import WorkerSpec
 from statusvault.progress import NullProgress, Progress
 from statusvault.restore.engine import EngineSettings, RestoreEngine
 from statusvault.restore.existence import ExistenceIndex
+from statusvault.restore.fenceread import read_fence_plan
+from statusvault.restore.fencing import Action, FencePlan
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.plan import RestorePlan
 from statusvault.restore.planner import build_plan, manifest_types, resolve_resource_options
 from statusvault.restore.results import RestoreReport
-from statusvault.restore.scaledown import Pauser, resolve_workloads
+from statusvault.restore.scaledown import Pauser, Workload, resolve_workloads
 from statusvault.restore.servedtypes import ServedTypes
 from statusvault.restore.state import earlier_manager, finish, restore_state, state_key
 from statusvault.storage.base import ObjectStore
@@ -65,7 +68,7 @@ def open_backup(store: ObjectStore, name: str, key: Keys = None) -> Iterator[Arc
 
 
 def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: RestoreRequest) -> RestoreReport:
-    """Fetch and check the backup, plan (or resume), and restore.
+    """Fetch and check the backup, plan (or resume), fence the controllers asked for, and restore.
 
     discover(refresh) gives the cluster's resource types; refresh=True re-reads them after CRDs."""
     opts = req.options
@@ -80,17 +83,12 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
         planner = _planner(client, discover(False), reader, req)
         keep = opts.dry_run == "none"
         with restore_state(req.state_dir, req.backup, key, planner, keep, req.restart, req.unpause) as state:
+            fence = read_fence_plan(client, state.plan, opts) if opts.fence != "none" else None
+            if fence is not None:
+                pause_point("restore.fence-planned")
+            opts, workloads = _fenced(opts, workloads, fence, discover(False))
             planned = time.monotonic() - origin
-            served = ServedTypes(discover(False), lambda: discover(True))
-            settings = EngineSettings(
-                req.parallel,
-                progress=req.progress,
-                cancel=req.cancel,
-                release_kept=req.unpause,
-                workers=req.workers,
-                origin=origin,
-            )
-            engine = RestoreEngine(client, served, settings)
+            engine = _engine(client, discover, req, origin)
             if opts.dry_run != "none" or not workloads:
                 report = engine.run(reader, state.plan, state.journal, opts)
             elif not state.plan.pending(state.journal.path):  # all restored; the run died before scaling back
@@ -101,9 +99,52 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
                 with pauser.paused(workloads):
                     report = engine.run(reader, state.plan, state.journal, opts)
             report.timings["planned"] = planned
+            report.fence = fence.lines() if fence is not None else []
             if opts.dry_run == "none" and report.succeeded and not report.left_paused:
                 finish(state)
             return report
+
+
+def fence_report(client: KubeApi, discover: Callable[[bool], Discovery], req: RestoreRequest) -> FencePlan:
+    """The fencing a restore would do (--fence report): planned from scratch, nothing kept or written."""
+    with open_backup(req.store, req.backup, req.key) as reader:
+        req, key = _resolved(client, discover(False), reader, req)
+        planner = _planner(client, discover(False), reader, req)
+        with restore_state(None, req.backup, key, planner, keep=False) as state:
+            return read_fence_plan(client, state.plan, req.options)
+
+
+def _fenced(
+    opts: RestoreOptions, workloads: list[Workload], fence: FencePlan | None, discovery: Discovery
+) -> tuple[RestoreOptions, list[Workload]]:
+    """The options and the workloads to scale down once the fence plan is added: its paused resources get their
+    profile's marker, its scaled workloads join --scale-down's (each once)."""
+    if fence is None:
+        return opts, workloads
+    profiled = tuple(sorted({r for c in fence.acting(Action.PAUSE) for r in c.resources}))
+    if profiled:
+        opts = dataclasses.replace(opts, pause=dataclasses.replace(opts.pause, profiled=profiled))
+    seen = {(w.rt.qualified, w.namespace, w.name) for w in workloads}
+    for w in resolve_workloads(fence.scaled, discovery):
+        if (w.rt.qualified, w.namespace, w.name) not in seen:
+            seen.add((w.rt.qualified, w.namespace, w.name))
+            workloads = [*workloads, w]
+    return opts, workloads
+
+
+def _engine(
+    client: KubeApi, discover: Callable[[bool], Discovery], req: RestoreRequest, origin: float
+) -> RestoreEngine:
+    served = ServedTypes(discover(False), lambda: discover(True))
+    settings = EngineSettings(
+        req.parallel,
+        progress=req.progress,
+        cancel=req.cancel,
+        release_kept=req.unpause,
+        workers=req.workers,
+        origin=origin,
+    )
+    return RestoreEngine(client, served, settings)
 
 
 def _resolved(

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from statusvault.errors import ConfigError, StatusVaultError
+from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
 from statusvault.kinds import PODS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
@@ -78,17 +78,30 @@ class Pauser:
         return obj
 
     def scale_down(self, w: Workload) -> None:
-        obj = self.get(w)
-        saved = (obj["metadata"].get("annotations") or {}).get(ANNOTATION)
-        if saved is None:  # not already paused by an earlier run that did not scale it back
-            scale = self.client.get_path(w.rt.path(w.namespace, w.name, "scale"))  # spec.replicas wherever it lives
-            saved = str((scale.get("spec") or {}).get("replicas", 0))
-            patch = {
-                "metadata": {"annotations": {ANNOTATION: saved}, "resourceVersion": obj["metadata"]["resourceVersion"]}
-            }
-            self.client.patch(w.rt, w.namespace, w.name, patch, MERGE_PATCH)
+        saved = self.remember_replicas(w)
         self.client.patch(w.rt, w.namespace, w.name, {"spec": {"replicas": 0}}, MERGE_PATCH, sub="scale")
         log.info("scaled %s to 0 for the restore (was %s)", w.display, saved)
+
+    def remember_replicas(self, w: Workload, attempts: int = 5) -> str:
+        """The replica count to go back to, kept in the annotation unless an earlier run that did not scale it back
+        kept it. Guarded by resourceVersion; a 409 (its controller wrote its status meanwhile) re-reads, boundedly."""
+        attempt = 0
+        while True:
+            obj = self.get(w)
+            saved = (obj["metadata"].get("annotations") or {}).get(ANNOTATION)
+            if saved is not None:
+                return str(saved)
+            scale = self.client.get_path(w.rt.path(w.namespace, w.name, "scale"))  # spec.replicas wherever it lives
+            saved = str((scale.get("spec") or {}).get("replicas", 0))
+            rv = obj["metadata"]["resourceVersion"]
+            patch = {"metadata": {"annotations": {ANNOTATION: saved}, "resourceVersion": rv}}
+            try:
+                self.client.patch(w.rt, w.namespace, w.name, patch, MERGE_PATCH)
+                return saved
+            except KubeApiError as e:
+                attempt += 1
+                if e.code != 409 or attempt >= attempts:
+                    raise
 
     def wait_stopped(self, w: Workload) -> None:
         """Until no pod of the workload is left, terminating ones included (status.replicas leaves those out)."""

@@ -30,9 +30,11 @@ class RestoreState:
 
 def state_key(backup: str, identity: tuple[str, ...], opts: RestoreOptions) -> str:
     """One key per backup (store, name, content) or lineage (store, name), target cluster and options (dry run
-    aside)."""
-    same = dataclasses.replace(opts, dry_run="none", pause=dataclasses.replace(opts.pause, keep_paused=()))
-    key = repr((backup, *identity, same))  # --keep-paused aside: the run without it releases what it kept
+    aside; --fence aside too: it changes who is stopped, not what is restored, so --fence best-effort resumes
+    what --fence auto planned)."""
+    pause = dataclasses.replace(opts.pause, keep_paused=())  # the run without it releases what it kept
+    same = dataclasses.replace(opts, dry_run="none", pause=pause, fence="none", fence_exclude=())
+    key = repr((backup, *identity, same))
     return f"{backup}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 

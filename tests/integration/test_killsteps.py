@@ -22,6 +22,7 @@ from statusvault.kube.discovery import discover
 from statusvault.kube.transport import load_transport
 from statusvault.restore.pausemarkers import RECORD
 from statusvault.restore.runner import open_backup
+from statusvault.restore.scaledown import ANNOTATION
 from statusvault.storage.local import LocalStore
 from statusvault.testing.cluster import ADMIN_TOKEN, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, install_crds
@@ -30,6 +31,9 @@ from statusvault.watch.segments import parse_record_time
 from tests.builders import cr, crd, unique
 from tests.faultproxy import FaultProxy, self_signed
 from tests.integration.crs.test_faults import assert_exact, snapshot
+from tests.integration.test_fence import Cluster, an_operator_of, backed_up_widgets
+from tests.integration.test_fence import N as WIDGETS
+from tests.integration.test_fence import saved as widget_status
 from tests.killsteps import Pause, Request, Where, kill_at, spawn
 
 GROUP = "rds.aws.upbound.io"  # a Crossplane provider's group: --pause auto uses crossplane.io/paused
@@ -536,3 +540,53 @@ def test_a_move_killed_then_aborted_leaves_no_copy_of_its_own_and_the_next_move_
         assert_exact(before, snapshot(target_kube, [moved], namespace))
     finally:
         target_kube.delete(NAMESPACES, None, namespace)
+
+
+FENCE_STEPS: dict[str, tuple[Where, tuple[int, str | None]]] = {  # where to kill, the (replicas, annotation) left
+    "fence-planned": (Pause("restore.fence-planned"), (2, None)),
+    "count-kept-not-scaled": (Request("PATCH", "/deployments/", body=ANNOTATION.encode(), lands=True), (2, "2")),
+    "scaled-down": (Request("PATCH", "/scale", lands=True), (0, "2")),
+    "mid-restore": (Request("POST", body=b'"name":"w-06"'), (0, "2")),
+    "scaled-back-count-kept": (Request("PATCH", "/scale", nth=2, lands=True), (2, "2")),
+}
+
+
+@pytest.fixture
+def world(kube) -> Iterable[Cluster]:
+    """RBAC objects and workloads (tests/integration/test_fence.py), deleted afterwards."""
+    c = Cluster(kube)
+    yield c
+    c.cleanup()
+
+
+@pytest.mark.parametrize("step", list(FENCE_STEPS))
+def test_a_restore_killed_at_each_step_of_fencing_then_run_again_ends_with_the_original_replicas(
+    run, kube, namespace, world, proxied, tmp_path, step
+):
+    """--fence auto finds the operator by its ClusterRole and scales it to 0 and back."""
+    group = f"{unique('kill')}.example.com"
+    widgets = backed_up_widgets(run, kube, group, namespace)
+    ops, name = an_operator_of(world, group, replicas=2).split("/")
+    proxy, kubeconfig = proxied(0.0)
+    args = ["--kubeconfig", str(kubeconfig), "restore", "b", "--fence", "auto", "--parallel", "2"]
+    where, left = FENCE_STEPS[step]
+
+    kill_at(where, args, env_of(run), {"source": proxy}, tmp_path)
+
+    def state() -> tuple[int, str | None]:
+        live = world.get(ops, "Deployment", name)
+        return live["spec"]["replicas"], (live["metadata"].get("annotations") or {}).get(ANNOTATION)
+
+    deadline = time.monotonic() + 5  # a request that lands goes on through the proxy after the kill
+    while state() != left and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert state() == left
+
+    again = run(*args[2:], "-o", "json", kubeconfig=kubeconfig)
+
+    assert again.code == ExitStatus.SUCCESS, again.out + again.err
+    live = world.get(ops, "Deployment", name)
+    assert live["spec"]["replicas"] == 2, "the original count: never fenced twice (which would remember 0)"
+    assert ANNOTATION not in (live["metadata"].get("annotations") or {})
+    for i in range(WIDGETS):
+        assert kube.get(widgets, namespace, f"w-{i:02d}")["status"] == widget_status(i)

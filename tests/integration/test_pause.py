@@ -54,8 +54,8 @@ def backed_up(run, kube, instances, namespace):
 
 
 class Operator:
-    def __init__(self, cluster, namespace: str, log: Path, deployment: str = ""):
-        args = [str(cluster.kubeconfig), QUALIFIED, namespace, str(log), *([deployment] if deployment else [])]
+    def __init__(self, cluster, namespace: str, log: Path, deployment: str = "", qualified: str = QUALIFIED):
+        args = [str(cluster.kubeconfig), qualified, namespace, str(log), *([deployment] if deployment else [])]
         self.log = log
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.operator", *args])
         deadline = time.monotonic() + 30
@@ -90,6 +90,18 @@ def operator(cluster, tmp_path):
     yield _start
     for op in started:
         op.stop()
+
+
+def assert_raced_and_named(result, op: Operator) -> None:
+    """The restore succeeded, the operator provisioned some of its objects again, and the report names each one
+    it raced."""
+    assert result.code == ExitStatus.SUCCESS, result.err
+    provisioned = {line.split()[0] for line in op.provisions()}
+    assert provisioned, "the operator saw objects without their status and provisioned again"
+    raced = {
+        i["name"] for i in json.loads(result.out)["items"] if any("another writer" in n for n in i.get("notes", ()))
+    }
+    assert raced and raced <= provisioned, "each object it raced is named in the report"
 
 
 def assert_intact_and_unpaused(kube, instances, namespace: str) -> None:
@@ -180,13 +192,7 @@ def test_without_either_the_operator_races_the_status_write_and_the_report_says_
         0.0, before=lambda method, path, body: time.sleep(0.3) if path.split("?")[0].endswith("/status") else None
     )
     result = run("restore", "b", "--parallel", "4", "-o", "json", kubeconfig=kubeconfig)
-    assert result.code == ExitStatus.SUCCESS, result.err
-    provisioned = {line.split()[0] for line in op.provisions()}
-    assert provisioned, "the operator saw objects without their status and provisioned again"
-    raced = {
-        i["name"] for i in json.loads(result.out)["items"] if any("another writer" in n for n in i.get("notes", ()))
-    }
-    assert raced and raced <= provisioned, "each object it raced is named in the report"
+    assert_raced_and_named(result, op)
     for i in range(1, N):  # statusvault's saved status won; the duplicates the operator made are the user's to find
         assert kube.get(instances, backed_up, f"db-{i:02d}")["status"] == saved(i)
 
