@@ -8,17 +8,15 @@ import click
 
 from statusvault import catalog, keys
 from statusvault.cli.app import App
+from statusvault.cli.backups import StoredArgs
 from statusvault.cli.options import StorageArgs, kek_of, output_option, pass_args, storage_options
 from statusvault.cli.output import emit, table
 from statusvault.errors import ConfigError, PartialFailure
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class HoldArgs(StorageArgs):
+class HoldArgs(StoredArgs):
     """One stored backup's legal hold (hold set, hold release)."""
-
-    name: str
-    output: str
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
