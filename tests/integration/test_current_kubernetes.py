@@ -160,9 +160,15 @@ def test_objects_a_validating_admission_policy_denies_fail_alone_with_its_messag
 # --- API Priority and Fairness (flowcontrol.apiserver.k8s.io/v1, GA in 1.29; v1beta1 on 1.20) ---
 
 
+SEATS = (
+    1200  # the launcher's --max-requests-inflight + --max-mutating-requests-inflight (statusvault/testing/cluster.py)
+)
+
+
 def throttle(kube: KubeClient, user: str, cleanup: Callable[[ResourceType, str], None]) -> str:
     """A priority level of one seat that rejects (no queues) whatever does not fit, for `user`'s requests alone,
-    and an unused level of many shares that keeps it at one seat; returns the level's name once the server has
+    and an unused level of as many shares as the server has seats, so that one share is worth less than a seat (the
+    built-in levels keep most of theirs; the admin is exempt anyway); returns the level's name once the server has
     taken the FlowSchema in (its Dangling condition is False). In the version the server prefers: v1 (1.36), whose
     levels lend and borrow seats unless told not to, or v1beta1 (1.20), whose shares are "assured"."""
     level, wide = unique("sv-one-seat"), unique("sv-wide")
@@ -179,7 +185,7 @@ def throttle(kube: KubeClient, user: str, cleanup: Callable[[ResourceType, str],
             "spec": {"type": "Limited", "limited": {**spec, "limitResponse": {"type": "Reject"}}},
         }
 
-    for name, shares in ((level, 1), (wide, 100000)):
+    for name, shares in ((level, 1), (wide, SEATS)):
         kube.create(levels, None, limited(name, shares))
         cleanup(levels, name)
     schemas = served(kube, "flowschemas.flowcontrol.apiserver.k8s.io")
