@@ -6,6 +6,7 @@ import base64
 import dataclasses
 import functools
 import logging
+import random
 import re
 import threading
 import time
@@ -170,7 +171,8 @@ class KubeTransport:
             if code == 429:
                 if throttled >= MAX_THROTTLED_RETRIES:
                     raise error
-                delay = min(retry_after if retry_after is not None else self.backoff.delay(throttled), MAX_RETRY_AFTER)
+                delay = self.backoff.delay(throttled) if retry_after is None else spread(retry_after)
+                delay = min(delay, MAX_RETRY_AFTER)
                 throttled += 1
                 self._count(waited + delay, retried=True)
                 time.sleep(delay)
@@ -233,6 +235,12 @@ def warning_texts(values: Iterable[str]) -> list[str]:
         for code, text in _WARNING_VALUE.findall(value)
         if code == "299" and text
     ]
+
+
+def spread(retry_after: float) -> float:
+    """At least the server's Retry-After, and up to a quarter more: the clients it turned away at once (APF
+    rejects a burst) come back spread out, not again all at once."""
+    return retry_after * (1 + random.random() / 4)
 
 
 def _retry_after(value: str | None) -> float | None:

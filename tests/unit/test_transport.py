@@ -15,7 +15,7 @@ from statusvault.errors import KubeApiError, KubeConnectionError
 from statusvault.kube.client import KubeClient
 from statusvault.kube.credentials import Credential, ExecPlugin, Static, TokenFile
 from statusvault.kube.kubeconfig import ClientConfig
-from statusvault.kube.transport import KubeTransport, Request, warning_texts
+from statusvault.kube.transport import KubeTransport, Request, spread, warning_texts
 from statusvault.throttle import Backoff
 from tests.credentials import Plugin, tokens
 
@@ -252,3 +252,11 @@ def test_writes_hand_back_the_warning_headers_of_their_answer(server):
         "x.example.com/v1 Thing is deprecated",
     ]
     client.create(rt, "ns", {"metadata": {"name": "b"}})  # not asked: not read
+
+
+def test_a_retry_after_is_waited_in_full_and_spread_over_a_quarter_more():
+    """Clients turned away together by API Priority and Fairness do not all come back at the same moment."""
+    waits = [spread(2.0) for _ in range(200)]
+    assert all(2.0 <= w <= 2.5 for w in waits)
+    assert max(waits) - min(waits) > 0.25, "spread, not one moment"
+    assert spread(0.0) == 0.0
