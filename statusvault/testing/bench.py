@@ -175,6 +175,7 @@ class SyntheticLister:
     size in seconds, written by the real engine, for measuring what a restore does before its first write."""
 
     transport = types.SimpleNamespace(host="https://synthetic.invalid")
+    server = "https://synthetic.invalid"
 
     def __init__(self, n: int):
         self.n = n
