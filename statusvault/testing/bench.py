@@ -193,19 +193,25 @@ class SyntheticLister:
             yield page
 
 
-def measure_planning(env: dict[str, str], n: int, work: Path) -> dict[str, Any]:
-    """Time to first write: a restore of n objects plans (reads, checks and decides every object) before it
-    writes anything. A client dry run of a synthetic n-object backup runs exactly that planning."""
+def synthetic_backup(store: Any, name: str, n: int) -> Any:
+    """A backup of n generated benchmark objects, written by the real backup engine; returns its result."""
     from statusvault.backup import BackupEngine, BackupRequest
     from statusvault.kube.discovery import Discovery
     from statusvault.model import ResourceType, Selection
+
+    rt = ResourceType(GROUP, "v1", PLURAL, KIND, True, has_status=True, custom=True, verbs=("list", "create"))
+    selection = Selection(include_resources=(rt.qualified,), include_crds=False)
+    request = BackupRequest(store=store, name=name, selection=selection)
+    return BackupEngine(SyntheticLister(n), Discovery([rt], [rt]), request).run()  # type: ignore[arg-type]
+
+
+def measure_planning(env: dict[str, str], n: int, work: Path) -> dict[str, Any]:
+    """Time to first write: a restore of n objects plans (reads, checks and decides every object) before it
+    writes anything. A client dry run of a synthetic n-object backup runs exactly that planning."""
     from statusvault.storage.local import LocalStore
 
     log(f"planning a restore of {n} objects (synthetic backup made by the backup engine)")
-    rt = ResourceType(GROUP, "v1", PLURAL, KIND, True, has_status=True, custom=True, verbs=("list", "create"))
-    selection = Selection(include_resources=(rt.qualified,), include_crds=False)
-    request = BackupRequest(store=LocalStore(work / "store"), name="plan-bench", selection=selection)
-    BackupEngine(SyntheticLister(n), Discovery([rt], [rt]), request).run()  # type: ignore[arg-type]
+    synthetic_backup(LocalStore(work / "store"), "plan-bench", n)
     mapping = ",".join(f"plan-{k}:planned-{k}" for k in range(NAMESPACES))
     run = run_cli(["restore", "plan-bench", "--namespace-mapping", mapping, "--dry-run", "client", "-o", "json"], env)
     head = json.loads(run.out[: run.out.index('"items": [')].rstrip().rstrip(",") + "}")
