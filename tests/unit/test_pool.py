@@ -134,7 +134,7 @@ def test_workers_dying_at_start_up_stop_the_pool_clearly_without_hanging(worker_
 
 
 def test_a_worker_never_ready_is_stopped_and_counted_as_dying_at_start_up(one, monkeypatch):
-    monkeypatch.setattr(poolmodule, "START_TIMEOUT", 1.0)
+    monkeypatch.setattr(poolmodule, "START_TIMEOUT", 0.3)
     with WorkerPool(one, ProbeJob(start="hang"), role="test") as pool, pytest.raises(StatusVaultError, match="keep"):
         call(pool, "pid")
 
@@ -173,7 +173,7 @@ def test_close_with_grace_lets_busy_workers_finish(one):
     pool = WorkerPool(one, ProbeJob(), role="test", grace=30)
     ended: queue.SimpleQueue[Any] = queue.SimpleQueue()
     call(pool, "pid")  # ready: the task goes before the stop
-    pool.submit(("sleep", 1.0), lambda result, error: ended.put(result or error))
+    pool.submit(("sleep", 0.3), lambda result, error: ended.put(result or error))
     pool.close()
     assert isinstance(ended.get(timeout=1), int), "its result came back before the worker exited"
 
