@@ -172,10 +172,8 @@ class FakeKube(ListVerbs):
         meta = body["metadata"]
         name = meta.get("name") or f"{meta['generateName']}{next(self._uid):05d}"
         self.calls.append(("create", name))
-        self._hook("create", name)
         path = rt.path(namespace)
-        self.faults.check("create", rt.qualified, namespace or "", name, path)
-        key = _key(rt, namespace, name)
+        key = self._arrive("create", rt, namespace, name, path)
         with self._lock:
             self._served(rt.qualified, "POST", path)
             if key in self.objects:
@@ -216,13 +214,9 @@ class FakeKube(ListVerbs):
         warnings: list[str] | None = None,
     ) -> KubeObject:
         self.calls.append((f"replace/{sub or ''}", name))
-        self._hook("update", name)
-        if sub == "status" and name in self.race_status_write:
-            self.race_status_write.discard(name)
-            self._touch(rt, namespace, name)
         path = rt.path(namespace, name, sub)
-        self.faults.check("update", rt.qualified, namespace or "", name, path)
-        key = _key(rt, namespace, name)
+        race = self.race_status_write if sub == "status" else set()
+        key = self._arrive("update", rt, namespace, name, path, race)
         with self._lock:
             live = self._live(key, "PUT", path)
             if body["metadata"].get("resourceVersion") != live["metadata"]["resourceVersion"]:
@@ -257,13 +251,8 @@ class FakeKube(ListVerbs):
         warnings: list[str] | None = None,
     ) -> KubeObject:
         self.calls.append(("patch", name))
-        self._hook("patch", name)
-        if name in self.race_patch:
-            self.race_patch.discard(name)
-            self._touch(rt, namespace, name)
         path = rt.path(namespace, name, sub)
-        self.faults.check("patch", rt.qualified, namespace or "", name, path)
-        key = _key(rt, namespace, name)
+        key = self._arrive("patch", rt, namespace, name, path, self.race_patch)
         with self._lock:
             live = self._live(key, "PATCH", path)
             try:
@@ -332,6 +321,18 @@ class FakeKube(ListVerbs):
     def put(self, rt: ResourceType, obj: KubeObject, manager: str = "someone-else") -> None:
         """Another writer's object, as it would be stored."""
         self.create(rt, obj["metadata"].get("namespace"), obj, manager=manager)
+
+    def _arrive(
+        self, verb: str, rt: ResourceType, namespace: str | None, name: str, path: str, race: set[str] | None = None
+    ) -> Key:
+        """A write's arrival, before it takes the lock: the test's hook, a racing change if `name` is in `race`
+        (once), then the faults; returns the object's key."""
+        self._hook(verb, name)
+        if race is not None and name in race:
+            race.discard(name)
+            self._touch(rt, namespace, name)
+        self.faults.check(verb, rt.qualified, namespace or "", name, path)
+        return _key(rt, namespace, name)
 
     def _touch(self, rt: ResourceType, namespace: str | None, name: str) -> None:
         """Another writer's update: a new resourceVersion."""
