@@ -11,6 +11,7 @@ import json
 import signal
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
@@ -270,6 +271,12 @@ MOVE_STEPS: dict[str, MoveStep] = {
 }
 
 
+def move_args(kubeconfig: Path, tkubeconfig: Path, namespace: str) -> list[str]:
+    """`statusvault move` of the namespace, each side through its proxy (a test drops the first two for `run`)."""
+    args = ["--kubeconfig", str(kubeconfig), "move", "--from-kubeconfig", str(kubeconfig), "--to-kubeconfig"]
+    return [*args, str(tkubeconfig), "-n", namespace, "--parallel", "2"]
+
+
 @pytest.mark.parametrize("step", list(MOVE_STEPS))
 def test_move_killed_at_each_step_then_the_same_command_ends_exact(
     run, kube, namespace, instances, proxied, target_proxied, tmp_path, step
@@ -278,8 +285,7 @@ def test_move_killed_at_each_step_then_the_same_command_ends_exact(
     proxy, kubeconfig = proxied(0.0)
     tproxy, tkubeconfig, target_kube = target_proxied
     row = MOVE_STEPS[step]
-    args = ["--kubeconfig", str(kubeconfig), "move", "--from-kubeconfig", str(kubeconfig), "--to-kubeconfig"]
-    args += [str(tkubeconfig), "-n", namespace, "--parallel", "2"]
+    args = move_args(kubeconfig, tkubeconfig, namespace)
     args += ["--delete-source", "--yes"] if row.delete_source else []
     try:
         kill_at(row.where, args, env_of(run), {"source": proxy, "target": tproxy}, tmp_path)
@@ -446,8 +452,7 @@ def test_move_abort_killed_at_each_step_then_the_same_command_gives_the_source_b
     proxy, kubeconfig = proxied(0.0)
     tproxy, tkubeconfig, target_kube = target_proxied
     proxies = {"source": proxy, "target": tproxy}
-    args = ["--kubeconfig", str(kubeconfig), "move", "--from-kubeconfig", str(kubeconfig), "--to-kubeconfig"]
-    args += [str(tkubeconfig), "-n", namespace, "--parallel", "2"]
+    args = move_args(kubeconfig, tkubeconfig, namespace)
     try:
         kill_at(MOVE_STEPS["mid-restore"].where, args, env_of(run), proxies, tmp_path)
         kill_at(ABORT_STEPS[step], [*args, "--abort"], env_of(run), proxies, tmp_path)
@@ -524,8 +529,7 @@ def test_a_move_killed_then_aborted_leaves_no_copy_of_its_own_and_the_next_move_
     before = snapshot(kube, [instances], namespace)
     proxy, kubeconfig = proxied(0.0)
     tproxy, tkubeconfig, target_kube = target_proxied
-    args = ["--kubeconfig", str(kubeconfig), "move", "--from-kubeconfig", str(kubeconfig), "--to-kubeconfig"]
-    args += [str(tkubeconfig), "-n", namespace, "--parallel", "2"]
+    args = move_args(kubeconfig, tkubeconfig, namespace)
     try:
         kill_at(to_target("PUT", "/db-00/status"), args, env_of(run), {"source": proxy, "target": tproxy}, tmp_path)
         aborted = run(*args[2:], "--abort", kubeconfig=kubeconfig)
