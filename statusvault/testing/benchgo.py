@@ -4,6 +4,7 @@ machine's Go and measured the same way as a statusvault run (wall time, and CPU 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -19,6 +20,7 @@ from statusvault.testing.cluster import ADMIN_TOKEN, cache_dir
 SOURCE = Path(__file__).resolve().parents[2] / "bench" / "goref"
 
 
+@functools.cache  # asked by the backup and the restore section: built (or found missing) once a run
 def goref_binary() -> Path | None:
     """The built reference (cached by its sources' hash), or None when there is no Go or no bench/ tree."""
     go = shutil.which("go")
