@@ -31,17 +31,31 @@ class ConfigError(StatusVaultError):
 class KubeApiError(StatusVaultError):
     """The API server answered with an error Status; `code` and `reason` carry its facts."""
 
-    def __init__(self, message: str, code: int = 0, reason: str = "", status: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        message: str,
+        code: int = 0,
+        reason: str = "",
+        status: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ):
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.status = status or {}
+        self._retry_after = retry_after  # the answer's Retry-After header, in seconds
 
     @property
     def retry_after(self) -> float | None:
-        details = self.status.get("details") or {}
-        seconds = details.get("retryAfterSeconds")
-        return float(seconds) if seconds is not None else None
+        """How long the server asked the client to wait: its Retry-After header, else the Status's
+        `details.retryAfterSeconds`; None when it said neither."""
+        if self._retry_after is not None:
+            return self._retry_after
+        seconds = (self.status.get("details") or {}).get("retryAfterSeconds")
+        try:
+            return max(0.0, float(seconds)) if seconds is not None else None
+        except (TypeError, ValueError):
+            return None
 
 
 class KubeConnectionError(StatusVaultError):

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+MAX_RETRY_AFTER = 30.0  # seconds; a larger Retry-After is capped
+
 
 class RateLimiter(Protocol):
     def acquire(self) -> float:
@@ -90,3 +92,9 @@ class Backoff:
     def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
         """Seconds to wait before retry number `attempt` (0-based)."""
         return float(rng() * min(self.cap, self.base * (2**attempt)))
+
+
+def spread(retry_after: float) -> float:
+    """At least the server's Retry-After (capped at MAX_RETRY_AFTER), and up to a quarter more: the clients it
+    turned away at once (APF rejects a burst) come back spread out, not again all at once."""
+    return min(retry_after * (1 + random.random() / 4), MAX_RETRY_AFTER)

@@ -6,7 +6,6 @@ import base64
 import dataclasses
 import functools
 import logging
-import random
 import re
 import threading
 import time
@@ -20,13 +19,12 @@ from statusvault.errors import ConfigError, KubeApiError, KubeConnectionError
 from statusvault.kube.credentials import Credential, CredentialSource
 from statusvault.kube.http import HttpPool, Response, Stream, proxy_for
 from statusvault.kube.kubeconfig import ClientConfig, load
-from statusvault.throttle import Backoff, RateLimiter, TokenBucket
+from statusvault.throttle import MAX_RETRY_AFTER, Backoff, RateLimiter, TokenBucket, spread
 
 log = logging.getLogger(__name__)
 
 RETRYABLE_CODES = frozenset({500, 502, 503, 504})
 MAX_THROTTLED_RETRIES = 30  # 429s: API Priority and Fairness asks us to wait, not to give up
-MAX_RETRY_AFTER = 30.0  # seconds; a larger Retry-After is capped
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -160,8 +158,8 @@ class KubeTransport:
                     if warnings is not None:
                         warnings += warning_texts(resp.warning_headers())
                     return bytes(resp.data)
-                error = api_error(req, resp.status, resp.data)
-                retry_after = _retry_after(resp.headers.get("retry-after"))
+                error = api_error(req, resp.status, resp.data, resp.headers.get("retry-after"))
+                retry_after = error.retry_after
                 code = resp.status
             if code == 401:
                 self._refresh_or_raise(credential, refreshed)
@@ -172,7 +170,6 @@ class KubeTransport:
                 if throttled >= MAX_THROTTLED_RETRIES:
                     raise error
                 delay = self.backoff.delay(throttled) if retry_after is None else spread(retry_after)
-                delay = min(delay, MAX_RETRY_AFTER)
                 throttled += 1
                 self._count(waited + delay, retried=True)
                 time.sleep(delay)
@@ -206,7 +203,7 @@ class KubeTransport:
         if stream.status >= 400:
             if stream.status == 401:
                 self.config.credentials.refresh(credential)
-            raise api_error(req, stream.status, data)
+            raise api_error(req, stream.status, data, stream.headers.get("retry-after"))
         return stream
 
     def _refresh_or_raise(self, rejected: Credential, refreshed: bool) -> None:
@@ -237,12 +234,6 @@ def warning_texts(values: Iterable[str]) -> list[str]:
     ]
 
 
-def spread(retry_after: float) -> float:
-    """At least the server's Retry-After, and up to a quarter more: the clients it turned away at once (APF
-    rejects a burst) come back spread out, not again all at once."""
-    return retry_after * (1 + random.random() / 4)
-
-
 def _retry_after(value: str | None) -> float | None:
     if not value:
         return None
@@ -252,8 +243,8 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
-def api_error(req: Request, code: int, data: bytes) -> KubeApiError:
-    """Turn an error response into a KubeApiError carrying the server's Status."""
+def api_error(req: Request, code: int, data: bytes, retry_after: str | None = None) -> KubeApiError:
+    """Turn an error response into a KubeApiError carrying the server's Status and Retry-After."""
     status: dict[str, Any] = {}
     try:
         parsed = orjson.loads(data)
@@ -263,7 +254,8 @@ def api_error(req: Request, code: int, data: bytes) -> KubeApiError:
         pass
     reason = str(status.get("reason") or "")
     message = str(status.get("message") or data[:200].decode("utf-8", "replace").strip() or f"HTTP {code}")
-    return KubeApiError(f"{req.method} {req.path}: {message} ({code} {reason})".rstrip(), code, reason, status)
+    text = f"{req.method} {req.path}: {message} ({code} {reason})".rstrip()
+    return KubeApiError(text, code, reason, status, _retry_after(retry_after))
 
 
 def rejected_error(source: CredentialSource, refreshed: bool) -> KubeApiError:

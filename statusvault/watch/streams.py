@@ -14,7 +14,7 @@ from statusvault.errors import KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.watch import collection_version
 from statusvault.model import ResourceType, Selection, name_matches
-from statusvault.throttle import Backoff
+from statusvault.throttle import Backoff, spread
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +131,9 @@ class StreamSet:
                 attempt = self._pause(backoff, attempt, e)
 
     def _pause(self, backoff: Backoff, attempt: int, error: Exception) -> int:
+        """Wait before reconnecting: the server's Retry-After when it gave one (a 429 from priority and fairness),
+        spread as every request's is, else this stream's own backoff."""
         log.info("watch interrupted (%s); reconnecting", error)
-        self.stop.wait(backoff.delay(min(attempt, 6)))
+        asked = error.retry_after if isinstance(error, KubeApiError) else None
+        self.stop.wait(spread(asked) if asked is not None else backoff.delay(min(attempt, 6)))
         return attempt + 1

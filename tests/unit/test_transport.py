@@ -9,14 +9,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import orjson
 import pytest
 
 from statusvault.errors import KubeApiError, KubeConnectionError
 from statusvault.kube.client import KubeClient
 from statusvault.kube.credentials import Credential, ExecPlugin, Static, TokenFile
 from statusvault.kube.kubeconfig import ClientConfig
-from statusvault.kube.transport import KubeTransport, Request, spread, warning_texts
-from statusvault.throttle import Backoff
+from statusvault.kube.transport import KubeTransport, Request, api_error, warning_texts
+from statusvault.throttle import MAX_RETRY_AFTER, Backoff, spread
 from tests.credentials import Plugin, tokens
 
 
@@ -260,3 +261,20 @@ def test_a_retry_after_is_waited_in_full_and_spread_over_a_quarter_more():
     assert all(2.0 <= w <= 2.5 for w in waits)
     assert max(waits) - min(waits) > 0.25, "spread, not one moment"
     assert spread(0.0) == 0.0
+    assert spread(600.0) == MAX_RETRY_AFTER, "a server asking for minutes is capped"
+
+
+@pytest.mark.parametrize(
+    ("header", "status", "expected"),
+    [
+        ("3", {}, 3.0),
+        (None, {"details": {"retryAfterSeconds": 7}}, 7.0),
+        ("2", {"details": {"retryAfterSeconds": 7}}, 2.0),  # the header wins, as client-go reads it
+        ("soon", {}, None),
+        (None, {"details": {"retryAfterSeconds": "x"}}, None),
+        (None, {}, None),
+    ],
+)
+def test_an_api_error_carries_the_servers_retry_after(header, status, expected):
+    body = orjson.dumps({"kind": "Status", "code": 429, "reason": "TooManyRequests", **status})
+    assert api_error(Request("GET", "/api/v1/pods"), 429, body, header).retry_after == expected

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import queue
+import threading
 
 import pytest
 
 from statusvault.archive.crypto import Key
-from statusvault.errors import ArchiveError, ConfigError
+from statusvault.errors import ArchiveError, ConfigError, KubeApiError, KubeConnectionError
 from statusvault.model import ResourceType, Selection
 from statusvault.retention import RetentionPolicy
 from statusvault.schedule import ScheduleSpec
 from statusvault.storage.local import LocalStore
+from statusvault.throttle import Backoff
 from statusvault.watch.chains import Chain, chain_for
 from statusvault.watch.install import WatchSpec, render
 from statusvault.watch.pointintime import parse_at, point_name
 from statusvault.watch.prune import decide_chains
 from statusvault.watch.segments import SegmentBuffer, check_segment_manifest, fetched_segment, record, records
+from statusvault.watch.streams import StreamSet
 
 T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
 KC = ResourceType("xyz.example.com", "v1", "kubernetesclusters", "KubernetesCluster", True, True, True, ("list",))
@@ -136,3 +140,25 @@ def test_rendered_watch_may_only_read_and_watch_its_types_and_hold_its_lease():
     assert args[:6] == ["statusvault", "--log-format", "json", "watch", "run", "w"]
     assert args[args.index("-n") : args.index("-n") + 2] == ["-n", "prod"]
     assert "--lease-namespace" in args and "kubernetesclusters.xyz.example.com" in args
+
+
+class _Waits(threading.Event):
+    """A stop event that records how long each wait was asked for, without waiting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.asked.append(float(timeout or 0))
+        return False
+
+
+def test_a_watch_turned_away_waits_the_servers_retry_after_and_else_its_own_backoff():
+    streams = StreamSet(None, [], queue.Queue())  # type: ignore[arg-type]
+    streams.stop = waits = _Waits()
+    throttled = KubeApiError("GET /apis/x: too many requests (429 TooManyRequests)", 429, retry_after=4.0)
+    assert streams._pause(Backoff(), 0, throttled) == 1
+    assert streams._pause(Backoff(), 5, KubeConnectionError("cannot reach the API server")) == 6
+    assert 4.0 <= waits.asked[0] <= 5.0, "the server's Retry-After, spread by at most a quarter"
+    assert waits.asked[1] <= Backoff().base * 2**5, "no Retry-After: the stream's own backoff (attempt 5)"
