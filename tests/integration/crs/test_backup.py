@@ -76,7 +76,7 @@ def test_default_selection_takes_custom_resources_with_status_and_their_crds(run
     }
     assert not any(p.startswith("resources/configmaps") for p in files), "built-ins only when named"
     crd_names = {p.rsplit("/", 1)[1] for p in files if p.startswith("resources/customresourcedefinitions")}
-    assert crd_names == {
+    assert crd_names >= {  # other tests' CRDs may be in the shared cluster too: the fixture's are all there
         "kubernetesclusters.xyz.example.com.json",
         "databases.db.example.com.json",
         "legacyapps.legacy.example.com.json",
