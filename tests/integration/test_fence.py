@@ -310,3 +310,37 @@ def test_rbac_the_user_cannot_read_stops_auto_before_any_write_and_warns_under_b
     assert "fence: warning: cannot read the cluster's RBAC" in going_on.out and "NOTHING was fenced" in going_on.out
     for i in range(N):
         assert kube.get(widgets, namespace, f"w-{i:02d}")["status"] == saved(i)
+
+
+def test_the_plan_names_the_status_managers_the_backup_recorded_and_the_restore_never_sends_them(
+    run, kube, namespace, world, tmp_path
+):
+    group = f"{unique('mgr')}.example.com"
+    widgets = install_crds(kube, [crd(group, "Widget")]).by_qualified(f"widgets.{group}")
+    writers = {"w-00": "status-op-controller", "w-01": "status-op-controller", "w-02": "remote-syncer"}
+    for name, manager in writers.items():
+        created = kube.create(widgets, namespace, cr(f"{group}/v1", "Widget", name, spec={"size": 1}))
+        kube.replace(widgets, namespace, name, {**created, "status": saved(0)}, sub="status", manager=manager)
+    assert run("backup", "b", "-n", namespace, "--include-resources", widgets.qualified, "--no-include-crds").code == 0
+    for name in writers:  # the cluster's objects gone: only the backup can name the managers
+        kube.delete(widgets, namespace, name)
+        wait_gone(kube, widgets, namespace, name)
+    deployment = an_operator_of(world, group)  # serviceaccount "operator", Deployment "op"
+
+    report = run("restore", "b", "--fence", "report", "-o", "json")
+
+    assert report.code == ExitStatus.SUCCESS, report.err
+    plan = json.loads(report.out)
+    (mine,) = [c for c in plan["controllers"] if f"{c['namespace']}/{c['name']}" == deployment]
+    assert mine["managers"] == ["status-op-controller"] and plan["managersFrom"] == "backup"
+    assert plan["unmatchedManagers"] == ["remote-syncer"], "a manager no workload here stands for is reported"
+    text = run("restore", "b", "--fence", "report").out
+    assert "wrote status of the objects in the backup as field manager 'status-op-controller'" in text
+    assert "field manager 'remote-syncer' wrote status of the objects in the backup, but no workload" in text
+
+    restored = run("restore", "b", "--fence", "auto")
+
+    assert restored.code == ExitStatus.SUCCESS, restored.err
+    for name in writers:
+        managers = {e["manager"] for e in kube.get(widgets, namespace, name)["metadata"]["managedFields"]}
+        assert not managers & set(writers.values()), "the backup's managers are never sent: the server names ours"
