@@ -98,6 +98,8 @@ def run_move(req: MoveRequest) -> MoveReport:
     restore = _target_restore(req, name)
     options = restore.options
     if not req.store.exists(manifest_key(name)):  # else a re-run: the source is paused and backed up already
+        if options.fence == "auto":
+            fence_report(req)  # RBAC of the target that cannot be read fails here, before the source is paused
         report.source_paused, report.source_unpausable = _pause_source(req.source, req.selection, options.pause)
         _backup(req, name)
     report.restore = run_restore(req.target.client, req.target.discover, restore)

@@ -145,6 +145,11 @@ def test_operators_bound_each_way_are_found_and_the_one_not_allowed_is_not(run, 
     world.bind(f"{name}-grp", "ClusterRole", name, {"kind": "Group", "name": f"system:serviceaccounts:{grouped}"})
     world.cluster_role(f"{name}-wild", [status_rule(group, resources=("*",), verbs=("*",), groups=("*",))])
     world.bind(f"{name}-wild", "ClusterRole", f"{name}-wild", sa(ops, "wild-sa"))
+    world.cluster_role(f"{name}-ns", [status_rule(group, resources=("*/status",))])
+    world.bind(f"{name}-ns", "ClusterRole", f"{name}-ns", sa(ops, "ns-sa"), ns=namespace)  # counts in namespace
+    world.bind(f"{name}-ns", "ClusterRole", f"{name}-ns", sa(ops, "elsewhere-sa"), ns=ops)  # nothing restored there
+    world.bind(f"{name}-user", "ClusterRole", name, {"kind": "User", "apiGroup": RBAC,
+                                                     "name": f"system:serviceaccount:{ops}:user-sa"})  # fmt: skip
     world.cluster_role(f"{name}-no", [status_rule(group, resources=("widgets",), verbs=("get", "update", "patch"))])
     world.bind(f"{name}-no", "ClusterRole", f"{name}-no", sa(ops, "denied-sa"))
     for workload, account, kind in [
@@ -155,6 +160,9 @@ def test_operators_bound_each_way_are_found_and_the_one_not_allowed_is_not(run, 
         ("agent", "cluster-sa", "DaemonSet"),
         ("kept", "cluster-sa", "Deployment"),
         ("denied", "denied-sa", "Deployment"),
+        ("by-clusterrole-in-ns", "ns-sa", "Deployment"),
+        ("elsewhere", "elsewhere-sa", "Deployment"),
+        ("by-user", "user-sa", "Deployment"),
     ]:
         world.workload(ops, workload, account, kind)
     world.workload(grouped, "by-group", "anyone")
@@ -165,7 +173,8 @@ def test_operators_bound_each_way_are_found_and_the_one_not_allowed_is_not(run, 
     assert kube.list_names(widgets, namespace) == set(), "--fence report writes nothing"
     found = fence_lines(report.out)
     assert set(found) == {f"{ops}/{n}" for n in ("by-role", "by-clusterrole", "by-aggregation", "by-wildcard",
-                                                  "agent", "kept")} | {f"{grouped}/by-group"}, report.out  # fmt: skip
+                                                  "agent", "kept", "by-clusterrole-in-ns", "by-user")} | {
+                                                  f"{grouped}/by-group"}, report.out  # fmt: skip
     for n in ("by-role", "by-clusterrole", "by-aggregation"):
         assert "scale to 0 and back" in found[f"{ops}/{n}"], found
     assert "only reported" in found[f"{ops}/agent"]
@@ -173,6 +182,8 @@ def test_operators_bound_each_way_are_found_and_the_one_not_allowed_is_not(run, 
     assert f"via RoleBinding {namespace}/{name}" in report.out
     assert f"ClusterRole {name}-agg (aggregating {name}-part)" in report.out
     assert f"subject group system:serviceaccounts:{grouped}" in report.out
+    assert f"resources */status; verbs update] via RoleBinding {namespace}/{name}-ns" in report.out
+    assert f"subject user system:serviceaccount:{ops}:user-sa" in report.out
     as_data = json.loads(run("restore", "b", "--fence", "report", "-o", "json").out)
     assert {f"{c['namespace']}/{c['name']}" for c in as_data["controllers"]} == set(found)
 

@@ -22,7 +22,8 @@ from statusvault.testing.fixtures import create_with_status, install_crds
 from tests.builders import cr, crd, unique
 from tests.faultproxy import FaultProxy, self_signed
 from tests.integration.test_fence import Cluster, N, an_operator_of, fence_lines, saved, slow_status
-from tests.integration.test_pause import Operator
+from tests.integration.test_pause import GROUP, QUALIFIED, Operator
+from tests.integration.test_pause import saved as instance_status
 
 pytestmark = pytest.mark.integration
 
@@ -100,3 +101,22 @@ def test_move_fences_the_targets_operator_which_otherwise_wins_races(
             op.stop()
         for ns in (namespace, moved_ns):
             target_kube.delete(NAMESPACES, None, ns)
+
+
+def test_a_move_whose_target_rbac_cannot_be_read_stops_before_the_source_is_paused(
+    run, kube, cluster, namespace, target, target_kube
+):
+    install_crds(kube, [crd(GROUP, "Instance")])  # a Crossplane kind: the move would pause it in the source
+    d = discover(kube)
+    create_with_status(kube, d, cr(f"{GROUP}/v1", "Instance", "db", spec={}, status=instance_status(0)), namespace)
+    nobody = target.kubeconfig_for("sv-user-5")  # may read nothing in the target
+    move = ["move", "--from-kubeconfig", str(cluster.kubeconfig), "--to-kubeconfig", str(nobody), "-n", namespace]
+
+    refused = run(*move, "--fence", "auto")
+
+    assert refused.code == ExitStatus.ERROR, refused.err
+    errors = [line for line in refused.err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "cannot read the cluster's RBAC" in errors[0], refused.err
+    source = kube.get(d.by_qualified(QUALIFIED), namespace, "db")
+    assert not (source["metadata"].get("annotations") or {}), "the source is not paused"
+    assert run("list", "-o", "json").out.strip() in ("[]", ""), "no move recorded"
