@@ -24,6 +24,8 @@ from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import JSON_PATCH, Request
 from statusvault.model import KubeObject, ResourceType, Selection, display, name_matches
+from statusvault.restore.fenceread import read_fence
+from statusvault.restore.fencing import FencePlan, Target, status_managers
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.pausemarkers import RECORD, PauseOptions, pause_patch, unpause_patch
 from statusvault.restore.results import RestoreReport
@@ -96,6 +98,8 @@ def run_move(req: MoveRequest) -> MoveReport:
     restore = _target_restore(req, name)
     options = restore.options
     if not req.store.exists(manifest_key(name)):  # else a re-run: the source is paused and backed up already
+        if options.fence == "auto":
+            fence_report(req)  # RBAC of the target that cannot be read fails here, before the source is paused
         report.source_paused, report.source_unpausable = _pause_source(req.source, req.selection, options.pause)
         _backup(req, name)
     report.restore = run_restore(req.target.client, req.target.discover, restore)
@@ -104,6 +108,20 @@ def run_move(req: MoveRequest) -> MoveReport:
     if report.succeeded and req.delete_source:
         report.source_deleted, report.source_kept = delete_source(req.source, req.store, name)
     return report
+
+
+def fence_report(req: MoveRequest) -> FencePlan:
+    """The fencing the move's restore would do in the target (--fence report), planned from the objects the move
+    takes in the source (in the namespaces they are mapped to, with the managers that wrote their status, as
+    the move's backup would record them); nothing is written on either side."""
+    namespaces: dict[str, tuple[ResourceType, set[str]]] = {}
+    managers: dict[str, set[str]] = {}
+    for rt, obj in _selected(req.source, req.selection):
+        ns = map_namespace(obj["metadata"].get("namespace", ""), req.options.mapping) if rt.namespaced else ""
+        namespaces.setdefault(rt.qualified, (rt, set()))[1].add(ns)
+        managers.setdefault(rt.qualified, set()).update(status_managers([obj]))
+    targets = [Target(rt, frozenset(ns for ns in found if ns)) for _, (rt, found) in sorted(namespaces.items())]
+    return read_fence(req.target.client, targets, req.options, managers, "source cluster")
 
 
 def _target_restore(req: MoveRequest, name: str) -> RestoreRequest:

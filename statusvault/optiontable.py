@@ -35,8 +35,9 @@ _BACKUP = (
 )  # fmt: skip
 _MOVE = (
     "--from-kubeconfig", "--from-context", "--to-kubeconfig", "--to-context", *_STORAGE, *_SELECTION,
-    "--namespace-mapping", "--pause", "--pause-annotation", "--pause-field", "--pause-resources", "--modifiers",
-    "--backup-name", "--parallel", "--delete-source", "--yes", "--abort", "--state-dir", "--output", "--strict",
+    "--namespace-mapping", "--pause", "--pause-annotation", "--pause-field", "--pause-resources", "--fence",
+    "--fence-exclude", "--modifiers", "--backup-name", "--parallel", "--delete-source", "--yes", "--abort",
+    "--state-dir", "--output", "--strict",
 )  # fmt: skip
 _WATCH = (
     *_STORAGE, *_SELECTION, "--all-namespaces", "--include-crds", "--base-interval", "--flush-interval",

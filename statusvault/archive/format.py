@@ -15,8 +15,8 @@ from statusvault.archive.envelope import check_field
 from statusvault.errors import ArchiveError
 from statusvault.model import ObjectKey
 
-FORMAT_VERSION = "1.0"
-ENVELOPE_FORMAT_VERSION = "1.1"  # an encrypted backup whose data key its summary manifest holds wrapped (envelope.py)
+FORMAT_VERSION = "1.2"  # 1.2: object files keep who wrote their status (metadata.managedFields cut down)
+ENVELOPE_FORMAT_VERSION = "1.2"  # from 1.1 on, an encrypted backup's data key is wrapped in its summary manifest
 SUPPORTED_MAJOR = 1
 MANIFEST_MEMBER = "manifest.json"
 RESOURCES_DIR = "resources"

@@ -95,11 +95,26 @@ def default_backup_name(prefix: str = "backup", now: dt.datetime | None = None) 
 
 
 def prepare_object(obj: KubeObject) -> bytes:
-    """The archived form: the whole object minus managedFields, keys sorted for stable hashes."""
+    """The archived form: the whole object with managedFields cut down to who wrote its status (status_writers),
+    keys sorted for stable hashes."""
     meta = obj.get("metadata")
     if isinstance(meta, dict):
-        meta.pop("managedFields", None)
+        writers = status_writers(meta.pop("managedFields", None))
+        if writers:
+            meta["managedFields"] = writers
     return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+
+
+def status_writers(entries: Any) -> list[dict[str, Any]]:
+    """The managedFields entries of the managers that wrote the status (through /status, or `f:status` in what they
+    own), each with only manager, operation, subresource and time: who, not which fields (archive-format.md)."""
+    out = []
+    for e in entries if isinstance(entries, list) else ():
+        if not isinstance(e, dict) or not e.get("manager"):
+            continue
+        if e.get("subresource") == "status" or "f:status" in (e.get("fieldsV1") or {}):
+            out.append({k: e[k] for k in ("manager", "operation", "subresource", "time") if e.get(k)})
+    return out
 
 
 def _check_namespaces(client: KubeApi, discovery: Discovery, namespaces: tuple[str, ...]) -> None:

@@ -23,7 +23,17 @@ from statusvault.cli.restore import RestoreOptionArgs, check_strict
 from statusvault.cli.restoreview import render
 from statusvault.errors import PartialFailure
 from statusvault.kube.discovery import Discovery, discover
-from statusvault.move import AbortReport, Cluster, MoveReport, MoveRequest, abort_move, check_distinct, run_move
+from statusvault.move import (
+    AbortReport,
+    Cluster,
+    MoveReport,
+    MoveRequest,
+    abort_move,
+    check_distinct,
+    fence_report,
+    request_name,
+    run_move,
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -32,6 +42,8 @@ class MoveArgs(StorageArgs, RestoreOptionArgs):
     from_context: str | None
     to_kubeconfig: str | None
     to_context: str | None
+    fence: str
+    fence_exclude: tuple[str, ...]
     backup_name: str
     parallel: int
     delete_source: bool
@@ -61,6 +73,15 @@ class MoveArgs(StorageArgs, RestoreOptionArgs):
 )
 @click.option("--pause-field", default="", metavar="/POINTER=VALUE", help="Pause --pause-resources with this field.")
 @click.option("--pause-resources", multiple=True, metavar="R,...", help="Resources the generic marker applies to.")
+@click.option(
+    "--fence",
+    type=click.Choice(["none", "auto", "report", "best-effort"]),
+    default="none",
+    show_default=True,
+    help="Find the target's controllers that may write the moved status (from its RBAC) and fence them while the "
+    "target is restored. report: print that plan, write nothing; best-effort: go on unfenced when RBAC cannot be read.",
+)
+@click.option("--fence-exclude", multiple=True, metavar="NAMESPACE/NAME,...", help="Workloads --fence leaves running.")
 @click.option("--modifiers", "modifiers_file", type=click.Path(dir_okay=False), help="Restore-time patches (YAML).")
 @click.option(
     "--backup-name", default="", help="The backup kept as the move's record [default: derived from the move]."
@@ -80,9 +101,15 @@ def move_cmd(app: App, args: MoveArgs) -> None:
     source = _cluster(app, args.from_kubeconfig or app.kubeconfig, args.from_context or app.context)
     target = _cluster(app, args.to_kubeconfig or app.kubeconfig, args.to_context or app.context)
     check_distinct(source.client.server, target.client.server)
+    request = move_request(app, args, source, target)
+    if request.options.fence == "report" and not args.abort:
+        fence = fence_report(request)
+        text = "\n".join([f"Fencing the target for move {request_name(request)} would do (nothing written):",
+                          *fence.lines()])  # fmt: skip
+        emit({"backup": request_name(request), **fence.to_dict()}, args.output, text)
+        return
     if args.delete_source and not args.yes and not args.abort:
         click.confirm("Delete the moved objects in the source once the move is verified?", abort=True)
-    request = move_request(app, args, source, target)
     if args.abort:
         _show_abort(abort_move(request))
         return

@@ -21,6 +21,7 @@ LABELS = {"app.kubernetes.io/name": "statusvault", "app.kubernetes.io/component"
 STATE_DIR = "/var/lib/statusvault"
 RBAC_API = "rbac.authorization.k8s.io/v1"
 RESTORE_VERBS = ["get", "list", "create", "update", "patch"]
+RBAC_RESOURCES = ("clusterrolebindings", "clusterroles", "rolebindings", "roles")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +49,14 @@ def restore_rules(types: list[ResourceType]) -> list[dict[str, Any]]:
         *rules,
         {"apiGroups": ["apps"], "resources": scalable, "verbs": ["get", "patch"]},  # scale-down
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},  # ... and waiting for the pods to be gone
+        *FENCE_RULES,
     ]
+
+
+FENCE_RULES = (  # fence: find who may write a status (read only: reading RBAC grants nothing)
+    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": list(RBAC_RESOURCES), "verbs": ["get", "list"]},
+    {"apiGroups": ["apps"], "resources": ["daemonsets", "deployments", "statefulsets"], "verbs": ["list"]},
+)
 
 
 def own_namespace_rules() -> list[dict[str, Any]]:

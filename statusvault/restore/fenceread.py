@@ -1,7 +1,8 @@
 """Read what fencing needs from the cluster (RBAC, workloads, status managers) and plan it for a restore plan.
 
-Reading RBAC the user may not list is a FenceError under `--fence auto` (nothing is written: the plan is not
-guessed), a warning in the plan under `--fence best-effort`.
+The status managers come from the backup (format 1.2 on), else from the cluster's objects. Reading RBAC the user
+may not list is a FenceError under `--fence auto` (nothing is written: the plan is not guessed), a warning in the
+plan under `--fence best-effort`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ import dataclasses
 import logging
 from collections.abc import Iterator
 
+import orjson
+
+from statusvault.archive import ArchiveReader
 from statusvault.errors import KubeApiError, StatusVaultError
 from statusvault.kinds import (
     CLUSTER_ROLE_BINDINGS,
@@ -28,19 +32,34 @@ from statusvault.restore.plan import RestorePlan
 
 log = logging.getLogger(__name__)
 MANAGER_SAMPLE = 200  # objects per resource whose managedFields are read for the status managers
+STATUS_MANAGERS_SINCE = 2  # the archive format's minor version (1.x) from which backups record them
+Managers = dict[str, set[str]]  # resource -> field managers that wrote the status of its objects
 
 
 class FenceError(StatusVaultError):
     """Fencing cannot be planned (RBAC the user may not read): nothing was written."""
 
 
-def read_fence_plan(client: KubeApi, plan: RestorePlan, opts: RestoreOptions) -> FencePlan:
-    """The fencing of the restore `plan`, from the cluster's RBAC and workloads."""
+def read_fence_plan(client: KubeApi, plan: RestorePlan, opts: RestoreOptions, reader: ArchiveReader) -> FencePlan:
+    """The fencing of the restore `plan`, from the cluster's RBAC and workloads, cross-checked with the status
+    managers the backup recorded (read from the cluster's objects for a backup older than format 1.2)."""
     targets = [
         Target(plan.types[q], frozenset(ns for ns in namespaces if ns))
         for q, namespaces in sorted(plan.status_namespaces().items())
         if q in plan.types
     ]
+    return read_fence(client, targets, opts, archived_managers(reader, targets))
+
+
+def read_fence(
+    client: KubeApi,
+    targets: list[Target],
+    opts: RestoreOptions,
+    managers: Managers | None = None,
+    where: str = "backup",
+) -> FencePlan:
+    """The fencing of writes to the `targets`' status in the cluster of `client`, from its RBAC and workloads;
+    `managers`: the status managers per resource as recorded in `where` (None: read from the cluster's objects)."""
     warnings: list[str] = []
     try:
         rbac = Rbac(
@@ -58,8 +77,9 @@ def read_fence_plan(client: KubeApi, plan: RestorePlan, opts: RestoreOptions) ->
             ) from e
         warnings.append(f"cannot read the cluster's RBAC and workloads ({e}): NOTHING was fenced")
         return FencePlan(warnings=tuple(warnings))
-    managers, unread = _managers(client, targets)
-    warnings += [f"cannot read the status managers of {q} ({why})" for q, why in unread]
+    if managers is None:
+        where, (managers, unread) = "cluster", _managers(client, targets)
+        warnings += [f"cannot read the status managers of {q} ({why})" for q, why in unread]
     fence = plan_fencing(
         rbac,
         workloads,
@@ -68,7 +88,27 @@ def read_fence_plan(client: KubeApi, plan: RestorePlan, opts: RestoreOptions) ->
         exclude=opts.fence_exclude,
         pause=dataclasses.replace(opts.pause, auto=True),
     )
-    return dataclasses.replace(fence, warnings=fence.warnings + tuple(warnings))
+    return dataclasses.replace(fence, warnings=fence.warnings + tuple(warnings), managers_from=where)
+
+
+def archived_managers(reader: ArchiveReader, targets: list[Target]) -> Managers | None:
+    """Per target resource, the managers its objects in the backup record as having written their status; None
+    for a backup older than format 1.2, which did not record them."""
+    minor = str(reader.head().get("formatVersion", "")).partition(".")[2]  # readers take major 1 only
+    if not minor.isdigit() or int(minor) < STATUS_MANAGERS_SINCE:
+        return None
+    wanted = {t.rt.qualified for t in targets}
+    out: Managers = {q: set() for q in wanted}
+    for path, data in reader.objects(lambda path: _resource_of(path) in wanted):
+        if b'"managedFields"' in data:
+            out[_resource_of(path)] |= status_managers([orjson.loads(data)])
+    return out
+
+
+def _resource_of(member: str) -> str:
+    """resources/<resource>.<group>/... -> <resource>.<group> (archive-format.md)."""
+    parts = member.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "resources" else ""
 
 
 def _all(client: KubeApi, rt: ResourceType) -> tuple[KubeObject, ...]:
@@ -82,10 +122,10 @@ def _items(client: KubeApi, rt: ResourceType) -> Iterator[KubeObject]:
             yield obj
 
 
-def _managers(client: KubeApi, targets: list[Target]) -> tuple[dict[str, set[str]], list[tuple[str, str]]]:
-    """Per target resource, the managers that wrote the status of its objects in this cluster (the archive does
-    not keep managedFields): the first MANAGER_SAMPLE objects of each."""
-    out: dict[str, set[str]] = {}
+def _managers(client: KubeApi, targets: list[Target]) -> tuple[Managers, list[tuple[str, str]]]:
+    """Per target resource, the managers that wrote the status of its objects in this cluster (for a backup that
+    did not record them): the first MANAGER_SAMPLE objects of each."""
+    out: Managers = {}
     unread = []
     for t in targets:
         try:

@@ -91,6 +91,7 @@ class FencePlan:
     managers: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # resource -> status managers
     unmatched: tuple[str, ...] = ()  # status managers no workload found here stands for
     warnings: tuple[str, ...] = ()
+    managers_from: str = "cluster"  # where the managers were read: "backup" (format 1.2 on), "cluster", ...
 
     def acting(self, action: Action) -> list[Controller]:
         return [c for c in self.controllers if c.action == action]
@@ -121,6 +122,7 @@ class FencePlan:
                 for c in self.controllers
             ],
             "unmatchedManagers": list(self.unmatched),
+            "managersFrom": self.managers_from,
             "warnings": list(self.warnings),
         }
 
@@ -132,10 +134,13 @@ class FencePlan:
                 f"fence {c.kind} {c.namespace}/{c.name} (serviceaccount {c.service_account}): {c.action}: {c.why}"
             )
             out += [f"  may write {g.resource}/status: {g.describe()}" for g in c.grants]
-            out += [f"  wrote status in the objects as field manager {m!r}" for m in c.managers]
+            out += [
+                f"  wrote status of the objects in the {self.managers_from} as field manager {m!r}" for m in c.managers
+            ]
         for m in self.unmatched:
             out.append(
-                f"fence: field manager {m!r} wrote status of the objects, but no workload found here may: "
+                f"fence: field manager {m!r} wrote status of the objects in the {self.managers_from}, but no workload "
+                "found here may: "
                 "a controller outside the cluster, or one using a user's credentials? (not fenced)"
             )
         if not self.controllers and not self.unmatched:
@@ -337,11 +342,14 @@ def _ours(manager: str) -> bool:
 
 
 def status_managers(objects: Iterable[KubeObject]) -> set[str]:
-    """The field managers that wrote the status subresource of these objects (their managedFields)."""
+    """The field managers that wrote the status of these objects (their managedFields): through /status, or owning
+    `f:status`; an entry without fieldsV1 is one a backup kept because it wrote the status."""
     out = set()
     for obj in objects:
         for entry in (obj.get("metadata") or {}).get("managedFields") or ():
-            if entry.get("subresource") == "status" and entry.get("manager"):
+            fields = entry.get("fieldsV1")
+            wrote = entry.get("subresource") == "status" or fields is None or "f:status" in fields
+            if wrote and entry.get("manager"):
                 out.add(str(entry["manager"]))
     return out
 

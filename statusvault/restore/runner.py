@@ -83,7 +83,7 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
         planner = _planner(client, discover(False), reader, req)
         keep = opts.dry_run == "none"
         with restore_state(req.state_dir, req.backup, key, planner, keep, req.restart, req.unpause) as state:
-            fence = read_fence_plan(client, state.plan, opts) if opts.fence != "none" else None
+            fence = read_fence_plan(client, state.plan, opts, reader) if opts.fence != "none" else None
             if fence is not None:
                 pause_point("restore.fence-planned")
             opts, workloads = _fenced(opts, workloads, fence, discover(False))
@@ -111,7 +111,7 @@ def fence_report(client: KubeApi, discover: Callable[[bool], Discovery], req: Re
         req, key = _resolved(client, discover(False), reader, req)
         planner = _planner(client, discover(False), reader, req)
         with restore_state(None, req.backup, key, planner, keep=False) as state:
-            return read_fence_plan(client, state.plan, req.options)
+            return read_fence_plan(client, state.plan, req.options, reader)
 
 
 def _fenced(

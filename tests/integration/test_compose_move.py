@@ -1,7 +1,8 @@
 """Composition of `statusvault move`'s options: every pair of values, from this cluster to a second one, held to
 the reference model's move (tests/refmodel.py): what is paused or deleted in the source, what arrives in the
-target (unpaused, with its status), and the exit code; a move that stops part-way is fixed and run again. 17 rows,
-15-30 s (the second cluster's start aside)."""
+target (unpaused, with its status), and the exit code; a move that stops part-way is fixed and run again; --fence
+scales the target's operator down and back (or leaves it, excluded). 17 rows, 15-30 s (the second cluster's start
+aside)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from tests import refmodel
 from tests.builders import unique
 from tests.compose import PHASES, World, create_all, fix, observe, reset, timer
 from tests.composeopts import Allowed, Context, args_of, model_options
-from tests.integration.test_compose import differences
+from tests.integration.test_compose import _operator, deployment, differences, fenced_by
 from tests.pairwise import Row, pairwise, sampled
 
 pytestmark = pytest.mark.integration
@@ -39,6 +40,7 @@ PARAMS: dict[str, tuple[Any, ...]] = {
     "pause": ("auto", "annotation", "field"),  # --pause auto is move's default
     "modifiers": (False, True),
     "delete_source": (False, True),
+    "fence": (None, "auto", "auto+exclude"),  # the target's operator may write the world's status (its RBAC)
     "target": ("all", "none", "strict"),  # the world's CRDs in the target cluster (tests/compose.py CRD_SETS)
 }
 
@@ -62,6 +64,7 @@ class Sides:
     source: KubeClient
     target: KubeClient
     modifiers: str
+    operator: str  # NAMESPACE/deployment/NAME in the target
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +78,12 @@ def sides(kube, target, tmp_path_factory, request) -> Iterator[Sides]:
         reset(k, world)
         ensure_namespace(k, world.a)
         ensure_namespace(k, world.b)
-    yield Sides(world, kube, target_kube, str(modifiers))
+    ops = _operator(target_kube, world.group)
+    yield Sides(world, kube, target_kube, str(modifiers), f"{ops}/deployment/op")
+    d, rbac = discover(target_kube), "rbac.authorization.k8s.io"
+    target_kube.delete(d.resolve(f"clusterrolebindings.{rbac}"), None, ops)
+    target_kube.delete(d.resolve(f"clusterroles.{rbac}"), None, ops)
+    target_kube.delete(NAMESPACES, None, ops)
     for k in (kube, target_kube):
         for ns in (world.a, world.b):
             k.delete(NAMESPACES, None, ns)
@@ -91,12 +99,14 @@ def describe(row: Row) -> str:
 @pytest.mark.parametrize("row", ROWS, ids=[f"m{i:02d}" for i in range(len(ROWS))])
 def test_a_move_with_each_pair_of_option_values_does_what_the_model_says(row, sides, run, cluster, target):
     world = sides.world
-    ctx = Context(world, modifiers=sides.modifiers, mapped=(unique("cmp-ma"), unique("cmp-mb")))
+    ctx = Context(
+        world, modifiers=sides.modifiers, operator=sides.operator, mapped=(unique("cmp-ma"), unique("cmp-mb"))
+    )
     reset(sides.source, world)
     create_all(sides.source, world.objects())
     reset(sides.target, world, row["target"])
     source_objects = listed(sides.source, world)
-    before = observe(sides.target, world)
+    before, operator = observe(sides.target, world), deployment(sides.target, ctx)
     if row["target"] == "strict":
         before.phases = {world.qualified[0]: PHASES}
     args = [
@@ -116,6 +126,10 @@ def test_a_move_with_each_pair_of_option_values_does_what_the_model_says(row, si
     assert moved.served == expected.target.served, where
     assert differences(expected.target.objects, moved.objects) == {}, where
     report = json.loads(result.out)
+    assert fence_action(report["restore"]["fence"], ctx) == FENCED[row["fence"]], where
+    scaled = fenced_by(json.dumps(report["restore"]), ctx)
+    assert (deployment(sides.target, ctx) == operator) is not scaled, "scaled down and back only when fenced so"
+    assert deployment(sides.target, ctx)[1:] == (1, None), "the operator is scaled back, its annotation gone"
     items = {(i["resource"], i["namespace"], i["name"]): i["result"] for i in report["restore"]["items"]}
     assert {k: v for k, v in items.items() if k[0] in world.qualified} == expected.results, where
     assert report["sourcePaused"] == expected.source_paused, where
@@ -130,6 +144,19 @@ def test_a_move_with_each_pair_of_option_values_does_what_the_model_says(row, si
     assert again.code == expected.code == ExitStatus.SUCCESS, where
     assert differences(expected.source.objects, observe(sides.source, world).objects) == {}, where
     assert differences(expected.target.objects, observe(sides.target, world).objects) == {}, where
+
+
+FENCED = {None: None, "auto": "fenced", "auto+exclude": "excluded"}
+
+
+def fence_action(lines: list[str], ctx: Context) -> str | None:
+    """What the move's fence plan does to the target's operator: fenced (scaled or its objects paused), excluded,
+    or None when there is no plan."""
+    ns, _, name = ctx.operator.split("/")
+    mine = [line for line in lines if line.startswith(f"fence Deployment {ns}/{name} ")]
+    if not mine:
+        return None
+    return "excluded" if ": excluded: " in mine[0] else "fenced"
 
 
 def listed(kube: KubeClient, world: World) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from statusvault.kinds import CONFIGMAPS, EVENTS, LEASES
+from statusvault.kinds import CONFIGMAPS, EVENTS, LEASES, NAMESPACES
 from statusvault.rfc3339 import format_micro
 from statusvault.testing.fixtures import ensure_namespace
 from tests.builders import cr, kc_status, unique
@@ -155,3 +155,44 @@ def test_the_rendered_controller_restores_with_its_own_permissions(run, kube, cr
     assert status["phase"] == "Complete", status.get("message")
     assert kube.get(crds.resolve("kc"), namespace, "prod")["status"] == kc_status(3)
     assert reasons(kube, ctl_ns, "restore-e") == ["RestoreCompleted", "RestoreStarted"]
+
+
+def test_a_fence_auto_intent_fences_a_racing_operator_with_the_controllers_own_permissions(
+    run, kube, namespace, cluster, proxied, tmp_path
+):
+    """The rendered ClusterRole lets the controller read RBAC and workloads, and scale the operator it finds to 0
+    and back: the operator (status writes made slow, so it would race) provisions nothing."""
+    from statusvault.restore.scaledown import ANNOTATION
+    from tests.integration.test_fence import Cluster, N, an_operator_of, backed_up_widgets, saved, slow_status
+    from tests.integration.test_pause import Operator
+    from tests.integration.test_schedule import _service_account_kubeconfig
+
+    group = f"{unique('ctlfence')}.example.com"
+    widgets = backed_up_widgets(run, kube, group, namespace)  # backup "b"; the objects deleted
+    world, ctl_ns = Cluster(kube), unique("ctlf")
+    ensure_namespace(kube, ctl_ns)
+    deployment = an_operator_of(world, group)
+    op = Operator(cluster, namespace, tmp_path / "op.log", deployment, qualified=widgets.qualified)
+    try:
+        args = ("controller", "render", "-n", ctl_ns, "--storage", "s3://b/p", "--include-resources", widgets.qualified)
+        assert run(*args, "--apply").code == 0
+        intent(kube, ctl_ns, "restore-f", backup="b", namespaces=namespace, fence="auto", parallel="4")
+        proxy, _ = proxied(0.0, before=slow_status)
+        as_sa = _service_account_kubeconfig(kube, cluster, ctl_ns, "statusvault-controller", tmp_path, proxy.url)
+
+        result = run("controller", "run", "-n", ctl_ns, "--once", kubeconfig=as_sa)
+
+        assert result.code == 0, result.err
+        status = status_of(kube, ctl_ns, "restore-f")
+        assert status["phase"] == "Complete", status.get("message")
+        assert op.provisions() == [], "scaled to 0 while the objects had no status"
+        ns, name = deployment.split("/")
+        live = world.get(ns, "Deployment", name)
+        assert live["spec"]["replicas"] == 1 and live["metadata"]["generation"] >= 3, "scaled to 0 and back"
+        assert ANNOTATION not in (live["metadata"].get("annotations") or {})
+        for i in range(N):
+            assert kube.get(widgets, namespace, f"w-{i:02d}")["status"] == saved(i)
+    finally:
+        op.stop()
+        world.cleanup()
+        kube.delete(NAMESPACES, None, ctl_ns)

@@ -145,6 +145,11 @@ def test_operators_bound_each_way_are_found_and_the_one_not_allowed_is_not(run, 
     world.bind(f"{name}-grp", "ClusterRole", name, {"kind": "Group", "name": f"system:serviceaccounts:{grouped}"})
     world.cluster_role(f"{name}-wild", [status_rule(group, resources=("*",), verbs=("*",), groups=("*",))])
     world.bind(f"{name}-wild", "ClusterRole", f"{name}-wild", sa(ops, "wild-sa"))
+    world.cluster_role(f"{name}-ns", [status_rule(group, resources=("*/status",))])
+    world.bind(f"{name}-ns", "ClusterRole", f"{name}-ns", sa(ops, "ns-sa"), ns=namespace)  # counts in namespace
+    world.bind(f"{name}-ns", "ClusterRole", f"{name}-ns", sa(ops, "elsewhere-sa"), ns=ops)  # nothing restored there
+    world.bind(f"{name}-user", "ClusterRole", name, {"kind": "User", "apiGroup": RBAC,
+                                                     "name": f"system:serviceaccount:{ops}:user-sa"})  # fmt: skip
     world.cluster_role(f"{name}-no", [status_rule(group, resources=("widgets",), verbs=("get", "update", "patch"))])
     world.bind(f"{name}-no", "ClusterRole", f"{name}-no", sa(ops, "denied-sa"))
     for workload, account, kind in [
@@ -155,6 +160,9 @@ def test_operators_bound_each_way_are_found_and_the_one_not_allowed_is_not(run, 
         ("agent", "cluster-sa", "DaemonSet"),
         ("kept", "cluster-sa", "Deployment"),
         ("denied", "denied-sa", "Deployment"),
+        ("by-clusterrole-in-ns", "ns-sa", "Deployment"),
+        ("elsewhere", "elsewhere-sa", "Deployment"),
+        ("by-user", "user-sa", "Deployment"),
     ]:
         world.workload(ops, workload, account, kind)
     world.workload(grouped, "by-group", "anyone")
@@ -165,7 +173,8 @@ def test_operators_bound_each_way_are_found_and_the_one_not_allowed_is_not(run, 
     assert kube.list_names(widgets, namespace) == set(), "--fence report writes nothing"
     found = fence_lines(report.out)
     assert set(found) == {f"{ops}/{n}" for n in ("by-role", "by-clusterrole", "by-aggregation", "by-wildcard",
-                                                  "agent", "kept")} | {f"{grouped}/by-group"}, report.out  # fmt: skip
+                                                  "agent", "kept", "by-clusterrole-in-ns", "by-user")} | {
+                                                  f"{grouped}/by-group"}, report.out  # fmt: skip
     for n in ("by-role", "by-clusterrole", "by-aggregation"):
         assert "scale to 0 and back" in found[f"{ops}/{n}"], found
     assert "only reported" in found[f"{ops}/agent"]
@@ -173,6 +182,8 @@ def test_operators_bound_each_way_are_found_and_the_one_not_allowed_is_not(run, 
     assert f"via RoleBinding {namespace}/{name}" in report.out
     assert f"ClusterRole {name}-agg (aggregating {name}-part)" in report.out
     assert f"subject group system:serviceaccounts:{grouped}" in report.out
+    assert f"resources */status; verbs update] via RoleBinding {namespace}/{name}-ns" in report.out
+    assert f"subject user system:serviceaccount:{ops}:user-sa" in report.out
     as_data = json.loads(run("restore", "b", "--fence", "report", "-o", "json").out)
     assert {f"{c['namespace']}/{c['name']}" for c in as_data["controllers"]} == set(found)
 
@@ -310,3 +321,37 @@ def test_rbac_the_user_cannot_read_stops_auto_before_any_write_and_warns_under_b
     assert "fence: warning: cannot read the cluster's RBAC" in going_on.out and "NOTHING was fenced" in going_on.out
     for i in range(N):
         assert kube.get(widgets, namespace, f"w-{i:02d}")["status"] == saved(i)
+
+
+def test_the_plan_names_the_status_managers_the_backup_recorded_and_the_restore_never_sends_them(
+    run, kube, namespace, world, tmp_path
+):
+    group = f"{unique('mgr')}.example.com"
+    widgets = install_crds(kube, [crd(group, "Widget")]).by_qualified(f"widgets.{group}")
+    writers = {"w-00": "status-op-controller", "w-01": "status-op-controller", "w-02": "remote-syncer"}
+    for name, manager in writers.items():
+        created = kube.create(widgets, namespace, cr(f"{group}/v1", "Widget", name, spec={"size": 1}))
+        kube.replace(widgets, namespace, name, {**created, "status": saved(0)}, sub="status", manager=manager)
+    assert run("backup", "b", "-n", namespace, "--include-resources", widgets.qualified, "--no-include-crds").code == 0
+    for name in writers:  # the cluster's objects gone: only the backup can name the managers
+        kube.delete(widgets, namespace, name)
+        wait_gone(kube, widgets, namespace, name)
+    deployment = an_operator_of(world, group)  # serviceaccount "operator", Deployment "op"
+
+    report = run("restore", "b", "--fence", "report", "-o", "json")
+
+    assert report.code == ExitStatus.SUCCESS, report.err
+    plan = json.loads(report.out)
+    (mine,) = [c for c in plan["controllers"] if f"{c['namespace']}/{c['name']}" == deployment]
+    assert mine["managers"] == ["status-op-controller"] and plan["managersFrom"] == "backup"
+    assert plan["unmatchedManagers"] == ["remote-syncer"], "a manager no workload here stands for is reported"
+    text = run("restore", "b", "--fence", "report").out
+    assert "wrote status of the objects in the backup as field manager 'status-op-controller'" in text
+    assert "field manager 'remote-syncer' wrote status of the objects in the backup, but no workload" in text
+
+    restored = run("restore", "b", "--fence", "auto")
+
+    assert restored.code == ExitStatus.SUCCESS, restored.err
+    for name in writers:
+        managers = {e["manager"] for e in kube.get(widgets, namespace, name)["metadata"]["managedFields"]}
+        assert not managers & set(writers.values()), "the backup's managers are never sent: the server names ours"

@@ -35,6 +35,7 @@ from tests.integration.crs.test_faults import assert_exact, snapshot
 from tests.integration.test_fence import Cluster, an_operator_of, backed_up_widgets
 from tests.integration.test_fence import N as WIDGETS
 from tests.integration.test_fence import saved as widget_status
+from tests.integration.test_fence_move import widgets_in
 from tests.killsteps import Pause, Request, Where, kill_at, spawn
 
 GROUP = "rds.aws.upbound.io"  # a Crossplane provider's group: --pause auto uses crossplane.io/paused
@@ -594,3 +595,45 @@ def test_a_restore_killed_at_each_step_of_fencing_then_run_again_ends_with_the_o
     assert ANNOTATION not in (live["metadata"].get("annotations") or {})
     for i in range(WIDGETS):
         assert kube.get(widgets, namespace, f"w-{i:02d}")["status"] == widget_status(i)
+
+
+def on_target(where: Where) -> Where:
+    return dataclasses.replace(where, side="target") if isinstance(where, Request) else where
+
+
+@pytest.mark.parametrize("step", list(FENCE_STEPS))
+def test_a_fenced_move_killed_at_each_step_of_fencing_then_run_again_ends_with_the_original_replicas(
+    run, kube, namespace, proxied, target_proxied, tmp_path, step
+):
+    """move --fence auto fences the target's operator (found by its ClusterRole there) for the move's restore."""
+    group = f"{unique('mvkill')}.example.com"
+    tproxy, tkubeconfig, target_kube = target_proxied
+    widgets_in(kube, group, namespace)
+    target_world = Cluster(target_kube)
+    ops, name = an_operator_of(target_world, group, replicas=2).split("/")
+    proxy, kubeconfig = proxied(0.0)
+    args = [*move_args(kubeconfig, tkubeconfig, namespace), "--fence", "auto"]
+    where, left = FENCE_STEPS[step]
+
+    def state() -> tuple[int, str | None]:
+        live = target_world.get(ops, "Deployment", name)
+        return live["spec"]["replicas"], (live["metadata"].get("annotations") or {}).get(ANNOTATION)
+
+    try:
+        kill_at(on_target(where), args, env_of(run), {"source": proxy, "target": tproxy}, tmp_path)
+        deadline = time.monotonic() + 5  # a request that lands goes on through the proxy after the kill
+        while state() != left and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert state() == left
+
+        again = run(*args[2:], "-o", "json", kubeconfig=kubeconfig)
+
+        assert again.code == ExitStatus.SUCCESS, again.out + again.err
+        assert json.loads(again.out)["verifyProblems"] == []
+        assert state() == (2, None), "the original count: never fenced twice (which would remember 0)"
+        moved = discover(target_kube).by_qualified(f"widgets.{group}")
+        for i in range(WIDGETS):
+            assert target_kube.get(moved, namespace, f"w-{i:02d}")["status"] == widget_status(i)
+    finally:
+        target_world.cleanup()
+        target_kube.delete(NAMESPACES, None, namespace)

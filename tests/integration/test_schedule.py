@@ -122,14 +122,17 @@ def test_render_refuses_local_storage(run):
     assert "needs --storage s3://" in result.err
 
 
-def _service_account_kubeconfig(kube: KubeClient, cluster, ns: str, account: str, tmp_path: Path) -> Path:
+def _service_account_kubeconfig(
+    kube: KubeClient, cluster, ns: str, account: str, tmp_path: Path, server: str = ""
+) -> Path:
     """A kubeconfig holding a bound token of the ServiceAccount, from the TokenRequest API (Kubernetes 1.24+
-    writes no token Secrets; the test cluster's token controller is off, as there)."""
+    writes no token Secrets; the test cluster's token controller is off, as there); `server`: another URL (a
+    proxy's) than the cluster's."""
     sa_type = ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True)
     request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}
     answer = kube.request_json(Request("POST", sa_type.path(ns, account, "token"), body=orjson.dumps(request)))
     path = tmp_path / f"kubeconfig-{account}"
-    path.write_text(kubeconfig_yaml(cluster.server, account, answer["status"]["token"]))
+    path.write_text(kubeconfig_yaml(server or cluster.server, account, answer["status"]["token"]))
     return path
 
 

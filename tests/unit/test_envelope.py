@@ -60,7 +60,7 @@ def test_the_archive_keeps_the_data_key_id_but_no_wrapping(store, files):
     with open_backup(store, "b", Keyring((files["a"],))) as reader:
         inner = reader.head()["encryption"]
     assert inner == {"algorithm": "AES-256-GCM-STREAM-64K", "keyId": manifest_of(store, "b")["encryption"]["keyId"]}
-    assert reader.head()["formatVersion"] == manifest_of(store, "b")["formatVersion"] == "1.1"
+    assert reader.head()["formatVersion"] == manifest_of(store, "b")["formatVersion"] == "1.2"
 
 
 def test_the_key_that_unwraps_is_picked_from_several(store, files):

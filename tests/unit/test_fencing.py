@@ -199,17 +199,28 @@ def test_managers_are_matched_to_controllers_and_the_rest_reported():
     objects = [
         {
             "metadata": {
-                "managedFields": [{"manager": "op-sa-manager", "subresource": "status"}, {"manager": "kubectl"}]
+                "managedFields": [
+                    {"manager": "op-sa-manager", "subresource": "status", "fieldsV1": {"f:status": {}}},
+                    {"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}},
+                    {"manager": "legacy-writer", "operation": "Update", "fieldsV1": {"f:status": {}}},
+                ]
             }
         },
+        {"metadata": {"managedFields": [{"manager": "archived-writer", "operation": "Update"}]}},  # kept by a backup
         {"metadata": {"managedFields": [{"manager": "outside-operator", "subresource": "status"}]}},
         {"metadata": {"managedFields": [{"manager": "statusvault-restore-1", "subresource": "status"}]}},
     ]
     managers = status_managers(objects)
-    assert managers == {"op-sa-manager", "outside-operator", "statusvault-restore-1"}
+    assert managers == {
+        "op-sa-manager",
+        "legacy-writer",
+        "archived-writer",
+        "outside-operator",
+        "statusvault-restore-1",
+    }
     plan = plan_fencing(EVERY_SA, OPS, TARGETS, status_managers={"widgets.example.com": managers})
     assert plan.controllers[0].managers == ("op-sa-manager",)
-    assert plan.unmatched == ("outside-operator",)
+    assert plan.unmatched == ("archived-writer", "legacy-writer", "outside-operator")
 
 
 def test_the_plan_says_why_and_what():
@@ -219,8 +230,8 @@ def test_the_plan_says_why_and_what():
         "widgets.example.com",
         "  may write widgets.example.com/status: ClusterRole w rule [apiGroups example.com; resources "
         "widgets/status; verbs update] via ClusterRoleBinding b-w (subject serviceaccount ops/op-sa)",
-        "fence: field manager 'elsewhere' wrote status of the objects, but no workload found here may: a controller "
-        "outside the cluster, or one using a user's credentials? (not fenced)",
+        "fence: field manager 'elsewhere' wrote status of the objects in the cluster, but no workload found here may: "
+        "a controller outside the cluster, or one using a user's credentials? (not fenced)",
     ]
     assert plan_fencing(Rbac(), OPS, TARGETS).lines() == [
         "fence: no controller in the cluster may write the status of the restored resources"

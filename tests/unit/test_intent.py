@@ -129,8 +129,17 @@ def test_the_rendered_controller_is_least_privilege_and_non_root():
     cluster_rules = {r["apiGroups"][0]: r for r in manifests["ClusterRole"]["rules"]}
     assert cluster_rules["xyz.example.com"]["resources"] == ["kubernetesclusters", "kubernetesclusters/status"]
     assert "delete" not in cluster_rules["xyz.example.com"]["verbs"], "a restore never deletes"
-    assert set(cluster_rules) == {"", "apiextensions.k8s.io", "xyz.example.com", "apps"}
-    assert cluster_rules["apps"]["verbs"] == ["get", "patch"], "only to scale operators down and back"
+    assert set(cluster_rules) == {"", "apiextensions.k8s.io", "xyz.example.com", "apps", "rbac.authorization.k8s.io"}
+    apps = {v: sorted(r["resources"]) for r in manifests["ClusterRole"]["rules"] if r["apiGroups"] == ["apps"]
+            for v in r["verbs"]}  # fmt: skip
+    assert apps == {
+        "get": ["deployments", "deployments/scale", "statefulsets", "statefulsets/scale"],
+        "patch": ["deployments", "deployments/scale", "statefulsets", "statefulsets/scale"],  # scale down and back
+        "list": ["daemonsets", "deployments", "statefulsets"],  # which workloads --fence finds
+    }
+    rbac = cluster_rules["rbac.authorization.k8s.io"]
+    assert rbac["verbs"] == ["get", "list"], "RBAC is only read (to find who may write a status)"
+    assert rbac["resources"] == ["clusterrolebindings", "clusterroles", "rolebindings", "roles"]
     assert manifests["Role"]["metadata"]["namespace"] == "sv"
     assert {r["resources"][0] for r in manifests["Role"]["rules"]} == {"configmaps", "leases", "events"}
     pod = manifests["Deployment"]["spec"]["template"]["spec"]

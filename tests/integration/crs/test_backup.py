@@ -70,7 +70,9 @@ def test_default_selection_takes_custom_resources_with_status_and_their_crds(run
     prod = files[f"resources/kubernetesclusters.xyz.example.com/namespaces/{ns}/prod.json"]
     assert prod["status"] == kc_status(1)
     assert prod["metadata"]["labels"] == {"env": "prod"}
-    assert "managedFields" not in prod["metadata"]
+    writers = prod["metadata"]["managedFields"]  # who wrote its status (through /status), not which fields
+    assert [e["operation"] for e in writers] == ["Update"], writers
+    assert all(set(e) <= {"manager", "operation", "subresource", "time"} for e in writers), writers
     assert files[f"resources/legacyapps.legacy.example.com/namespaces/{ns}/billing.json"]["status"] == {
         "externalRef": "app-1"
     }
@@ -92,7 +94,7 @@ def test_default_selection_takes_custom_resources_with_status_and_their_crds(run
 def test_manifest_records_selection_versions_and_hashes(run, seeded, git_version):
     assert run("backup", "m1", "-n", seeded).code == 0
     manifest = ArchiveReader(archive_of(run.storage, "m1")).manifest()
-    assert manifest["formatVersion"] == "1.0"
+    assert manifest["formatVersion"] == "1.2"
     assert manifest["server"]["gitVersion"] == git_version
     assert manifest["selection"]["namespaces"] == [seeded]
     widgets = manifest["resources"]["widgets.example.com"]
