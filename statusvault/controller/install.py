@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from statusvault.controller.crd import GROUP as RESTORE_GROUP
+from statusvault.controller.crd import PLURAL as RESTORES
 from statusvault.model import CRD_GROUP, CRD_RESOURCE, KubeObject, ResourceType
 from statusvault.schedule import (
     DEFAULT_IMAGE,
@@ -52,8 +54,11 @@ def restore_rules(types: list[ResourceType]) -> list[dict[str, Any]]:
 
 
 def own_namespace_rules() -> list[dict[str, Any]]:
-    """Intents and their status ConfigMaps, the Leases, and Events, in the controller's namespace only."""
+    """Restores and their status, intents and their status ConfigMaps, the Leases, and Events, in the
+    controller's namespace only."""
     return [
+        {"apiGroups": [RESTORE_GROUP], "resources": [RESTORES], "verbs": ["get", "list"]},
+        {"apiGroups": [RESTORE_GROUP], "resources": [f"{RESTORES}/status"], "verbs": ["get", "update"]},
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "update"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
@@ -101,9 +106,10 @@ def deployment(spec: ControllerSpec) -> KubeObject:
     }
 
 
-def render(spec: ControllerSpec, types: list[ResourceType]) -> list[KubeObject]:
-    """Every manifest of the controller, in apply order."""
+def render(spec: ControllerSpec, types: list[ResourceType], crds: list[KubeObject]) -> list[KubeObject]:
+    """Every manifest of the controller, in apply order: its resources' CRDs first."""
     return [
+        *crds,
         {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(spec.namespace)},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, spec.namespace)},
         {"apiVersion": RBAC_API, "kind": "ClusterRole", "metadata": _meta(NAME), "rules": restore_rules(types)},
