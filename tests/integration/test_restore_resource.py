@@ -3,13 +3,18 @@ admission, and the controller reconciles it into a restore with kstatus conditio
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from statusvault.cli.specfields import crds as restore_crds
 from statusvault.errors import KubeApiError
-from statusvault.kube.transport import APPLY_PATCH
+from statusvault.kinds import EVENTS, LEASES
+from statusvault.kube.transport import APPLY_PATCH, MERGE_PATCH
 from statusvault.testing.fixtures import ensure_namespace, install_crds
-from tests.builders import unique
+from tests.builders import cr, kc_status, unique
+from tests.integration.crs.servers import delete_namespace
+from tests.integration.crs.test_restore import KC
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +77,139 @@ def test_install_dry_run_prints_the_crd_first(run, crds):
     first = result.out.split("\n---")[0]
     assert "kind: CustomResourceDefinition" in first and "name: restores.statusvault.dev" in first
     assert "kind: Deployment" in result.out
+
+
+# --- the controller reconciling Restores ---
+
+
+def wait_for(restores, kube, ns, name, condition="Ready", status="True", timeout=60.0) -> dict:
+    """kubectl wait --for=condition=<condition> restore/<name>: the condition of that type has that status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        obj = kube.get(restores, ns, name) or {}
+        conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+        if conds.get(condition, {}).get("status") == status:
+            return obj
+        assert time.monotonic() < deadline, f"{condition}={status} never came: {obj.get('status')}"
+        time.sleep(0.2)
+
+
+def events_on(kube, ns, name) -> dict[str, str]:
+    return {
+        e["reason"]: e["type"]
+        for page in kube.list_pages(EVENTS, ns)
+        for e in page
+        if e["involvedObject"]["name"] == name and e["involvedObject"]["kind"] == "Restore"
+    }
+
+
+def backed_up(run, kube, make, namespace, count):
+    for i in range(count):
+        make(cr(KC, "KubernetesCluster", f"k-{i}", status=kc_status(i)), namespace)
+    assert run("backup", "nightly", "-n", namespace).code == 0
+    delete_namespace(kube, namespace)
+
+
+@pytest.fixture
+def controller(run):
+    started = []
+
+    def _start(ns, kubeconfig=None):
+        proc = run.spawn("controller", "run", "-n", ns, "--interval", "1", kubeconfig=kubeconfig)
+        started.append(proc)
+        return proc
+
+    yield _start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_restore_becomes_ready_when_every_object_has_its_status(
+    run, kube, crds, make, namespace, restores, ctl_ns, controller
+):
+    backed_up(run, kube, make, namespace, 2)
+    made = kube.create(restores, ctl_ns, restore_body("r1", backup="nightly", namespace=[namespace]))
+    controller(ctl_ns)
+
+    obj = wait_for(restores, kube, ctl_ns, "r1")
+    for i in range(2):
+        assert kube.get(crds.resolve("kc"), namespace, f"k-{i}")["status"] == kc_status(i)
+    status = obj["status"]
+    assert status["observedGeneration"] == made["metadata"]["generation"] == 1
+    assert (status["phase"], status["withoutStatus"], status["failed"]) == ("Complete", 0, 0)
+    assert status["created"] >= 2 and status["statusWritten"] == 2, status
+    assert status["startedAt"] <= status["completedAt"]
+    ready = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert ready == {"Ready": ("True", "Completed"), "Reconciling": ("False", "Completed"),
+                     "Stalled": ("False", "Completed")}  # fmt: skip
+    assert events_on(kube, ctl_ns, "r1") == {"RestoreStarted": "Normal", "RestoreCompleted": "Normal"}
+
+
+def test_a_restore_that_loses_a_race_is_partially_restored_and_names_the_object(
+    run, kube, crds, make, namespace, restores, ctl_ns, proxied
+):
+    backed_up(run, kube, make, namespace, 2)
+    kc = crds.resolve("kc")
+
+    def another_writer(method, path, body):  # changes k-1 before each of our status writes: every one is stale
+        if method == "PUT" and path.split("?")[0].endswith("/k-1/status"):
+            kube.patch(kc, namespace, "k-1", {"metadata": {"labels": {"touched": str(time.monotonic_ns())}}},
+                       MERGE_PATCH)  # fmt: skip
+
+    _, kubeconfig = proxied(0.0, before=another_writer)
+    kube.create(restores, ctl_ns, restore_body("r2", backup="nightly", namespace=[namespace]))
+    result = run("controller", "run", "-n", ctl_ns, "--once", kubeconfig=kubeconfig)
+    assert result.code == 0, result.err
+
+    obj = wait_for(restores, kube, ctl_ns, "r2", "Stalled", "True")
+    conds = {c["type"]: (c["status"], c["reason"]) for c in obj["status"]["conditions"]}
+    assert conds["Ready"] == ("False", "PartiallyRestored"), "never Ready with an object lacking its status"
+    assert (obj["status"]["withoutStatus"], obj["status"]["statusWritten"]) == (1, 1)
+    assert kube.get(kc, namespace, "k-0")["status"] == kc_status(0)
+    lost = kube.get(kc, namespace, "k-1")
+    assert lost.get("status") != kc_status(1)
+    note = lost["metadata"]["annotations"]["statusvault.dev/status-not-restored"]
+    assert note.startswith(f"Restore {ctl_ns}/r2: ") and "409" in note, note
+    assert events_on(kube, ctl_ns, "r2")["RestoreFailed"] == "Warning"
+
+
+def test_deleting_a_restore_mid_run_stops_it_and_a_new_one_resumes(
+    run, kube, crds, make, namespace, restores, ctl_ns, proxied, controller
+):
+    backed_up(run, kube, make, namespace, 8)
+    kc = crds.resolve("kc")
+
+    def slow_creates(method, path, body):
+        if method == "POST" and "/kubernetesclusters" in path:
+            time.sleep(0.4)
+
+    proxy, kubeconfig = proxied(0.0, before=slow_creates)
+    spec = {"backup": "nightly", "namespace": [namespace], "parallel": 1}
+    kube.create(restores, ctl_ns, restore_body("r3", **spec))
+    proc = controller(ctl_ns, kubeconfig)
+    wait_for(restores, kube, ctl_ns, "r3", "Reconciling", "True")
+    deadline = time.monotonic() + 60
+    while not [k for page in kube.list_pages(kc, namespace) for k in page]:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    kube.delete(restores, ctl_ns, "r3")
+    lease = "statusvault-restores-r3"
+    while "holderIdentity" in ((kube.get(LEASES, ctl_ns, lease) or {}).get("spec") or {"holderIdentity": 1}):
+        assert time.monotonic() < deadline and proc.poll() is None, "the attempt never ended"
+        time.sleep(0.1)
+    assert proc.poll() is None, "the controller goes on"
+    done = len([k for page in kube.list_pages(kc, namespace) for k in page])
+    assert 0 < done < 8, "stopped before its last object"
+    assert "RestoreStopped" in events_on(kube, ctl_ns, "r3")
+    proc.kill()
+    proc.wait()
+
+    proxy.before = lambda method, path, body: None
+    kube.create(restores, ctl_ns, restore_body("r4", **spec))
+    result = run("controller", "run", "-n", ctl_ns, "--once", kubeconfig=kubeconfig)  # the same cluster URL
+    assert result.code == 0, result.err
+    status = wait_for(restores, kube, ctl_ns, "r4")["status"]
+    assert status["resumed"] >= done and status["withoutStatus"] == 0, status
+    for i in range(8):
+        assert kube.get(kc, namespace, f"k-{i}")["status"] == kc_status(i)
