@@ -4,8 +4,10 @@ admission, and the controller reconciles it into a restore with kstatus conditio
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from statusvault.cli.specfields import crds as restore_crds
 from statusvault.errors import KubeApiError
@@ -57,6 +59,12 @@ def test_no_status_alone_and_filters_alone_are_accepted(kube, restores, ctl_ns):
     kube.create(
         restores, ctl_ns, restore_body("b", backup="b", **{"no-status": False, "status-include-resources": ["kc"]})
     )
+
+
+def test_the_documented_example_is_accepted(kube, restores, ctl_ns):
+    example = yaml.safe_load((Path(__file__).resolve().parents[2] / "docs" / "gitops" / "restore.yaml").read_text())
+    made = kube.create(restores, ctl_ns, {**example, "metadata": {"name": "example"}})
+    assert made["spec"] == example["spec"], "nothing pruned"
 
 
 def test_an_unknown_field_is_refused_by_an_apply(kube, restores, ctl_ns):
