@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
+from statusvault.cli.backups import backup as backup_cmd
 from statusvault.cli.restore import restore_cmd
-from statusvault.controller.crd import NOT_IN_SPEC, SpecField, restore_crd
+from statusvault.controller.crd import NOT_IN_BACKUP_SPEC, NOT_IN_SPEC, SpecField, backup_crd, restore_crd
 from statusvault.model import KubeObject
 from statusvault.optiontable import COMMAND_OPTIONS
 
@@ -44,19 +45,26 @@ def _help(param: click.Option, name: str) -> str:
     return text if not text or text.endswith(".") else text + "."
 
 
-def restore_fields() -> list[SpecField]:
-    """Every restore option the controller honours, in the command's order."""
-    offered = COMMAND_OPTIONS["restore"]
+def fields_of(command: click.Command, offered: frozenset[str], left_out: dict[str, str]) -> list[SpecField]:
+    """Every option of `command` the controller honours, in the command's order."""
     fields = []
-    for param in restore_cmd.params:
+    for param in command.params:
         if not isinstance(param, click.Option):
             continue
         flag = next((o for o in param.opts if o.startswith("--")), "")
-        if flag in offered and flag not in NOT_IN_SPEC:
+        if flag in offered and flag not in left_out:
             name = flag.lstrip("-")
             fields.append(SpecField(name, _schema(param), _help(param, name)))
     return fields
 
 
+def restore_fields() -> list[SpecField]:
+    return fields_of(restore_cmd, COMMAND_OPTIONS["restore"], NOT_IN_SPEC)
+
+
+def backup_fields() -> list[SpecField]:
+    return fields_of(backup_cmd, COMMAND_OPTIONS["backup"], NOT_IN_BACKUP_SPEC)
+
+
 def crds() -> list[KubeObject]:
-    return [restore_crd(restore_fields())]
+    return [restore_crd(restore_fields()), backup_crd(backup_fields())]

@@ -14,6 +14,8 @@ PENDING = "Pending"  # a Restore waiting for another replica's Lease (not a phas
 
 class Reason:
     RESTORING = "Restoring"
+    BACKING_UP = "BackingUp"
+    BACKUP_FAILED = "BackupFailed"
     WAITING_FOR_LEASE = "WaitingForLease"
     COMPLETED = "Completed"
     PARTIALLY_RESTORED = "PartiallyRestored"  # objects left without their saved status (or failed)

@@ -1,6 +1,6 @@
-"""The `Restore` custom resource (statusvault.dev/v1alpha1): its CRD, generated from the restore command's
-options, so that each option the controller honours is a typed spec field under its long name and the option
-table's conflicts and needs are refused by the API server at admission.
+"""The `Restore` and `Backup` custom resources (statusvault.dev/v1alpha1): their CRDs, generated from the
+restore and backup commands' options, so that each option the controller honours is a typed spec field under
+its long name and the option table's conflicts and needs are refused by the API server at admission.
 
 Pure: the caller (the CLI) describes each option as a `SpecField`; this module only builds the schema.
 """
@@ -44,7 +44,20 @@ NOT_IN_SPEC = {
     "--strict": "not honoured by the controller yet",
     "--at": "not honoured by the controller yet",
 }
-EXTRA_FIELDS = ("backup",)  # spec fields that are not options: the backup to restore (the command's argument)
+BACKUP_KIND = "Backup"
+BACKUP_PLURAL = "backups"
+_CONTROLLERS = "the controller's own (its flags and Secrets)"
+NOT_IN_BACKUP_SPEC = {
+    **{f: _CONTROLLERS for f in NOT_IN_SPEC if f.startswith("--s3-")},
+    "--encryption-key-file": "backups are encrypted with the controller's key (its Secret)",
+    "--kms-key-id": "backups are encrypted with the controller's key (its Secret)",
+    "--output": "the outcome is the resource's status and Events",
+    "--metrics-textfile": _CONTROLLERS,
+    "--metrics-pushgateway": _CONTROLLERS,
+    "--lock-mode": "not honoured by the controller yet",
+    "--lock-for": "not honoured by the controller yet",
+    "--legal-hold": "not honoured by the controller yet",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +104,7 @@ def _condition_schema() -> dict[str, Any]:
 
 
 STATUS_INTS = ("observedGeneration", "attempts", "objects", "created", "statusWritten", "withoutStatus", "failed")
-STATUS_INTS_MORE = ("resumed", "processes", "unpaused", "leftPaused")
+STATUS_INTS_MORE = ("resumed", "processes", "unpaused", "leftPaused", "withStatus")
 STATUS_STRINGS = (
     "phase", "digest", "appliedDigest", "appliedBackup", "backup", "startedAt", "completedAt", "nextAttemptAt",
     "holder", "message", "reason",
@@ -126,13 +139,37 @@ COLUMNS = [
 ]
 
 
+BACKUP_COLUMNS = [
+    _column("Backup", ".status.backup"),
+    _column("Phase", ".status.phase"),
+    _column("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+    _column("Reason", '.status.conditions[?(@.type=="Ready")].reason'),
+    _column("Objects", ".status.objects", "integer"),
+    _column("Age", ".metadata.creationTimestamp", "date"),
+    _column("Message", ".status.message", priority=1),
+]
+
+
 def restore_crd(fields: list[SpecField]) -> KubeObject:
-    """The Restore CRD, its spec holding `fields` (and `backup`), its status kstatus-shaped."""
+    """The Restore CRD, its spec holding `fields` (and `backup`, required), its status kstatus-shaped."""
+    backup = {"type": "string", "minLength": 1, "description": "The backup to restore."}
+    return _crd(KIND, PLURAL, fields, backup, ["backup"], COLUMNS)
+
+
+def backup_crd(fields: list[SpecField]) -> KubeObject:
+    """The Backup CRD: a one-off backup of `fields`' selection, named `backup` (default: the resource's name)."""
+    backup = {"type": "string", "minLength": 1, "description": "The backup's name (default: this resource's)."}
+    return _crd(BACKUP_KIND, BACKUP_PLURAL, fields, backup, [], BACKUP_COLUMNS)
+
+
+def _crd(
+    kind: str, plural: str, fields: list[SpecField], backup: dict[str, Any], required: list[str], columns: list[Any]
+) -> KubeObject:
     by_name = {f.name: f for f in fields}
-    props: dict[str, Any] = {"backup": {"type": "string", "minLength": 1, "description": "The backup to restore."}}
+    props: dict[str, Any] = {"backup": backup}
     for f in fields:
         props[f.name] = {**f.schema, **({"description": f.description} if f.description else {})}
-    spec: dict[str, Any] = {"type": "object", "required": ["backup"], "properties": props}
+    spec: dict[str, Any] = {"type": "object", "properties": props, **({"required": required} if required else {})}
     checks = rules(by_name)
     if checks:
         spec["allOf"] = checks
@@ -147,21 +184,21 @@ def restore_crd(fields: list[SpecField]) -> KubeObject:
         "storage": True,
         "schema": {"openAPIV3Schema": schema},
         "subresources": {"status": {}},
-        "additionalPrinterColumns": COLUMNS,
+        "additionalPrinterColumns": columns,
     }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}", "labels": {"app.kubernetes.io/name": "statusvault"}},
+        "metadata": {"name": f"{plural}.{GROUP}", "labels": {"app.kubernetes.io/name": "statusvault"}},
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
             "names": {
-                "plural": PLURAL,
-                "singular": "restore",
-                "kind": KIND,
-                "listKind": "RestoreList",
-                "shortNames": ["svrestore"],
+                "plural": plural,
+                "singular": kind.lower(),
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "shortNames": [f"sv{kind.lower()}"],
                 "categories": ["statusvault"],
             },
             "versions": [version],

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from statusvault.controller.crd import GROUP as RESTORE_GROUP
-from statusvault.controller.crd import PLURAL as RESTORES
+from statusvault.controller.crd import BACKUP_PLURAL, PLURAL
+from statusvault.controller.crd import GROUP as OWN_GROUP
 from statusvault.model import CRD_GROUP, CRD_RESOURCE, KubeObject, ResourceType
 from statusvault.schedule import (
     DEFAULT_IMAGE,
@@ -54,11 +54,15 @@ def restore_rules(types: list[ResourceType]) -> list[dict[str, Any]]:
 
 
 def own_namespace_rules() -> list[dict[str, Any]]:
-    """Restores and their status, intents and their status ConfigMaps, the Leases, and Events, in the
+    """Restores and Backups and their status, intents and their status ConfigMaps, the Leases, and Events, in the
     controller's namespace only."""
     return [
-        {"apiGroups": [RESTORE_GROUP], "resources": [RESTORES], "verbs": ["get", "list"]},
-        {"apiGroups": [RESTORE_GROUP], "resources": [f"{RESTORES}/status"], "verbs": ["get", "update"]},
+        {"apiGroups": [OWN_GROUP], "resources": [PLURAL, BACKUP_PLURAL], "verbs": ["get", "list"]},
+        {
+            "apiGroups": [OWN_GROUP],
+            "resources": [f"{PLURAL}/status", f"{BACKUP_PLURAL}/status"],
+            "verbs": ["get", "update"],
+        },
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "update"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},

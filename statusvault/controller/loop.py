@@ -16,9 +16,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from statusvault import rfc3339
 from statusvault.archive.envelope import Keys
+from statusvault.controller.backups import BackupIntent, parse_backup, run_backup
 from statusvault.controller.conditions import PENDING, Reason
 from statusvault.controller.intent import (
     INTENT_LABEL,
@@ -33,7 +35,7 @@ from statusvault.controller.intent import (
     retry_delay,
 )
 from statusvault.controller.lease import Lease
-from statusvault.controller.restores import RESTORES, RestoreTarget, parse_restore, spec_digest
+from statusvault.controller.restores import BACKUPS, RESTORES, ResourceTarget, parse_restore, spec_digest
 from statusvault.controller.runs import Run, mark_without_status, outcome_counts, watch_for_deletion
 from statusvault.controller.targets import ConfigMapTarget, Target
 from statusvault.errors import ArchiveError, BackupNotFoundError, ConfigError, KubeApiError, StatusVaultError
@@ -119,7 +121,11 @@ class Controller:
     def reconcile_all(self) -> int:
         """One pass over every intent and every Restore; returns how many restores it ran."""
         ran = 0
-        sources = ((CONFIGMAPS, f"{INTENT_LABEL}=true", self.reconcile), (RESTORES, "", self.reconcile_restore))
+        sources = (
+            (CONFIGMAPS, f"{INTENT_LABEL}=true", self.reconcile),
+            (RESTORES, "", self.reconcile_restore),
+            (BACKUPS, "", self.reconcile_backup),
+        )
         for rt, selector, reconcile in sources:
             for obj in self._listed(rt, selector):
                 if self.stop.is_set():
@@ -139,7 +145,7 @@ class Controller:
         except KubeApiError as e:
             if e.code != 404 or rt is CONFIGMAPS:
                 raise
-            log.debug("the Restore CRD is not installed: only restore-intent ConfigMaps are reconciled")
+            log.debug("the %s CRD is not installed: none is reconciled", rt.kind)
 
     def reconcile(self, cm: KubeObject) -> bool:
         """A restore-intent ConfigMap."""
@@ -150,14 +156,22 @@ class Controller:
             return False
         target = ConfigMapTarget(self.client, self.config.namespace, self.config.holder, cm, status_cm)
         digest = digest_of(dict(cm.get("data") or {}))
-        return self._reconcile(target, lambda: parse_intent(cm), digest, "InvalidIntent")
+        return self._reconcile(target, lambda: parse_intent(cm), digest, "InvalidIntent", self._restore)
 
     def reconcile_restore(self, obj: KubeObject) -> bool:
         """A Restore resource."""
-        target = RestoreTarget(self.client, self.config.holder, obj)
-        return self._reconcile(target, lambda: parse_restore(obj), spec_digest(obj), Reason.INVALID_SPEC)
+        target = ResourceTarget(self.client, self.config.holder, obj)
+        return self._reconcile(target, lambda: parse_restore(obj), spec_digest(obj), Reason.INVALID_SPEC, self._restore)
 
-    def _reconcile(self, target: Target, parse: Callable[[], Intent], digest: str, invalid: str) -> bool:
+    def reconcile_backup(self, obj: KubeObject) -> bool:
+        """A Backup resource."""
+        target = ResourceTarget(self.client, self.config.holder, obj, BACKUPS)
+        return self._reconcile(target, lambda: parse_backup(obj), spec_digest(obj), Reason.INVALID_SPEC, self._backup)
+
+    def _reconcile(
+        self, target: Target, parse: Callable[[], Any], digest: str, invalid: str, act: Callable[..., bool]
+    ) -> bool:
+        """Parse, decide (next_step), take the Lease, and `act(target, parsed, step, lost)`."""
         status = target.status
         try:
             intent = parse()
@@ -179,12 +193,12 @@ class Controller:
         lease = Lease(self.client, c.namespace, target.lease_name, c.holder, c.lease_seconds)
         if not lease.acquire():
             log.info("%s is being restored by another replica", target.describe())
-            if isinstance(target, RestoreTarget) and status.get("digest") != intent.digest:
+            if isinstance(target, ResourceTarget) and status.get("digest") != intent.digest:
                 target.write({"phase": PENDING, "reason": Reason.WAITING_FOR_LEASE, "message": "another replica's"
                               " Lease on it is live"})  # fmt: skip
             return False
         try:
-            return self._restore(target, intent, step, lease.lost)
+            return act(target, intent, step, lease.lost)
         finally:
             lease.release()
 
@@ -196,20 +210,38 @@ class Controller:
         cm = self.client.get(CONFIGMAPS, ns, intent.modifiers)
         return dataclasses.replace(intent.options, modifiers=modifiers_from(cm, intent.modifiers, ns))
 
-    def _restore(self, target: Target, intent: Intent, step: NextStep, lost: threading.Event) -> bool:
+    def _start(self, target: Target, digest: str, backup: str, step: NextStep, verb: str) -> bool:
+        """Record InProgress and the Started event; False when the target changed under us."""
         progress = {
             "phase": Phase.IN_PROGRESS,
-            "reason": Reason.RESTORING,
-            "digest": intent.digest,
-            "backup": intent.backup,
+            "reason": Reason.RESTORING if verb == "Restore" else Reason.BACKING_UP,
+            "digest": digest,
+            "backup": backup,
             "attempts": str(step.attempt),
             "startedAt": rfc3339.format_seconds(dt.datetime.now(dt.UTC)),
             "holder": self.config.holder,
-            "message": f"restoring {intent.backup} ({step.reason}, attempt {step.attempt})",
+            "message": f"{verb.lower()} of {backup} running ({step.reason}, attempt {step.attempt})",
         }
         if not target.write(progress, drop=("completedAt", "nextAttemptAt")):
             return False  # changed under us: the next pass sees the new state
-        target.event("Normal", "RestoreStarted", progress["message"])
+        target.event("Normal", f"{verb}Started", progress["message"])
+        return True
+
+    def _backup(self, target: Target, intent: BackupIntent, step: NextStep, lost: threading.Event) -> bool:
+        if not self._start(target, intent.digest, intent.backup, step, "Backup"):
+            return False
+        try:
+            store = self.store(intent.storage)
+            run = run_backup(self.client, self.discover(True), store, self.key, intent, self._workers(0, 1))
+        except StatusVaultError as e:  # the store could not be opened
+            run = Run(False, True, f"backup {intent.backup} failed: {e}", Reason.BACKUP_FAILED)
+        self.breaker.record(run.ok or not run.run_wide, time.monotonic())
+        self._record(target, intent.digest, intent.backup, step, run, "Backup")
+        return True
+
+    def _restore(self, target: Target, intent: Intent, step: NextStep, lost: threading.Event) -> bool:
+        if not self._start(target, intent.digest, intent.backup, step, "Restore"):
+            return False
         done = threading.Event()
         watch_for_deletion(target, lost, done)  # a deleted Restore (or intent) stops as a lost Lease does
         try:
@@ -221,7 +253,7 @@ class Controller:
             target.event("Normal", "RestoreStopped", f"restore of {intent.backup} stopped: deleted mid-run")
             return True
         self.breaker.record(run.ok or not run.run_wide, time.monotonic())
-        self._record(target, intent, step, run)
+        self._record(target, intent.digest, intent.backup, step, run, "Restore")
         return True
 
     def _run(self, target: Target, intent: Intent, cancel: threading.Event) -> Run:
@@ -234,7 +266,7 @@ class Controller:
                 options=self._with_modifiers(intent),
                 state_dir=self.config.state_dir,
                 parallel=intent.parallel,
-                workers=self._workers(intent),
+                workers=self._workers(intent.processes, intent.parallel),
                 key=self.key,
                 cancel=cancel,  # a lost Lease or a deleted Restore: stop starting objects
             )
@@ -260,30 +292,30 @@ class Controller:
             if report is not None:
                 report.close()
 
-    def _record(self, target: Target, intent: Intent, step: NextStep, run: Run) -> None:
+    def _record(self, target: Target, digest: str, backup: str, step: NextStep, run: Run, verb: str) -> None:
         done = dt.datetime.now(dt.UTC)
         outcome = {"completedAt": rfc3339.format_seconds(done), "message": run.message, "reason": run.reason}
         outcome.update(run.counts)
         if run.ok:
-            outcome.update(phase=Phase.COMPLETE, appliedDigest=intent.digest, appliedBackup=intent.backup)
+            outcome.update(phase=Phase.COMPLETE, appliedDigest=digest, appliedBackup=backup)
             target.write(outcome, drop=("nextAttemptAt",))
-            target.event("Normal", "RestoreCompleted", run.message)
+            target.event("Normal", f"{verb}Completed", run.message)
             return
         if run.interrupted:  # the pod is stopping: the next pass (here or on another replica) resumes at once
             self.stop.set()
         due = done if run.interrupted else done + dt.timedelta(seconds=retry_delay(step.attempt))
         outcome.update(phase=Phase.FAILED, nextAttemptAt=rfc3339.format_seconds(due))
         target.write(outcome)
-        target.event("Warning", "RestoreFailed", f"{run.message}; next attempt at {rfc3339.format_seconds(due)}")
+        target.event("Warning", f"{verb}Failed", f"{run.message}; next attempt at {rfc3339.format_seconds(due)}")
 
-    def _workers(self, intent: Intent) -> WorkerSpec:
-        """Large waves across processes, as `statusvault restore` does: auto uses the CPUs the pod may use."""
-        explicit = intent.processes > 0  # then every wave goes to the processes, small ones too
+    def _workers(self, processes: int, parallel: int) -> WorkerSpec:
+        """Large waves across processes, as `statusvault restore` does: auto (0) uses the CPUs the pod may use."""
+        explicit = processes > 0  # then every wave goes to the processes, small ones too
         return WorkerSpec(
             kubeconfig=self.config.kubeconfig,
             context=self.config.context,
-            processes=intent.processes or default_processes(),
-            parallel=intent.parallel,
+            processes=processes or default_processes(),
+            parallel=parallel,
             min_wave=0 if explicit else MIN_WAVE,
             log_format=self.config.log_format,
             debug=self.config.debug,

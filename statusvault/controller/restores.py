@@ -1,5 +1,5 @@
-"""Restore resources (statusvault.dev/v1alpha1): the spec as an Intent, and the status (kstatus conditions,
-observedGeneration, counts, times) as the controller's record of it."""
+"""Restore and Backup resources (statusvault.dev/v1alpha1): a Restore's spec as an Intent, and either one's
+status (kstatus conditions, observedGeneration, counts, times) as the controller's record of it."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from statusvault.storage.base import validate_backup_name
 
 log = logging.getLogger(__name__)
 RESTORES = ResourceType(crd.GROUP, crd.VERSION, crd.PLURAL, crd.KIND, namespaced=True, has_status=True)
+BACKUPS = ResourceType(crd.GROUP, crd.VERSION, crd.BACKUP_PLURAL, crd.BACKUP_KIND, namespaced=True, has_status=True)
 OWN_FIELDS = ("backup", "storage", "parallel", "processes", "modifiers")  # not options of restore_options
 DEFAULT_PARALLEL = 8
 
@@ -68,17 +69,18 @@ def typed_status(flat: dict[str, str]) -> dict[str, Any]:
     return {k: int(v) if k in ints else v for k, v in flat.items() if k in ints or k in crd.STATUS_STRINGS}
 
 
-class RestoreTarget:
-    """A Restore in the controller's namespace: the outcome is its own /status."""
+class ResourceTarget:
+    """A Restore or Backup in the controller's namespace: the outcome is its own /status."""
 
-    def __init__(self, client: KubeApi, holder: str, obj: KubeObject):
+    def __init__(self, client: KubeApi, holder: str, obj: KubeObject, rt: ResourceType = RESTORES):
         self.client = client
         self.holder = holder
         self.obj = obj
+        self.rt = rt
         meta = obj["metadata"]
         self.name: str = meta["name"]
         self.namespace: str = meta["namespace"]
-        self.lease_name = f"statusvault-restores-{self.name}"  # never an intent's (statusvault-restore-<name>)
+        self.lease_name = f"statusvault-{rt.resource}-{self.name}"  # never an intent's (statusvault-restore-<name>)
         self.status = flat_status(obj.get("status") or {})
 
     def write(self, changes: dict[str, str], drop: tuple[str, ...] = ()) -> bool:
@@ -93,11 +95,11 @@ class RestoreTarget:
         status["conditions"] = conditions(flat.get("phase", ""), reason, message, generation, now, previous)
         try:
             self.obj = self.client.replace(
-                RESTORES, self.namespace, self.name, {**self.obj, "status": status}, sub="status"
+                self.rt, self.namespace, self.name, {**self.obj, "status": status}, sub="status"
             )
         except KubeApiError as e:
             if e.code in (404, 409):  # changed, or deleted: the next pass sees what is there
-                log.warning("Restore %s changed under us (%s); will look again next pass", self.name, e.code)
+                log.warning("%s changed under us (%s); will look again next pass", self.describe(), e)
                 return False
             raise
         self.status = flat
@@ -105,14 +107,14 @@ class RestoreTarget:
 
     def event(self, kind: str, reason: str, message: str) -> None:
         meta = self.obj["metadata"]
-        involved = {"apiVersion": crd.API_VERSION, "kind": crd.KIND, "name": self.name, "namespace": self.namespace}
+        involved = {"apiVersion": crd.API_VERSION, "kind": self.rt.kind, "name": self.name, "namespace": self.namespace}
         record_event(self.client, self.namespace, self.holder, {**involved, "uid": meta.get("uid", "")}, kind, reason,
                      message)  # fmt: skip
 
     def gone(self) -> bool:
-        live = self.client.get(RESTORES, self.namespace, self.name)
+        live = self.client.get(self.rt, self.namespace, self.name)
         meta = (live or {}).get("metadata") or {}
         return live is None or meta.get("uid") != self.obj["metadata"].get("uid") or "deletionTimestamp" in meta
 
     def describe(self) -> str:
-        return f"Restore {self.namespace}/{self.name}"
+        return f"{self.rt.kind} {self.namespace}/{self.name}"

@@ -102,12 +102,12 @@ def wait_for(restores, kube, ns, name, condition="Ready", status="True", timeout
         time.sleep(0.2)
 
 
-def events_on(kube, ns, name) -> dict[str, str]:
+def events_on(kube, ns, name, kind="Restore") -> dict[str, str]:
     return {
         e["reason"]: e["type"]
         for page in kube.list_pages(EVENTS, ns)
         for e in page
-        if e["involvedObject"]["name"] == name and e["involvedObject"]["kind"] == "Restore"
+        if e["involvedObject"]["name"] == name and e["involvedObject"]["kind"] == kind
     }
 
 
@@ -221,3 +221,44 @@ def test_deleting_a_restore_mid_run_stops_it_and_a_new_one_resumes(
     assert status["resumed"] >= done and status["withoutStatus"] == 0, status
     for i in range(8):
         assert kube.get(kc, namespace, f"k-{i}")["status"] == kc_status(i)
+
+
+# --- Backup: a one-off backup asked for declaratively ---
+
+
+@pytest.fixture(scope="module")
+def backups(kube, restores):
+    return install_crds(kube, restore_crds()).by_qualified("backups.statusvault.dev")
+
+
+def test_a_bad_backup_spec_is_refused_at_admission(kube, backups, ctl_ns):
+    body = {"apiVersion": "statusvault.dev/v1alpha1", "kind": "Backup", "metadata": {"name": "bad"}}
+    with pytest.raises(KubeApiError) as refused:
+        kube.create(backups, ctl_ns, {**body, "spec": {"all-namespaces": True, "namespace": ["a"]}})
+    assert refused.value.code == 422
+    with pytest.raises(KubeApiError):
+        kube.create(backups, ctl_ns, {**body, "spec": {"page-size": "big"}})
+
+
+def test_a_backup_resource_is_backed_up_once_and_restorable(
+    run, kube, crds, make, namespace, backups, restores, ctl_ns
+):
+    make(cr(KC, "KubernetesCluster", "k-0", status=kc_status(5)), namespace)
+    body = {"apiVersion": "statusvault.dev/v1alpha1", "kind": "Backup", "metadata": {"name": "before-upgrade"}}
+    kube.create(backups, ctl_ns, {**body, "spec": {"namespace": [namespace], "include-crds": False}})
+    result = run("controller", "run", "-n", ctl_ns, "--once")
+    assert result.code == 0 and result.out.endswith(": 1 restore(s) run\n"), (result.out, result.err)
+
+    obj = wait_for(backups, kube, ctl_ns, "before-upgrade")
+    status = obj["status"]
+    assert (status["phase"], status["appliedBackup"], status["objects"], status["withStatus"]) == (
+        "Complete", "before-upgrade", 1, 1)  # fmt: skip
+    assert events_on(kube, ctl_ns, "before-upgrade", "Backup") == {"BackupStarted": "Normal",
+                                                                   "BackupCompleted": "Normal"}  # fmt: skip
+    assert run("controller", "run", "-n", ctl_ns, "--once").out.endswith(": 0 restore(s) run\n"), "once"
+
+    delete_namespace(kube, namespace)
+    kube.create(restores, ctl_ns, restore_body("back", backup="before-upgrade"))
+    assert run("controller", "run", "-n", ctl_ns, "--once").code == 0
+    wait_for(restores, kube, ctl_ns, "back")
+    assert kube.get(crds.resolve("kc"), namespace, "k-0")["status"] == kc_status(5)

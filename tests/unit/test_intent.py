@@ -135,9 +135,10 @@ def test_the_rendered_controller_is_least_privilege_and_non_root():
     assert set(cluster_rules) == {"", "apiextensions.k8s.io", "xyz.example.com", "apps"}
     assert cluster_rules["apps"]["verbs"] == ["get", "patch"], "only to scale operators down and back"
     assert manifests["Role"]["metadata"]["namespace"] == "sv"
-    own = {r["resources"][0]: r["verbs"] for r in manifests["Role"]["rules"]}
-    assert set(own) == {"restores", "restores/status", "configmaps", "leases", "events"}
-    assert own["restores"] == ["get", "list"] and own["restores/status"] == ["get", "update"], "it never edits a spec"
+    own = {r: rule["verbs"] for rule in manifests["Role"]["rules"] for r in rule["resources"]}
+    assert set(own) == {"restores", "restores/status", "backups", "backups/status", "configmaps", "leases", "events"}
+    for kind in ("restores", "backups"):
+        assert own[kind] == ["get", "list"] and own[f"{kind}/status"] == ["get", "update"], "it never edits a spec"
     pod = manifests["Deployment"]["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["command"][:5] == ["statusvault", "--log-format", "json", "controller", "run"]

@@ -42,3 +42,15 @@ def test_conflicts_are_schema_rules():
         }
     }
     assert rule in spec_schema()["allOf"]
+
+
+def test_every_backup_option_is_a_spec_field_or_left_out_for_a_reason():
+    from statusvault.controller.crd import NOT_IN_BACKUP_SPEC
+
+    schema = crds()[1]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    fields = set(schema["properties"])
+    for flag in sorted(COMMAND_OPTIONS["backup"]):
+        assert flag.lstrip("-") in fields or NOT_IN_BACKUP_SPEC.get(flag), f"{flag} has no field in the Backup spec"
+    assert set(NOT_IN_BACKUP_SPEC) <= COMMAND_OPTIONS["backup"]
+    assert "required" not in schema, "the backup's name defaults to the resource's"
+    assert schema["properties"]["include-crds"]["type"] == "boolean"
