@@ -143,9 +143,12 @@ class Controller:
             for page in self.client.list_pages(rt, self.config.namespace, selector):
                 yield from page
         except KubeApiError as e:
-            if e.code != 404 or rt is CONFIGMAPS:
+            if e.code not in (403, 404) or rt is CONFIGMAPS:
                 raise
-            log.debug("the %s CRD is not installed: none is reconciled", rt.kind)
+            if e.code == 404:
+                log.debug("the %s CRD is not installed: none is reconciled", rt.kind)
+            else:  # installed before the resources existed: intents keep working
+                log.warning("may not list %s (re-run `controller install`): none is reconciled", rt.resource)
 
     def reconcile(self, cm: KubeObject) -> bool:
         """A restore-intent ConfigMap."""

@@ -3,6 +3,7 @@ admission, and the controller reconciles it into a restore with kstatus conditio
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from statusvault.cli.specfields import crds as restore_crds
 from statusvault.errors import KubeApiError
 from statusvault.kinds import EVENTS, LEASES
 from statusvault.kube.transport import APPLY_PATCH, MERGE_PATCH
+from statusvault.rfc3339 import format_micro
 from statusvault.testing.fixtures import ensure_namespace, install_crds
 from tests.builders import cr, kc_status, unique
 from tests.integration.crs.servers import delete_namespace
@@ -262,3 +264,15 @@ def test_a_backup_resource_is_backed_up_once_and_restorable(
     assert run("controller", "run", "-n", ctl_ns, "--once").code == 0
     wait_for(restores, kube, ctl_ns, "back")
     assert kube.get(crds.resolve("kc"), namespace, "k-0")["status"] == kc_status(5)
+
+
+def test_a_restore_whose_lease_another_replica_holds_waits_for_it(kube, restores, ctl_ns, run):
+    now = format_micro(dt.datetime.now(dt.UTC))
+    spec = {"holderIdentity": "other-pod", "leaseDurationSeconds": 60, "acquireTime": now, "renewTime": now}
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "statusvault-restores-w"}}
+    kube.create(LEASES, ctl_ns, {**lease, "spec": spec})
+    kube.create(restores, ctl_ns, restore_body("w", backup="nightly"))
+    assert run("controller", "run", "-n", ctl_ns, "--once").code == 0
+    obj = wait_for(restores, kube, ctl_ns, "w", "Reconciling", "True")
+    assert obj["status"]["phase"] == "Pending"
+    assert {c["type"]: c["reason"] for c in obj["status"]["conditions"]}["Ready"] == "WaitingForLease"
