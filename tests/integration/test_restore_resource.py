@@ -13,12 +13,14 @@ import yaml
 from statusvault.cli.specfields import crds as restore_crds
 from statusvault.errors import KubeApiError
 from statusvault.kinds import EVENTS, LEASES
-from statusvault.kube.transport import APPLY_PATCH, MERGE_PATCH
+from statusvault.kube.transport import APPLY_PATCH, MERGE_PATCH, Request
 from statusvault.rfc3339 import format_micro
 from statusvault.testing.fixtures import ensure_namespace, install_crds
 from tests.builders import cr, kc_status, unique
 from tests.integration.crs.servers import delete_namespace
 from tests.integration.crs.test_restore import KC
+
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io"
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +152,12 @@ def test_a_restore_becomes_ready_when_every_object_has_its_status(
     assert (status["phase"], status["withoutStatus"], status["failed"]) == ("Complete", 0, 0)
     assert status["created"] >= 2 and status["statusWritten"] == 2, status
     assert status["startedAt"] <= status["completedAt"]
+    table = kube.request_json(Request("GET", restores.path(ctl_ns, "r1"), accept=TABLE))  # what kubectl get shows
+    row = dict(zip([c["name"] for c in table["columnDefinitions"]], table["rows"][0]["cells"], strict=True))
+    assert {k: row[k] for k in ("Phase", "Ready", "Reason", "Created", "Status", "Without", "Failed")} == {
+        "Phase": "Complete", "Ready": "True", "Reason": "Completed", "Created": status["created"], "Status": 2,
+        "Without": 0, "Failed": 0}  # fmt: skip
+    assert row["Age"] and row["Backup"] == "nightly"
     ready = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
     assert ready == {"Ready": ("True", "Completed"), "Reconciling": ("False", "Completed"),
                      "Stalled": ("False", "Completed")}  # fmt: skip
