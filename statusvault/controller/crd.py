@@ -107,7 +107,7 @@ STATUS_INTS = ("observedGeneration", "attempts", "objects", "created", "statusWr
 STATUS_INTS_MORE = ("resumed", "processes", "unpaused", "leftPaused", "withStatus")
 STATUS_STRINGS = (
     "phase", "digest", "appliedDigest", "appliedBackup", "backup", "startedAt", "completedAt", "nextAttemptAt",
-    "holder", "message", "reason",
+    "holder", "message", "reason", "report",
 )  # fmt: skip
 
 

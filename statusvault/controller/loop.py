@@ -36,7 +36,7 @@ from statusvault.controller.intent import (
 )
 from statusvault.controller.lease import Lease
 from statusvault.controller.restores import BACKUPS, RESTORES, ResourceTarget, parse_restore, spec_digest
-from statusvault.controller.runs import Run, mark_without_status, outcome_counts, watch_for_deletion
+from statusvault.controller.runs import Run, mark_without_status, outcome_counts, save_report, watch_for_deletion
 from statusvault.controller.targets import ConfigMapTarget, Target
 from statusvault.errors import ArchiveError, BackupNotFoundError, ConfigError, KubeApiError, StatusVaultError
 from statusvault.kinds import CONFIGMAPS
@@ -275,11 +275,13 @@ class Controller:
             )
             report = run_restore(self.client, self.discover, request)
             mark_without_status(self.client, self.discover, report, target.describe())
+            location = save_report(request.store, report, target, intent.digest)
             reason = Reason.COMPLETED if report.succeeded else Reason.PARTIALLY_RESTORED
             if report.aborted or report.interrupted:
                 reason = Reason.INTERRUPTED if report.interrupted else Reason.FAILED
-            return Run(report.succeeded, bool(report.aborted), _summary(intent.backup, report), reason,
-                       report.interrupted, outcome_counts(report, intent.options.pause.enabled))  # fmt: skip
+            counts = {**outcome_counts(report, intent.options.pause.enabled), "report": location}
+            message = _summary(intent.backup, report)
+            return Run(report.succeeded, bool(report.aborted), message, reason, report.interrupted, counts)
         except StatusVaultError as e:  # store, archive or API server: nothing or little was done
             # this intent's own problem (a missing key, a resource the backup lacks, a backup that is missing or
             # broken) is not an outage: it backs off alone, never holding the other intents

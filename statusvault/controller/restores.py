@@ -77,6 +77,7 @@ class ResourceTarget:
         self.holder = holder
         self.obj = obj
         self.rt = rt
+        self.kind = rt.resource
         meta = obj["metadata"]
         self.name: str = meta["name"]
         self.namespace: str = meta["namespace"]

@@ -8,12 +8,15 @@ import logging
 import threading
 from collections.abc import Callable
 
+import orjson
+
 from statusvault.controller.targets import Target
 from statusvault.errors import StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import MERGE_PATCH
 from statusvault.restore.results import RestoreReport, StatusOutcome
+from statusvault.storage.base import ObjectStore, report_key
 
 log = logging.getLogger(__name__)
 NOT_RESTORED = "statusvault.dev/status-not-restored"  # on an object a restore left without its saved status
@@ -45,6 +48,18 @@ def outcome_counts(report: RestoreReport, paused: bool) -> dict[str, str]:
     if paused:
         counts.update(unpaused=report.unpaused, leftPaused=report.left_paused)
     return {k: str(v) for k, v in counts.items()}
+
+
+def save_report(store: ObjectStore, report: RestoreReport, target: Target, digest: str) -> str:
+    """Keep the attempt's full report (every object's result) in the store; its location, or "" when the store
+    would not take it (the restore's outcome stands either way)."""
+    key = report_key(target.kind, target.namespace, target.name, digest)
+    try:
+        store.put(key, orjson.dumps(report.to_dict()))
+    except StatusVaultError as e:
+        log.warning("could not keep the report of %s: %s", target.describe(), e)
+        return ""
+    return f"{store.url.rstrip('/')}/{key}"
 
 
 def watch_for_deletion(target: Target, cancel: threading.Event, done: threading.Event) -> None:

@@ -22,6 +22,8 @@ class Target(Protocol):
     name: str
     lease_name: str
     status: dict[str, str]  # the flat record next_step reads (phase, digest, attempts, nextAttemptAt, ...)
+    kind: str  # of the report's key: "intents", "restores", "backups"
+    namespace: str
 
     def write(self, changes: dict[str, str], drop: tuple[str, ...] = ()) -> bool:
         """Record `changes` (resourceVersion-guarded); False when it changed or went away under us."""
@@ -74,6 +76,7 @@ class ConfigMapTarget:
         self.intent = intent
         self.current = current
         self.name: str = intent["metadata"]["name"]
+        self.kind = "intents"
         self.lease_name = f"statusvault-restore-{self.name}"
         self.status: dict[str, str] = dict((current or {}).get("data") or {})
 

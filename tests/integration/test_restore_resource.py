@@ -4,6 +4,7 @@ admission, and the controller reconciles it into a restore with kstatus conditio
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from pathlib import Path
 
@@ -152,6 +153,10 @@ def test_a_restore_becomes_ready_when_every_object_has_its_status(
     assert (status["phase"], status["withoutStatus"], status["failed"]) == ("Complete", 0, 0)
     assert status["created"] >= 2 and status["statusWritten"] == 2, status
     assert status["startedAt"] <= status["completedAt"]
+    key = f"reports/restores/{ctl_ns}/r1-{status['appliedDigest']}.json"
+    assert status["report"].endswith(key), status["report"]
+    kept = json.loads((run.storage / key).read_text())
+    assert {i["name"] for i in kept["items"]} >= {"k-0", "k-1"} and kept["withoutSavedStatus"] == 0
     table = kube.request_json(Request("GET", restores.path(ctl_ns, "r1"), accept=TABLE))  # what kubectl get shows
     row = dict(zip([c["name"] for c in table["columnDefinitions"]], table["rows"][0]["cells"], strict=True))
     assert {k: row[k] for k in ("Phase", "Ready", "Reason", "Created", "Status", "Without", "Failed")} == {
