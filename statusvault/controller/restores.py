@@ -42,8 +42,10 @@ def parse_restore(obj: KubeObject) -> Intent:
     if not backup:
         raise ConfigError("spec.backup is missing: name the backup to restore")
     validate_backup_name(backup)
-    values = {value_key(f"--{k}"): tuple(v) if isinstance(v, list) else v for k, v in spec.items()}
-    options = restore_options({k: v for k, v in values.items() if k not in OWN_FIELDS})
+    values = {
+        value_key(f"--{k}"): tuple(v) if isinstance(v, list) else v for k, v in spec.items() if k not in OWN_FIELDS
+    }
+    options = restore_options(values)
     return Intent(
         meta.get("name", ""),
         meta.get("namespace", ""),
