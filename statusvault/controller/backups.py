@@ -85,8 +85,9 @@ def run_backup(
     )
     try:
         result = BackupEngine(client, discovery, request).run()
-    except (StatusVaultError, ConfigError) as e:
-        return Run(False, True, f"backup {intent.backup} failed: {e}", Reason.BACKUP_FAILED)
+    except StatusVaultError as e:  # a bad selection is this Backup's own problem; anything else may be an outage
+        run_wide = not isinstance(e, ConfigError)
+        return Run(False, run_wide, f"backup {intent.backup} failed: {e}", Reason.BACKUP_FAILED)
     except Exception as e:  # a bug or the disk: recorded and backed off like any failure, never a hot loop
         log.exception("backup %s", intent.backup)
         return Run(False, False, f"backup {intent.backup} failed: {type(e).__name__}: {e}", Reason.BACKUP_FAILED)
