@@ -289,3 +289,38 @@ def test_a_restore_whose_lease_another_replica_holds_waits_for_it(kube, restores
     obj = wait_for(restores, kube, ctl_ns, "w", "Reconciling", "True")
     assert obj["status"]["phase"] == "Pending"
     assert {c["type"]: c["reason"] for c in obj["status"]["conditions"]}["Ready"] == "WaitingForLease"
+
+
+def test_the_installed_controller_reconciles_restores_with_its_own_permissions(
+    run, kube, crds, make, namespace, restores, cluster, tmp_path, proxied
+):
+    """controller install, then a Restore that leaves an object without its status, reconciled as the
+    controller's ServiceAccount: listing it, writing its /status, annotating the object, recording Events."""
+    from tests.integration.test_schedule import _service_account_kubeconfig
+
+    ctl_ns = unique("ctli")
+    ensure_namespace(kube, ctl_ns)
+    installed = run("controller", "install", "-n", ctl_ns, "--storage", "s3://b/p", "--include-resources", "kc")
+    assert installed.code == 0, installed.err
+    assert installed.out.splitlines()[:2] == [
+        "customresourcedefinition/restores.statusvault.dev applied",
+        "customresourcedefinition/backups.statusvault.dev applied",
+    ]
+    backed_up(run, kube, make, namespace, 2)
+    kc = crds.resolve("kc")
+
+    def refuse_k1_status(method, path, body):  # every status write of k-1 meets another writer's change first
+        if method == "PUT" and path.split("?")[0].endswith("/k-1/status"):
+            kube.patch(kc, namespace, "k-1", {"metadata": {"labels": {"t": str(time.monotonic_ns())}}}, MERGE_PATCH)
+
+    proxy, _ = proxied(0.0, before=refuse_k1_status)
+    as_sa = _service_account_kubeconfig(kube, cluster, ctl_ns, "statusvault-controller", tmp_path)
+    as_sa.write_text(as_sa.read_text().replace(cluster.server, proxy.url))
+    kube.create(restores, ctl_ns, restore_body("mine", backup="nightly", namespace=[namespace]))
+    result = run("controller", "run", "-n", ctl_ns, "--once", kubeconfig=as_sa)
+    assert result.code == 0 and "Forbidden" not in result.err and "403" not in result.err, result.err
+
+    obj = wait_for(restores, kube, ctl_ns, "mine", "Stalled", "True")
+    assert obj["status"]["reason"] == "PartiallyRestored" and obj["status"]["statusWritten"] == 1
+    assert "statusvault.dev/status-not-restored" in kube.get(kc, namespace, "k-1")["metadata"]["annotations"]
+    assert events_on(kube, ctl_ns, "mine") == {"RestoreStarted": "Normal", "RestoreFailed": "Warning"}
