@@ -153,3 +153,8 @@ def markdown() -> str:
             "",
         ]
     )
+
+
+def value_key(flag: str) -> str:
+    """The name an option's value goes by in click's values, restore_options and the like."""
+    return _key(flag)

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import signal
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -19,10 +20,12 @@ from statusvault.cli.options import (
     encryption_option,
     manifest_options,
     pass_args,
+    pod_options,
     state_dir_option,
     storage_options,
 )
 from statusvault.cli.schedule import print_or_apply
+from statusvault.cli.specfields import crds
 from statusvault.controller.install import ControllerSpec, render
 from statusvault.controller.loop import Controller, ControllerConfig
 from statusvault.model import split_csv
@@ -142,26 +145,63 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ControllerInstallArgs(StorageArgs):
+    namespace: str
+    replicas: int
+    interval: float
+    include_resources: tuple[str, ...]
+    image: str
+    credentials_secret: str
+    encryption_key_secret: str
+    dry_run: bool
+
+
+def controller_options(f: Callable[..., None]) -> Callable[..., None]:
+    """What `controller render` and `controller install` share."""
+    for option in reversed(
+        [
+            click.option(
+                "--namespace", "-n", default="statusvault", show_default=True, help="The controller's namespace."
+            ),
+            click.option(
+                "--replicas",
+                type=click.IntRange(1),
+                default=1,
+                show_default=True,
+                help="Replicas (a Lease per intent).",
+            ),
+            click.option(
+                "--interval", type=click.FloatRange(1), default=10.0, show_default=True, help="Seconds between passes."
+            ),
+            click.option(
+                "--include-resources",
+                multiple=True,
+                metavar="R,...",
+                help="Types the controller may restore. [default: every custom resource the cluster serves]",
+            ),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
 @controller.command("render")
-@click.option("--namespace", "-n", default="statusvault", show_default=True, help="The controller's namespace.")
+@controller_options
 @manifest_options
-@click.option("--replicas", type=click.IntRange(1), default=1, show_default=True, help="Replicas (a Lease per intent).")
-@click.option("--interval", type=click.FloatRange(1), default=10.0, show_default=True, help="Seconds between passes.")
-@click.option(
-    "--include-resources",
-    multiple=True,
-    metavar="R,...",
-    help="Types the controller may restore. [default: every custom resource the cluster serves]",
-)
 @storage_options
 @pass_args(ControllerRenderArgs)
 def render_cmd(app: App, args: ControllerRenderArgs) -> None:
-    """Print (or --apply) the controller's ServiceAccount, RBAC and Deployment.
+    """Print (or --apply) the controller's CRDs, ServiceAccount, RBAC and Deployment.
 
-    The ClusterRole lets it create and update CRDs, namespaces, and each allowed type with its /status
-    subresource; a Role in its namespace covers intents, status ConfigMaps, Leases and Events. A CRD added
-    later needs a re-render.
+    The Restore CRD (statusvault.dev/v1alpha1) comes first. The ClusterRole lets the controller create and
+    update CRDs, namespaces, and each allowed type with its /status subresource; a Role in its namespace covers
+    Restores, intents, status ConfigMaps, Leases and Events. A CRD added later needs a re-render.
     """
+    _render(app, args)
+
+
+def _render(app: App, args: ControllerRenderArgs) -> None:
     args.check_in_cluster("an in-cluster controller")
     discovery = app.discovery()
     names = split_csv(args.include_resources)
@@ -176,7 +216,25 @@ def render_cmd(app: App, args: ControllerRenderArgs) -> None:
         interval=args.interval,
         encryption_secret=args.encryption_key_secret,
     )
-    print_or_apply(app, discovery, render(spec, types), args)
+    own = crds()
+    types = [rt for rt in types if rt.qualified not in {c["metadata"]["name"] for c in own}]
+    print_or_apply(app, discovery, render(spec, types, own), args)
+
+
+@controller.command("install")
+@controller_options
+@pod_options
+@click.option("--dry-run", is_flag=True, help="Print the manifests instead of applying them.")
+@storage_options
+@pass_args(ControllerInstallArgs)
+def install_cmd(app: App, args: ControllerInstallArgs) -> None:
+    """Install the controller: its CRDs (Restore), least-privilege RBAC and Deployment (server-side apply).
+
+    The same manifests as `controller render`; with --dry-run they are printed and nothing is applied.
+    """
+    values = {k: v for k, v in dataclasses.asdict(args).items() if k != "dry_run"}
+    render_args = ControllerRenderArgs(**values, apply_=not args.dry_run, dry_run="none")
+    _render(app, render_args)
 
 
 COMMANDS = [controller]

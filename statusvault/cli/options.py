@@ -77,8 +77,8 @@ def strict_option(f: F) -> F:
     )(f)
 
 
-def manifest_options(f: F) -> F:
-    """What `schedule render` and `controller render` share: the pod's image and Secrets, and --apply."""
+def pod_options(f: F) -> F:
+    """The pod's image and Secrets (manifest_options without --apply, for `controller install`)."""
     return _apply(
         f,
         [
@@ -89,17 +89,31 @@ def manifest_options(f: F) -> F:
             click.option(
                 "--encryption-key-secret", default="", help="Secret whose 'key' is the backups' encryption key."
             ),
-            click.option(
-                "--apply", "apply_", is_flag=True, help="Apply the manifests (server-side apply) instead of printing."
-            ),
-            click.option(
-                "--dry-run",
-                type=click.Choice(["none", "server"]),
-                default="none",
-                show_default=True,
-                help="With --apply: server sends every write with dryRun=All.",
-            ),
         ],
+    )
+
+
+def manifest_options(f: F) -> F:
+    """What `schedule render` and `controller render` share: the pod's image and Secrets, and --apply."""
+    return pod_options(
+        _apply(
+            f,
+            [
+                click.option(
+                    "--apply",
+                    "apply_",
+                    is_flag=True,
+                    help="Apply the manifests (server-side apply) instead of printing.",
+                ),
+                click.option(
+                    "--dry-run",
+                    type=click.Choice(["none", "server"]),
+                    default="none",
+                    show_default=True,
+                    help="With --apply: server sends every write with dryRun=All.",
+                ),
+            ],
+        )
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from statusvault.controller.crd import BACKUP_PLURAL, PLURAL
+from statusvault.controller.crd import GROUP as OWN_GROUP
 from statusvault.model import CRD_GROUP, CRD_RESOURCE, KubeObject, ResourceType
 from statusvault.schedule import (
     DEFAULT_IMAGE,
@@ -60,8 +62,15 @@ FENCE_RULES = (  # fence: find who may write a status (read only: reading RBAC g
 
 
 def own_namespace_rules() -> list[dict[str, Any]]:
-    """Intents and their status ConfigMaps, the Leases, and Events, in the controller's namespace only."""
+    """Restores and Backups and their status, intents and their status ConfigMaps, the Leases, and Events, in the
+    controller's namespace only."""
     return [
+        {"apiGroups": [OWN_GROUP], "resources": [PLURAL, BACKUP_PLURAL], "verbs": ["get", "list"]},
+        {
+            "apiGroups": [OWN_GROUP],
+            "resources": [f"{PLURAL}/status", f"{BACKUP_PLURAL}/status"],
+            "verbs": ["get", "update"],
+        },
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "update"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
@@ -109,9 +118,10 @@ def deployment(spec: ControllerSpec) -> KubeObject:
     }
 
 
-def render(spec: ControllerSpec, types: list[ResourceType]) -> list[KubeObject]:
-    """Every manifest of the controller, in apply order."""
+def render(spec: ControllerSpec, types: list[ResourceType], crds: list[KubeObject]) -> list[KubeObject]:
+    """Every manifest of the controller, in apply order: its resources' CRDs first."""
     return [
+        *crds,
         {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(spec.namespace)},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, spec.namespace)},
         {"apiVersion": RBAC_API, "kind": "ClusterRole", "metadata": _meta(NAME), "rules": restore_rules(types)},

@@ -14,15 +14,18 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from statusvault import rfc3339
 from statusvault.archive.envelope import Keys
+from statusvault.controller.backups import BackupIntent, parse_backup, run_backup
+from statusvault.controller.conditions import PENDING, Reason
 from statusvault.controller.intent import (
     INTENT_LABEL,
     STATUS_LABEL,
+    STATUS_SUFFIX,
     Intent,
     NextStep,
     Phase,
@@ -32,11 +35,14 @@ from statusvault.controller.intent import (
     retry_delay,
 )
 from statusvault.controller.lease import Lease
+from statusvault.controller.restores import BACKUPS, RESTORES, ResourceTarget, parse_restore, spec_digest
+from statusvault.controller.runs import Run, mark_without_status, outcome_counts, save_report, watch_for_deletion
+from statusvault.controller.targets import ConfigMapTarget, Target
 from statusvault.errors import ArchiveError, BackupNotFoundError, ConfigError, KubeApiError, StatusVaultError
-from statusvault.kinds import CONFIGMAPS, EVENTS
+from statusvault.kinds import CONFIGMAPS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
-from statusvault.model import KubeObject
+from statusvault.model import KubeObject, ResourceType
 from statusvault.processes import WorkerSpec
 from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import RestoreOptions
@@ -46,7 +52,6 @@ from statusvault.restore.workers import MIN_WAVE, default_processes
 from statusvault.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
-COMPONENT = "statusvault-controller"
 OWN_PROBLEMS = (ConfigError, BackupNotFoundError, ArchiveError)  # one intent's failures, not an outage
 
 
@@ -114,56 +119,89 @@ class Controller:
             self.stop.wait(self.config.interval)
 
     def reconcile_all(self) -> int:
-        """One pass over every intent; returns how many restores it ran."""
+        """One pass over every intent and every Restore; returns how many restores it ran."""
         ran = 0
-        for page in self.client.list_pages(CONFIGMAPS, self.config.namespace, f"{INTENT_LABEL}=true"):
-            for cm in page:
+        sources = (
+            (CONFIGMAPS, f"{INTENT_LABEL}=true", self.reconcile),
+            (RESTORES, "", self.reconcile_restore),
+            (BACKUPS, "", self.reconcile_backup),
+        )
+        for rt, selector, reconcile in sources:
+            for obj in self._listed(rt, selector):
                 if self.stop.is_set():
                     return ran
                 try:
-                    ran += self.reconcile(cm)
-                except StatusVaultError as e:  # this intent's API calls failed; the others may still work
-                    log.error("intent %s: %s", cm["metadata"]["name"], e)
+                    ran += reconcile(obj)
+                except StatusVaultError as e:  # this one's API calls failed; the others may still work
+                    log.error("%s %s: %s", rt.kind, obj["metadata"]["name"], e)
                 except Exception:  # a bug must not stop every other intent
-                    log.exception("intent %s: unexpected error", cm["metadata"]["name"])
+                    log.exception("%s %s: unexpected error", rt.kind, obj["metadata"]["name"])
         return ran
 
+    def _listed(self, rt: ResourceType, selector: str) -> Iterator[KubeObject]:
+        try:
+            for page in self.client.list_pages(rt, self.config.namespace, selector):
+                yield from page
+        except KubeApiError as e:
+            if e.code not in (403, 404) or rt is CONFIGMAPS:
+                raise
+            if e.code == 404:
+                log.debug("the %s CRD is not installed: none is reconciled", rt.kind)
+            else:  # installed before the resources existed: intents keep working
+                log.warning("may not list %s (re-run `controller install`): none is reconciled", rt.resource)
+
     def reconcile(self, cm: KubeObject) -> bool:
+        """A restore-intent ConfigMap."""
         name = cm["metadata"]["name"]
-        status_cm = self.client.get(CONFIGMAPS, self.config.namespace, name + "-status")
+        status_cm = self.client.get(CONFIGMAPS, self.config.namespace, name + STATUS_SUFFIX)
         if status_cm is not None and (status_cm["metadata"].get("labels") or {}).get(STATUS_LABEL) != name:
             log.error("intent %s: ConfigMap %s-status exists and is not its status (another intent?)", name, name)
             return False
-        status: dict[str, str] = dict((status_cm or {}).get("data") or {})
-        now = dt.datetime.now(dt.UTC)
+        target = ConfigMapTarget(self.client, self.config.namespace, self.config.holder, cm, status_cm)
+        digest = digest_of(dict(cm.get("data") or {}))
+        return self._reconcile(target, lambda: parse_intent(cm), digest, "InvalidIntent", self._restore)
+
+    def reconcile_restore(self, obj: KubeObject) -> bool:
+        """A Restore resource."""
+        target = ResourceTarget(self.client, self.config.holder, obj)
+        return self._reconcile(target, lambda: parse_restore(obj), spec_digest(obj), Reason.INVALID_SPEC, self._restore)
+
+    def reconcile_backup(self, obj: KubeObject) -> bool:
+        """A Backup resource."""
+        target = ResourceTarget(self.client, self.config.holder, obj, BACKUPS)
+        return self._reconcile(target, lambda: parse_backup(obj), spec_digest(obj), Reason.INVALID_SPEC, self._backup)
+
+    def _reconcile(
+        self, target: Target, parse: Callable[[], Any], digest: str, invalid: str, act: Callable[..., bool]
+    ) -> bool:
+        """Parse, decide (next_step), take the Lease, and `act(target, parsed, step, lost)`."""
+        status = target.status
         try:
-            intent = parse_intent(cm)
+            intent = parse()
         except ConfigError as e:
-            digest = digest_of(dict(cm.get("data") or {}))
             if status.get("digest") != digest or status.get("phase") != Phase.INVALID:
-                log.error("restore intent %s is invalid: %s", name, e)
-                self._write_status(cm, status_cm, {"phase": Phase.INVALID, "digest": digest, "message": str(e)})
-                self._event(cm, "Warning", "InvalidIntent", str(e))
+                log.error("%s is invalid: %s", target.describe(), e)
+                changes = {"phase": Phase.INVALID, "digest": digest, "message": str(e), "reason": Reason.INVALID_SPEC}
+                target.write(changes)
+                target.event("Warning", invalid, str(e))
             return False
-        step = next_step(intent.digest, status, now)
+        step = next_step(intent.digest, status, dt.datetime.now(dt.UTC))
         if not step.act:
-            log.debug("intent %s: %s", name, step.reason)
+            log.debug("%s: %s", target.describe(), step.reason)
             return False
         if not self.breaker.allows(time.monotonic()):
-            log.info("intent %s waits: the circuit breaker is open", name)
+            log.info("%s waits: the circuit breaker is open", target.describe())
             return False
-        lease = Lease(
-            self.client,
-            self.config.namespace,
-            f"statusvault-restore-{name}",
-            self.config.holder,
-            self.config.lease_seconds,
-        )
+        c = self.config
+        lease = Lease(self.client, c.namespace, target.lease_name, c.holder, c.lease_seconds)
         if not lease.acquire():
-            log.info("intent %s is being restored by another replica", name)
+            log.info("%s is being restored by another replica", target.describe())
+            if isinstance(target, ResourceTarget) and status.get("digest") != intent.digest:
+                target.write({"phase": PENDING, "reason": Reason.WAITING_FOR_LEASE, "message": "another replica's"
+                              " Lease on it is live"})  # fmt: skip
             return False
         try:
-            return self._restore(cm, status_cm, intent, step, lease.lost)
+            return act(target, intent, step, lease.lost)
         finally:
             lease.release()
 
@@ -175,30 +213,55 @@ class Controller:
         cm = self.client.get(CONFIGMAPS, ns, intent.modifiers)
         return dataclasses.replace(intent.options, modifiers=modifiers_from(cm, intent.modifiers, ns))
 
-    def _restore(
-        self,
-        cm: KubeObject,
-        status_cm: KubeObject | None,
-        intent: Intent,
-        step: NextStep,
-        lost: threading.Event,
-    ) -> bool:
-        started = dt.datetime.now(dt.UTC)
+    def _start(self, target: Target, digest: str, backup: str, step: NextStep, verb: str) -> bool:
+        """Record InProgress and the Started event; False when the target changed under us."""
         progress = {
             "phase": Phase.IN_PROGRESS,
-            "digest": intent.digest,
-            "backup": intent.backup,
+            "reason": Reason.RESTORING if verb == "Restore" else Reason.BACKING_UP,
+            "digest": digest,
+            "backup": backup,
             "attempts": str(step.attempt),
-            "startedAt": rfc3339.format_seconds(started),
+            "startedAt": rfc3339.format_seconds(dt.datetime.now(dt.UTC)),
             "holder": self.config.holder,
-            "message": f"restoring {intent.backup} ({step.reason}, attempt {step.attempt})",
+            "message": f"{verb.lower()} of {backup} running ({step.reason}, attempt {step.attempt})",
         }
-        status_cm = self._write_status(cm, status_cm, progress, drop=("completedAt", "nextAttemptAt"))
-        if status_cm is None:
+        if not target.write(progress, drop=("completedAt", "nextAttemptAt")):
             return False  # changed under us: the next pass sees the new state
-        self._event(cm, "Normal", "RestoreStarted", progress["message"])
+        target.event("Normal", f"{verb}Started", progress["message"])
+        return True
+
+    def _backup(self, target: Target, intent: BackupIntent, step: NextStep, lost: threading.Event) -> bool:
+        if not self._start(target, intent.digest, intent.backup, step, "Backup"):
+            return False
+        try:
+            store = self.store(intent.storage)
+            run = run_backup(self.client, self.discover(True), store, self.key, intent, self._workers(0, 1))
+        except StatusVaultError as e:  # the store could not be opened
+            run = Run(False, True, f"backup {intent.backup} failed: {e}", Reason.BACKUP_FAILED)
+        self.breaker.record(run.ok or not run.run_wide, time.monotonic())
+        self._record(target, intent.digest, intent.backup, step, run, "Backup")
+        return True
+
+    def _restore(self, target: Target, intent: Intent, step: NextStep, lost: threading.Event) -> bool:
+        if not self._start(target, intent.digest, intent.backup, step, "Restore"):
+            return False
+        done = threading.Event()
+        watch_for_deletion(target, lost, done)  # a deleted Restore (or intent) stops as a lost Lease does
+        try:
+            run = self._run(target, intent, lost)
+        finally:
+            done.set()
+        if lost.is_set() and target.gone():  # deleted mid-run: stopped cleanly, nothing left to record on
+            log.info("%s was deleted mid-run: stopped (a new one resumes from the journal)", target.describe())
+            target.event("Normal", "RestoreStopped", f"restore of {intent.backup} stopped: deleted mid-run")
+            return True
+        self.breaker.record(run.ok or not run.run_wide, time.monotonic())
+        self._record(target, intent.digest, intent.backup, step, run, "Restore")
+        return True
+
+    def _run(self, target: Target, intent: Intent, cancel: threading.Event) -> Run:
+        """The restore itself, its outcome whatever happens (an error is recorded, never raised)."""
         report: RestoreReport | None = None
-        interrupted = False
         try:
             request = RestoreRequest(
                 store=self.store(intent.storage),
@@ -206,125 +269,62 @@ class Controller:
                 options=self._with_modifiers(intent),
                 state_dir=self.config.state_dir,
                 parallel=intent.parallel,
-                workers=self._workers(intent),
+                workers=self._workers(intent.processes, intent.parallel),
                 key=self.key,
-                cancel=lost,  # another replica may take over once our Lease lapses: stop starting objects
+                cancel=cancel,  # a lost Lease or a deleted Restore: stop starting objects
             )
             report = run_restore(self.client, self.discover, request)
-            ok = report.succeeded
-            run_wide = bool(report.aborted)
+            mark_without_status(self.client, self.discover, report, target.describe())
+            location = save_report(request.store, report, target, intent.digest)
+            reason = Reason.COMPLETED if report.succeeded else Reason.PARTIALLY_RESTORED
+            if report.aborted or report.interrupted:
+                reason = Reason.INTERRUPTED if report.interrupted else Reason.FAILED
+            counts = {**outcome_counts(report, intent.options.pause.enabled), "report": location}
             message = _summary(intent.backup, report)
+            return Run(report.succeeded, bool(report.aborted), message, reason, report.interrupted, counts)
         except StatusVaultError as e:  # store, archive or API server: nothing or little was done
             # this intent's own problem (a missing key, a resource the backup lacks, a backup that is missing or
             # broken) is not an outage: it backs off alone, never holding the other intents
-            ok, run_wide, message = False, not isinstance(e, OWN_PROBLEMS), f"restore of {intent.backup} failed: {e}"
+            reason = Reason.BACKUP_NOT_FOUND if isinstance(e, BackupNotFoundError) else Reason.FAILED
+            return Run(False, not isinstance(e, OWN_PROBLEMS), f"restore of {intent.backup} failed: {e}", reason)
         except KeyboardInterrupt:  # SIGTERM before the engine ran (download, planning, scale-down)
-            ok, run_wide, message, interrupted = False, False, f"restore of {intent.backup} was interrupted", True
+            return Run(False, False, f"restore of {intent.backup} was interrupted", Reason.INTERRUPTED, True)
         except Exception as e:  # a bug or the disk: recorded and backed off like any failure, never a hot loop
-            log.exception("restore of intent %s", cm["metadata"]["name"])
-            ok, run_wide, message = False, False, f"restore of {intent.backup} failed: {type(e).__name__}: {e}"
+            log.exception("restore of %s", target.describe())
+            message = f"restore of {intent.backup} failed: {type(e).__name__}: {e}"
+            return Run(False, False, message, Reason.FAILED)
         finally:
             if report is not None:
                 report.close()
-        self.breaker.record(ok or not run_wide, time.monotonic())
-        done = dt.datetime.now(dt.UTC)
-        outcome = {"completedAt": rfc3339.format_seconds(done), "message": message}
-        if report is not None:
-            outcome.update(
-                objects=str(report.total),
-                failed=str(len(report.failures)),
-                withoutStatus=str(report.lacking),
-                resumed=str(report.resumed),
-                processes=str(report.processes),
-            )
-            if intent.options.pause.enabled:
-                outcome.update(unpaused=str(report.unpaused), leftPaused=str(report.left_paused))
-        if ok:
-            outcome.update(phase=Phase.COMPLETE, appliedDigest=intent.digest, appliedBackup=intent.backup)
-            self._write_status(cm, status_cm, outcome, drop=("nextAttemptAt",))
-            self._event(cm, "Normal", "RestoreCompleted", message)
-        else:
-            interrupted = interrupted or (report is not None and report.interrupted)
-            if interrupted:  # the pod is stopping: the next pass (here or on another replica) resumes at once
-                self.stop.set()
-            due = done if interrupted else done + dt.timedelta(seconds=retry_delay(step.attempt))
-            outcome.update(phase=Phase.FAILED, nextAttemptAt=rfc3339.format_seconds(due))
-            self._write_status(cm, status_cm, outcome)
-            self._event(cm, "Warning", "RestoreFailed", f"{message}; next attempt at {rfc3339.format_seconds(due)}")
-        return True
 
-    def _workers(self, intent: Intent) -> WorkerSpec:
-        """Large waves across processes, as `statusvault restore` does: auto uses the CPUs the pod may use."""
-        explicit = intent.processes > 0  # then every wave goes to the processes, small ones too
+    def _record(self, target: Target, digest: str, backup: str, step: NextStep, run: Run, verb: str) -> None:
+        done = dt.datetime.now(dt.UTC)
+        outcome = {"completedAt": rfc3339.format_seconds(done), "message": run.message, "reason": run.reason}
+        outcome.update(run.counts)
+        if run.ok:
+            outcome.update(phase=Phase.COMPLETE, appliedDigest=digest, appliedBackup=backup)
+            target.write(outcome, drop=("nextAttemptAt",))
+            target.event("Normal", f"{verb}Completed", run.message)
+            return
+        if run.interrupted:  # the pod is stopping: the next pass (here or on another replica) resumes at once
+            self.stop.set()
+        due = done if run.interrupted else done + dt.timedelta(seconds=retry_delay(step.attempt))
+        outcome.update(phase=Phase.FAILED, nextAttemptAt=rfc3339.format_seconds(due))
+        target.write(outcome)
+        target.event("Warning", f"{verb}Failed", f"{run.message}; next attempt at {rfc3339.format_seconds(due)}")
+
+    def _workers(self, processes: int, parallel: int) -> WorkerSpec:
+        """Large waves across processes, as `statusvault restore` does: auto (0) uses the CPUs the pod may use."""
+        explicit = processes > 0  # then every wave goes to the processes, small ones too
         return WorkerSpec(
             kubeconfig=self.config.kubeconfig,
             context=self.config.context,
-            processes=intent.processes or default_processes(),
-            parallel=intent.parallel,
+            processes=processes or default_processes(),
+            parallel=parallel,
             min_wave=0 if explicit else MIN_WAVE,
             log_format=self.config.log_format,
             debug=self.config.debug,
         )
-
-    def _write_status(
-        self, intent: KubeObject, current: KubeObject | None, changes: dict[str, Any], drop: tuple[str, ...] = ()
-    ) -> KubeObject | None:
-        """Create or update the status ConfigMap, guarded by the resourceVersion read; None on a lost race."""
-        meta = intent["metadata"]
-        data = {k: v for k, v in ((current or {}).get("data") or {}).items() if k not in drop}
-        data.update({k: str(v) for k, v in changes.items()})
-        try:
-            if current is None:
-                body = {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": {
-                        "name": meta["name"] + "-status",
-                        "labels": {STATUS_LABEL: meta["name"]},
-                        "ownerReferences": [
-                            {"apiVersion": "v1", "kind": "ConfigMap", "name": meta["name"], "uid": meta["uid"]}
-                        ],
-                    },
-                    "data": data,
-                }
-                return self.client.create(CONFIGMAPS, self.config.namespace, body)
-            return self.client.replace(
-                CONFIGMAPS, self.config.namespace, current["metadata"]["name"], {**current, "data": data}
-            )
-        except KubeApiError as e:
-            if e.code == 409:
-                log.warning("status of intent %s changed under us; will look again next pass", meta["name"])
-                return None
-            raise
-
-    def _event(self, intent: KubeObject, kind: str, reason: str, message: str) -> None:
-        meta = intent["metadata"]
-        now = dt.datetime.now(dt.UTC)
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": meta["name"] + "."},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "name": meta["name"],
-                "namespace": meta.get("namespace", self.config.namespace),
-                "uid": meta.get("uid", ""),
-            },
-            "type": kind,
-            "reason": reason,
-            "message": message[:1024],
-            "firstTimestamp": rfc3339.format_seconds(now),
-            "lastTimestamp": rfc3339.format_seconds(now),
-            "count": 1,
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": self.config.holder,
-        }
-        try:
-            self.client.create(EVENTS, self.config.namespace, event)
-        except StatusVaultError as e:  # events are for people; never fail a restore over one
-            log.warning("could not record event %s on %s: %s", reason, meta["name"], e)
 
 
 def modifiers_from(cm: KubeObject | None, name: str, namespace: str) -> Modifiers:

@@ -238,6 +238,14 @@ def writer_key(name: str) -> str:
     return f"{BACKUPS_DIR}/{validate_backup_name(name)}/{WRITER_FILE}"
 
 
+REPORTS_DIR = "reports"  # the controller's restore reports, outside the backups layout
+
+
+def report_key(kind: str, namespace: str, name: str, digest: str) -> str:
+    """Where the controller keeps the full report of a declarative restore's attempt at one spec."""
+    return f"{REPORTS_DIR}/{kind}/{namespace}/{name}-{digest}.json"
+
+
 def backup_prefix(name: str) -> str:
     return f"{BACKUPS_DIR}/{validate_backup_name(name)}/"
 

@@ -8,7 +8,7 @@ import dataclasses
 import click
 
 from statusvault.cli.backups import BackupArgs, DeleteArgs, DownloadArgs, ListArgs, StoredArgs, VerifyArgs
-from statusvault.cli.controller import ControllerRenderArgs, ControllerRunArgs
+from statusvault.cli.controller import ControllerInstallArgs, ControllerRenderArgs, ControllerRunArgs
 from statusvault.cli.keys import HoldArgs, RotateArgs
 from statusvault.cli.main import COMMAND_MODULES, cli, load_commands
 from statusvault.cli.move import MoveArgs
@@ -32,6 +32,7 @@ ARGS = {
     "watch render": WatchRenderArgs,
     "controller run": ControllerRunArgs,
     "controller render": ControllerRenderArgs,
+    "controller install": ControllerInstallArgs,
     "hold set": HoldArgs,
     "hold release": HoldArgs,
     "keys rotate": RotateArgs,

@@ -213,3 +213,22 @@ def test_stop_between_intents_starts_no_further_restore(target, backed_up, tmp_p
     target.before("create", sigterm)
     assert ctl.reconcile_all() == 1
     assert status_of(target, "b") == {}
+
+
+@pytest.mark.parametrize("code", [403, 404])
+def test_intents_are_reconciled_where_restores_may_not_be_listed(target, backed_up, tmp_path, monkeypatch, code):
+    """A controller installed before the Restore CRD (404), or with its older Role (403), still restores intents."""
+    from statusvault.controller.restores import BACKUPS, RESTORES
+    from statusvault.errors import KubeApiError
+
+    listed = target.list_pages
+
+    def list_pages(rt, *args, **kwargs):
+        if rt in (RESTORES, BACKUPS):
+            raise KubeApiError(f"{rt.resource} answered {code}", code)
+        return listed(rt, *args, **kwargs)
+
+    monkeypatch.setattr(target, "list_pages", list_pages)
+    intent(target, namespaces=NS)
+    assert controller(target, backed_up, tmp_path).reconcile_all() == 1
+    assert status_of(target)["phase"] == "Complete"

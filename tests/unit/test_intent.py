@@ -125,7 +125,10 @@ def test_the_rendered_controller_is_least_privilege_and_non_root():
     from tests.builders import resource_type
 
     kc = resource_type("xyz.example.com", "KubernetesCluster")
-    manifests = {m["kind"]: m for m in render(ControllerSpec("sv", "s3://b/p", credentials_secret="s3"), [kc])}
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "x"}}
+    rendered = render(ControllerSpec("sv", "s3://b/p", credentials_secret="s3"), [kc], [crd])
+    assert rendered[0] is crd, "the controller's CRDs come first"
+    manifests = {m["kind"]: m for m in rendered}
     cluster_rules = {r["apiGroups"][0]: r for r in manifests["ClusterRole"]["rules"]}
     assert cluster_rules["xyz.example.com"]["resources"] == ["kubernetesclusters", "kubernetesclusters/status"]
     assert "delete" not in cluster_rules["xyz.example.com"]["verbs"], "a restore never deletes"
@@ -141,7 +144,10 @@ def test_the_rendered_controller_is_least_privilege_and_non_root():
     assert rbac["verbs"] == ["get", "list"], "RBAC is only read (to find who may write a status)"
     assert rbac["resources"] == ["clusterrolebindings", "clusterroles", "rolebindings", "roles"]
     assert manifests["Role"]["metadata"]["namespace"] == "sv"
-    assert {r["resources"][0] for r in manifests["Role"]["rules"]} == {"configmaps", "leases", "events"}
+    own = {r: rule["verbs"] for rule in manifests["Role"]["rules"] for r in rule["resources"]}
+    assert set(own) == {"restores", "restores/status", "backups", "backups/status", "configmaps", "leases", "events"}
+    for kind in ("restores", "backups"):
+        assert own[kind] == ["get", "list"] and own[f"{kind}/status"] == ["get", "update"], "it never edits a spec"
     pod = manifests["Deployment"]["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["command"][:5] == ["statusvault", "--log-format", "json", "controller", "run"]
@@ -155,7 +161,7 @@ def test_an_encryption_key_secret_is_mounted_read_only_and_passed():
     from statusvault.controller.install import ControllerSpec, render
 
     spec = ControllerSpec("sv", "s3://b/p", encryption_secret="backup-key")
-    deploy = next(m for m in render(spec, []) if m["kind"] == "Deployment")
+    deploy = next(m for m in render(spec, [], []) if m["kind"] == "Deployment")
     pod = deploy["spec"]["template"]["spec"]
     assert {"name": "encryption-key", "secret": {"secretName": "backup-key", "defaultMode": 0o400}} in pod["volumes"]
     mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "encryption-key")

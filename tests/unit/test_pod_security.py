@@ -156,9 +156,9 @@ RENDERS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "schedule-batch-v1beta1-pushgateway": lambda: render_schedule(
         _schedule(cronjob_api="batch/v1beta1", metrics_pushgateway="http://pgw:9091"), [KC]
     ),
-    "controller": lambda: controller.render(controller.ControllerSpec("sv", "s3://b/p"), [KC]),
+    "controller": lambda: controller.render(controller.ControllerSpec("sv", "s3://b/p"), [KC], []),
     "controller-secrets-replicas": lambda: controller.render(
-        controller.ControllerSpec("sv", "s3://b/p", S3, replicas=3, **SECRETS), [KC]
+        controller.ControllerSpec("sv", "s3://b/p", S3, replicas=3, **SECRETS), [KC], []
     ),
     "watch": lambda: watch.render(watch.WatchSpec(_schedule(cron="")), [KC]),
     "watch-namespaced-secrets": lambda: watch.render(

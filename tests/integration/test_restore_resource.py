@@ -1,0 +1,326 @@
+"""The Restore resource (statusvault.dev/v1alpha1) on the real API server: its CRD refuses a bad spec at
+admission, and the controller reconciles it into a restore with kstatus conditions, Events and annotations."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from statusvault.cli.specfields import crds as restore_crds
+from statusvault.errors import KubeApiError
+from statusvault.kinds import EVENTS, LEASES
+from statusvault.kube.transport import APPLY_PATCH, MERGE_PATCH, Request
+from statusvault.rfc3339 import format_micro
+from statusvault.testing.fixtures import ensure_namespace, install_crds
+from tests.builders import cr, kc_status, unique
+from tests.integration.crs.servers import delete_namespace
+from tests.integration.crs.test_restore import KC
+
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io"
+
+
+@pytest.fixture(scope="module")
+def restores(kube):
+    return install_crds(kube, restore_crds()).by_qualified("restores.statusvault.dev")
+
+
+@pytest.fixture
+def ctl_ns(kube):
+    ns = unique("rctl")
+    ensure_namespace(kube, ns)
+    return ns
+
+
+def restore_body(name: str, **spec) -> dict:
+    return {"apiVersion": "statusvault.dev/v1alpha1", "kind": "Restore", "metadata": {"name": name}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("spec", "refusal"),
+    [
+        ({"backup": "b", "parallel": "eight"}, "spec.parallel"),
+        ({"backup": "b", "parallel": 0}, "spec.parallel"),
+        ({"backup": "b", "existing-resource-policy": "replace"}, "spec.existing-resource-policy"),
+        ({"namespace": ["a"]}, "spec.backup"),
+        ({"backup": "b", "no-status": True, "status-include-resources": ["kc"]}, "spec"),
+        ({"backup": "b", "pause-annotation": "x/paused"}, "spec"),
+    ],
+    ids=["wrong-type", "out-of-range", "not-a-choice", "no-backup", "no-status-and-a-status-filter", "needs"],
+)
+def test_a_bad_spec_is_refused_at_admission(kube, restores, ctl_ns, spec, refusal):
+    with pytest.raises(KubeApiError) as refused:
+        kube.create(restores, ctl_ns, restore_body("bad", **spec))
+    assert refused.value.code == 422 and refusal in str(refused.value), refused.value
+    assert kube.get(restores, ctl_ns, "bad") is None
+
+
+def test_no_status_alone_and_filters_alone_are_accepted(kube, restores, ctl_ns):
+    kube.create(restores, ctl_ns, restore_body("a", backup="b", **{"no-status": True}))
+    kube.create(
+        restores, ctl_ns, restore_body("b", backup="b", **{"no-status": False, "status-include-resources": ["kc"]})
+    )
+
+
+def test_the_documented_example_is_accepted(kube, restores, ctl_ns):
+    example = yaml.safe_load((Path(__file__).resolve().parents[2] / "docs" / "gitops" / "restore.yaml").read_text())
+    made = kube.create(restores, ctl_ns, {**example, "metadata": {"name": "example"}})
+    assert made["spec"] == example["spec"], "nothing pruned"
+
+
+def test_an_unknown_field_is_refused_by_an_apply(kube, restores, ctl_ns):
+    """Server-side apply (`kubectl apply --server-side`; plain kubectl apply validates fields strictly too) refuses
+    a field the schema does not declare: 1.20 in building the typed patch, 1.25 on by strict field validation.
+    A create without validation would have it pruned, so the controller never sees it."""
+    body = restore_body("u", backup="b", paralel=4)
+    strict = (("fieldValidation", "Strict"), ("fieldManager", "kubectl"))
+    with pytest.raises(KubeApiError) as refused:
+        kube.patch(restores, ctl_ns, "u", body, APPLY_PATCH, params=strict)
+    assert "paralel" in str(refused.value)
+    assert kube.get(restores, ctl_ns, "u") is None
+
+
+def test_install_dry_run_prints_the_crd_first(run, crds):
+    result = run("controller", "install", "--dry-run", "--storage", "s3://b/p", "--include-resources", "kc")
+    assert result.code == 0, result.err
+    first = result.out.split("\n---")[0]
+    assert "kind: CustomResourceDefinition" in first and "name: restores.statusvault.dev" in first
+    assert "kind: Deployment" in result.out
+
+
+# --- the controller reconciling Restores ---
+
+
+def wait_for(restores, kube, ns, name, condition="Ready", status="True", timeout=60.0) -> dict:
+    """kubectl wait --for=condition=<condition> restore/<name>: the condition of that type has that status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        obj = kube.get(restores, ns, name) or {}
+        conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+        if conds.get(condition, {}).get("status") == status:
+            return obj
+        assert time.monotonic() < deadline, f"{condition}={status} never came: {obj.get('status')}"
+        time.sleep(0.2)
+
+
+def events_on(kube, ns, name, kind="Restore") -> dict[str, str]:
+    return {
+        e["reason"]: e["type"]
+        for page in kube.list_pages(EVENTS, ns)
+        for e in page
+        if e["involvedObject"]["name"] == name and e["involvedObject"]["kind"] == kind
+    }
+
+
+def backed_up(run, kube, make, namespace, count):
+    for i in range(count):
+        make(cr(KC, "KubernetesCluster", f"k-{i}", status=kc_status(i)), namespace)
+    assert run("backup", "nightly", "-n", namespace).code == 0
+    delete_namespace(kube, namespace)
+
+
+@pytest.fixture
+def controller(run):
+    started = []
+
+    def _start(ns, kubeconfig=None):
+        proc = run.spawn("controller", "run", "-n", ns, "--interval", "1", kubeconfig=kubeconfig)
+        started.append(proc)
+        return proc
+
+    yield _start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_restore_becomes_ready_when_every_object_has_its_status(
+    run, kube, crds, make, namespace, restores, ctl_ns, controller
+):
+    backed_up(run, kube, make, namespace, 2)
+    made = kube.create(restores, ctl_ns, restore_body("r1", backup="nightly", namespace=[namespace]))
+    controller(ctl_ns)
+
+    obj = wait_for(restores, kube, ctl_ns, "r1")
+    for i in range(2):
+        assert kube.get(crds.resolve("kc"), namespace, f"k-{i}")["status"] == kc_status(i)
+    status = obj["status"]
+    assert status["observedGeneration"] == made["metadata"]["generation"] == 1
+    assert (status["phase"], status["withoutStatus"], status["failed"]) == ("Complete", 0, 0)
+    assert status["created"] >= 2 and status["statusWritten"] == 2, status
+    assert status["startedAt"] <= status["completedAt"]
+    key = f"reports/restores/{ctl_ns}/r1-{status['appliedDigest']}.json"
+    assert status["report"].endswith(key), status["report"]
+    kept = json.loads((run.storage / key).read_text())
+    assert {i["name"] for i in kept["items"]} >= {"k-0", "k-1"} and kept["withoutSavedStatus"] == 0
+    table = kube.request_json(Request("GET", restores.path(ctl_ns, "r1"), accept=TABLE))  # what kubectl get shows
+    row = dict(zip([c["name"] for c in table["columnDefinitions"]], table["rows"][0]["cells"], strict=True))
+    assert {k: row[k] for k in ("Phase", "Ready", "Reason", "Created", "Status", "Without", "Failed")} == {
+        "Phase": "Complete", "Ready": "True", "Reason": "Completed", "Created": status["created"], "Status": 2,
+        "Without": 0, "Failed": 0}  # fmt: skip
+    assert row["Age"] and row["Backup"] == "nightly"
+    ready = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert ready == {"Ready": ("True", "Completed"), "Reconciling": ("False", "Completed"),
+                     "Stalled": ("False", "Completed")}  # fmt: skip
+    assert events_on(kube, ctl_ns, "r1") == {"RestoreStarted": "Normal", "RestoreCompleted": "Normal"}
+
+
+def test_a_restore_that_loses_a_race_is_partially_restored_and_names_the_object(
+    run, kube, crds, make, namespace, restores, ctl_ns, proxied
+):
+    backed_up(run, kube, make, namespace, 2)
+    kc = crds.resolve("kc")
+
+    def another_writer(method, path, body):  # changes k-1 before each of our status writes: every one is stale
+        if method == "PUT" and path.split("?")[0].endswith("/k-1/status"):
+            kube.patch(kc, namespace, "k-1", {"metadata": {"labels": {"touched": str(time.monotonic_ns())}}},
+                       MERGE_PATCH)  # fmt: skip
+
+    _, kubeconfig = proxied(0.0, before=another_writer)
+    kube.create(restores, ctl_ns, restore_body("r2", backup="nightly", namespace=[namespace]))
+    result = run("controller", "run", "-n", ctl_ns, "--once", kubeconfig=kubeconfig)
+    assert result.code == 0, result.err
+
+    obj = wait_for(restores, kube, ctl_ns, "r2", "Stalled", "True")
+    conds = {c["type"]: (c["status"], c["reason"]) for c in obj["status"]["conditions"]}
+    assert conds["Ready"] == ("False", "PartiallyRestored"), "never Ready with an object lacking its status"
+    assert (obj["status"]["withoutStatus"], obj["status"]["statusWritten"]) == (1, 1)
+    assert kube.get(kc, namespace, "k-0")["status"] == kc_status(0)
+    lost = kube.get(kc, namespace, "k-1")
+    assert lost.get("status") != kc_status(1)
+    note = lost["metadata"]["annotations"]["statusvault.dev/status-not-restored"]
+    assert note.startswith(f"Restore {ctl_ns}/r2: ") and "409" in note, note
+    assert events_on(kube, ctl_ns, "r2")["RestoreFailed"] == "Warning"
+
+
+def test_deleting_a_restore_mid_run_stops_it_and_a_new_one_resumes(
+    run, kube, crds, make, namespace, restores, ctl_ns, proxied, controller
+):
+    backed_up(run, kube, make, namespace, 8)
+    kc = crds.resolve("kc")
+
+    def slow_creates(method, path, body):
+        if method == "POST" and "/kubernetesclusters" in path:
+            time.sleep(0.4)
+
+    proxy, kubeconfig = proxied(0.0, before=slow_creates)
+    spec = {"backup": "nightly", "namespace": [namespace], "parallel": 1}
+    kube.create(restores, ctl_ns, restore_body("r3", **spec))
+    proc = controller(ctl_ns, kubeconfig)
+    wait_for(restores, kube, ctl_ns, "r3", "Reconciling", "True")
+    deadline = time.monotonic() + 60
+    while not [k for page in kube.list_pages(kc, namespace) for k in page]:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    kube.delete(restores, ctl_ns, "r3")
+    lease = "statusvault-restores-r3"
+    while "holderIdentity" in ((kube.get(LEASES, ctl_ns, lease) or {}).get("spec") or {"holderIdentity": 1}):
+        assert time.monotonic() < deadline and proc.poll() is None, "the attempt never ended"
+        time.sleep(0.1)
+    assert proc.poll() is None, "the controller goes on"
+    done = len([k for page in kube.list_pages(kc, namespace) for k in page])
+    assert 0 < done < 8, "stopped before its last object"
+    assert "RestoreStopped" in events_on(kube, ctl_ns, "r3")
+    proc.kill()
+    proc.wait()
+
+    proxy.before = lambda method, path, body: None
+    kube.create(restores, ctl_ns, restore_body("r4", **spec))
+    result = run("controller", "run", "-n", ctl_ns, "--once", kubeconfig=kubeconfig)  # the same cluster URL
+    assert result.code == 0, result.err
+    status = wait_for(restores, kube, ctl_ns, "r4")["status"]
+    assert status["resumed"] >= done and status["withoutStatus"] == 0, status
+    for i in range(8):
+        assert kube.get(kc, namespace, f"k-{i}")["status"] == kc_status(i)
+
+
+# --- Backup: a one-off backup asked for declaratively ---
+
+
+@pytest.fixture(scope="module")
+def backups(kube, restores):
+    return install_crds(kube, restore_crds()).by_qualified("backups.statusvault.dev")
+
+
+def test_a_bad_backup_spec_is_refused_at_admission(kube, backups, ctl_ns):
+    body = {"apiVersion": "statusvault.dev/v1alpha1", "kind": "Backup", "metadata": {"name": "bad"}}
+    with pytest.raises(KubeApiError) as refused:
+        kube.create(backups, ctl_ns, {**body, "spec": {"all-namespaces": True, "namespace": ["a"]}})
+    assert refused.value.code == 422
+    with pytest.raises(KubeApiError):
+        kube.create(backups, ctl_ns, {**body, "spec": {"page-size": "big"}})
+
+
+def test_a_backup_resource_is_backed_up_once_and_restorable(
+    run, kube, crds, make, namespace, backups, restores, ctl_ns
+):
+    make(cr(KC, "KubernetesCluster", "k-0", status=kc_status(5)), namespace)
+    body = {"apiVersion": "statusvault.dev/v1alpha1", "kind": "Backup", "metadata": {"name": "before-upgrade"}}
+    kube.create(backups, ctl_ns, {**body, "spec": {"namespace": [namespace], "include-crds": False}})
+    result = run("controller", "run", "-n", ctl_ns, "--once")
+    assert result.code == 0 and result.out.endswith(": 1 restore(s) run\n"), (result.out, result.err)
+
+    obj = wait_for(backups, kube, ctl_ns, "before-upgrade")
+    status = obj["status"]
+    assert (status["phase"], status["appliedBackup"], status["objects"], status["withStatus"]) == (
+        "Complete", "before-upgrade", 1, 1)  # fmt: skip
+    assert events_on(kube, ctl_ns, "before-upgrade", "Backup") == {"BackupStarted": "Normal",
+                                                                   "BackupCompleted": "Normal"}  # fmt: skip
+    assert run("controller", "run", "-n", ctl_ns, "--once").out.endswith(": 0 restore(s) run\n"), "once"
+
+    delete_namespace(kube, namespace)
+    kube.create(restores, ctl_ns, restore_body("back", backup="before-upgrade"))
+    assert run("controller", "run", "-n", ctl_ns, "--once").code == 0
+    wait_for(restores, kube, ctl_ns, "back")
+    assert kube.get(crds.resolve("kc"), namespace, "k-0")["status"] == kc_status(5)
+
+
+def test_a_restore_whose_lease_another_replica_holds_waits_for_it(kube, restores, ctl_ns, run):
+    now = format_micro(dt.datetime.now(dt.UTC))
+    spec = {"holderIdentity": "other-pod", "leaseDurationSeconds": 60, "acquireTime": now, "renewTime": now}
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "statusvault-restores-w"}}
+    kube.create(LEASES, ctl_ns, {**lease, "spec": spec})
+    kube.create(restores, ctl_ns, restore_body("w", backup="nightly"))
+    assert run("controller", "run", "-n", ctl_ns, "--once").code == 0
+    obj = wait_for(restores, kube, ctl_ns, "w", "Reconciling", "True")
+    assert obj["status"]["phase"] == "Pending"
+    assert {c["type"]: c["reason"] for c in obj["status"]["conditions"]}["Ready"] == "WaitingForLease"
+
+
+def test_the_installed_controller_reconciles_restores_with_its_own_permissions(
+    run, kube, crds, make, namespace, restores, cluster, tmp_path, proxied
+):
+    """controller install, then a Restore that leaves an object without its status, reconciled as the
+    controller's ServiceAccount: listing it, writing its /status, annotating the object, recording Events."""
+    from tests.integration.test_schedule import _service_account_kubeconfig
+
+    ctl_ns = unique("ctli")
+    ensure_namespace(kube, ctl_ns)
+    installed = run("controller", "install", "-n", ctl_ns, "--storage", "s3://b/p", "--include-resources", "kc")
+    assert installed.code == 0, installed.err
+    assert installed.out.splitlines()[:2] == [
+        "customresourcedefinition/restores.statusvault.dev applied",
+        "customresourcedefinition/backups.statusvault.dev applied",
+    ]
+    backed_up(run, kube, make, namespace, 2)
+    kc = crds.resolve("kc")
+
+    def refuse_k1_status(method, path, body):  # every status write of k-1 meets another writer's change first
+        if method == "PUT" and path.split("?")[0].endswith("/k-1/status"):
+            kube.patch(kc, namespace, "k-1", {"metadata": {"labels": {"t": str(time.monotonic_ns())}}}, MERGE_PATCH)
+
+    proxy, _ = proxied(0.0, before=refuse_k1_status)
+    as_sa = _service_account_kubeconfig(kube, cluster, ctl_ns, "statusvault-controller", tmp_path)
+    as_sa.write_text(as_sa.read_text().replace(cluster.server, proxy.url))
+    kube.create(restores, ctl_ns, restore_body("mine", backup="nightly", namespace=[namespace]))
+    result = run("controller", "run", "-n", ctl_ns, "--once", kubeconfig=as_sa)
+    assert result.code == 0 and "Forbidden" not in result.err and "403" not in result.err, result.err
+
+    obj = wait_for(restores, kube, ctl_ns, "mine", "Stalled", "True")
+    assert obj["status"]["reason"] == "PartiallyRestored" and obj["status"]["statusWritten"] == 1
+    assert "statusvault.dev/status-not-restored" in kube.get(kc, namespace, "k-1")["metadata"]["annotations"]
+    assert events_on(kube, ctl_ns, "mine") == {"RestoreStarted": "Normal", "RestoreFailed": "Warning"}
