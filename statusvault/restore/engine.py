@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import threading
 import time
+from typing import Any
 
 from statusvault.archive import ArchiveReader
 from statusvault.errors import StatusVaultError
@@ -15,6 +16,7 @@ from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import established
 from statusvault.processes import WorkerSpec
 from statusvault.progress import NullProgress, Progress
+from statusvault.restore.gates import GateWaiter, GroupGates
 from statusvault.restore.journal import Journal
 from statusvault.restore.objects import ObjectRestorer
 from statusvault.restore.options import RestoreOptions
@@ -63,8 +65,12 @@ class RestoreEngine:
         progress = self.settings.progress
         progress.start("restore", total=plan.pending(journal.path))
         processes: WaveWorkers | None = None
+        waiter = GateWaiter(self.client, self.served.target, self.settings.cancel)
+        gates = GroupGates(plan, journal, opts.order, waiter, opts.dry_run)
+        report.gates, report.groups = gates.results, _groups(plan, opts)
         try:
             for wave in plan.waves():
+                gates.before(wave.group)
                 if processes is None and self._wants_processes(wave.size, opts):
                     processes = self._processes(journal, opts, run)
                 pool = processes if processes is not None and self._wants_processes(wave.size, opts) else None
@@ -72,6 +78,7 @@ class RestoreEngine:
                 journal.flush()
                 if wave.category == Category.CRD and opts.dry_run == "none":
                     self._after_crds(plan, run.crds_written)
+            gates.finish()
         except KeyboardInterrupt:
             report.interrupted = True
         except StatusVaultError as e:  # keep what was done: the report says where it stopped
@@ -124,6 +131,17 @@ class RestoreEngine:
             if time.monotonic() > deadline:
                 raise StatusVaultError("restored CRDs are Established but not yet served by discovery")
             time.sleep(0.3)
+
+
+def _groups(plan: RestorePlan, opts: RestoreOptions) -> list[dict[str, Any]]:
+    """--order's groups in order, each with its members' count and its gate (the report's, a dry run's plan)."""
+    if opts.order is None:
+        return []
+    counts = plan.group_counts()
+    rows = [{"group": "(named by no group)", "objects": counts.get(0, 0), "gate": ""}]
+    for number, g in enumerate(opts.order.groups, 1):
+        rows.append({"group": g.name, "objects": counts.get(number, 0), "gate": g.gate.describe() if g.gate else ""})
+    return rows
 
 
 class _Run:
