@@ -67,6 +67,7 @@ class RestoreEngine:
         processes: WaveWorkers | None = None
         waiter = GateWaiter(self.client, self.served.target, self.settings.cancel)
         gates = GroupGates(plan, journal, opts.order, waiter, opts.dry_run)
+        gates.unpause = lambda group: self._unpause(plan, journal, opts, report, group)
         report.gates, report.groups = gates.results, _groups(plan, opts)
         try:
             for wave in plan.waves():
@@ -106,14 +107,22 @@ class RestoreEngine:
         run.report.processes = spec.processes
         return WaveWorkers(spec, journal.path, opts, run.record)
 
-    def _unpause(self, plan: RestorePlan, journal: Journal, opts: RestoreOptions, report: RestoreReport) -> None:
-        """Only once every object of the restore has its status; otherwise what it paused stays paused."""
-        if not report.succeeded:
+    def _unpause(
+        self, plan: RestorePlan, journal: Journal, opts: RestoreOptions, report: RestoreReport, group: int | None = None
+    ) -> None:
+        """Only once every object of the restore (before a gate: so far) has its status; otherwise what it paused
+        stays paused. group: before its gate, the objects of one --order group."""
+        if group is not None and (report.failures or report.missing_status):
+            return
+        if group is None and not report.succeeded:
             report.left_paused = len(plan.paused(journal.path))
             return
         keep = () if self.settings.release_kept else opts.pause.keep_paused
-        done = unpause_all(self.client, self.served, plan, journal, keep, self.settings.parallel)
-        report.unpaused, report.left_paused, report.unpause_failures = done.unpaused, done.kept, done.failed
+        done = unpause_all(self.client, self.served, plan, journal, keep, self.settings.parallel, group)
+        report.unpaused += done.unpaused
+        report.unpause_failures += done.failed
+        if group is None:
+            report.left_paused = done.kept
 
     def _after_crds(self, plan: RestorePlan, written: set[str]) -> None:
         """Wait until the restored CRDs are Established and served by discovery."""

@@ -322,12 +322,14 @@ class RestorePlan:
         ).fetchall()
         return [self._item(row) for row in rows]
 
-    def paused(self, journal: Path) -> list[PlanItem]:
-        """The items the journal says this restore created paused and has not unpaused yet."""
+    def paused(self, journal: Path, group: int | None = None) -> list[PlanItem]:
+        """The items the journal says this restore created paused and has not unpaused yet (of one --order group)."""
         self._attach(journal)
-        rows = self._db.execute(
-            f"SELECT {_COLUMNS}, seq FROM items WHERE seq IN (SELECT seq FROM journal.paused) ORDER BY seq"
-        ).fetchall()
+        query = f"SELECT {_COLUMNS}, seq FROM items WHERE seq IN (SELECT seq FROM journal.paused)"
+        args: tuple[int, ...] = ()
+        if group is not None:
+            query, args = query + " AND grp = ?", (group,)
+        rows = self._db.execute(query + " ORDER BY seq", args).fetchall()
         return [self._item(row) for row in rows]
 
     def pending(self, journal: Path, wanted_status: bool = False) -> int:
