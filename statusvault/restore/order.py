@@ -20,7 +20,11 @@ import yaml
 from statusvault.errors import ConfigError
 from statusvault.labels import Matcher, parse_selector
 from statusvault.restore.expr import Expression, parse_expression
+from statusvault.restore.pausemarkers import Marker
 
+# Crossplane's two-phase restore of managed resources: created observing (the provider reads the external resource
+# instead of creating one), given their status, then their saved managementPolicies put back (as a pause is undone).
+OBSERVE = Marker("field", "/spec/managementPolicies", ["Observe"])
 DEFAULT_CONDITION = "Ready"
 DEFAULT_TIMEOUT = 300.0
 ON_TIMEOUT = ("fail", "continue")
@@ -84,6 +88,11 @@ class Order:
 
     def group_of(self, qualified: str, labels: Mapping[str, str]) -> int:
         return next((i for i, g in enumerate(self.groups, 1) if g.holds(qualified, labels)), 0)
+
+    def observes(self, qualified: str, labels: Mapping[str, str]) -> bool:
+        """Whether objects of this type and labels are created in Observe mode first (observeFirst)."""
+        group = self.group(self.group_of(qualified, labels))
+        return group is not None and group.observe_first
 
     def group(self, number: int) -> Group | None:
         return self.groups[number - 1] if 0 < number <= len(self.groups) else None
