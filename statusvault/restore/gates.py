@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from statusvault.errors import StatusVaultError
@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 POLL = 0.5  # seconds between two looks at the objects not passed yet
 NAMED = 20  # objects a gate's report names; more are counted
+LIST_OVER = 20  # objects of one resource in one namespace still to pass: above this, one LIST instead of GETs
 
 PASSED, TIMED_OUT, RESUMED, NOT_WAITED = "passed", "timed-out", "passed-earlier", "not-waited"
 
@@ -107,9 +108,8 @@ class GateWaiter:
         pending = {item.seq: item for item in items}
         reasons: dict[int, str] = {}
         while True:
-            for seq, item in list(pending.items()):
-                served = self.target(item)
-                why = why_not(gate, self.client.get(served.rt, served.namespace or None, served.name))
+            for seq, obj in self._look(list(pending.values())):
+                why = why_not(gate, obj)
                 if why:
                     reasons[seq] = why
                 else:
@@ -126,6 +126,22 @@ class GateWaiter:
         result.not_passed = [f"{item.display}: {reasons[seq]}" for seq, item in list(pending.items())[:NAMED]]
         log.info(result.line())
         return result
+
+    def _look(self, items: list[PlanItem]) -> Iterator[tuple[int, dict[str, Any] | None]]:
+        """Each item's seq with its live object (None: not found): a GET each, or one LIST of a resource in a namespace
+        that holds more than LIST_OVER of them."""
+        by_place: dict[tuple[str, str], list[PlanItem]] = {}
+        for item in items:
+            now = self.target(item)
+            by_place.setdefault((now.rt.qualified, now.namespace), []).append(now)
+        for (_, ns), group in by_place.items():
+            if len(group) <= LIST_OVER:
+                for one in group:
+                    yield one.seq, self.client.get(one.rt, ns or None, one.name)
+                continue
+            live = {o["metadata"]["name"]: o for page in self.client.list_pages(group[0].rt, ns or None) for o in page}
+            for one in group:
+                yield one.seq, live.get(one.name)
 
 
 class GroupGates:

@@ -8,8 +8,8 @@ import pytest
 
 from statusvault.errors import ConfigError
 from statusvault.restore.expr import parse_expression
-from statusvault.restore.gates import why_not
-from statusvault.restore.order import Gate, load_order, profile_names, read_order
+from statusvault.restore.gates import LIST_OVER, GateWaiter, why_not
+from statusvault.restore.order import Gate, Group, load_order, profile_names, read_order
 
 OBJ = {
     "kind": "Cluster",
@@ -123,3 +123,40 @@ def test_profiles_are_shipped_files():
         assert read_order(name).profile
     with pytest.raises(ConfigError, match="unknown --order profile 'nope'"):
         read_order("nope")
+
+
+class _Cluster:
+    """get and list_pages over a dict of objects, counting requests; `late` appears once it was looked for."""
+
+    def __init__(self, objects, late):
+        self.objects, self.late, self.gets, self.lists = objects, late, 0, 0
+
+    def get(self, rt, namespace, name):
+        self.gets += 1
+        return self._arrive(self.objects.get(name)) if name == self.late["metadata"]["name"] else self.objects.get(name)
+
+    def list_pages(self, rt, namespace=None):
+        self.lists += 1
+        yield self._arrive(list(self.objects.values()))
+
+    def _arrive(self, answer):
+        self.objects.setdefault(self.late["metadata"]["name"], self.late)
+        return answer
+
+
+@pytest.mark.parametrize(("count", "gets", "lists"), [(LIST_OVER, LIST_OVER + 1, 0), (LIST_OVER + 1, 1, 1)])
+def test_a_gate_looks_with_gets_or_one_list_then_again_only_at_what_did_not_pass(count, gets, lists):
+    from statusvault.restore.plan import Action, Category, PlanItem, StatusMode
+    from tests.builders import resource_type
+
+    rt = resource_type("x.example.com", "Thing")
+    items = [PlanItem(rt, "ns", "ns", f"t-{i}", "", Category.NAMESPACED, Action.CREATE, StatusMode.NONE, seq=i)
+             for i in range(count)]  # fmt: skip
+    ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    objects = {f"t-{i}": {"metadata": {"name": f"t-{i}"}, **ready} for i in range(count)}
+    late = objects.pop(f"t-{count - 1}")
+    cluster = _Cluster(objects, late)
+    group = Group("g", ("x.example.com",), gate=Gate(timeout=30))
+    result = GateWaiter(cluster, lambda item: item, None).wait(1, group, items)  # type: ignore[arg-type]
+    assert (result.outcome, result.objects, result.not_passed_count) == ("passed", count, 0)
+    assert (cluster.gets, cluster.lists) == (gets, lists)

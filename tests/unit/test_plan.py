@@ -48,6 +48,27 @@ def test_a_dependent_waits_for_its_deepest_owner(plan):
     assert names(plan) == [["a"], ["b"], ["c"]]
 
 
+def grouped(name, group, uid="", category=Category.NAMESPACED):
+    it = item(name, uid, category)
+    it.group = group
+    return it
+
+
+def test_order_groups_lead_the_wave_order_and_dependents_follow_their_owners_group(plan):
+    plan.add(grouped("ns", 0, category=Category.NAMESPACE))
+    plan.add(grouped("late-owner", 2, "u1", Category.CLUSTER))
+    plan.add(grouped("its-dependent", 1, "u2"), ["u1"])  # follows its owner into group 2
+    plan.add(grouped("early", 1, "u3"))
+    plan.add(grouped("plain", 0, "u4"))
+    plan.seal()
+    assert [(w.group, w.category, w.depth) for w in plan.waves()] == [
+        (0, Category.NAMESPACE, 0), (0, Category.NAMESPACED, 0), (1, Category.NAMESPACED, 0),
+        (2, Category.CLUSTER, 0), (2, Category.NAMESPACED, 1),
+    ]  # fmt: skip
+    assert names(plan) == [["ns"], ["plain"], ["early"], ["late-owner"], ["its-dependent"]]
+    assert plan.group_counts() == {0: 2, 1: 1, 2: 2}
+
+
 def test_only_owners_keep_their_old_uid(plan):
     plan.add(item("owner", "u1"))
     plan.add(item("dependent", "u2"), ["u1"])
