@@ -174,7 +174,8 @@ class GroupGates:
             return
         passed = self.journal.gates().get(number)
         if passed is not None:
-            self.results.append(GateResult(number, group.name, group.gate.describe(), 0, RESUMED, passed[1]))
+            outcome = RESUMED if passed[0] == PASSED else f"{passed[0]}-earlier"
+            self.results.append(GateResult(number, group.name, group.gate.describe(), 0, outcome, passed[1]))
             return
         if self.dry_run != "none":
             count = self.plan.group_counts().get(number, 0)

@@ -158,6 +158,8 @@ class RestorePlan:
             meta = {k: json.loads(v) for k, v in plan._db.execute("SELECT key, value FROM meta")}
             plan.backup, plan.manifest, plan.warnings = meta["backup"], meta["manifest"], meta["warnings"]
             plan.types = {q: _type(t) for q, t in meta["types"].items()}
+            if "grp" not in {row[1] for row in plan._db.execute("PRAGMA table_info(items)")}:
+                raise ValueError("made by an earlier statusvault, without --order's groups")
         except (sqlite3.DatabaseError, KeyError, TypeError, ValueError) as e:
             raise StatusVaultError(f"restore plan {path} is unreadable ({e}): start over with --restart") from None
         plan._sealed = True

@@ -222,3 +222,17 @@ def test_a_lineage_resumes_its_backup_and_restarts_another_with_the_same_identit
         assert (again.plan.backup, again.journal.manager, planned) == ("w-at-1", manager, ["w-at-1"]), "resumed"
     with restore_state(tmp_path, "w-at-2", "w-at-latest-k", planner("w-at-2")) as later:
         assert (later.plan.backup, later.journal.manager, planned) == ("w-at-2", manager, ["w-at-1", "w-at-2"])
+
+
+def test_a_plan_made_before_order_groups_is_refused_with_the_way_out(tmp_path):
+    path = tmp_path / "old.plan.sqlite"
+    with RestorePlan("b", {}, path) as p:
+        p.add(item("x"))
+        p.seal()
+    db = sqlite3.connect(path)
+    db.execute("DROP INDEX items_order")
+    db.execute("ALTER TABLE items DROP COLUMN grp")
+    db.commit()
+    db.close()
+    with pytest.raises(StatusVaultError, match="earlier statusvault.*start over with --restart"):
+        RestorePlan.open(path)
