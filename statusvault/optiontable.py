@@ -24,8 +24,8 @@ _RESTORE = (
     *_STORAGE, *_SELECTION, "--namespace-mapping", "--status-include-resources", "--status-exclude-resources",
     "--no-status", "--existing-resource-policy", "--dry-run", "--parallel", "--processes", "--qps", "--burst",
     "--scale-down", "--fence", "--fence-exclude", "--pause", "--pause-annotation", "--pause-field",
-    "--pause-resources", "--keep-paused", "--modifiers", "--state-dir", "--encryption-key-file", "--kms-key-id",
-    "--at", "--restart", "--metrics-textfile", "--metrics-pushgateway", "--output", "--strict",
+    "--pause-resources", "--keep-paused", "--modifiers", "--order", "--state-dir", "--encryption-key-file",
+    "--kms-key-id", "--at", "--restart", "--metrics-textfile", "--metrics-pushgateway", "--output", "--strict",
 )  # fmt: skip
 
 _BACKUP = (

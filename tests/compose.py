@@ -111,6 +111,18 @@ class World:
                 obj["metadata"]["namespace"] = ns
         return [obj for _, obj in out]
 
+    def order(self) -> str:
+        """An --order file: relics (named by no group) first, then gizmos and a gate every restored object passes, then
+        pools (tests/refmodel.py: a gated group's paused objects are unpaused before its gate)."""
+        return f"""version: v1
+groups:
+- name: gizmos
+  resources: [gizmos.{self.group}]
+  gate: {{expression: .metadata.name, timeout: 60s}}
+- name: pools
+  resources: [pools.{self.group}]
+"""
+
     def modifiers(self) -> str:
         """A Velero resource-modifier file; `modify` is the same in Python, for the model."""
         return f"""version: v1

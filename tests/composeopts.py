@@ -22,6 +22,7 @@ class Context:
     key: str = "key"
     other_key: str = "other-key"  # a key that opens none of the backups: listed first, a restore must pass it over
     modifiers: str = "modifiers.yaml"
+    order: str = "order.yaml"  # gizmos, a gate that passes, then pools (relics, named by no group, first)
     operator: str = "ops/deployment/op"
     mapped: tuple[str, str] = ("new-a", "new-b")
 
@@ -83,6 +84,7 @@ def args_of(name: str, value: Any, ctx: Context) -> list[str]:
         "cluster": lambda: ["--include-cluster-resources" if value == "on" else "--no-include-cluster-resources"],
         "no_status": lambda: ["--no-status"],
         "modifiers": lambda: ["--modifiers", ctx.modifiers],
+        "order": lambda: ["--order", ctx.order],
         "pause": lambda: pauses(w.group)[value][0],
         "scale_down": lambda: ["--scale-down", ctx.operator],
         "fence": lambda: fences(ctx)[value],
@@ -112,6 +114,7 @@ DEFAULTS: Row = {  # what a row without the parameter means
     "namespace": None, "include": None, "exclude": None, "selector": None, "name": None, "cluster": None,
     "mapping": None, "no_status": False, "status_include": None, "status_exclude": None, "policy": None,
     "dry_run": None, "pause": None, "keep_paused": None, "modifiers": False,
+    "order": False,
 }  # fmt: skip
 
 
@@ -139,6 +142,8 @@ def model_options(row: Row, ctx: Context) -> refmodel.Options:
         pause_resources=paused,
         keep_paused=names[row["keep_paused"]],
         modify=w.modify if row["modifiers"] else None,
+        gated=(f"gizmos.{w.group}",) if row["order"] else (),
+        later=(f"pools.{w.group}",) if row["order"] else (),
     )
 
 

@@ -67,6 +67,8 @@ class Options:
     pause_resources: tuple[str, ...] = ()  # ... for these (patterns over qualified names)
     keep_paused: tuple[str, ...] = ()
     modify: Modify | None = None  # --modifiers, as Python
+    gated: tuple[str, ...] = ()  # --order: types whose group has a gate (that passes) before the next group
+    later: tuple[str, ...] = ()  # --order: types of the next group (every other type comes first)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +143,10 @@ def restore(backup: list[dict[str, Any]], types: list[Type], opts: Options, befo
     if opts.dry_run:
         would = {"created": "would-create", "updated": "would-update"}
         return Expected(code, copy.deepcopy(before), {k: would.get(r, r) for k, r in results.items()}, lacking)
-    unpaused = [k for k in paused if code == 0 and not any(fnmatch.fnmatchcase(k[0], p) for p in opts.keep_paused)]
-    for key in unpaused:  # once every object has its status, unless kept paused
+    kept = lambda k: any(fnmatch.fnmatchcase(k[0], p) for p in opts.keep_paused)  # noqa: E731
+    early = _unpaused_before_gate(results, lacking, paused, opts)
+    unpaused = [k for k in paused if not kept(k) and (code == 0 or k in early)]
+    for key in unpaused:  # once every object has its status, unless kept paused (or before its group's gate)
         after.objects[key] = dataclasses.replace(after.objects[key], paused_with=None)
     return Expected(code, after, results, lacking, len(unpaused), len(paused) - len(unpaused))
 
@@ -238,6 +242,17 @@ def _wants_status(t: Type, obj: dict[str, Any], opts: Options) -> bool:
     if opts.no_status or t.qualified in opts.status_exclude:
         return False
     return not opts.status_include or "*" in opts.status_include or t.qualified in opts.status_include
+
+
+def _unpaused_before_gate(results: dict[Key, str], lacking: set[Key], paused: list[Key], opts: Options) -> set[Key]:
+    """--order: a gated group's paused objects are unpaused before its gate, when every object restored so far (its
+    group's and the earlier groups') has its status."""
+    if not opts.gated:
+        return set()
+    so_far = [k for k in results if k[0] not in opts.later]
+    if any(results[k] == "failed" or k in lacking for k in so_far):
+        return set()
+    return {k for k in paused if k[0] in opts.gated}
 
 
 def _marker(t: Type, obj: dict[str, Any], opts: Options) -> Marker | None:

@@ -71,6 +71,7 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, KeysArgs, MetricsArgs):
     fence: str
     fence_exclude: tuple[str, ...]
     keep_paused: tuple[str, ...]
+    order: str | None
     strict: bool
     state_dir: str
     at: str | None
@@ -174,6 +175,12 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, KeysArgs, MetricsArgs):
     "modifiers_file",
     type=click.Path(dir_okay=False),
     help="Restore-time patches: a YAML file in Velero's resource-modifier format (see the user guide).",
+)
+@click.option(
+    "--order",
+    metavar="PROFILE|FILE",
+    help="Restore in dependency groups, waiting on a readiness gate between them: a profile (crossplane, "
+    "cluster-api/capi, cnpg, flux, argo-rollouts) or an order file (see the user guide).",
 )
 @strict_option
 @state_dir_option
@@ -281,6 +288,11 @@ def _check_outcome(report: RestoreReport, backup_name: str, dry_run: str, strict
         raise PartialFailure(
             f"restore of {backup_name} finished with {len(report.failures)} failed object(s); "
             f"{report.lacking} object(s) lack their saved status{again.replace('resume', 'retry only those')}"
+        )
+    if report.gates_not_passed:
+        named = ", ".join(g.name for g in report.gates_not_passed)
+        raise PartialFailure(
+            f"restore of {backup_name}: the gate after group(s) {named} timed out (onTimeout continue)"
         )
     if strict:
         check_strict(f"restore of {backup_name}", report)

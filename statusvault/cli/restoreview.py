@@ -86,6 +86,7 @@ def render(report: RestoreReport) -> str:
             )
     lines += _server_lines(report)
     lines += _status_notes(report)
+    lines += _order_lines(report)
     if report.fence:
         unfenced = " (a dry run: nothing was fenced)" if report.dry_run != "none" else ""
         lines += ["", f"Fencing{unfenced}:", *report.fence]
@@ -133,6 +134,17 @@ def _named(counts: Counter[Any], resource: str, show: Callable[[Any], str]) -> s
     """One resource's changes or warnings with their object counts, most frequent first."""
     mine = sorted(((-n, show(key)) for key, n in counts.items() if key[0] == resource))
     return ", ".join(f"{text} ({-n})" for n, text in mine)
+
+
+def _order_lines(report: RestoreReport) -> list[str]:
+    """--order: the groups in order with their members' counts and gates, then what each gate did."""
+    if not report.groups:
+        return []
+    lines = ["", "Order (groups restored one after another):"]
+    for n, g in enumerate(report.groups):
+        gate = f"; then gate: {g['gate']}" if g["gate"] else ""
+        lines.append(f"  {n}. {g['group']}: {g['objects']} object(s){gate}")
+    return lines + [f"  {gate.line()}" for gate in report.gates]
 
 
 def _status_notes(report: RestoreReport) -> list[str]:

@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import threading
 import time
+from typing import Any
 
 from statusvault.archive import ArchiveReader
 from statusvault.errors import StatusVaultError
@@ -15,6 +16,7 @@ from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import established
 from statusvault.processes import WorkerSpec
 from statusvault.progress import NullProgress, Progress
+from statusvault.restore.gates import GateWaiter, GroupGates
 from statusvault.restore.journal import Journal
 from statusvault.restore.objects import ObjectRestorer
 from statusvault.restore.options import RestoreOptions
@@ -63,8 +65,13 @@ class RestoreEngine:
         progress = self.settings.progress
         progress.start("restore", total=plan.pending(journal.path))
         processes: WaveWorkers | None = None
+        waiter = GateWaiter(self.client, self.served.target, self.settings.cancel)
+        gates = GroupGates(plan, journal, opts.order, waiter, opts.dry_run)
+        gates.unpause = lambda group: self._unpause(plan, journal, opts, report, group)
+        report.gates, report.groups = gates.results, _groups(plan, opts)
         try:
             for wave in plan.waves():
+                gates.before(wave.group)
                 if processes is None and self._wants_processes(wave.size, opts):
                     processes = self._processes(journal, opts, run)
                 pool = processes if processes is not None and self._wants_processes(wave.size, opts) else None
@@ -72,6 +79,7 @@ class RestoreEngine:
                 journal.flush()
                 if wave.category == Category.CRD and opts.dry_run == "none":
                     self._after_crds(plan, run.crds_written)
+            gates.finish()
         except KeyboardInterrupt:
             report.interrupted = True
         except StatusVaultError as e:  # keep what was done: the report says where it stopped
@@ -99,14 +107,22 @@ class RestoreEngine:
         run.report.processes = spec.processes
         return WaveWorkers(spec, journal.path, opts, run.record)
 
-    def _unpause(self, plan: RestorePlan, journal: Journal, opts: RestoreOptions, report: RestoreReport) -> None:
-        """Only once every object of the restore has its status; otherwise what it paused stays paused."""
-        if not report.succeeded:
+    def _unpause(
+        self, plan: RestorePlan, journal: Journal, opts: RestoreOptions, report: RestoreReport, group: int | None = None
+    ) -> None:
+        """Only once every object of the restore (before a gate: so far) has its status; otherwise what it paused
+        stays paused. group: before its gate, the objects of one --order group."""
+        if group is not None and (report.failures or report.missing_status):
+            return
+        if group is None and not report.succeeded:
             report.left_paused = len(plan.paused(journal.path))
             return
         keep = () if self.settings.release_kept else opts.pause.keep_paused
-        done = unpause_all(self.client, self.served, plan, journal, keep, self.settings.parallel)
-        report.unpaused, report.left_paused, report.unpause_failures = done.unpaused, done.kept, done.failed
+        done = unpause_all(self.client, self.served, plan, journal, keep, self.settings.parallel, group)
+        report.unpaused += done.unpaused
+        report.unpause_failures += done.failed
+        if group is None:
+            report.left_paused = done.kept
 
     def _after_crds(self, plan: RestorePlan, written: set[str]) -> None:
         """Wait until the restored CRDs are Established and served by discovery."""
@@ -124,6 +140,17 @@ class RestoreEngine:
             if time.monotonic() > deadline:
                 raise StatusVaultError("restored CRDs are Established but not yet served by discovery")
             time.sleep(0.3)
+
+
+def _groups(plan: RestorePlan, opts: RestoreOptions) -> list[dict[str, Any]]:
+    """--order's groups in order, each with its members' count and its gate (the report's, a dry run's plan)."""
+    if opts.order is None:
+        return []
+    counts = plan.group_counts()
+    rows = [{"group": "(named by no group)", "objects": counts.get(0, 0), "gate": ""}]
+    for number, g in enumerate(opts.order.groups, 1):
+        rows.append({"group": g.name, "objects": counts.get(number, 0), "gate": g.gate.describe() if g.gate else ""})
+    return rows
 
 
 class _Run:

@@ -21,7 +21,9 @@ CREATE TABLE created (seq INTEGER PRIMARY KEY);  -- created by a run of this res
 CREATE TABLE uids (old TEXT PRIMARY KEY, new TEXT NOT NULL);  -- owners restored so far: old UID -> new
 CREATE TABLE paused (seq INTEGER PRIMARY KEY);  -- created paused by this restore, not yet unpaused
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS gates (grp INTEGER PRIMARY KEY, outcome TEXT NOT NULL, waited REAL NOT NULL);
 """
+_GATES = "CREATE TABLE IF NOT EXISTS gates (grp INTEGER PRIMARY KEY, outcome TEXT NOT NULL, waited REAL NOT NULL)"
 
 
 DONE_BATCH = 256
@@ -70,6 +72,7 @@ class Journal:
         """The journal of an earlier run that did not finish."""
         try:
             db = _connect(path, must_exist=True)
+            db.execute(_GATES)  # a journal from before --order
             meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
             return cls(path, db, str(meta["manager"]), float(meta["started"]), True)
         except (sqlite3.DatabaseError, KeyError, TypeError, ValueError) as e:
@@ -127,6 +130,15 @@ class Journal:
 
     def mark_unpaused(self, item: PlanItem) -> None:
         self._write("DELETE FROM paused WHERE seq = ?", (item.seq,))
+
+    def mark_gate(self, group: int, outcome: str, waited: float) -> None:
+        """The gate after `group` is behind this restore (passed, or timed out with onTimeout continue)."""
+        self._write("INSERT OR REPLACE INTO gates VALUES (?, ?, ?)", (group, outcome, waited))
+
+    def gates(self) -> dict[int, tuple[str, float]]:
+        """The gates an earlier run (or this one) got past: group -> (outcome, seconds waited)."""
+        with self._lock:
+            return {g: (o, w) for g, o, w in self._db.execute("SELECT grp, outcome, waited FROM gates")}
 
     def was_created(self, item: PlanItem) -> bool:
         """Whether a run of this restore created the object: a resumed run then owns it, changed or not."""

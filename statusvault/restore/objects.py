@@ -13,6 +13,7 @@ from statusvault.kube.transport import JSON_PATCH
 from statusvault.model import KubeObject, ResourceType
 from statusvault.restore.journal import Journal
 from statusvault.restore.options import RestoreOptions
+from statusvault.restore.order import OBSERVE
 from statusvault.restore.owners import OwnerResolver
 from statusvault.restore.pausemarkers import RECORD, Marker, pause_lost, unpause_patch, without_record
 from statusvault.restore.plan import Action, PlanItem, StatusMode
@@ -154,6 +155,9 @@ class ObjectRestorer:
     def _marker(self, rt: ResourceType, body: KubeObject, result: ItemResult) -> Marker | None:
         """The object's pause marker; with --pause auto, a custom resource no profile knows is flagged
         (the report warns, once per resource type, that such objects are not paused)."""
+        order = self.opts.order
+        if order is not None and order.observes(rt.qualified, (body.get("metadata") or {}).get("labels") or {}):
+            return OBSERVE  # a managed resource's two-phase restore: its saved managementPolicies come back at the end
         marker = self.opts.pause.marker_for(rt, body)
         result.unmarked = marker is None and self.opts.pause.auto and rt.custom and not rt.is_crd
         return marker

@@ -10,6 +10,7 @@ from statusvault.errors import ConfigError
 from statusvault.model import Selection, split_csv
 from statusvault.optiontable import check_options
 from statusvault.restore.modifiers import Modifiers
+from statusvault.restore.order import Order, read_order
 from statusvault.restore.pausemarkers import PauseOptions, pause_options
 
 
@@ -27,6 +28,7 @@ class RestoreOptions:
     fence: str = "none"  # none | auto | report | best-effort: find the controllers to fence from RBAC
     fence_exclude: tuple[str, ...] = ()  # NAMESPACE/NAME of workloads never fenced
     modifiers: Modifiers | None = None  # restore-time patches (only their digest is in the repr, the state key)
+    order: Order | None = None  # --order: groups and gates (only the groups' digest is in the repr)
 
     @property
     def mapping(self) -> dict[str, str]:
@@ -92,6 +94,7 @@ def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
             csv("pause_resources"),
             csv("keep_paused"),
         ),
+        order=read_order(str(values["order"])) if values.get("order") else None,
     )
 
 

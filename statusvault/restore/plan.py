@@ -66,6 +66,7 @@ class PlanItem:
     depth: int = 0
     in_archive: bool = True  # False for a namespace the plan adds
     seq: int = 0  # the row, once stored
+    group: int = 0  # --order's group (1-based; 0: named by no group), restored before the later groups
 
     @property
     def path(self) -> str:
@@ -84,6 +85,7 @@ class Wave:
     category: Category
     depth: int
     size: int
+    group: int = 0  # --order's group: waves run group by group, a gate between groups
 
 
 _SCHEMA = """
@@ -98,12 +100,13 @@ CREATE TABLE items (
     action TEXT NOT NULL,
     status_mode TEXT NOT NULL,
     depth INTEGER NOT NULL DEFAULT 0,
-    in_archive INTEGER NOT NULL
+    in_archive INTEGER NOT NULL,
+    grp INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE refs (seq INTEGER NOT NULL, owner_uid TEXT NOT NULL);
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
-_COLUMNS = "qualified, source_ns, ns, name, old_uid, category, action, status_mode, depth, in_archive"
+_COLUMNS = "qualified, source_ns, ns, name, old_uid, category, action, status_mode, depth, in_archive, grp"
 _NOT_DONE = "NOT EXISTS (SELECT 1 FROM journal.done d WHERE d.seq = items.seq)"
 
 
@@ -155,6 +158,8 @@ class RestorePlan:
             meta = {k: json.loads(v) for k, v in plan._db.execute("SELECT key, value FROM meta")}
             plan.backup, plan.manifest, plan.warnings = meta["backup"], meta["manifest"], meta["warnings"]
             plan.types = {q: _type(t) for q, t in meta["types"].items()}
+            if "grp" not in {row[1] for row in plan._db.execute("PRAGMA table_info(items)")}:
+                raise ValueError("made by an earlier statusvault, without --order's groups")
         except (sqlite3.DatabaseError, KeyError, TypeError, ValueError) as e:
             raise StatusVaultError(f"restore plan {path} is unreadable ({e}): start over with --restart") from None
         plan._sealed = True
@@ -198,6 +203,7 @@ class RestorePlan:
                 str(item.status_mode),
                 item.depth,
                 int(item.in_archive),
+                item.group,
             )
         )
         self._refs += [(seq, uid) for uid in owner_uids if uid]
@@ -207,7 +213,7 @@ class RestorePlan:
     def _flush(self) -> None:
         """Insert the rows added since the last flush (before anything reads the items)."""
         if self._items:
-            self._db.executemany(f"INSERT INTO items (seq, {_COLUMNS}) VALUES ({', '.join('?' * 11)})", self._items)
+            self._db.executemany(f"INSERT INTO items (seq, {_COLUMNS}) VALUES ({', '.join('?' * 12)})", self._items)
             self._items = []
         if self._refs:
             self._db.executemany("INSERT INTO refs VALUES (?, ?)", self._refs)
@@ -218,7 +224,7 @@ class RestorePlan:
         plan into place, read-only from here on."""
         self._flush()
         self._assign_depths()
-        self._db.execute("CREATE INDEX items_order ON items (category, depth, in_archive, seq)")
+        self._db.execute("CREATE INDEX items_order ON items (grp, category, depth, in_archive, seq)")
         meta = {
             "backup": self.backup,
             "manifest": self.manifest,
@@ -256,7 +262,16 @@ class RestorePlan:
                 f"ownerReferences form a cycle or a chain deeper than {MAX_OWNER_DEPTH}: "
                 "those objects are restored in an arbitrary order"
             )
+        self._follow_owner_groups()
         db.execute("DROP TABLE links")
+
+    def _follow_owner_groups(self) -> None:
+        """A dependent is restored in its owner's --order group when that group comes later than its own."""
+        later = "(SELECT MAX(o.grp) FROM links l JOIN items o ON o.seq = l.owner WHERE l.dependent = items.seq)"
+        query = f"UPDATE items SET grp = {later} WHERE seq IN (SELECT dependent FROM links) AND grp < {later}"
+        for _ in range(MAX_OWNER_DEPTH):
+            if not self._db.execute(query).rowcount:
+                break
 
     # --- reading ---
 
@@ -266,12 +281,11 @@ class RestorePlan:
         return count
 
     def waves(self) -> list[Wave]:
-        """Groups to run in order: by category, then by owner depth (owners before dependents)."""
+        """Waves to run in order: by --order group, by category, then by owner depth (owners before dependents)."""
         self._flush()
-        rows = self._db.execute(
-            "SELECT category, depth, COUNT(*) FROM items GROUP BY category, depth ORDER BY category, depth"
-        )
-        return [Wave(Category(c), d, n) for c, d, n in rows]
+        waves = "grp, category, depth"
+        rows = self._db.execute(f"SELECT {waves}, COUNT(*) FROM items GROUP BY {waves} ORDER BY {waves}")
+        return [Wave(Category(c), d, n, g) for g, c, d, n in rows]
 
     def items(self, wave: Wave | None = None, journal: Path | None = None) -> Iterator[PlanItem]:
         """A wave's items (all items when None): those the plan added first, then archive order.
@@ -281,26 +295,43 @@ class RestorePlan:
         query = f"SELECT {_COLUMNS}, seq FROM items WHERE 1"
         args: tuple[int, ...] = ()
         if wave is not None:
-            query += " AND category = ? AND depth = ?"
-            args = (int(wave.category), wave.depth)
+            query += " AND grp = ? AND category = ? AND depth = ?"
+            args = (wave.group, int(wave.category), wave.depth)
         if journal is not None:
             self._attach(journal)
             query += f" AND {_NOT_DONE}"
-        for row in self._db.execute(query + " ORDER BY category, depth, in_archive, seq", args):
+        for row in self._db.execute(query + " ORDER BY grp, category, depth, in_archive, seq", args):
             yield self._item(row)
 
     def _item(self, row: tuple[Any, ...]) -> PlanItem:
-        q, src, ns, name, uid, cat, action, mode, depth, stored, seq = row
+        q, src, ns, name, uid, cat, action, mode, depth, stored, grp, seq = row
+        rt = self.types[q]
         return PlanItem(
-            self.types[q], src, ns, name, uid, Category(cat), Action(action), StatusMode(mode), depth, bool(stored), seq
+            rt, src, ns, name, uid, Category(cat), Action(action), StatusMode(mode), depth, bool(stored), seq, grp
         )
 
-    def paused(self, journal: Path) -> list[PlanItem]:
-        """The items the journal says this restore created paused and has not unpaused yet."""
+    def group_counts(self) -> dict[int, int]:
+        """Objects per --order group (0: named by no group)."""
+        self._flush()
+        return dict(self._db.execute("SELECT grp, COUNT(*) FROM items GROUP BY grp").fetchall())
+
+    def restored(self, group: int, journal: Path) -> list[PlanItem]:
+        """The group's objects the journal has seen restored (created or updated): what its gate waits on."""
         self._attach(journal)
         rows = self._db.execute(
-            f"SELECT {_COLUMNS}, seq FROM items WHERE seq IN (SELECT seq FROM journal.paused) ORDER BY seq"
+            f"SELECT {_COLUMNS}, seq FROM items WHERE grp = ? AND action IN (?, ?) AND NOT {_NOT_DONE} ORDER BY seq",
+            (group, str(Action.CREATE), str(Action.UPDATE)),
         ).fetchall()
+        return [self._item(row) for row in rows]
+
+    def paused(self, journal: Path, group: int | None = None) -> list[PlanItem]:
+        """The items the journal says this restore created paused and has not unpaused yet (of one --order group)."""
+        self._attach(journal)
+        query = f"SELECT {_COLUMNS}, seq FROM items WHERE seq IN (SELECT seq FROM journal.paused)"
+        args: tuple[int, ...] = ()
+        if group is not None:
+            query, args = query + " AND grp = ?", (group,)
+        rows = self._db.execute(query + " ORDER BY seq", args).fetchall()
         return [self._item(row) for row in rows]
 
     def pending(self, journal: Path, wanted_status: bool = False) -> int:

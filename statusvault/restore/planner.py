@@ -95,6 +95,7 @@ def resolve_resource_options(opts: RestoreOptions, types: list[ResourceType], li
             resources=names("--pause-resources", pause.resources),
             keep_paused=names("--keep-paused", pause.keep_paused),
         ),
+        order=opts.order.resolved(names) if opts.order is not None else None,
     )
 
 
@@ -258,6 +259,8 @@ class _Planner:
                     return
                 self.named.update(matched)
         item = _plan_item(key.qualified, obj, cat, decider, self.exists)
+        if self.opts.order is not None and cat not in (Category.CRD, Category.NAMESPACE):
+            item.group = self.opts.order.group_of(key.qualified, meta.get("labels") or {})
         self.matched += cat != Category.CRD or CRD_QUALIFIED in decider.include
         if item.rt.namespaced:  # an unavailable one too: a resumed run writes it once its CRD is installed
             self.namespaces_needed.add(item.namespace)

@@ -11,6 +11,7 @@ from typing import IO, Any
 import orjson
 
 from statusvault.model import display
+from statusvault.restore.gates import TIMED_OUT, GateResult
 from statusvault.restore.pausemarkers import unmarked_warning
 from statusvault.transforms import ServerChange
 
@@ -137,6 +138,8 @@ class RestoreReport:
         self.total = 0
         self.fence: list[str] = []  # the fence plan's lines (--fence): each controller, why, what was done
         self.processes = 0  # worker processes used (0: this process's threads only)
+        self.gates: list[GateResult] = []  # --order: each gate between groups, what it waited for and what did not pass
+        self.groups: list[dict[str, Any]] = []  # --order: each group, its members' count and its gate
         self.timings: dict[str, float] = {}  # seconds from the restore's start: planned, first object finished
         self.attention: list[ItemResult] = []
         self.table: dict[str, Counter[str]] = {}
@@ -231,6 +234,11 @@ class RestoreReport:
         return not (problems or self.aborted or self.interrupted)
 
     @property
+    def gates_not_passed(self) -> list[GateResult]:
+        """Gates that timed out (the run stopped there, or went on as onTimeout continue asked)."""
+        return [g for g in self.gates if g.outcome == TIMED_OUT]
+
+    @property
     def server_changed(self) -> int:
         """Objects with a field the server dropped or changed of what was sent (a pruning schema, a webhook)."""
         return sum(c["server:changed"] for c in self.table.values())
@@ -286,6 +294,8 @@ class RestoreReport:
             "warnings": self.warnings,
             "fence": self.fence,
             "processes": self.processes,
+            "groups": self.groups,
+            "gates": [g.to_dict() for g in self.gates],
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
         }
 

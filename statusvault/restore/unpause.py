@@ -30,12 +30,14 @@ def unpause_all(
     journal: Journal,
     keep: tuple[str, ...] | None,
     parallel: int,
+    group: int | None = None,
 ) -> UnpauseOutcome:
-    """Unpause every object the journal says this restore paused, except types `keep` names (wildcards)."""
+    """Unpause every object the journal says this restore paused (of one --order group), except types `keep` names
+    (wildcards)."""
     keeps = PauseOptions(keep_paused=keep or ())
     outcome = UnpauseOutcome()
     todo = []
-    for item in plan.paused(journal.path):
+    for item in plan.paused(journal.path, group):
         if keeps.keeps(item.rt.qualified):
             outcome.kept += 1
         else:

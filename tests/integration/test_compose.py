@@ -65,6 +65,7 @@ PARAMS: dict[str, tuple[Any, ...]] = {
     "target": ("empty", "existing", "no-crds", "some-crds", "strict"),  # not an option: the cluster restored into
     "policy": (None, "update"),
     "modifiers": (False, True),
+    "order": (False, True),  # groups: (relics), gizmos, a gate, pools
     "pause": (None, "auto", "annotation", "field", "auto+annotation"),
     "keep_paused": (None, "Gizmo", "relics"),
     "scale_down": (False, True),
@@ -136,7 +137,9 @@ def backed(cluster, kube: KubeClient, tmp_path_factory: pytest.TempPathFactory, 
     for path in (key, other):
         path.write_text(base64.b64encode(os.urandom(32)).decode())
     modifiers.write_text(world.modifiers())
-    ctx = Context(world, str(tmp / "store"), str(key), str(other), str(modifiers), f"{ops}/deployment/op")
+    order = tmp / "order.yaml"
+    order.write_text(world.order())
+    ctx = Context(world, str(tmp / "store"), str(key), str(other), str(modifiers), str(order), f"{ops}/deployment/op")
     include = ",".join(world.qualified)
     for name, sealed in (("plain", ()), ("sealed", ("--encryption-key-file", str(key)))):
         code, _, err = cli(cluster.kubeconfig, "backup", name, "--include-resources", include, "--storage", ctx.store,

@@ -189,6 +189,45 @@ def test_restore_killed_at_each_step_then_the_same_command_ends_exact(
         kube.delete(NAMESPACES, None, target)
 
 
+ORDER_STEPS: dict[str, tuple[Pause, str]] = {  # where, and what the re-run's report says of the gate
+    "waiting-on-a-gate": (Pause("restore.gate-waiting"), "passed"),  # the group restored, its gate not passed
+    "between-groups": (Pause("restore.gate-passed"), "passed-earlier"),  # the gate journalled as passed
+}
+
+
+@pytest.mark.parametrize("step", list(ORDER_STEPS))
+def test_restore_with_order_killed_at_each_gate_step_then_the_same_command_ends_exact(
+    run, cluster, kube, namespace, instances, tmp_path, step
+):
+    """--order with --pause auto: the group is unpaused before its gate; a re-run waits again only on a gate the
+    journal has not seen passed."""
+    before = snapshot(kube, [instances], namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    target = unique("dst")
+    order = tmp_path / "order.yaml"
+    order.write_text(
+        f"version: v1\ngroups:\n  - name: instances\n    resources: [{QUALIFIED}]\n"
+        "    gate: {expression: .status.externalID, timeout: 30s}\n"
+    )
+    args = ["--kubeconfig", str(cluster.kubeconfig), "restore", "b"]
+    args += ["--namespace-mapping", f"{namespace}:{target}", "--pause", "auto", "--order", str(order)]
+    try:
+        where, outcome = ORDER_STEPS[step]
+        kill_at(where, args, env_of(run), {}, tmp_path)
+        assert census(kube, instances, target).created == N, "the group was restored before its gate"
+
+        again = run(*args[2:], "-o", "json")
+
+        assert again.code == ExitStatus.SUCCESS, again.out + again.err
+        report = json.loads(again.out)
+        assert [(g["group"], g["outcome"]) for g in report["gates"]] == [("instances", outcome)]
+        assert report["leftPaused"] == 0
+        assert_exact(before, snapshot(kube, [instances], target))
+        assert census(kube, instances, target).marked == 0
+    finally:
+        kube.delete(NAMESPACES, None, target)
+
+
 KEPT_STEPS: dict[str, tuple[str, Where]] = {  # (the command killed, where)
     "restore-mid-wave": ("restore", post("db-06")),
     "restore-as-its-last-status-lands": ("restore", Request("PUT", "/status", nth=N, lands=True)),

@@ -48,6 +48,27 @@ def test_a_dependent_waits_for_its_deepest_owner(plan):
     assert names(plan) == [["a"], ["b"], ["c"]]
 
 
+def grouped(name, group, uid="", category=Category.NAMESPACED):
+    it = item(name, uid, category)
+    it.group = group
+    return it
+
+
+def test_order_groups_lead_the_wave_order_and_dependents_follow_their_owners_group(plan):
+    plan.add(grouped("ns", 0, category=Category.NAMESPACE))
+    plan.add(grouped("late-owner", 2, "u1", Category.CLUSTER))
+    plan.add(grouped("its-dependent", 1, "u2"), ["u1"])  # follows its owner into group 2
+    plan.add(grouped("early", 1, "u3"))
+    plan.add(grouped("plain", 0, "u4"))
+    plan.seal()
+    assert [(w.group, w.category, w.depth) for w in plan.waves()] == [
+        (0, Category.NAMESPACE, 0), (0, Category.NAMESPACED, 0), (1, Category.NAMESPACED, 0),
+        (2, Category.CLUSTER, 0), (2, Category.NAMESPACED, 1),
+    ]  # fmt: skip
+    assert names(plan) == [["ns"], ["plain"], ["early"], ["late-owner"], ["its-dependent"]]
+    assert plan.group_counts() == {0: 2, 1: 1, 2: 2}
+
+
 def test_only_owners_keep_their_old_uid(plan):
     plan.add(item("owner", "u1"))
     plan.add(item("dependent", "u2"), ["u1"])
@@ -201,3 +222,17 @@ def test_a_lineage_resumes_its_backup_and_restarts_another_with_the_same_identit
         assert (again.plan.backup, again.journal.manager, planned) == ("w-at-1", manager, ["w-at-1"]), "resumed"
     with restore_state(tmp_path, "w-at-2", "w-at-latest-k", planner("w-at-2")) as later:
         assert (later.plan.backup, later.journal.manager, planned) == ("w-at-2", manager, ["w-at-1", "w-at-2"])
+
+
+def test_a_plan_made_before_order_groups_is_refused_with_the_way_out(tmp_path):
+    path = tmp_path / "old.plan.sqlite"
+    with RestorePlan("b", {}, path) as p:
+        p.add(item("x"))
+        p.seal()
+    db = sqlite3.connect(path)
+    db.execute("DROP INDEX items_order")
+    db.execute("ALTER TABLE items DROP COLUMN grp")
+    db.commit()
+    db.close()
+    with pytest.raises(StatusVaultError, match="earlier statusvault.*start over with --restart"):
+        RestorePlan.open(path)

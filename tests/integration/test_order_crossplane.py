@@ -1,0 +1,95 @@
+"""--order crossplane's two-phase restore of managed resources: each is created in Observe mode (a provider only
+reads the external resource then), given its saved status, then given its saved managementPolicies back."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from statusvault.errors import ExitStatus, KubeApiError
+from statusvault.kinds import NAMESPACES
+from statusvault.kube.discovery import discover
+from statusvault.restore.pausemarkers import RECORD
+from statusvault.testing.fixtures import create_with_status, install_crds
+from tests.builders import cr, crd
+from tests.integration.crs.servers import wait_gone
+
+GROUP = "s3.aws.upbound.io"  # a provider's group: the crossplane profile's managed-resources group
+N = 6
+POLICIES = {0: None, 1: ["*"], 2: ["Observe", "Update", "Delete"]}  # by i % 3; None: the field absent
+
+
+@pytest.fixture(scope="module")
+def buckets(kube):
+    return install_crds(kube, [crd(GROUP, "Bucket")]).by_qualified(f"buckets.{GROUP}")
+
+
+def saved(i: int) -> dict:
+    return {"atProvider": {"id": f"bucket-{i}", "arn": f"arn:aws:s3:::bucket-{i}"}, "conditions": [
+        {"type": "Ready", "status": "True"}, {"type": "Synced", "status": "True"}]}  # fmt: skip
+
+
+class Provider:
+    """Sees every Bucket: one not in Observe mode without status.atProvider.id makes it create an external record
+    (and write its id); the policies each Bucket had when first seen are kept."""
+
+    def __init__(self, kube, rt, namespace: str):
+        self.kube, self.rt, self.namespace = kube, rt, namespace
+        self.created: list[str] = []
+        self.first_seen: dict[str, object] = {}
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stopped.wait(0.02):
+            try:
+                for page in self.kube.list_pages(self.rt, self.namespace):
+                    for obj in page:
+                        self._reconcile(obj)
+            except KubeApiError:
+                continue
+
+    def _reconcile(self, obj: dict) -> None:
+        name, policies = obj["metadata"]["name"], (obj.get("spec") or {}).get("managementPolicies")
+        self.first_seen.setdefault(name, policies)
+        if policies == ["Observe"] or ((obj.get("status") or {}).get("atProvider") or {}).get("id"):
+            return
+        self.created.append(name)
+        obj["status"] = {**(obj.get("status") or {}), "atProvider": {"id": f"new-{name}"}}
+        self.kube.replace(self.rt, self.namespace, name, obj, sub="status", manager="test-provider")
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+
+def test_managed_resources_are_observed_first_and_get_their_policies_back(run, kube, buckets, namespace):
+    d = discover(kube)
+    for i in range(N):
+        spec = {"forProvider": {"region": "eu-west-1"}}
+        if POLICIES[i % 3] is not None:
+            spec["managementPolicies"] = POLICIES[i % 3]
+        create_with_status(kube, d, cr(f"{GROUP}/v1", "Bucket", f"b-{i}", spec=spec, status=saved(i)), namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    kube.delete(NAMESPACES, None, namespace)
+    wait_gone(kube, NAMESPACES, None, namespace)
+    provider = Provider(kube, buckets, namespace)
+    try:
+        result = run("restore", "b", "--order", "crossplane", "-o", "json")
+    finally:
+        provider.stop()
+
+    assert result.code == ExitStatus.SUCCESS, result.err
+    assert provider.created == [], "no external record was created"
+    assert set(provider.first_seen) == {f"b-{i}" for i in range(N)}
+    assert all(p == ["Observe"] for p in provider.first_seen.values()), provider.first_seen
+    report = json.loads(result.out)
+    assert (report["unpaused"], report["leftPaused"]) == (N, 0)
+    for i in range(N):
+        obj = kube.get(buckets, namespace, f"b-{i}")
+        assert obj["status"] == saved(i)
+        assert obj["spec"].get("managementPolicies") == POLICIES[i % 3]
+        assert RECORD not in (obj["metadata"].get("annotations") or {})
