@@ -11,6 +11,7 @@ import pytest
 from statusvault.errors import ExitStatus, KubeApiError
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import discover
+from statusvault.kube.watch import collection_version
 from statusvault.restore.pausemarkers import RECORD
 from statusvault.testing.fixtures import create_with_status, install_crds
 from tests.builders import cr, crd
@@ -32,23 +33,27 @@ def saved(i: int) -> dict:
 
 
 class Provider:
-    """Sees every Bucket: one not in Observe mode without status.atProvider.id makes it create an external record
-    (and write its id); the policies each Bucket had when first seen are kept."""
+    """Sees every Bucket as a provider's informer does, every version through a WATCH (so a Bucket restored and
+    switched back between two LISTs is still seen as it was created): one not in Observe mode without
+    status.atProvider.id makes it create an external record (and write its id); the policies each Bucket had when
+    first seen are kept."""
 
     def __init__(self, kube, rt, namespace: str):
         self.kube, self.rt, self.namespace = kube, rt, namespace
         self.created: list[str] = []
         self.first_seen: dict[str, object] = {}
         self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
+        rv = collection_version(kube, rt, namespace, "")  # from before the restore: no version is missed
+        self.thread = threading.Thread(target=self._loop, args=(rv,), daemon=True)
         self.thread.start()
 
-    def _loop(self) -> None:
-        while not self.stopped.wait(0.02):
+    def _loop(self, rv: str) -> None:
+        while not self.stopped.is_set():
             try:
-                for page in self.kube.list_pages(self.rt, self.namespace):
-                    for obj in page:
-                        self._reconcile(obj)
+                for ev in self.kube.watch(self.rt, self.namespace, "", rv, timeout=1):
+                    rv = ev.resource_version or rv
+                    if ev.type in ("ADDED", "MODIFIED"):
+                        self._reconcile(ev.object)
             except KubeApiError:
                 continue
 
