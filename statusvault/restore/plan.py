@@ -98,7 +98,8 @@ CREATE TABLE items (
     action TEXT NOT NULL,
     status_mode TEXT NOT NULL,
     depth INTEGER NOT NULL DEFAULT 0,
-    in_archive INTEGER NOT NULL
+    in_archive INTEGER NOT NULL,
+    streamed INTEGER NOT NULL DEFAULT 0  -- written as the archive was read (restore/stream.py)
 );
 CREATE TABLE refs (seq INTEGER NOT NULL, owner_uid TEXT NOT NULL);
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -141,6 +142,7 @@ class RestorePlan:
         self.kept = kept  # False: a scratch plan, removed on close
         self._sealed = False
         self._journal: Path | None = None
+        self.deferred = False  # True: waves() and items() leave out the streamed rows (this run wrote them already)
         self._next_seq = 1  # rows are numbered here, so that a batch knows its numbers before it is inserted
         self._items: list[tuple[Any, ...]] = []  # rows not inserted yet: one executemany per ADD_BATCH
         self._refs: list[tuple[int, str]] = []
@@ -180,11 +182,14 @@ class RestorePlan:
 
     # --- building ---
 
-    def add(self, item: PlanItem, owner_uids: Iterable[str] = ()) -> None:
+    def add(self, item: PlanItem, owner_uids: Iterable[str] = (), streamed: bool = False, seq: int = 0) -> int:
+        """Add a row (numbered in order unless seq is given) and return its number, which item.seq now holds."""
         assert not self._sealed, "the plan is sealed"
         qualified = item.rt.qualified
         self.types.setdefault(qualified, item.rt)
-        seq, self._next_seq = self._next_seq, self._next_seq + 1
+        if not seq:
+            seq, self._next_seq = self._next_seq, self._next_seq + 1
+        item.seq = seq
         self._items.append(
             (
                 seq,
@@ -198,16 +203,20 @@ class RestorePlan:
                 str(item.status_mode),
                 item.depth,
                 int(item.in_archive),
+                int(streamed),
             )
         )
         self._refs += [(seq, uid) for uid in owner_uids if uid]
         if len(self._items) >= ADD_BATCH:
             self._flush()
+        return seq
 
     def _flush(self) -> None:
         """Insert the rows added since the last flush (before anything reads the items)."""
         if self._items:
-            self._db.executemany(f"INSERT INTO items (seq, {_COLUMNS}) VALUES ({', '.join('?' * 11)})", self._items)
+            self._db.executemany(
+                f"INSERT INTO items (seq, {_COLUMNS}, streamed) VALUES ({', '.join('?' * 12)})", self._items
+            )
             self._items = []
         if self._refs:
             self._db.executemany("INSERT INTO refs VALUES (?, ?)", self._refs)
@@ -269,7 +278,8 @@ class RestorePlan:
         """Groups to run in order: by category, then by owner depth (owners before dependents)."""
         self._flush()
         rows = self._db.execute(
-            "SELECT category, depth, COUNT(*) FROM items GROUP BY category, depth ORDER BY category, depth"
+            f"SELECT category, depth, COUNT(*) FROM items WHERE {self._unstreamed} "
+            "GROUP BY category, depth ORDER BY category, depth"
         )
         return [Wave(Category(c), d, n) for c, d, n in rows]
 
@@ -278,7 +288,7 @@ class RestorePlan:
 
         journal: only the items that journal has not seen done."""
         self._flush()
-        query = f"SELECT {_COLUMNS}, seq FROM items WHERE 1"
+        query = f"SELECT {_COLUMNS}, seq FROM items WHERE {self._unstreamed}"
         args: tuple[int, ...] = ()
         if wave is not None:
             query += " AND category = ? AND depth = ?"
@@ -288,6 +298,10 @@ class RestorePlan:
             query += f" AND {_NOT_DONE}"
         for row in self._db.execute(query + " ORDER BY category, depth, in_archive, seq", args):
             yield self._item(row)
+
+    @property
+    def _unstreamed(self) -> str:
+        return "streamed = 0" if self.deferred else "1"
 
     def _item(self, row: tuple[Any, ...]) -> PlanItem:
         q, src, ns, name, uid, cat, action, mode, depth, stored, seq = row
