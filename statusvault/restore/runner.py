@@ -121,10 +121,10 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
 
 
 def streamable(req: RestoreRequest, reader: ArchiveReader) -> bool:
-    """Whether the restore writes as it reads the archive (restore/stream.py) instead of planning first: a real
-    restore of an archive not read yet, with the summary's types and totals, and nothing that needs the whole
-    plan before the first write: a fence reads it, a dry run reports it, and a selection that matches nothing must
-    fail before anything is written (CRDs come along with -n)."""
+    """Whether the restore writes as it reads the archive (restore/stream.py) instead of planning first: asked for
+    (--stream), a real restore of an archive not read yet, with the summary's types and totals, and nothing that
+    needs the whole plan before the first write: a fence reads it, a dry run reports it, and a selection that
+    matches nothing must fail before anything is written (CRDs come along with -n)."""
     opts, summary = req.options, reader.summary or {}
     sel = opts.selection
     chosen = sel.namespaces or sel.include_resources or sel.names or sel.label_selector

@@ -58,7 +58,9 @@ def first_write(http: Http, env: dict[str, str], name: str, prefix: str) -> dict
     mapping = ",".join(f"plan-{k}:{prefix}-{k}" for k in range(NAMESPACES))
     args = ["restore", name, "--stream", "--namespace-mapping", mapping, "--parallel", "16", "--processes", "1"]
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "statusvault", *args], env=env, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "statusvault", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     first, peak = 0.0, 0
     path = f"/apis/{GROUP}/v1/namespaces/{prefix}-0/{PLURAL}?limit=1"
     seconds = float(os.environ.get("BENCH_STREAM_SECONDS", "15"))
