@@ -56,12 +56,17 @@ class RestoreEngine:
         return self._end(plan, run)
 
     def stream(
-        self, reader: ArchiveReader, build: Callable[[Sink], RestorePlan], journal: Journal, opts: RestoreOptions
+        self,
+        reader: ArchiveReader,
+        build: Callable[[Sink], RestorePlan],
+        journal: Journal,
+        opts: RestoreOptions,
+        backup: str,
     ) -> tuple[RestoreReport, RestorePlan | None]:
         """A streamed restore (restore/stream.py): build(sink) plans while the sink writes each unowned object;
         then the owned ones in depth waves. The plan comes back for the caller to keep (None: never sealed)."""
         total = int(((reader.summary or {}).get("totals") or {}).get("objects") or 0)
-        run = self._start(str((reader.summary or {}).get("name") or ""), [], journal, opts, total)
+        run = self._start(backup, [], journal, opts, total)
         built: list[RestorePlan] = []
 
         def body() -> None:

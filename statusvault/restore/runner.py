@@ -93,7 +93,9 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
                 planned = time.monotonic() - origin  # streamed: what is left before the first object is read
                 log.info("restoring as the archive is read (streamed): owned objects follow in depth waves")
                 with pauser.paused(workloads):
-                    report, state.plan = engine.stream(reader, _streamed(planner, state), state.journal, opts)
+                    report, state.plan = engine.stream(
+                        reader, _streamed(planner, state), state.journal, opts, req.backup
+                    )
                 report.timings["planned"] = planned
                 if report.succeeded and not report.left_paused and state.plan is not None:
                     finish(state)
