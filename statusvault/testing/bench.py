@@ -156,6 +156,9 @@ def measure_restore(
         results[f"restore_p{processes}"] = restore_figures(env, n, f"p{processes}", "--processes", str(processes))
     results["restore"] = results[f"restore_p{PROCESSES[0]}"]
 
+    log("statusvault restore --stream (writes as it reads the archive)")
+    results["restore_stream"] = restore_figures(env, n, "streamed", "--processes", str(PROCESSES[0]), "--stream")
+
     log("statusvault restore with a 3-rule --modifiers file")
     (work / "modifiers.yaml").write_text(MODIFIERS)
     results["restore_modifiers"] = restore_figures(
