@@ -155,9 +155,7 @@ def _record(tar: TarStream, member: Member, sizes: _Sizes, seen: IO[bytes]) -> t
 
 def _check_unique(names: array.array[int], seen: IO[bytes]) -> None:
     """No member path twice, found from 8-byte fingerprints (1M paths in 8 MB), sorted once at the end."""
-    ordered = sorted(names)
-    twice = {a for a, b in itertools.pairwise(ordered) if a == b}
-    del ordered
+    twice = _repeated(names)
     met: set[str] = set()  # paths whose fingerprint repeats: a repeated path, or (rarely) a collision
     seen.seek(0)
     for line in seen if twice else ():
@@ -167,6 +165,23 @@ def _check_unique(names: array.array[int], seen: IO[bytes]) -> None:
                 raise ArchiveError(f"archive member {shown(path)} appears twice")
             met.add(path)
     seen.seek(0, 2)
+
+
+FINGERPRINT_BUCKETS = 64
+
+
+def _repeated(names: array.array[int]) -> set[int]:
+    """The fingerprints met more than once. Sorted a bucket at a time: a sorted list holds a Python int per path
+    (~40 bytes), 40 MB at a million paths at once; a bucket's is 1/64 of that."""
+    buckets = [array.array("q") for _ in range(FINGERPRINT_BUCKETS)]
+    for h in names:
+        buckets[h % FINGERPRINT_BUCKETS].append(h)
+    twice: set[int] = set()
+    for i, bucket in enumerate(buckets):
+        ordered = sorted(bucket)
+        buckets[i] = array.array("q")
+        twice.update(a for a, b in itertools.pairwise(ordered) if a == b)
+    return twice
 
 
 def _spool(tar: TarStream, member: Member) -> IO[bytes]:

@@ -76,6 +76,7 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, KeysArgs, MetricsArgs):
     state_dir: str
     at: str | None
     restart: bool
+    stream: bool
     output: str
 
 
@@ -195,6 +196,13 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, KeysArgs, MetricsArgs):
     is_flag=True,
     help="Discard the journal of an earlier, unfinished run of this restore and start over.",
 )
+@click.option(
+    "--stream",
+    is_flag=True,
+    help="Write objects as the archive is read, before all of it is checked (first write in about a second at "
+    "any size; an archive that fails a check part-way fails the restore after some writes). Not with a "
+    "selection, --dry-run or --fence: those plan first.",
+)
 @metrics_options
 @output_option
 @pass_args(RestoreArgs, check="restore")
@@ -260,6 +268,7 @@ def restore_request(
         options=options,
         state_dir=Path(args.state_dir),
         restart=args.restart,
+        stream=args.stream,
         key=None if args.at else args.keys(),
         parallel=args.parallel,
         workers=worker_spec(app, args),

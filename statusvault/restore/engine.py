@@ -7,10 +7,11 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from statusvault.archive import ArchiveReader
-from statusvault.errors import StatusVaultError
+from statusvault.errors import ArchiveError, StatusVaultError
 from statusvault.kinds import CRD_QUALIFIED, CRDS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import established
@@ -21,8 +22,10 @@ from statusvault.restore.journal import Journal
 from statusvault.restore.objects import ObjectRestorer
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.plan import Action, Category, PlanItem, RestorePlan
+from statusvault.restore.planner import Sink
 from statusvault.restore.results import ItemResult, Outcome, RestoreReport
 from statusvault.restore.servedtypes import ServedTypes
+from statusvault.restore.stream import StreamWriter
 from statusvault.restore.unpause import unpause_all
 from statusvault.restore.waves import WaveRunner
 from statusvault.restore.workers import WaveWorkers
@@ -50,46 +53,93 @@ class RestoreEngine:
     def run(self, reader: ArchiveReader, plan: RestorePlan, journal: Journal, opts: RestoreOptions) -> RestoreReport:
         """Restore every item the journal has not seen done. Per-object problems go to the report; a
         problem of the whole run (a CRD never served, a lost Lease, Ctrl-C) stops it with the report kept."""
-        started = time.monotonic()
-        report = RestoreReport(plan.backup, opts.dry_run, warnings=list(plan.warnings))
+        run = self._start(plan.backup, plan.warnings, journal, opts, plan.pending(journal.path))
+        self._guarded(run, lambda: self._waves(reader, plan, run))
+        return self._end(plan, run)
+
+    def stream(
+        self,
+        reader: ArchiveReader,
+        build: Callable[[Sink], RestorePlan],
+        journal: Journal,
+        opts: RestoreOptions,
+        backup: str,
+    ) -> tuple[RestoreReport, RestorePlan | None]:
+        """A streamed restore (restore/stream.py): build(sink) plans while the sink writes each unowned object;
+        then the owned ones in depth waves. The plan comes back for the caller to keep (None: never sealed)."""
+        total = int(((reader.summary or {}).get("totals") or {}).get("objects") or 0)
+        run = self._start(backup, [], journal, opts, total)
+        built: list[RestorePlan] = []
+
+        def body() -> None:
+            writer = StreamWriter(run.waves, journal, self.served, lambda: self._after_crds(run), run.page)
+            try:
+                plan = build(writer)
+            except BaseException:
+                writer.abandon()
+                raise
+            built.append(plan)
+            writer.close()
+            journal.flush()
+            run.report.warnings += plan.warnings
+            plan.deferred = True  # what the stream wrote is not written again by this run
+            self._waves(reader, plan, run)
+
+        self._guarded(run, body, ArchiveError)  # an archive that fails its checks mid-way fails the restore
+        if not built:
+            run.report.left_paused = journal.paused_count()
+            return run.report, None
+        built[0].deferred = False
+        return self._end(built[0], run), built[0]
+
+    def _start(self, backup: str, warnings: list[str], journal: Journal, opts: RestoreOptions, total: int) -> _Run:
+        report = RestoreReport(backup, opts.dry_run, warnings=list(warnings))
         report.resumed = journal.resumed
         run = _Run(self, journal, opts, report)
-        waves = WaveRunner(
-            reader,
-            run.restorer,
-            run.record,
-            self.settings.parallel,
-            plan.names(Category.NAMESPACE, Action.CREATE),
-            self.settings.cancel,
-        )
-        progress = self.settings.progress
-        progress.start("restore", total=plan.pending(journal.path))
-        processes: WaveWorkers | None = None
+        self.settings.progress.start("restore", total=total)
+        return run
+
+    def _waves(self, reader: ArchiveReader, plan: RestorePlan, run: _Run) -> None:
+        """The plan's waves in order (--order group, category, owner depth), each group's gate after its waves."""
+        run.waves.reader = reader
+        run.waves.new_namespaces = plan.names(Category.NAMESPACE, Action.CREATE)
+        journal, opts, report = run.journal, run.opts, run.report
         waiter = GateWaiter(self.client, self.served.target, self.settings.cancel)
         gates = GroupGates(plan, journal, opts.order, waiter, opts.dry_run)
         gates.unpause = lambda group: self._unpause(plan, journal, opts, report, group)
         report.gates, report.groups = gates.results, _groups(plan, opts)
+        for wave in plan.waves():
+            gates.before(wave.group)
+            if run.processes is None and self._wants_processes(wave.size, run.opts):
+                run.processes = self._processes(run.journal, run.opts, run)
+            pool = run.processes if run.processes is not None and self._wants_processes(wave.size, run.opts) else None
+            run.waves.run((self.served.target(item) for item in plan.items(wave, run.journal.path)), pool)
+            run.journal.flush()
+            if wave.category == Category.CRD and run.opts.dry_run == "none":
+                self._after_crds(run, plan.resources(exclude=Category.CRD))
+        gates.finish()
+
+    def _guarded(self, run: _Run, body: Callable[[], None], raised: type[Exception] | None = None) -> None:
+        """Run body; a problem of the whole run ends it with the report kept, saying where it stopped (`raised`:
+        a kind that ends it with the error instead)."""
+        started = time.monotonic()
         try:
-            for wave in plan.waves():
-                gates.before(wave.group)
-                if processes is None and self._wants_processes(wave.size, opts):
-                    processes = self._processes(journal, opts, run)
-                pool = processes if processes is not None and self._wants_processes(wave.size, opts) else None
-                waves.run((self.served.target(item) for item in plan.items(wave, journal.path)), pool)
-                journal.flush()
-                if wave.category == Category.CRD and opts.dry_run == "none":
-                    self._after_crds(plan, run.crds_written)
-            gates.finish()
+            body()
         except KeyboardInterrupt:
-            report.interrupted = True
+            run.report.interrupted = True
         except StatusVaultError as e:  # keep what was done: the report says where it stopped
-            report.aborted = str(e)
+            if raised is not None and isinstance(e, raised):
+                raise
+            run.report.aborted = str(e)
         finally:
-            if processes is not None:
-                processes.close()
-            journal.flush()
-            progress.finish()
-            report.duration = time.monotonic() - started
+            if run.processes is not None:
+                run.processes.close()
+            run.journal.flush()
+            self.settings.progress.finish()
+            run.report.duration = time.monotonic() - started
+
+    def _end(self, plan: RestorePlan, run: _Run) -> RestoreReport:
+        report, journal, opts = run.report, run.journal, run.opts
         if opts.dry_run == "none":  # a check, not a guess: what the journal has not seen done
             report.unreached = max(0, plan.pending(journal.path, wanted_status=True) - len(report.missing_status))
             self._unpause(plan, journal, opts, report)
@@ -124,9 +174,10 @@ class RestoreEngine:
         if group is None:
             report.left_paused = done.kept
 
-    def _after_crds(self, plan: RestorePlan, written: set[str]) -> None:
-        """Wait until the restored CRDs are Established and served by discovery."""
-        names = sorted(written)
+    def _after_crds(self, run: _Run, resources: set[str] | None = None) -> None:
+        """Wait until the restored CRDs are Established and served by discovery (those defining `resources`, or
+        all written when None: a streamed restore has not read the objects yet)."""
+        names = sorted(run.crds_written)
         timeout = self.settings.establish_timeout
         deadline = time.monotonic() + timeout
         for name in names:
@@ -135,22 +186,11 @@ class RestoreEngine:
                     raise StatusVaultError(f"CRD {name} did not become Established within {timeout:.0f}s")
                 time.sleep(0.2)
         # a CRD's name is <plural>.<group>: the qualified name of the resource it defines
-        awaited = plan.resources(exclude=Category.CRD) & set(names)
+        awaited = set(names) if resources is None else resources & set(names)
         while not all(self.served.rediscover().by_qualified(q) is not None for q in awaited):
             if time.monotonic() > deadline:
                 raise StatusVaultError("restored CRDs are Established but not yet served by discovery")
             time.sleep(0.3)
-
-
-def _groups(plan: RestorePlan, opts: RestoreOptions) -> list[dict[str, Any]]:
-    """--order's groups in order, each with its members' count and its gate (the report's, a dry run's plan)."""
-    if opts.order is None:
-        return []
-    counts = plan.group_counts()
-    rows = [{"group": "(named by no group)", "objects": counts.get(0, 0), "gate": ""}]
-    for number, g in enumerate(opts.order.groups, 1):
-        rows.append({"group": g.name, "objects": counts.get(number, 0), "gate": g.gate.describe() if g.gate else ""})
-    return rows
 
 
 class _Run:
@@ -164,6 +204,10 @@ class _Run:
         self.restorer = ObjectRestorer(engine.client, engine.served, journal, opts)
         self.lock = threading.Lock()
         self.crds_written: set[str] = set()
+        settings = engine.settings
+        self.page = settings.parallel * 4  # a streamed restore's page: what the writers hold in flight
+        self.waves = WaveRunner(None, self.restorer, self.record, settings.parallel, set(), settings.cancel)
+        self.processes: WaveWorkers | None = None
 
     def record(self, result: ItemResult, item: PlanItem) -> None:
         if not result.failed and not result.lacks_status and self.opts.dry_run == "none":
@@ -177,3 +221,14 @@ class _Run:
                 self.crds_written.add(result.name)
         if result.failed:
             log.warning("%s: %s (%s)", result.display, result.outcome, result.message or result.status)
+
+
+def _groups(plan: RestorePlan, opts: RestoreOptions) -> list[dict[str, Any]]:
+    """--order's groups in order, each with its members' count and its gate (the report's, a dry run's plan)."""
+    if opts.order is None:
+        return []
+    counts = plan.group_counts()
+    rows = [{"group": "(named by no group)", "objects": counts.get(0, 0), "gate": ""}]
+    for number, g in enumerate(opts.order.groups, 1):
+        rows.append({"group": g.name, "objects": counts.get(number, 0), "gate": g.gate.describe() if g.gate else ""})
+    return rows

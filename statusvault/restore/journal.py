@@ -39,8 +39,9 @@ class Journal:
     """Progress recorded from worker threads (one connection, serialised by a lock; WAL, so the plan's
     reader sees a consistent view). A scratch journal (a dry run) is a temp file removed on close."""
 
-    def __init__(self, path: Path, db: sqlite3.Connection, manager: str, started: float, kept: bool):
+    def __init__(self, path: Path, db: sqlite3.Connection, manager: str, started: float, kept: bool, backup: str = ""):
         self.path = path
+        self.backup = backup  # the backup restored, when a streamed run wrote it here (its plan may not exist)
         self.manager = manager  # the field manager of every write of this restore (writes.ObjectWriter)
         self.started = started  # when the restore began (its first attempt)
         self.kept = kept
@@ -52,7 +53,7 @@ class Journal:
         self.resumed = self._count("done")  # objects finished by earlier runs
 
     @classmethod
-    def create(cls, path: Path | None, manager: str = "") -> Journal:
+    def create(cls, path: Path | None, manager: str = "", backup: str = "") -> Journal:
         """A new journal at path (replacing any left there), or a scratch one."""
         kept = path is not None
         if path is None:
@@ -63,9 +64,9 @@ class Journal:
         db = _connect(path)
         db.executescript(_SCHEMA)
         manager, started = manager or new_manager(), time.time()
-        meta = {"manager": manager, "started": started}
+        meta = {"manager": manager, "started": started, "backup": backup}
         db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
-        return cls(path, db, manager, started, kept)
+        return cls(path, db, manager, started, kept, backup)
 
     @classmethod
     def open(cls, path: Path) -> Journal:
@@ -74,7 +75,7 @@ class Journal:
             db = _connect(path, must_exist=True)
             db.execute(_GATES)  # a journal from before --order
             meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
-            return cls(path, db, str(meta["manager"]), float(meta["started"]), True)
+            return cls(path, db, str(meta["manager"]), float(meta["started"]), True, str(meta.get("backup", "")))
         except (sqlite3.DatabaseError, KeyError, TypeError, ValueError) as e:
             raise StatusVaultError(f"restore journal {path} is unreadable ({e}): start over with --restart") from None
 
@@ -146,6 +147,15 @@ class Journal:
             if item.seq in self._created:
                 return True
             return self._db.execute("SELECT 1 FROM created WHERE seq = ?", (item.seq,)).fetchone() is not None
+
+    def is_done(self, seq: int) -> bool:
+        """Whether an earlier run finished the item numbered seq (a resumed streamed restore asks per item)."""
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM done WHERE seq = ?", (seq,)).fetchone() is not None
+
+    def paused_count(self) -> int:
+        """Objects this restore created paused and has not unpaused yet."""
+        return self._count("paused")
 
     def learn_uid(self, old: str, new: str) -> None:
         self._write("INSERT OR REPLACE INTO uids VALUES (?, ?)", (old, new))

@@ -23,6 +23,8 @@ from statusvault.restore.writes import ObjectWriter, ServerReply
 from statusvault.transforms import ABSENT, remap_owner_refs, restore_diff, sanitize
 
 log = logging.getLogger(__name__)
+
+Archived = bytes | KubeObject | None  # an object's archived bytes, or the object as a streamed restore parsed it
 SOMEONE_ELSE = (
     "created by another writer during the restore, so policy none left it without its saved status "
     "(use --existing-resource-policy update to write it)"
@@ -43,10 +45,13 @@ class ObjectRestorer:
             client, self.server_dry, opts.existing_policy, journal.manager, journal.was_created, journal.started
         )
 
-    def restore(self, item: PlanItem, data: bytes | None) -> ItemResult:
-        """Restore one object from its archived bytes (None: a namespace the plan added); never raises."""
+    def restore(self, item: PlanItem, data: Archived) -> ItemResult:
+        """Restore one object from its archived bytes, or as parsed while streaming (None: a namespace the plan
+        added); never raises."""
         obj: KubeObject = (
             orjson.loads(data)
+            if isinstance(data, bytes)
+            else data
             if data is not None
             else {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": item.name}}
         )

@@ -101,7 +101,8 @@ CREATE TABLE items (
     status_mode TEXT NOT NULL,
     depth INTEGER NOT NULL DEFAULT 0,
     in_archive INTEGER NOT NULL,
-    grp INTEGER NOT NULL DEFAULT 0
+    grp INTEGER NOT NULL DEFAULT 0,
+    streamed INTEGER NOT NULL DEFAULT 0  -- written as the archive was read (restore/stream.py)
 );
 CREATE TABLE refs (seq INTEGER NOT NULL, owner_uid TEXT NOT NULL);
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -144,6 +145,7 @@ class RestorePlan:
         self.kept = kept  # False: a scratch plan, removed on close
         self._sealed = False
         self._journal: Path | None = None
+        self.deferred = False  # True: waves() and items() leave out the streamed rows (this run wrote them already)
         self._next_seq = 1  # rows are numbered here, so that a batch knows its numbers before it is inserted
         self._items: list[tuple[Any, ...]] = []  # rows not inserted yet: one executemany per ADD_BATCH
         self._refs: list[tuple[int, str]] = []
@@ -185,11 +187,14 @@ class RestorePlan:
 
     # --- building ---
 
-    def add(self, item: PlanItem, owner_uids: Iterable[str] = ()) -> None:
+    def add(self, item: PlanItem, owner_uids: Iterable[str] = (), streamed: bool = False, seq: int = 0) -> int:
+        """Add a row (numbered in order unless seq is given) and return its number, which item.seq now holds."""
         assert not self._sealed, "the plan is sealed"
         qualified = item.rt.qualified
         self.types.setdefault(qualified, item.rt)
-        seq, self._next_seq = self._next_seq, self._next_seq + 1
+        if not seq:
+            seq, self._next_seq = self._next_seq, self._next_seq + 1
+        item.seq = seq
         self._items.append(
             (
                 seq,
@@ -204,16 +209,20 @@ class RestorePlan:
                 item.depth,
                 int(item.in_archive),
                 item.group,
+                int(streamed),
             )
         )
         self._refs += [(seq, uid) for uid in owner_uids if uid]
         if len(self._items) >= ADD_BATCH:
             self._flush()
+        return seq
 
     def _flush(self) -> None:
         """Insert the rows added since the last flush (before anything reads the items)."""
         if self._items:
-            self._db.executemany(f"INSERT INTO items (seq, {_COLUMNS}) VALUES ({', '.join('?' * 12)})", self._items)
+            self._db.executemany(
+                f"INSERT INTO items (seq, {_COLUMNS}, streamed) VALUES ({', '.join('?' * 13)})", self._items
+            )
             self._items = []
         if self._refs:
             self._db.executemany("INSERT INTO refs VALUES (?, ?)", self._refs)
@@ -284,7 +293,9 @@ class RestorePlan:
         """Waves to run in order: by --order group, by category, then by owner depth (owners before dependents)."""
         self._flush()
         waves = "grp, category, depth"
-        rows = self._db.execute(f"SELECT {waves}, COUNT(*) FROM items GROUP BY {waves} ORDER BY {waves}")
+        rows = self._db.execute(
+            f"SELECT {waves}, COUNT(*) FROM items WHERE {self._unstreamed} GROUP BY {waves} ORDER BY {waves}"
+        )
         return [Wave(Category(c), d, n, g) for g, c, d, n in rows]
 
     def items(self, wave: Wave | None = None, journal: Path | None = None) -> Iterator[PlanItem]:
@@ -292,7 +303,7 @@ class RestorePlan:
 
         journal: only the items that journal has not seen done."""
         self._flush()
-        query = f"SELECT {_COLUMNS}, seq FROM items WHERE 1"
+        query = f"SELECT {_COLUMNS}, seq FROM items WHERE {self._unstreamed}"
         args: tuple[int, ...] = ()
         if wave is not None:
             query += " AND grp = ? AND category = ? AND depth = ?"
@@ -302,6 +313,10 @@ class RestorePlan:
             query += f" AND {_NOT_DONE}"
         for row in self._db.execute(query + " ORDER BY grp, category, depth, in_archive, seq", args):
             yield self._item(row)
+
+    @property
+    def _unstreamed(self) -> str:
+        return "streamed = 0" if self.deferred else "1"
 
     def _item(self, row: tuple[Any, ...]) -> PlanItem:
         q, src, ns, name, uid, cat, action, mode, depth, stored, grp, seq = row

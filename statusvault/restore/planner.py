@@ -20,6 +20,9 @@ from statusvault.restore.plan import Action, Category, PlanItem, RestorePlan, St
 from statusvault.transforms import map_namespace, status_annotation
 
 STATUS_ALL = "*"
+BARE_SEQ = 1 << 40  # a streamed plan numbers the namespaces it adds from here: the objects' numbers never move
+
+Sink = Callable[[PlanItem, "dict[str, Any] | None"], None]  # a streamed restore's writer: each item as decided
 
 
 def manifest_types(manifest: dict[str, Any]) -> list[ResourceType]:
@@ -189,8 +192,10 @@ def build_plan(
     backup: str = "",
     path: Path | None = None,
     summary: dict[str, Any] | None = None,
+    sink: Sink | None = None,
 ) -> RestorePlan:
-    """Read every object (verifying each hash), filter, decide and order. Raises before any write.
+    """Read every object (verifying each hash), filter, decide and order. Raises before any write, unless `sink`
+    is given (a streamed restore, restore/stream.py): it gets each unowned object as soon as it is decided.
 
     With the backup's summary manifest, an archive not read yet is planned during its first, checking read
     (one pass instead of two): the summary's resource types guide the decisions, and the archive's own
@@ -203,6 +208,7 @@ def build_plan(
         prefix = f"resources/{CRD_QUALIFIED}/"
         crds = {parse_member_path(p).name for p, _ in reader.file_entries() if p.startswith(prefix)}
     planner = _Planner(RestorePlan(backup, head, path), options, _Decider(options, types, live, crds), exists, single)
+    planner.sink = sink
     try:
         if not reader.walk_first(planner.add):
             for member, data in reader.objects():  # checks every hash, and that nothing is missing or extra
@@ -234,6 +240,8 @@ class _Planner:
         self.namespaces_needed: set[str] = set()
         self.named: set[str] = set()  # --name patterns that matched something
         self.matched = 0  # objects the selection chose (CRDs come along with -n: they count only when asked for)
+        self.sink: Sink | None = None
+        self.namespaces: dict[str, bool] = {}  # streamed: target namespaces met so far -> whether the backup has it
 
     def add(self, path: str, key: ObjectKey, obj: dict[str, Any]) -> None:
         decider, sel = self.decider, self.opts.selection
@@ -265,15 +273,45 @@ class _Planner:
         if item.rt.namespaced:  # an unavailable one too: a resumed run writes it once its CRD is installed
             self.namespaces_needed.add(item.namespace)
         refs = meta.get("ownerReferences")
-        self.plan.add(item, [r.get("uid", "") for r in refs] if refs else ())
+        owners = [r.get("uid", "") for r in refs] if refs else []
+        if self.sink is None:
+            self.plan.add(item, owners)
+            return
+        self._stream(item, obj, owners)
+
+    def _stream(self, item: PlanItem, obj: dict[str, Any], owners: list[str]) -> None:
+        """Hand the item to the sink unless it has owners (those wait for the waves after the stream, in depth
+        order); CRDs and namespaces always go, as in the waves their category comes before their owners'."""
+        if item.category == Category.NAMESPACE:
+            self.namespaces[item.name] = True
+        elif item.rt.namespaced:
+            self._bare_namespace(item.namespace)
+        streamed = not any(owners) or item.category in (Category.CRD, Category.NAMESPACE)
+        self.plan.add(item, owners, streamed)
+        if streamed and self.sink is not None:
+            self.sink(item, obj)
+
+    def _bare_namespace(self, ns: str) -> None:
+        """A target namespace that neither exists nor comes from the backup is created before the first object in
+        it; numbered by its place among those met (added or not), so a re-run numbers every row the same."""
+        if ns in self.namespaces:
+            return
+        self.namespaces[ns] = False
+        if self.decider.live.by_qualified(NAMESPACES.qualified) is None or self.exists(NAMESPACES, "", ns):
+            return
+        item = PlanItem(NAMESPACES, "", "", ns, "", Category.NAMESPACE, Action.CREATE, StatusMode.NONE)
+        item.in_archive = False
+        self.plan.add(item, (), True, BARE_SEQ + len(self.namespaces))
+        if self.sink is not None:
+            self.sink(item, None)
 
     def finish(self) -> None:
         sel, plan = self.opts.selection, self.plan
         if not self.matched and _selection(sel):
             raise ConfigError(f"nothing in backup {plan.backup} matches {_selection(sel)}: nothing to restore")
         plan.warnings += [f"no object in the selection is named {p!r}" for p in sel.names if p not in self.named]
-        if self.decider.live.by_qualified(NAMESPACES.qualified) is not None:  # a server without the core API
-            _add_namespaces(plan, self.namespaces_needed, self.exists)  # (a bare CRD server) takes any name
+        if self.decider.live.by_qualified(NAMESPACES.qualified) is not None and self.sink is None:  # a server
+            _add_namespaces(plan, self.namespaces_needed, self.exists)  # without the core API takes any name
         plan.seal()
 
 

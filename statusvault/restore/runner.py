@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,12 +25,14 @@ from statusvault.restore.fenceread import read_fence_plan
 from statusvault.restore.fencing import Action, FencePlan
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.plan import RestorePlan
-from statusvault.restore.planner import build_plan, manifest_types, resolve_resource_options
+from statusvault.restore.planner import Sink, build_plan, manifest_types, resolve_resource_options
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.scaledown import Pauser, Workload, resolve_workloads
 from statusvault.restore.servedtypes import ServedTypes
-from statusvault.restore.state import earlier_manager, finish, restore_state, state_key
+from statusvault.restore.state import RestoreState, earlier_manager, finish, restore_state, state_key
 from statusvault.storage.base import ObjectStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -41,6 +44,7 @@ class RestoreRequest:
     options: RestoreOptions = dataclasses.field(default_factory=RestoreOptions)
     state_dir: Path | None = None  # None: no journal, the restore cannot be resumed
     restart: bool = False  # discard an unfinished earlier run's state
+    stream: bool = False  # write as the archive is read (restore/stream.py), when nothing needs the plan first
     key: Keys = None  # key files and KMS keys, to decrypt an encrypted backup
     parallel: int = 8  # threads (per process)
     workers: WorkerSpec | None = None  # worker processes for large waves
@@ -82,7 +86,20 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
         opts = req.options
         planner = _planner(client, discover(False), reader, req)
         keep = opts.dry_run == "none"
-        with restore_state(req.state_dir, req.backup, key, planner, keep, req.restart, req.unpause) as state:
+        stream = streamable(req, reader)
+        with restore_state(req.state_dir, req.backup, key, planner, keep, req.restart, req.unpause, stream) as state:
+            if state.plan is None:
+                engine = _engine(client, discover, req, origin)
+                planned = time.monotonic() - origin  # streamed: what is left before the first object is read
+                log.info("restoring as the archive is read (streamed): owned objects follow in depth waves")
+                with pauser.paused(workloads):
+                    report, state.plan = engine.stream(
+                        reader, _streamed(planner, state), state.journal, opts, req.backup
+                    )
+                report.timings["planned"] = planned
+                if report.succeeded and not report.left_paused and state.plan is not None:
+                    finish(state)
+                return report
             fence = read_fence_plan(client, state.plan, opts, reader) if opts.fence != "none" else None
             if fence is not None:
                 pause_point("restore.fence-planned")
@@ -105,12 +122,34 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
             return report
 
 
+def streamable(req: RestoreRequest, reader: ArchiveReader) -> bool:
+    """Whether the restore writes as it reads the archive (restore/stream.py) instead of planning first: asked for
+    (--stream), a real restore of an archive not read yet, with the summary's types and totals, and nothing that
+    needs the whole plan before the first write: a fence reads it, a dry run reports it, --order's groups and
+    gates order every object, and a selection that matches nothing must fail before anything is written (CRDs
+    come along with -n)."""
+    opts, summary = req.options, reader.summary or {}
+    sel = opts.selection
+    chosen = sel.namespaces or sel.include_resources or sel.names or sel.label_selector
+    needs_plan = opts.dry_run != "none" or opts.fence != "none" or opts.order is not None or req.unpause
+    planned_first = not req.stream or needs_plan or chosen
+    return not planned_first and reader.unread and isinstance(summary.get("resources"), dict)
+
+
+def _streamed(planner: Callable[..., RestorePlan], state: RestoreState) -> Callable[[Sink], RestorePlan]:
+    def build(sink: Sink) -> RestorePlan:
+        return planner(state.journal.manager, state.plan_path, sink)
+
+    return build
+
+
 def fence_report(client: KubeApi, discover: Callable[[bool], Discovery], req: RestoreRequest) -> FencePlan:
     """The fencing a restore would do (--fence report): planned from scratch, nothing kept or written."""
     with open_backup(req.store, req.backup, req.key) as reader:
         req, key = _resolved(client, discover(False), reader, req)
         planner = _planner(client, discover(False), reader, req)
         with restore_state(None, req.backup, key, planner, keep=False) as state:
+            assert state.plan is not None  # planned first: nothing streams
             return read_fence_plan(client, state.plan, req.options, reader)
 
 
@@ -167,8 +206,8 @@ def unfinished_manager(client: KubeApi, discover: Callable[[bool], Discovery], r
 
 def _planner(
     client: KubeApi, discovery: Discovery, reader: ArchiveReader, req: RestoreRequest
-) -> Callable[[str, Path | None], RestorePlan]:
-    def plan(manager: str, path: Path | None) -> RestorePlan:
+) -> Callable[..., RestorePlan]:
+    def plan(manager: str, path: Path | None, sink: Sink | None = None) -> RestorePlan:
         exists = ExistenceIndex(client, manager)
         return build_plan(
             reader,
@@ -178,6 +217,7 @@ def _planner(
             backup=req.backup,
             path=path,
             summary=reader.summary,
+            sink=sink,
         )
 
     return plan

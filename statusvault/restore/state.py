@@ -24,8 +24,9 @@ Planner = Callable[[str, Path | None], RestorePlan]  # (field manager, plan path
 
 @dataclasses.dataclass
 class RestoreState:
-    plan: RestorePlan
+    plan: RestorePlan | None  # None: a streamed restore builds it as it writes (plan_path)
     journal: Journal
+    plan_path: Path | None = None
 
 
 def state_key(backup: str, identity: tuple[str, ...], opts: RestoreOptions) -> str:
@@ -47,6 +48,7 @@ def restore_state(
     keep: bool = True,
     restart: bool = False,
     existing: bool = False,
+    stream: bool = False,
 ) -> Iterator[RestoreState]:
     """The plan and journal of this restore: an unfinished earlier run's (unless restart), else new ones.
 
@@ -54,26 +56,34 @@ def restore_state(
     with that run's identity: what it created is this restore's own and gets the saved status of this backup.
     keep=False (a dry run), or no usable state_dir: scratch files, removed afterwards. Both files are
     removed once the journal's run `finished` (the caller says so by calling finish()). existing: only an
-    earlier run's state will do (statusvault unpause)."""
+    earlier run's state will do (statusvault unpause). stream: the journal comes first and the plan is left to the
+    caller (state.plan None), unless an earlier run's sealed plan is resumed; a journal without its plan (a streamed
+    run stopped before sealing it) is kept, and the plan made again: its rows are numbered the same."""
     where = _state_dir(state_dir) if keep else None
     if where is None and existing:
         raise ConfigError(f"statusvault keeps no restore state here: no unfinished restore of {backup} to finish")
     if where is None:
-        with planner(new_manager(), None) as plan:
-            journal = Journal.create(None)
-            try:
-                yield RestoreState(plan, journal)
-            finally:
-                journal.close()
+        journal = Journal.create(None)
+        state = RestoreState(None if stream else planner(journal.manager, None), journal)
+        try:
+            yield state
+        finally:
+            _close(state)
         return
     plan_path, journal_path = where / f"{key}.plan.sqlite", where / f"{key}.journal.sqlite"
     with _locked(where / f"{key}.lock", backup, journal_path):
         if existing and not journal_path.exists():
             raise ConfigError(f"no restore of {backup} with these options is unfinished or has objects left paused")
-        earlier = None if restart else _resumable(plan_path, journal_path, backup)
+        unsealed = not restart and journal_path.exists() and not plan_path.exists()
+        earlier = None if restart or unsealed else _resumable(plan_path, journal_path, backup)
         if earlier is not None:
             state = RestoreState(earlier, Journal.open(journal_path))
             log.info("resuming an earlier restore: %d objects were already done", state.journal.resumed)
+        elif stream or unsealed:
+            journal = _unsealed(journal_path, backup) if unsealed else _new_journal(journal_path, backup)
+            state = RestoreState(None, journal, plan_path)
+            if not stream:
+                state.plan = planner(journal.manager, plan_path)
         else:
             manager = _earlier_manager(journal_path) or new_manager()
             plan = planner(manager, plan_path)
@@ -81,14 +91,36 @@ def restore_state(
         try:
             yield state
         finally:
-            state.plan.close()
-            state.journal.close()
+            _close(state)
+
+
+def _new_journal(path: Path, backup: str) -> Journal:
+    """A streamed run's journal, first (its plan is built as it writes), with an earlier attempt's identity."""
+    return Journal.create(path, _earlier_manager(path) or new_manager(), backup)
+
+
+def _unsealed(path: Path, backup: str) -> Journal:
+    """The journal of a streamed run stopped before its plan was sealed; one that restored another backup of the
+    same lineage starts over with that run's identity (its rows were numbered for the other backup)."""
+    journal = Journal.open(path)
+    if journal.backup == backup:
+        return journal
+    journal.close()
+    log.info("an earlier, unfinished run restored %s: restoring %s as the same restore", journal.backup, backup)
+    return _new_journal(path, backup)
+
+
+def _close(state: RestoreState) -> None:
+    if state.plan is not None:
+        state.plan.close()
+    state.journal.close()
 
 
 def finish(state: RestoreState) -> None:
     """The restore is complete: its state goes (the journal first, so no half state is ever resumed)."""
     state.journal.remove()
-    state.plan.remove()
+    if state.plan is not None:
+        state.plan.remove()
 
 
 def _state_dir(state_dir: Path | None) -> Path | None:

@@ -5,15 +5,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 
 from statusvault.archive import ArchiveReader
 from statusvault.errors import StatusVaultError
-from statusvault.restore.objects import ObjectRestorer, client_dry_run, not_attempted
+from statusvault.restore.objects import Archived, ObjectRestorer, client_dry_run, not_attempted
 from statusvault.restore.plan import Action, Category, PlanItem
 from statusvault.restore.results import ItemResult
 from statusvault.restore.workers import WaveWorkers
 
 Record = Callable[[ItemResult, PlanItem], None]
+Handle = Callable[[PlanItem, Archived], None]
 
 
 class WaveRunner:
@@ -21,14 +23,14 @@ class WaveRunner:
 
     def __init__(
         self,
-        reader: ArchiveReader,
+        reader: ArchiveReader | None,
         restorer: ObjectRestorer,
         record: Record,
         parallel: int,
         new_namespaces: set[str],
         cancel: threading.Event | None = None,
     ):
-        self.reader = reader
+        self.reader = reader  # None until a wave is run (a streamed restore writes before it can read again)
         self.restorer = restorer
         self.record = record
         self.parallel = max(1, parallel)
@@ -54,20 +56,35 @@ class WaveRunner:
             finally:  # what was handed out is finished (or, for a dead worker, resent) before the next wave
                 processes.drain()
             return
+        with self.threads() as submit:
+            self._walk(todo, submit)
+
+    @contextmanager
+    def threads(self) -> Iterator[Handle]:
+        """A submit function over this process's threads; leaving waits for what was submitted (or, on an error,
+        for what runs and drops the rest), then stops the run if it was cancelled."""
         slots = threading.BoundedSemaphore(self.parallel * 4)  # objects in flight stay bounded
         with ThreadPoolExecutor(self.parallel, thread_name_prefix="restore") as pool:
 
-            def submit(item: PlanItem, data: bytes | None) -> None:
+            def submit(item: PlanItem, data: Archived) -> None:
                 slots.acquire()
                 fut: Future[ItemResult | None] = pool.submit(self._restore_unless_cancelled, item, data)
                 fut.add_done_callback(lambda f: self._done(slots, f, item))
 
             try:
-                self._walk(todo, submit)
+                yield submit
             except BaseException:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
         self._check_cancel()  # objects queued when it was set were not started: the run stops here
+
+    def offer(self, item: PlanItem, data: Archived, handle: Handle) -> None:
+        """One item of a streamed restore: written through handle, or reported at once when nothing is to be sent."""
+        if item.action in (Action.CREATE, Action.UPDATE):
+            self._check_cancel()
+            handle(item, data)
+        else:
+            self.record(not_attempted(item), item)
 
     def _walk(self, todo: Iterator[PlanItem], handle: Callable[[PlanItem, bytes | None], None]) -> None:
         """Hand each item its object's bytes: the items the plan added first (None), then the archive walked
@@ -83,6 +100,7 @@ class WaveRunner:
         def wanted(path: str) -> bool:
             return nxt is not None and nxt.path == path
 
+        assert self.reader is not None
         for _, data in self.reader.objects(wanted):
             assert nxt is not None
             self._check_cancel()
@@ -107,7 +125,7 @@ class WaveRunner:
             else:
                 self.record(not_attempted(item), item)
 
-    def _restore_unless_cancelled(self, item: PlanItem, data: bytes | None) -> ItemResult | None:
+    def _restore_unless_cancelled(self, item: PlanItem, data: Archived) -> ItemResult | None:
         """An object queued before a cancel is not started after it (None: not attempted, not recorded)."""
         if self.cancel is not None and self.cancel.is_set():
             return None

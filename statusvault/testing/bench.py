@@ -49,6 +49,8 @@ from statusvault.testing.benchcore import (
 )
 from statusvault.testing.benchgo import go_list, go_write, goref_binary
 from statusvault.testing.benchreport import report
+from statusvault.testing.benchscale import measure_scale
+from statusvault.testing.benchscale import table as scale_table
 from statusvault.testing.cluster import DEFAULT_VERSION, RELEASES, LocalCluster
 from statusvault.testing.controlplane import free_ports
 from statusvault.testing.fixtures import install_crds
@@ -82,21 +84,24 @@ def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
         "STATUSVAULT_STATE_DIR": str(work / "state"),  # restore journals (removed once a restore finishes)
     }
     results: dict[str, Any] = {"n": n, "parallel": PARALLEL, "list_concurrency": LIST_CONCURRENCY}
-    log(f"seeding {n} objects over {NAMESPACES} namespaces")
-    make_namespaces(http, "bench")
-    _, seconds = timed(lambda: write_all(http, objects(n, "bench"), PARALLEL))
-    log(f"  seeded in {seconds:.0f}s")
+    if only("backup") or only("restore"):
+        log(f"seeding {n} objects over {NAMESPACES} namespaces")
+        make_namespaces(http, "bench")
+        _, seconds = timed(lambda: write_all(http, objects(n, "bench"), PARALLEL))
+        log(f"  seeded in {seconds:.0f}s")
     if only("backup"):
         measure_backup(http, env, n, work, results)
     if only("restore"):
         measure_restore(http, cluster, env, n, work, results)
     if only("planning"):
         results["planning"] = measure_planning(env, int(os.environ.get("BENCH_PLAN_N", "100000")), work)
+    if only("scale"):
+        results["scale"] = measure_scale(http, env, work)
     return results
 
 
 def only(section: str) -> bool:
-    """BENCH_ONLY=backup,restore,planning runs just those sections (all by default)."""
+    """BENCH_ONLY=backup,restore,planning,scale runs just those sections (all by default)."""
     chosen = os.environ.get("BENCH_ONLY", "")
     return not chosen or section in chosen.split(",")
 
@@ -150,6 +155,9 @@ def measure_restore(
         log(f"statusvault restore into empty namespaces (--processes {processes} --parallel {PARALLEL})")
         results[f"restore_p{processes}"] = restore_figures(env, n, f"p{processes}", "--processes", str(processes))
     results["restore"] = results[f"restore_p{PROCESSES[0]}"]
+
+    log("statusvault restore --stream (writes as it reads the archive)")
+    results["restore_stream"] = restore_figures(env, n, "streamed", "--processes", str(PROCESSES[0]), "--stream")
 
     log("statusvault restore with a 3-rule --modifiers file")
     (work / "modifiers.yaml").write_text(MODIFIERS)
@@ -318,6 +326,8 @@ def main() -> int:
     results["machine"] = machine()
     results["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     table = report(results)
+    if "scale" in results:
+        table += "\n\n" + scale_table(results["scale"])
     print(table)
     out.parent.mkdir(parents=True, exist_ok=True)
     previous = json.loads(out.read_text()) if out.exists() else {}

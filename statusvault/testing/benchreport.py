@@ -46,6 +46,10 @@ def _restore_rows(r: dict[str, Any]) -> list[Row]:
     if "write_kubectl" in r:
         rr = r["restore"]["objects_per_s"] / r["write_kubectl"]["objects_per_s"]
         rows.append(("  restore vs the kubectl loop", "", f"{rr:.1f}", ">= 2.00", "", ""))
+    if "restore_stream" in r:
+        first = r["restore_stream"].get("timings", {}).get("firstResult")
+        label = "statusvault restore --stream" + (f" (first object after {first:.1f}s)" if first else "")
+        rows.append(_row(label, r["restore_stream"], wb, "~ restore"))
     if "restore_modifiers" in r:
         rows.append(_row("statusvault restore, 3 modifier rules", r["restore_modifiers"], wb, "~ restore"))
     return rows

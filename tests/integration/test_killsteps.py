@@ -152,6 +152,16 @@ RESTORE_STEPS: dict[str, Step] = {
     "journal-opened": (Request("POST"), lambda c: c.created == 0),  # the target namespace's create
     "namespace-created-not-journaled": (Request("POST", lands=True), lambda c: c.created == 0),
     "mid-wave": (post("db-06"), lambda c: 0 < c.created < N),
+    # --stream: writes as the archive is read, in pages of what --parallel 2 holds in flight (8 objects)
+    "streamed-journal-opened": (Request("POST"), lambda c: c.created == 0),
+    "streamed-page-boundary": (Pause("restore.stream-page"), lambda c: 0 < c.created < N),
+    "streamed-mid-page": (Pause("restore.stream-mid-page"), lambda c: c.created < N),
+    "streamed-mid-wave": (post("db-06"), lambda c: 0 < c.created < N),
+    "streamed-status-written-not-journaled": (
+        Request("PUT", "/status", nth=4, lands=True),
+        lambda c: c.with_status >= 3 and c.marked == c.created - 1,
+    ),
+    "streamed-before-unpause": (Request("PATCH", INSTANCES), lambda c: c == (N, N, N - 1)),
     "between-create-and-status": (Request("PUT", "/status"), lambda c: c.created > c.with_status),
     "status-written-not-journaled": (
         Request("PUT", "/status", nth=4, lands=True),
@@ -171,7 +181,7 @@ def test_restore_killed_at_each_step_then_the_same_command_ends_exact(
     target = unique("dst")
     proxy, kubeconfig = proxied(0.0)
     args = ["--kubeconfig", str(kubeconfig), "restore", "b", "--namespace-mapping", f"{namespace}:{target}"]
-    args += ["--pause", "auto", "--parallel", "2"]
+    args += ["--pause", "auto", "--parallel", "2", *(["--stream"] if step.startswith("streamed-") else [])]
     try:
         where, left = RESTORE_STEPS[step]
         kill_at(where, args, env_of(run), {"source": proxy}, tmp_path)

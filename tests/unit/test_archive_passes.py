@@ -57,10 +57,9 @@ def store(tmp_path) -> LocalStore:
     return LocalStore(tmp_path)
 
 
-def restore(fake: FakeKube, store: LocalStore) -> None:
-    report = run_restore(
-        fake, lambda refresh: Discovery(TYPES, TYPES), RestoreRequest(store=store, backup="b", parallel=2)
-    )
+def restore(fake: FakeKube, store: LocalStore, stream: bool = False) -> None:
+    request = RestoreRequest(store=store, backup="b", parallel=2, stream=stream)
+    report = run_restore(fake, lambda refresh: Discovery(TYPES, TYPES), request)
     assert report.succeeded, [r.to_dict() for r in report.attention]
     report.close()
 
@@ -85,3 +84,25 @@ def test_waves_with_nothing_to_send_do_not_read_the_archive(passes, store):
     passes.clear()
     restore(fake, store)
     assert len(passes) == 1
+
+
+def test_a_streamed_restore_writes_during_the_first_read_then_reads_once_for_the_owned(passes, store, monkeypatch):
+    """--stream: the pool, the namespace and prod are created while the first read goes on; dev (owned by prod)
+    waits for the one wave after it, and gets prod's new UID."""
+    fake = FakeKube()
+    read_when_created: dict[str, int] = {}
+    create = fake.create
+
+    def recorded(rt, namespace, body, *args, **kw):  # type: ignore[no-untyped-def]
+        read_when_created[body["metadata"]["name"]] = passes[-1].inflated if len(passes) == 1 else -1
+        return create(rt, namespace, body, *args, **kw)
+
+    monkeypatch.setattr(fake, "create", recorded)
+    restore(fake, store, stream=True)
+    assert (
+        fake.get(KC, NS, "dev")["metadata"]["ownerReferences"][0]["uid"] == fake.get(KC, NS, "prod")["metadata"]["uid"]
+    )
+    assert len(passes) == 1 + 1, "the first read streams; one wave (owner depth 1: dev) reads again"
+    first = passes[0].inflated
+    assert 0 < read_when_created["prod"] < first / 2, "prod was written before the first read reached dev (1 MB)"
+    assert read_when_created["dev"] == -1, "dev was written in the wave after the first read"

@@ -1,0 +1,102 @@
+"""`make bench` at scale without seeding a cluster (BENCH_ONLY=scale): synthetic backups (bench.synthetic_backup:
+the real backup engine over a generated read side) of each BENCH_SCALE_N size, then per size: the backup itself
+(CPU per object, peak RSS), `verify`, planning (a client dry run: time to first write when planning first) and a
+streamed restore (`restore --stream`) into the real cluster, timed from its start to the first object the server
+holds, its RSS sampled for BENCH_STREAM_SECONDS and then stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from statusvault.testing.benchcore import (
+    GROUP,
+    NAMESPACES,
+    PLURAL,
+    Http,
+    cli_figures,
+    log,
+    run_cli,
+    run_measured,
+    vm_hwm_kib,
+)
+
+
+def measure_scale(http: Http, env: dict[str, str], work: Path) -> dict[str, Any]:
+    sizes = [int(s) for s in os.environ.get("BENCH_SCALE_N", "10000,100000").split(",") if s]
+    return {str(n): measure_size(http, env, work, n) for n in sizes}
+
+
+def measure_size(http: Http, env: dict[str, str], work: Path, n: int) -> dict[str, Any]:
+    name = f"scale-{n}"
+    log(f"synthetic backup of {n} objects (the backup engine over a generated read side)")
+    built = run_measured(
+        [sys.executable, "-m", "statusvault.testing.benchscale", str(work / "store"), name, str(n)], env
+    )
+    out: dict[str, Any] = {"objects": n, "backup_dir": cli_figures(built, n)}
+    log(f"verify of {n} objects")
+    out["verify"] = cli_figures(run_cli(["verify", name], env), n)
+    log(f"planning a restore of {n} objects (client dry run)")
+    mapping = ",".join(f"plan-{k}:planned{n}-{k}" for k in range(NAMESPACES))
+    run = run_cli(["restore", name, "--namespace-mapping", mapping, "--dry-run", "client", "-o", "json"], env)
+    head = json.loads(run.out[: run.out.index('"items": [')].rstrip().rstrip(",") + "}")
+    out["planning"] = {**cli_figures(run, n), "planned_seconds": head["timings"]["planned"]}
+    log(f"streamed restore of {n} objects: time to the first object on the server")
+    out["stream"] = first_write(http, env, name, f"streamed{n}")
+    return out
+
+
+def first_write(http: Http, env: dict[str, str], name: str, prefix: str) -> dict[str, Any]:
+    """Start `restore --stream`, poll the server for the first object it wrote; then sample its peak RSS for
+    BENCH_STREAM_SECONDS (default 15) while it writes, and stop it."""
+    mapping = ",".join(f"plan-{k}:{prefix}-{k}" for k in range(NAMESPACES))
+    args = ["restore", name, "--stream", "--namespace-mapping", mapping, "--parallel", "16", "--processes", "1"]
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "statusvault", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    first, peak = 0.0, 0
+    path = f"/apis/{GROUP}/v1/namespaces/{prefix}-0/{PLURAL}?limit=1"
+    seconds = float(os.environ.get("BENCH_STREAM_SECONDS", "15"))
+    try:
+        while not first and proc.poll() is None:
+            peak = max(peak, vm_hwm_kib(proc.pid))
+            try:
+                if http.call("GET", path)["items"]:
+                    first = time.perf_counter() - started
+            except RuntimeError:  # its namespace is not there yet
+                pass
+            time.sleep(0.02)
+        while proc.poll() is None and time.perf_counter() - started < first + seconds:
+            peak = max(peak, vm_hwm_kib(proc.pid))
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(60)
+    return {"first_write_seconds": first, "peak_rss_mib": peak / 1024, "sampled_seconds": seconds}
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = ["size       backup ms/obj  RSS   verify ms/obj  RSS   planning s  ms/obj  RSS   stream first write  RSS"]
+    for n, r in results.items():
+        b, v, p, s = r["backup_dir"], r["verify"], r["planning"], r["stream"]
+        lines.append(
+            f"{n:<10} {b['cpu_ms_per_object']:<14.3f} {b['peak_rss_mib']:<5.0f} {v['cpu_ms_per_object']:<14.3f} "
+            f"{v['peak_rss_mib']:<5.0f} {p['planned_seconds']:<11.1f} {p['cpu_ms_per_object']:<7.3f} "
+            f"{p['peak_rss_mib']:<5.0f} {s['first_write_seconds']:<19.2f} {s['peak_rss_mib']:.0f}"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # the synthetic backup, in a process of its own so that it is measured alone
+    from statusvault.storage.local import LocalStore
+    from statusvault.testing.bench import synthetic_backup
+
+    synthetic_backup(LocalStore(Path(sys.argv[1])), sys.argv[2], int(sys.argv[3]))

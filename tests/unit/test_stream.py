@@ -1,0 +1,57 @@
+"""restore --stream stopped part-way (restore/stream.py): the journal comes before the plan, so the same command
+finishes it exactly, streamed again or planned first."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from statusvault.kinds import NAMESPACES
+from statusvault.kube.discovery import Discovery
+from statusvault.model import ResourceType
+from statusvault.restore.runner import RestoreRequest, run_restore
+from statusvault.storage.local import LocalStore
+from statusvault.testing.bench import synthetic_backup
+from statusvault.testing.benchcore import GROUP, KIND, PLURAL
+from statusvault.testing.benchcore import NAMESPACES as BENCH_NAMESPACES
+from tests.fake import FakeKube
+
+N = 40
+ITEMS = ResourceType(GROUP, "v1", PLURAL, KIND, True, has_status=True, custom=True, verbs=("list", "create"))
+TYPES = [ITEMS, NAMESPACES]
+
+
+@pytest.mark.parametrize("streamed_again", [True, False], ids=["streamed-again", "planned-first-again"])
+def test_a_streamed_restore_stopped_part_way_is_finished_exactly_by_the_same_command(
+    tmp_path, monkeypatch, streamed_again
+):
+    store = LocalStore(tmp_path / "store")
+    synthetic_backup(store, "s", N)  # N objects over 10 namespaces the target lacks: the stream creates them
+    fake, cancel, made = FakeKube(), threading.Event(), []
+    create = fake.create
+
+    def counted(rt, namespace, body, *args, **kw):  # type: ignore[no-untyped-def]
+        answer = create(rt, namespace, body, *args, **kw)  # a 409 raises: only successful creates count
+        made.append((namespace, body["metadata"]["name"]))
+        if len(made) == 15:
+            cancel.set()  # as a lost Lease does: no new object is started
+        return answer
+
+    monkeypatch.setattr(fake, "create", counted)
+    state = tmp_path / "state"
+
+    def restore(stream: bool, stop: threading.Event | None):  # type: ignore[no-untyped-def]
+        request = RestoreRequest(store=store, backup="s", state_dir=state, parallel=2, stream=stream, cancel=stop)
+        return run_restore(fake, lambda refresh: Discovery(TYPES, TYPES), request)
+
+    first = restore(True, cancel)
+    assert first.aborted and 15 <= len(made) < N
+    assert list(state.glob("restores/*.journal.sqlite")) and not list(state.glob("restores/*.plan.sqlite"))
+    again = restore(streamed_again, None)
+
+    assert again.succeeded and again.resumed > 0, [r.to_dict() for r in again.attention]
+    assert len(made) == len(set(made)) == N + BENCH_NAMESPACES, "every object and namespace created once"
+    restored = [o for k in range(BENCH_NAMESPACES) for page in fake.list_pages(ITEMS, f"plan-{k}") for o in page]
+    assert len(restored) == N and all(o["status"]["phase"] for o in restored)
+    assert not list(state.glob("restores/*.sqlite")), "finished: its state is gone"
