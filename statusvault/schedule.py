@@ -37,9 +37,14 @@ class ScheduleSpec:
     lock_mode: str = ""  # governance | compliance: S3 Object Lock on each backup, for lock_for from its start
     lock_for: str = ""
     legal_hold: bool = False
+    account_name: str = ""  # a shared ServiceAccount (the controller's BackupSchedules); default: its own
 
     @property
     def account(self) -> str:
+        return self.account_name or f"statusvault-{self.name}"
+
+    @property
+    def cronjob_name(self) -> str:
         return f"statusvault-{self.name}"
 
     @property
@@ -300,7 +305,7 @@ def cronjob(spec: ScheduleSpec, types: list[ResourceType]) -> KubeObject:
     return {
         "apiVersion": spec.cronjob_api,
         "kind": "CronJob",
-        "metadata": _meta(spec.account, spec.job_namespace),
+        "metadata": _meta(spec.cronjob_name, spec.job_namespace),
         "spec": {
             "schedule": spec.cron,
             "concurrencyPolicy": "Forbid",
