@@ -58,11 +58,21 @@ def test_an_intent_carries_the_restore_options_by_their_long_names():
         ({"backup": "b", "parallel": "0"}, "between 1 and 128"),
         ({"backup": "b", "processes": "0"}, "processes must be auto or a number from 1 to 64"),
         ({"backup": "b", "processes": "many"}, "processes must be auto"),
+        ({"backup": "b", "order": "nope"}, "unknown --order profile 'nope'"),
     ],
 )
 def test_a_bad_intent_is_a_clear_error(data, message):
     with pytest.raises(ConfigError, match=message):
         parse_intent(cm(**data))
+
+
+def test_an_intent_restores_in_the_order_it_names_as_a_restore_resource_does():
+    from statusvault.controller.restores import parse_restore
+
+    intent = parse_intent(cm(backup="b", order="crossplane"))
+    restore = parse_restore({"metadata": {"name": "r"}, "spec": {"backup": "b", "order": "crossplane"}})
+    assert intent.options.order is not None and intent.options.order == restore.options.order
+    assert parse_intent(cm(backup="b")).options.order is None
 
 
 def test_changing_request_asks_for_the_same_backup_again():
