@@ -11,8 +11,11 @@ import pytest
 from statusvault.cli.specfields import crds as controller_crds
 from statusvault.controller.schedules import BACKUP_ACCOUNT, served_cronjobs
 from statusvault.errors import KubeApiError
+from statusvault.kube.transport import Request
 from statusvault.testing.fixtures import ensure_namespace, install_crds
 from tests.builders import unique
+
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io"
 
 
 @pytest.fixture(scope="module")
@@ -90,16 +93,27 @@ def test_a_schedule_becomes_an_owned_cronjob_that_follows_its_spec(run, kube, cr
     job = kube.get(cronjobs, ctl_ns, "statusvault-nightly")
     assert (job["spec"]["schedule"], job["spec"]["suspend"]) == ("30 3 * * *", True)
     assert kube.get(schedules, ctl_ns, "nightly")["status"]["observedGeneration"] == 2
+    table = kube.request_json(Request("GET", schedules.path(ctl_ns, "nightly"), accept=TABLE))  # kubectl get
+    row = dict(zip([c["name"] for c in table["columnDefinitions"]], table["rows"][0]["cells"], strict=True))
+    assert {k: row[k] for k in ("Schedule", "Suspend", "Ready")} == {"Schedule": "30 3 * * *", "Suspend": True,
+                                                                     "Ready": "True"}  # fmt: skip
+    assert row["Age"] and "Last Schedule" in row
 
     kube.delete(schedules, ctl_ns, "nightly")
     eventually(lambda: kube.get(cronjobs, ctl_ns, "statusvault-nightly") is None)
 
 
-def test_a_schedule_the_controller_cannot_render_is_stalled(run, kube, schedules, ctl_ns):
-    """The schema cannot check a duration: the controller's own check refuses it, and no CronJob is made."""
-    kube.create(schedules, ctl_ns, schedule_body("odd", schedule="0 2 * * *", storage="s3://b/p", ttl="soon"))
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [({"schedule": "0 2 * * *", "ttl": "soon"}, "soon"), ({"schedule": "every night"}, "the CronJob was refused")],
+    ids=["bad-ttl", "cron-the-server-refuses"],
+)
+def test_a_schedule_the_controller_cannot_render_is_stalled(run, kube, crds, schedules, ctl_ns, spec, said):
+    """What the schema cannot check (a duration, a cron expression) is refused by the controller or by the
+    CronJob's own validation: the BackupSchedule is Stalled with the reason, and no CronJob is made."""
+    kube.create(schedules, ctl_ns, schedule_body("odd", storage="s3://b/p", **spec))
     assert run("controller", "run", "-n", ctl_ns, "--once").code == 0
     status = kube.get(schedules, ctl_ns, "odd")["status"]
     stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
-    assert (stalled["status"], stalled["reason"]) == ("True", "InvalidSpec") and "soon" in stalled["message"]
-    assert "cronJob" not in status
+    assert (stalled["status"], stalled["reason"]) == ("True", "InvalidSpec") and said in stalled["message"]
+    assert "cronJob" not in status and kube.get(served_cronjobs(crds), ctl_ns, "statusvault-odd") is None
