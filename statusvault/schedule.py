@@ -38,6 +38,7 @@ class ScheduleSpec:
     lock_for: str = ""
     legal_hold: bool = False
     account_name: str = ""  # a shared ServiceAccount (the controller's BackupSchedules); default: its own
+    backup_tuning: tuple[str, ...] = ()  # more `backup` options (--page-size N, ...), after the rendered ones
 
     @property
     def account(self) -> str:
@@ -206,7 +207,7 @@ def backup_args(spec: ScheduleSpec, types: list[ResourceType]) -> list[str]:
         )
     if spec.metrics_pushgateway:
         args += ["--metrics-pushgateway", spec.metrics_pushgateway]
-    return args
+    return [*args, *spec.backup_tuning]
 
 
 def prune_args(spec: ScheduleSpec) -> list[str]:

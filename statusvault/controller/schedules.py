@@ -33,7 +33,7 @@ BACKUP_ACCOUNT = "statusvault-backup"  # rendered by `controller install`, read-
 DIGEST = "statusvault.dev/cronjob-digest"  # what the controller rendered; the server adds defaults to the rest
 SCHEDULED = "Scheduled"
 OWN_FIELDS = ("schedule", "keep-last", "ttl", "keep-daily", "keep-weekly", "suspend")
-BACKUP_TUNING = ("page-size", "list-concurrency", "processes")
+BACKUP_TUNING = ("page-size", "list-concurrency", "processes")  # backup options `schedule render` does not take
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,18 +73,13 @@ def parse_schedule(obj: KubeObject, namespace: str, job: JobSettings, cronjob_ap
         cronjob_api=cronjob_api,
         encryption_secret=job.encryption_secret,
         account_name=BACKUP_ACCOUNT,
+        backup_tuning=tuple(a for k in BACKUP_TUNING if spec.get(k) for a in (f"--{k}", str(int(spec[k])))),
     )
 
 
 def desired(obj: KubeObject, spec: ScheduleSpec, types: list[ResourceType]) -> KubeObject:
     """The CronJob for `obj`: `schedule render`'s, suspended as asked, owned by `obj`, marked with its digest."""
     job = cronjob(spec, types)
-    tuning = {k: v for k, v in (obj.get("spec") or {}).items() if k in BACKUP_TUNING}
-    if tuning:  # `backup` options schedule render does not take, after its own
-        shell = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["command"]
-        extra = "".join(f" --{k} {int(v)}" for k, v in sorted(tuning.items()))
-        backup, sep, prune = shell[2].partition(" && ")
-        shell[2] = backup + extra + sep + prune
     job["spec"]["suspend"] = bool((obj.get("spec") or {}).get("suspend"))
     meta = obj["metadata"]
     owner = {"apiVersion": crd.API_VERSION, "kind": crd.SCHEDULE_KIND, "name": meta["name"], "uid": meta["uid"],
