@@ -37,9 +37,15 @@ class ScheduleSpec:
     lock_mode: str = ""  # governance | compliance: S3 Object Lock on each backup, for lock_for from its start
     lock_for: str = ""
     legal_hold: bool = False
+    account_name: str = ""  # a shared ServiceAccount (the controller's BackupSchedules); default: its own
+    backup_tuning: tuple[str, ...] = ()  # more `backup` options (--page-size N, ...), after the rendered ones
 
     @property
     def account(self) -> str:
+        return self.account_name or f"statusvault-{self.name}"
+
+    @property
+    def cronjob_name(self) -> str:
         return f"statusvault-{self.name}"
 
     @property
@@ -201,7 +207,7 @@ def backup_args(spec: ScheduleSpec, types: list[ResourceType]) -> list[str]:
         )
     if spec.metrics_pushgateway:
         args += ["--metrics-pushgateway", spec.metrics_pushgateway]
-    return args
+    return [*args, *spec.backup_tuning]
 
 
 def prune_args(spec: ScheduleSpec) -> list[str]:
@@ -300,7 +306,7 @@ def cronjob(spec: ScheduleSpec, types: list[ResourceType]) -> KubeObject:
     return {
         "apiVersion": spec.cronjob_api,
         "kind": "CronJob",
-        "metadata": _meta(spec.account, spec.job_namespace),
+        "metadata": _meta(spec.cronjob_name, spec.job_namespace),
         "spec": {
             "schedule": spec.cron,
             "concurrencyPolicy": "Forbid",

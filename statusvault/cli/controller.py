@@ -28,6 +28,7 @@ from statusvault.cli.schedule import print_or_apply
 from statusvault.cli.specfields import crds
 from statusvault.controller.install import ControllerSpec, render
 from statusvault.controller.loop import Controller, ControllerConfig
+from statusvault.controller.schedules import JobSettings
 from statusvault.model import split_csv
 
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -36,6 +37,9 @@ SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ControllerRunArgs(StorageArgs, EncryptionArgs):
     namespace: str
+    image: str
+    credentials_secret: str
+    encryption_key_secret: str
     interval: float
     once: bool
     holder: str
@@ -96,6 +100,7 @@ def controller() -> None:
 )
 @state_dir_option
 @encryption_option
+@pod_options
 @storage_options
 @pass_args(ControllerRunArgs)
 def run_cmd(app: App, args: ControllerRunArgs) -> None:
@@ -104,7 +109,8 @@ def run_cmd(app: App, args: ControllerRunArgs) -> None:
     An intent's data names the backup (and optionally storage and any restore option by its long name).
     When it changes, one replica takes the intent's Lease, records phase InProgress in the status ConfigMap
     <intent>-status, restores (resuming its journal after a crash), and records Complete or Failed; failures
-    are retried with exponential backoff.
+    are retried with exponential backoff. Each BackupSchedule becomes a CronJob running --image with the Secrets
+    named here and this --storage (unless its spec names one).
     """
     s3 = args.s3()
     key = args.key()
@@ -138,6 +144,13 @@ def controller_config(app: App, args: ControllerRunArgs) -> ControllerConfig:
         context=app.worker_context(),
         log_format=app.log_format,
         debug=app.debug,
+        job=JobSettings(
+            storage=str(args.storage or ""),
+            s3=args.s3(),
+            image=args.image,
+            credentials_secret=args.credentials_secret,
+            encryption_secret=args.encryption_key_secret,
+        ),
     )
 
 

@@ -9,7 +9,15 @@ import click
 
 from statusvault.cli.backups import backup as backup_cmd
 from statusvault.cli.restore import restore_cmd
-from statusvault.controller.crd import NOT_IN_BACKUP_SPEC, NOT_IN_SPEC, SpecField, backup_crd, restore_crd
+from statusvault.controller.crd import (
+    NOT_IN_BACKUP_SPEC,
+    NOT_IN_SCHEDULE_SPEC,
+    NOT_IN_SPEC,
+    SpecField,
+    backup_crd,
+    restore_crd,
+    schedule_crd,
+)
 from statusvault.model import KubeObject
 from statusvault.optiontable import COMMAND_OPTIONS
 
@@ -66,5 +74,9 @@ def backup_fields() -> list[SpecField]:
     return fields_of(backup_cmd, COMMAND_OPTIONS["backup"], NOT_IN_BACKUP_SPEC)
 
 
+def schedule_fields() -> list[SpecField]:
+    return fields_of(backup_cmd, COMMAND_OPTIONS["backup"], NOT_IN_SCHEDULE_SPEC)
+
+
 def crds() -> list[KubeObject]:
-    return [restore_crd(restore_fields()), backup_crd(backup_fields())]
+    return [restore_crd(restore_fields()), backup_crd(backup_fields()), schedule_crd(schedule_fields())]

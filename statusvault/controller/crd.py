@@ -1,5 +1,5 @@
-"""The `Restore` and `Backup` custom resources (statusvault.dev/v1alpha1): their CRDs, generated from the
-restore and backup commands' options, so that each option the controller honours is a typed spec field under
+"""The `Restore`, `Backup` and `BackupSchedule` custom resources (statusvault.dev/v1alpha1): their CRDs, generated
+from the restore and backup commands' options, so that each option the controller honours is a typed spec field under
 its long name and the option table's conflicts and needs are refused by the API server at admission.
 
 Pure: the caller (the CLI) describes each option as a `SpecField`; this module only builds the schema.
@@ -57,6 +57,21 @@ NOT_IN_BACKUP_SPEC = {
     "--lock-mode": "not honoured by the controller yet",
     "--lock-for": "not honoured by the controller yet",
     "--legal-hold": "not honoured by the controller yet",
+}
+
+SCHEDULE_KIND = "BackupSchedule"
+SCHEDULE_PLURAL = "backupschedules"
+NOT_IN_SCHEDULE_SPEC = {
+    **NOT_IN_BACKUP_SPEC,
+    "--schedule": "the backups are named (and pruned) after the BackupSchedule itself",
+}
+SCHEDULE_OWN = {  # a BackupSchedule's own fields, as `schedule render` takes them
+    "schedule": {"type": "string", "minLength": 1, "description": "Cron schedule, e.g. '0 2 * * *'."},
+    "keep-last": {"type": "integer", "minimum": 1, "description": "Keep the N newest complete backups."},
+    "ttl": {"type": "string", "description": "Keep backups younger than this (e.g. 720h, 30d)."},
+    "keep-daily": {"type": "integer", "minimum": 1, "description": "Keep the newest backup of each of D days."},
+    "keep-weekly": {"type": "integer", "minimum": 1, "description": "Keep the newest backup of each of W weeks."},
+    "suspend": {"type": "boolean", "description": "Run no new backup until this is false again."},
 }
 
 
@@ -118,6 +133,16 @@ def status_schema() -> dict[str, Any]:
     return {"type": "object", "properties": props}
 
 
+SCHEDULE_STATUS_STRINGS = ("cronJob", "lastScheduleTime", "lastSuccessfulTime", "reason", "message")
+
+
+def schedule_status_schema() -> dict[str, Any]:
+    props: dict[str, Any] = {k: {"type": "string"} for k in SCHEDULE_STATUS_STRINGS}
+    props["observedGeneration"] = {"type": "integer"}
+    props["conditions"] = {"type": "array", "items": _condition_schema()}
+    return {"type": "object", "properties": props}
+
+
 def _column(name: str, path: str, kind: str = "string", priority: int = 0) -> dict[str, Any]:
     col: dict[str, Any] = {"name": name, "type": kind, "jsonPath": path}
     if priority:
@@ -149,24 +174,45 @@ BACKUP_COLUMNS = [
     _column("Message", ".status.message", priority=1),
 ]
 
+SCHEDULE_COLUMNS = [
+    _column("Schedule", ".spec.schedule"),
+    _column("Suspend", ".spec.suspend", "boolean"),
+    _column("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+    _column("Last Schedule", ".status.lastScheduleTime", "date"),
+    _column("Age", ".metadata.creationTimestamp", "date"),
+    _column("CronJob", ".status.cronJob", priority=1),
+]
+
 
 def restore_crd(fields: list[SpecField]) -> KubeObject:
     """The Restore CRD, its spec holding `fields` (and `backup`, required), its status kstatus-shaped."""
     backup = {"type": "string", "minLength": 1, "description": "The backup to restore."}
-    return _crd(KIND, PLURAL, fields, backup, ["backup"], COLUMNS)
+    return _crd(KIND, PLURAL, fields, {"backup": backup}, ["backup"], COLUMNS)
 
 
 def backup_crd(fields: list[SpecField]) -> KubeObject:
     """The Backup CRD: a one-off backup of `fields`' selection, named `backup` (default: the resource's name)."""
     backup = {"type": "string", "minLength": 1, "description": "The backup's name (default: this resource's)."}
-    return _crd(BACKUP_KIND, BACKUP_PLURAL, fields, backup, [], BACKUP_COLUMNS)
+    return _crd(BACKUP_KIND, BACKUP_PLURAL, fields, {"backup": backup}, [], BACKUP_COLUMNS)
+
+
+def schedule_crd(fields: list[SpecField]) -> KubeObject:
+    """The BackupSchedule CRD: a CronJob backing up `fields`' selection on `schedule`, then applying retention."""
+    own = dict(SCHEDULE_OWN)
+    return _crd(SCHEDULE_KIND, SCHEDULE_PLURAL, fields, own, ["schedule"], SCHEDULE_COLUMNS, schedule_status_schema())
 
 
 def _crd(
-    kind: str, plural: str, fields: list[SpecField], backup: dict[str, Any], required: list[str], columns: list[Any]
+    kind: str,
+    plural: str,
+    fields: list[SpecField],
+    own: dict[str, Any],
+    required: list[str],
+    columns: list[Any],
+    status: dict[str, Any] | None = None,
 ) -> KubeObject:
     by_name = {f.name: f for f in fields}
-    props: dict[str, Any] = {"backup": backup}
+    props: dict[str, Any] = dict(own)
     for f in fields:
         props[f.name] = {**f.schema, **({"description": f.description} if f.description else {})}
     spec: dict[str, Any] = {"type": "object", "properties": props, **({"required": required} if required else {})}
@@ -176,7 +222,7 @@ def _crd(
     schema = {
         "type": "object",
         "required": ["spec"],
-        "properties": {"spec": spec, "status": status_schema()},
+        "properties": {"spec": spec, "status": status or status_schema()},
     }
     version = {
         "name": VERSION,

@@ -5,13 +5,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from statusvault.controller.crd import BACKUP_PLURAL, PLURAL
+from statusvault.controller.crd import BACKUP_PLURAL, PLURAL, SCHEDULE_PLURAL
 from statusvault.controller.crd import GROUP as OWN_GROUP
+from statusvault.controller.schedules import BACKUP_ACCOUNT
+from statusvault.kinds import CRDS
 from statusvault.model import CRD_GROUP, CRD_RESOURCE, KubeObject, ResourceType
 from statusvault.schedule import (
     DEFAULT_IMAGE,
     KEY_ARGS,
     mount_encryption_key,
+    rules_for,
     secure_container,
     secure_pod,
     storage_args,
@@ -62,15 +65,14 @@ FENCE_RULES = (  # fence: find who may write a status (read only: reading RBAC g
 
 
 def own_namespace_rules() -> list[dict[str, Any]]:
-    """Restores and Backups and their status, intents and their status ConfigMaps, the Leases, and Events, in the
-    controller's namespace only."""
+    """Restores, Backups, BackupSchedules and their status, the schedules' CronJobs (deleted by the garbage
+    collector with their owner), intents and their status ConfigMaps, the Leases, and Events, in the controller's
+    namespace only."""
+    own = [PLURAL, BACKUP_PLURAL, SCHEDULE_PLURAL]
     return [
-        {"apiGroups": [OWN_GROUP], "resources": [PLURAL, BACKUP_PLURAL], "verbs": ["get", "list"]},
-        {
-            "apiGroups": [OWN_GROUP],
-            "resources": [f"{PLURAL}/status", f"{BACKUP_PLURAL}/status"],
-            "verbs": ["get", "update"],
-        },
+        {"apiGroups": [OWN_GROUP], "resources": own, "verbs": ["get", "list"]},
+        {"apiGroups": [OWN_GROUP], "resources": [f"{r}/status" for r in own], "verbs": ["get", "update"]},
+        {"apiGroups": ["batch"], "resources": ["cronjobs"], "verbs": ["get", "list", "create", "update"]},
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "update"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
@@ -84,21 +86,34 @@ def _meta(name: str, namespace: str | None = None) -> dict[str, Any]:
     return meta
 
 
-def _binding(kind: str, spec: ControllerSpec) -> KubeObject:
+def _binding(kind: str, spec: ControllerSpec, name: str = NAME) -> KubeObject:
     return {
         "apiVersion": RBAC_API,
         "kind": f"{kind}Binding",
-        "metadata": _meta(NAME, spec.namespace if kind == "Role" else None),
-        "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": spec.namespace}],
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": NAME},
+        "metadata": _meta(name, spec.namespace if kind == "Role" else None),
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": spec.namespace}],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
     }
+
+
+def backup_account(spec: ControllerSpec, types: list[ResourceType]) -> list[KubeObject]:
+    """The one ServiceAccount every BackupSchedule's CronJob runs as: get/list on the controller's types and
+    CRDs, nothing else (the controller never creates RBAC, which would need bind/escalate)."""
+    read = rules_for([CRDS, *types])
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(BACKUP_ACCOUNT, spec.namespace)},
+        {"apiVersion": RBAC_API, "kind": "ClusterRole", "metadata": _meta(BACKUP_ACCOUNT), "rules": read},
+        _binding("ClusterRole", spec, BACKUP_ACCOUNT),
+    ]
 
 
 def deployment(spec: ControllerSpec) -> KubeObject:
     args = ["statusvault", "--log-format", "json", "controller", "run", "--interval", f"{spec.interval:g}"]
-    args += ["--state-dir", STATE_DIR, *storage_args(spec.storage, spec.s3)]
+    args += ["--state-dir", STATE_DIR, *storage_args(spec.storage, spec.s3), "--image", spec.image]
     if spec.encryption_secret:
-        args += KEY_ARGS
+        args += [*KEY_ARGS, "--encryption-key-secret", spec.encryption_secret]
+    if spec.credentials_secret:
+        args += ["--credentials-secret", spec.credentials_secret]
     container = secure_container("controller", spec.image, args, spec.credentials_secret)
     container["env"].append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
     container["volumeMounts"].append({"name": "state", "mountPath": STATE_DIR})
@@ -133,5 +148,6 @@ def render(spec: ControllerSpec, types: list[ResourceType], crds: list[KubeObjec
             "rules": own_namespace_rules(),
         },
         _binding("Role", spec),
+        *backup_account(spec, types),
         deployment(spec),
     ]

@@ -44,6 +44,7 @@ RESTORE_KEYS = frozenset(
         "pause-field",
         "pause-resources",
         "keep-paused",
+        "order",  # a profile, as the Restore resource's spec.order
     }
 )
 # request: free text, change it to re-run; modifiers: a ConfigMap in the controller's namespace holding the file

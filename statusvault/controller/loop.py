@@ -37,6 +37,7 @@ from statusvault.controller.intent import (
 from statusvault.controller.lease import Lease
 from statusvault.controller.restores import BACKUPS, RESTORES, ResourceTarget, parse_restore, spec_digest
 from statusvault.controller.runs import Run, mark_without_status, outcome_counts, save_report, watch_for_deletion
+from statusvault.controller.schedules import SCHEDULES, JobSettings, reconcile_schedule
 from statusvault.controller.targets import ConfigMapTarget, Target
 from statusvault.errors import ArchiveError, BackupNotFoundError, ConfigError, KubeApiError, StatusVaultError
 from statusvault.kinds import CONFIGMAPS
@@ -90,6 +91,7 @@ class ControllerConfig:
     context: str | None = None  # or $KUBECONFIG), as the controller does
     log_format: str = ""  # and how they log (the controller's --log-format and --debug)
     debug: bool = False
+    job: JobSettings = dataclasses.field(default_factory=JobSettings)  # BackupSchedules' CronJobs
 
 
 class Controller:
@@ -125,6 +127,7 @@ class Controller:
             (CONFIGMAPS, f"{INTENT_LABEL}=true", self.reconcile),
             (RESTORES, "", self.reconcile_restore),
             (BACKUPS, "", self.reconcile_backup),
+            (SCHEDULES, "", self.reconcile_schedule),
         )
         for rt, selector, reconcile in sources:
             for obj in self._listed(rt, selector):
@@ -170,6 +173,11 @@ class Controller:
         """A Backup resource."""
         target = ResourceTarget(self.client, self.config.holder, obj, BACKUPS)
         return self._reconcile(target, lambda: parse_backup(obj), spec_digest(obj), Reason.INVALID_SPEC, self._backup)
+
+    def reconcile_schedule(self, obj: KubeObject) -> bool:
+        """A BackupSchedule: its CronJob, which runs the backups (nothing runs here)."""
+        reconcile_schedule(self.client, self.discover(False), obj, self.config.namespace, self.config.job)
+        return False
 
     def _reconcile(
         self, target: Target, parse: Callable[[], Any], digest: str, invalid: str, act: Callable[..., bool]

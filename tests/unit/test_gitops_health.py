@@ -1,48 +1,57 @@
-"""The Flux Kustomization and the Argo CD health check shipped in docs/gitops/, against the status shapes the
-controller writes (controller/conditions.py). No Lua interpreter is installable offline (PyPI lupa is not in
-uv's cache), so the Lua's rules table is read from the file and its control flow is mirrored here."""
+"""The Flux Kustomization and the Argo CD health check shipped in docs/gitops/, against the status the controller
+writes (ResourceTarget.write and controller/conditions.py). The Lua runs in Lua 5.1 (lupa), as Argo CD's
+gopher-lua runs it: a global `obj` holding the resource, `hs` returned."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
+from typing import Any
 
+import lupa.lua51 as lua51
 import pytest
 import yaml
 
 from statusvault.controller import crd
-from statusvault.controller.conditions import PENDING, Reason, conditions
+from statusvault.controller.conditions import PENDING, Reason
 from statusvault.controller.intent import Phase
+from statusvault.controller.restores import ResourceTarget
+from statusvault.model import KubeObject, ResourceType
 
 GITOPS = Path(__file__).resolve().parents[2] / "docs" / "gitops"
-RULE = re.compile(r'\{type = "(\w+)", status = "(\w+)", health = "(\w+)"\}')
 
 
-def restore_with(phase: str | None, reason: str = "", generation: int = 1, observed: int = 1) -> dict:
-    obj: dict = {"metadata": {"generation": generation}}
-    if phase is not None:
-        conds = conditions(phase, reason, "m", observed, "2026-11-25T12:00:00Z", [])
-        obj["status"] = {"observedGeneration": observed, "conditions": conds}
-    return obj
+class StatusSink:
+    """Just enough of KubeApi for ResourceTarget.write: the /status PUT answers with what was sent."""
+
+    def replace(self, rt: ResourceType, namespace: str, name: str, body: KubeObject, sub: str = "") -> KubeObject:
+        assert sub == "status"
+        return body
 
 
-def argocd_health(obj: dict) -> str:
-    """docs/gitops/argocd-health-restore.lua, step for step, with the rules read from the file."""
-    source = (GITOPS / "argocd-health-restore.lua").read_text()
-    rules = RULE.findall(source)
-    assert len(rules) == source.count("health = "), "every rule in the file is read"
-    status = obj.get("status")
-    if status is None or status.get("conditions") is None:
-        return "Progressing"
-    if status.get("observedGeneration") != obj["metadata"]["generation"]:
-        return "Progressing"
-    for kind, value, health in rules:
-        if any(c["type"] == kind and c["status"] == value for c in status["conditions"]):
-            return health
-    return "Progressing"
+def restore_with(phase: str | None, reason: str = "") -> dict[str, Any]:
+    """A Restore (generation 1) with the status the controller writes for `phase` and `reason` (None: none yet)."""
+    obj: dict[str, Any] = {"metadata": {"name": "r", "namespace": "ns", "uid": "u", "generation": 1}}
+    if phase is None:
+        return obj
+    target = ResourceTarget(StatusSink(), "holder", obj)  # type: ignore[arg-type]
+    target.write({"phase": phase, "reason": reason, "message": "msg"})
+    return target.obj
 
 
-def kstatus(obj: dict) -> str:
+def edited(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` after a spec change the controller has not seen yet (its status is for the previous generation)."""
+    return {**obj, "metadata": {**obj["metadata"], "generation": obj["metadata"]["generation"] + 1}}
+
+
+def argocd_health(obj: dict[str, Any]) -> dict[str, str]:
+    """docs/gitops/argocd-health-restore.lua as Argo CD runs it: `obj` a global table, `hs` the answer."""
+    lua = lua51.LuaRuntime()
+    lua.globals().obj = lua.table_from(obj, recursive=True)
+    hs = lua.execute((GITOPS / "argocd-health-restore.lua").read_text())
+    return {"status": hs.status, "message": hs.message}
+
+
+def kstatus(obj: dict[str, Any]) -> str:
     """What Flux's health check (kstatus) computes from these conditions: Current, InProgress or Failed."""
     status = obj.get("status") or {}
     conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
@@ -55,21 +64,23 @@ def kstatus(obj: dict) -> str:
     return "Current" if conds.get("Ready") == "True" else "InProgress"
 
 
+WAITING = "waiting for the statusvault controller"
+UNSEEN = "the controller has not seen this generation yet"
 CASES = [
-    (restore_with(None), "Progressing", "InProgress"),
-    (restore_with(Phase.IN_PROGRESS, Reason.RESTORING), "Progressing", "InProgress"),
-    (restore_with(PENDING, Reason.WAITING_FOR_LEASE), "Progressing", "InProgress"),
-    (restore_with(Phase.COMPLETE, Reason.COMPLETED), "Healthy", "Current"),
-    (restore_with(Phase.COMPLETE, Reason.COMPLETED, generation=2, observed=1), "Progressing", "InProgress"),
-    (restore_with(Phase.FAILED, Reason.PARTIALLY_RESTORED), "Degraded", "Failed"),
-    (restore_with(Phase.FAILED, Reason.BACKUP_NOT_FOUND), "Degraded", "Failed"),
-    (restore_with(Phase.INVALID, Reason.INVALID_SPEC), "Degraded", "Failed"),
+    (restore_with(None), "Progressing", WAITING, "InProgress"),
+    (restore_with(Phase.IN_PROGRESS, Reason.RESTORING), "Progressing", "Restoring: msg", "InProgress"),
+    (restore_with(PENDING, Reason.WAITING_FOR_LEASE), "Progressing", "WaitingForLease: msg", "InProgress"),
+    (restore_with(Phase.COMPLETE, Reason.COMPLETED), "Healthy", "Completed: msg", "Current"),
+    (edited(restore_with(Phase.COMPLETE, Reason.COMPLETED)), "Progressing", UNSEEN, "InProgress"),
+    (restore_with(Phase.FAILED, Reason.PARTIALLY_RESTORED), "Degraded", "PartiallyRestored: msg", "Failed"),
+    (restore_with(Phase.FAILED, Reason.BACKUP_NOT_FOUND), "Degraded", "BackupNotFound: msg", "Failed"),
+    (restore_with(Phase.INVALID, Reason.INVALID_SPEC), "Degraded", "InvalidSpec: msg", "Failed"),
 ]
 
 
-@pytest.mark.parametrize(("obj", "argo", "flux"), CASES)
-def test_argo_cd_and_flux_read_a_restore_as_its_conditions_say(obj, argo, flux):
-    assert argocd_health(obj) == argo
+@pytest.mark.parametrize(("obj", "argo", "message", "flux"), CASES)
+def test_argo_cd_and_flux_read_a_restore_as_its_conditions_say(obj, argo, message, flux):
+    assert argocd_health(obj) == {"status": argo, "message": message}
     assert kstatus(obj) == flux
 
 

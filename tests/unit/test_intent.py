@@ -58,11 +58,21 @@ def test_an_intent_carries_the_restore_options_by_their_long_names():
         ({"backup": "b", "parallel": "0"}, "between 1 and 128"),
         ({"backup": "b", "processes": "0"}, "processes must be auto or a number from 1 to 64"),
         ({"backup": "b", "processes": "many"}, "processes must be auto"),
+        ({"backup": "b", "order": "nope"}, "unknown --order profile 'nope'"),
     ],
 )
 def test_a_bad_intent_is_a_clear_error(data, message):
     with pytest.raises(ConfigError, match=message):
         parse_intent(cm(**data))
+
+
+def test_an_intent_restores_in_the_order_it_names_as_a_restore_resource_does():
+    from statusvault.controller.restores import parse_restore
+
+    intent = parse_intent(cm(backup="b", order="crossplane"))
+    restore = parse_restore({"metadata": {"name": "r"}, "spec": {"backup": "b", "order": "crossplane"}})
+    assert intent.options.order is not None and intent.options.order == restore.options.order
+    assert parse_intent(cm(backup="b")).options.order is None
 
 
 def test_changing_request_asks_for_the_same_backup_again():
@@ -121,14 +131,15 @@ def test_the_breaker_opens_after_run_wide_failures_in_a_row_and_closes_after_coo
 
 
 def test_the_rendered_controller_is_least_privilege_and_non_root():
-    from statusvault.controller.install import ControllerSpec, render
+    from statusvault.controller.install import NAME, ControllerSpec, render
+    from statusvault.schedule import DEFAULT_IMAGE
     from tests.builders import resource_type
 
     kc = resource_type("xyz.example.com", "KubernetesCluster")
     crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "x"}}
     rendered = render(ControllerSpec("sv", "s3://b/p", credentials_secret="s3"), [kc], [crd])
     assert rendered[0] is crd, "the controller's CRDs come first"
-    manifests = {m["kind"]: m for m in rendered}
+    manifests = {m["kind"]: m for m in rendered if m["metadata"]["name"] in (NAME, "sv")}
     cluster_rules = {r["apiGroups"][0]: r for r in manifests["ClusterRole"]["rules"]}
     assert cluster_rules["xyz.example.com"]["resources"] == ["kubernetesclusters", "kubernetesclusters/status"]
     assert "delete" not in cluster_rules["xyz.example.com"]["verbs"], "a restore never deletes"
@@ -145,16 +156,36 @@ def test_the_rendered_controller_is_least_privilege_and_non_root():
     assert rbac["resources"] == ["clusterrolebindings", "clusterroles", "rolebindings", "roles"]
     assert manifests["Role"]["metadata"]["namespace"] == "sv"
     own = {r: rule["verbs"] for rule in manifests["Role"]["rules"] for r in rule["resources"]}
-    assert set(own) == {"restores", "restores/status", "backups", "backups/status", "configmaps", "leases", "events"}
-    for kind in ("restores", "backups"):
+    assert set(own) == {"restores", "restores/status", "backups", "backups/status", "backupschedules",
+                        "backupschedules/status", "cronjobs", "configmaps", "leases", "events"}  # fmt: skip
+    for kind in ("restores", "backups", "backupschedules"):
         assert own[kind] == ["get", "list"] and own[f"{kind}/status"] == ["get", "update"], "it never edits a spec"
+    assert own["cronjobs"] == ["get", "list", "create", "update"], "owned CronJobs go with their BackupSchedule"
     pod = manifests["Deployment"]["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["command"][:5] == ["statusvault", "--log-format", "json", "controller", "run"]
-    assert container["command"][-4:] == ["--state-dir", "/var/lib/statusvault", "--storage", "s3://b/p"]
+    assert container["command"][5:] == ["--interval", "10", "--state-dir", "/var/lib/statusvault", "--storage", "s3://b/p",
+                                        "--image", DEFAULT_IMAGE, "--credentials-secret", "s3"]  # fmt: skip
     assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
     assert container["securityContext"]["readOnlyRootFilesystem"] and pod["securityContext"]["runAsNonRoot"]
     assert container["envFrom"] == [{"secretRef": {"name": "s3"}}]
+
+
+def test_backup_schedules_run_as_one_read_only_account():
+    from statusvault.controller.install import ControllerSpec, render
+    from statusvault.controller.schedules import BACKUP_ACCOUNT
+    from tests.builders import resource_type
+
+    kc = resource_type("xyz.example.com", "KubernetesCluster")
+    rendered = render(ControllerSpec("sv", "s3://b/p"), [kc], [])
+    mine = {m["kind"]: m for m in rendered if m["metadata"]["name"] == BACKUP_ACCOUNT}
+    assert set(mine) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}, "no Role: it writes nothing"
+    assert mine["ClusterRole"]["rules"] == [
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list"]},
+        {"apiGroups": ["xyz.example.com"], "resources": ["kubernetesclusters"], "verbs": ["get", "list"]},
+    ]
+    assert mine["ClusterRoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": BACKUP_ACCOUNT,
+                                                      "namespace": "sv"}]  # fmt: skip
 
 
 def test_an_encryption_key_secret_is_mounted_read_only_and_passed():
@@ -165,7 +196,9 @@ def test_an_encryption_key_secret_is_mounted_read_only_and_passed():
     pod = deploy["spec"]["template"]["spec"]
     assert {"name": "encryption-key", "secret": {"secretName": "backup-key", "defaultMode": 0o400}} in pod["volumes"]
     mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "encryption-key")
-    assert mount["readOnly"] and pod["containers"][0]["command"][-2:] == [
+    assert mount["readOnly"] and pod["containers"][0]["command"][-4:] == [
         "--encryption-key-file",
         f"{mount['mountPath']}/key",
+        "--encryption-key-secret",  # for the BackupSchedules' CronJobs
+        "backup-key",
     ]

@@ -1,0 +1,156 @@
+"""BackupSchedule resources (statusvault.dev/v1alpha1): each is rendered into the CronJob `schedule render` makes,
+in the controller's namespace and owned by the BackupSchedule (deleting it deletes the CronJob), run by the one
+read-only ServiceAccount `controller install` renders. The CronJob keeps running while the controller is down."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from typing import Any
+
+import orjson
+
+from statusvault import rfc3339
+from statusvault.backup.selection import select_resources
+from statusvault.controller import crd
+from statusvault.controller.backups import parse_backup
+from statusvault.controller.conditions import conditions
+from statusvault.controller.intent import Phase, digest_of
+from statusvault.errors import ConfigError, KubeApiError
+from statusvault.kube.api import KubeApi
+from statusvault.kube.discovery import Discovery
+from statusvault.model import KubeObject, ResourceType
+from statusvault.retention import parse_duration
+from statusvault.schedule import DEFAULT_IMAGE, ScheduleSpec, cronjob
+from statusvault.storage.base import S3Options
+
+log = logging.getLogger(__name__)
+SCHEDULES = ResourceType(
+    crd.GROUP, crd.VERSION, crd.SCHEDULE_PLURAL, crd.SCHEDULE_KIND, namespaced=True, has_status=True
+)
+BACKUP_ACCOUNT = "statusvault-backup"  # rendered by `controller install`, read-only on the controller's types
+DIGEST = "statusvault.dev/cronjob-digest"  # what the controller rendered; the server adds defaults to the rest
+SCHEDULED = "Scheduled"
+OWN_FIELDS = ("schedule", "keep-last", "ttl", "keep-daily", "keep-weekly", "suspend")
+BACKUP_TUNING = ("page-size", "list-concurrency", "processes")  # backup options `schedule render` does not take
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSettings:
+    """How the controller's CronJobs reach the store: its own --storage and S3 options, image and Secrets."""
+
+    storage: str = ""
+    s3: S3Options = dataclasses.field(default_factory=S3Options)
+    image: str = DEFAULT_IMAGE
+    credentials_secret: str = ""
+    encryption_secret: str = ""
+
+
+def parse_schedule(obj: KubeObject, namespace: str, job: JobSettings, cronjob_api: str) -> ScheduleSpec:
+    """The scheduled backup a BackupSchedule's spec asks for; ConfigError names what is wrong."""
+    spec: dict[str, Any] = obj.get("spec") or {}
+    backup_spec = {k: v for k, v in spec.items() if k not in OWN_FIELDS}
+    intent = parse_backup({**obj, "spec": backup_spec})
+    if spec.get("ttl"):
+        parse_duration(str(spec["ttl"]))
+    storage = intent.storage or job.storage
+    if not storage:
+        raise ConfigError("spec.storage is missing and the controller has no --storage: name where backups go")
+    return ScheduleSpec(
+        name=intent.backup,
+        cron=str(spec.get("schedule") or ""),
+        selection=intent.selection,
+        storage=storage,
+        s3=job.s3,
+        job_namespace=namespace,
+        image=job.image,
+        credentials_secret=job.credentials_secret,
+        keep_last=spec.get("keep-last"),
+        ttl=str(spec.get("ttl") or ""),
+        keep_daily=spec.get("keep-daily"),
+        keep_weekly=spec.get("keep-weekly"),
+        cronjob_api=cronjob_api,
+        encryption_secret=job.encryption_secret,
+        account_name=BACKUP_ACCOUNT,
+        backup_tuning=tuple(a for k in BACKUP_TUNING if spec.get(k) for a in (f"--{k}", str(int(spec[k])))),
+    )
+
+
+def desired(obj: KubeObject, spec: ScheduleSpec, types: list[ResourceType]) -> KubeObject:
+    """The CronJob for `obj`: `schedule render`'s, suspended as asked, owned by `obj`, marked with its digest."""
+    job = cronjob(spec, types)
+    job["spec"]["suspend"] = bool((obj.get("spec") or {}).get("suspend"))
+    meta = obj["metadata"]
+    owner = {"apiVersion": crd.API_VERSION, "kind": crd.SCHEDULE_KIND, "name": meta["name"], "uid": meta["uid"],
+             "controller": True}  # fmt: skip
+    job["metadata"]["ownerReferences"] = [owner]
+    job["metadata"]["annotations"] = {DIGEST: digest_of({"cronjob": orjson.dumps(job).decode()})}
+    return job
+
+
+def ensure_cronjob(client: KubeApi, rt: ResourceType, want: KubeObject) -> KubeObject:
+    """Create the CronJob, or replace it when what was rendered changed; ConfigError if another owns the name."""
+    meta = want["metadata"]
+    live = client.get(rt, meta["namespace"], meta["name"])
+    if live is None:
+        return client.create(rt, meta["namespace"], want)
+    owners = {o.get("uid") for o in live["metadata"].get("ownerReferences") or []}
+    if meta["ownerReferences"][0]["uid"] not in owners:
+        raise ConfigError(f"CronJob {meta['namespace']}/{meta['name']} exists and is not this BackupSchedule's")
+    if (live["metadata"].get("annotations") or {}).get(DIGEST) == meta["annotations"][DIGEST]:
+        return live
+    body = {**want, "metadata": {**meta, "resourceVersion": live["metadata"]["resourceVersion"]}}
+    return client.replace(rt, meta["namespace"], meta["name"], body)
+
+
+def schedule_status(obj: KubeObject, job: KubeObject | None, error: str) -> dict[str, Any]:
+    """Ready (Scheduled) once the CronJob matches the spec, Stalled (InvalidSpec) with `error`; the CronJob's
+    last schedule and success times as it reports them."""
+    generation = int(obj["metadata"].get("generation") or 0)
+    old = obj.get("status") or {}
+    phase, reason = (Phase.INVALID, "InvalidSpec") if error else (Phase.COMPLETE, SCHEDULED)
+    message = error or f"CronJob {(job or {}).get('metadata', {}).get('name', '')} is up to date"
+    now = rfc3339.format_seconds(dt.datetime.now(dt.UTC))
+    status: dict[str, Any] = {"observedGeneration": generation, "reason": reason, "message": message}
+    if job is not None:
+        status["cronJob"] = job["metadata"]["name"]
+        times = job.get("status") or {}
+        status.update({k: times[k] for k in ("lastScheduleTime", "lastSuccessfulTime") if times.get(k)})
+    status["conditions"] = conditions(phase, reason, message, generation, now, old.get("conditions") or [])
+    return status
+
+
+def served_cronjobs(discovery: Discovery) -> ResourceType | None:
+    """CronJob at batch/v1 from Kubernetes 1.21; only batch/v1beta1 before (not batch's preferred version)."""
+    return discovery.find("batch", "v1", "CronJob") or discovery.find("batch", "v1beta1", "CronJob")
+
+
+def reconcile_schedule(
+    client: KubeApi, discovery: Discovery, obj: KubeObject, namespace: str, job: JobSettings
+) -> None:
+    """Bring `obj`'s CronJob in line with its spec and record the outcome on its /status (only when it changed)."""
+    cronjobs = served_cronjobs(discovery)
+    live: KubeObject | None = None
+    error = ""
+    try:
+        if cronjobs is None:
+            raise ConfigError("this cluster serves no CronJob (batch/v1 or batch/v1beta1)")
+        spec = parse_schedule(obj, namespace, job, f"batch/{cronjobs.version}")
+        live = ensure_cronjob(client, cronjobs, desired(obj, spec, select_resources(discovery, spec.selection)))
+    except ConfigError as e:
+        error = str(e)
+    except KubeApiError as e:
+        if e.code != 422:  # the server refused the CronJob (a bad cron expression): the spec's fault
+            raise
+        error = f"the CronJob was refused: {e}"
+    status = schedule_status(obj, live, error)
+    if status == obj.get("status"):
+        return
+    if error:
+        log.error("BackupSchedule %s/%s: %s", namespace, obj["metadata"]["name"], error)
+    try:
+        client.replace(SCHEDULES, namespace, obj["metadata"]["name"], {**obj, "status": status}, sub="status")
+    except KubeApiError as e:
+        if e.code not in (404, 409):  # changed or deleted: the next pass sees what is there
+            raise

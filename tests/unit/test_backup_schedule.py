@@ -1,0 +1,89 @@
+"""A BackupSchedule's CronJob: what the controller renders, when it rewrites it, and the status it records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from statusvault.controller.schedules import DIGEST, JobSettings, desired, ensure_cronjob, parse_schedule
+from statusvault.controller.schedules import schedule_status as status_of
+from statusvault.errors import ConfigError
+from statusvault.model import ResourceType
+from tests.fake.server import FakeKube
+
+CRONJOBS = ResourceType("batch", "v1", "cronjobs", "CronJob", namespaced=True, has_status=True)
+JOB = JobSettings(storage="s3://b/p", image="img:1", credentials_secret="s3")
+
+
+def schedule(uid: str = "u1", **spec: Any) -> dict[str, Any]:
+    spec = {"schedule": "0 2 * * *", **spec}
+    return {"metadata": {"name": "nightly", "namespace": "sv", "uid": uid, "generation": 1}, "spec": spec}
+
+
+def rendered(obj: dict[str, Any]) -> dict[str, Any]:
+    return desired(obj, parse_schedule(obj, "sv", JOB, "batch/v1"), [])
+
+
+def shell(job: dict[str, Any]) -> str:
+    return str(job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["command"][2])
+
+
+def test_the_cronjob_is_owned_suspended_as_asked_and_tuned_in_its_backup_step():
+    job = rendered(schedule(**{"keep-last": 2, "page-size": 50, "suspend": True}))
+    assert job["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "statusvault.dev/v1alpha1",
+            "kind": "BackupSchedule",
+            "name": "nightly",
+            "uid": "u1",
+            "controller": True,
+        }
+    ]
+    assert job["spec"]["suspend"] is True and job["metadata"]["namespace"] == "sv"
+    backup, prune = shell(job).split(" && ")
+    assert backup.endswith("--include-crds --page-size 50") and "--page-size" not in prune
+    assert prune.endswith("prune --schedule nightly --storage s3://b/p --keep-last 2")
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [({"ttl": "soon"}, "soon"), ({"schedule": "0 2 * * *", "backup": "x/y"}, "x/y")],
+    ids=["bad-ttl", "bad-backup-name"],
+)
+def test_what_the_schema_cannot_check_is_refused_by_the_controller(spec, error):
+    with pytest.raises(ConfigError, match=error):
+        parse_schedule(schedule(**spec), "sv", JOB, "batch/v1")
+
+
+def test_the_cronjob_is_rewritten_only_when_what_is_rendered_changes():
+    kube = FakeKube()
+    first = ensure_cronjob(kube, CRONJOBS, rendered(schedule()))
+    again = ensure_cronjob(kube, CRONJOBS, rendered(schedule()))
+    assert again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    changed = ensure_cronjob(kube, CRONJOBS, rendered(schedule(schedule="5 4 * * *")))
+    assert changed["spec"]["schedule"] == "5 4 * * *"
+    assert changed["metadata"]["annotations"][DIGEST] != first["metadata"]["annotations"][DIGEST]
+
+
+def test_a_cronjob_another_owns_is_left_alone():
+    kube = FakeKube()
+    theirs = ensure_cronjob(kube, CRONJOBS, rendered(schedule(uid="other")))
+    with pytest.raises(ConfigError, match="not this BackupSchedule's"):
+        ensure_cronjob(kube, CRONJOBS, rendered(schedule(uid="u1", schedule="5 4 * * *")))
+    assert kube.get(CRONJOBS, "sv", "statusvault-nightly") == theirs
+
+
+def test_the_status_is_ready_when_scheduled_and_stalled_when_not_and_stable_between_passes():
+    obj = schedule()
+    job = {"metadata": {"name": "statusvault-nightly"}, "status": {"lastScheduleTime": "2026-11-25T02:00:00Z"}}
+    ready = status_of(obj, job, "")
+    conds = {c["type"]: (c["status"], c["reason"]) for c in ready["conditions"]}
+    assert conds == {"Ready": ("True", "Scheduled"), "Reconciling": ("False", "Scheduled"),
+                     "Stalled": ("False", "Scheduled")}  # fmt: skip
+    assert (ready["cronJob"], ready["lastScheduleTime"], ready["observedGeneration"]) == (
+        "statusvault-nightly", "2026-11-25T02:00:00Z", 1)  # fmt: skip
+    assert status_of({**obj, "status": ready}, job, "") == ready, "nothing to write on the next pass"
+    stalled = status_of(obj, None, "bad ttl")
+    assert {c["type"]: c["status"] for c in stalled["conditions"]}["Stalled"] == "True"
+    assert stalled["reason"] == "InvalidSpec" and "cronJob" not in stalled
