@@ -61,7 +61,9 @@ def test_a_bad_schedule_is_refused_at_admission(kube, schedules, ctl_ns, spec, r
     assert kube.get(schedules, ctl_ns, "bad") is None
 
 
-def test_a_schedule_becomes_an_owned_cronjob_that_follows_its_spec(run, kube, crds, schedules, ctl_ns):
+def test_a_schedule_becomes_an_owned_cronjob_that_follows_its_spec(run, kube, crds, schedules, ctl_ns, monkeypatch):
+    for name in ("STATUSVAULT_S3_REGION", "AWS_REGION", "AWS_DEFAULT_REGION"):  # the session's S3 fixtures set one:
+        monkeypatch.delenv(name, raising=False)  # the controller's own region would go into the command line
     kc = crds.resolve("kc").qualified
     spec = {"schedule": "0 2 * * *", "storage": "s3://bucket/nightly", "include-resources": [kc], "keep-last": 3}
     made = kube.create(schedules, ctl_ns, schedule_body("nightly", **spec))
