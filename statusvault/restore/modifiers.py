@@ -22,6 +22,7 @@ import yaml
 
 from statusvault.errors import ConfigError, StatusVaultError
 from statusvault.labels import parse_selector
+from statusvault.restore.configfile import versioned_entries
 
 OPS = ("add", "remove", "replace", "copy", "move", "test")
 RULE_KEYS = {"conditions", "patches", "mergePatches", "strategicPatches", "statusPatches", "statusMergePatches"}
@@ -89,18 +90,7 @@ class Modifiers:
 
 def load_modifiers(text: str, source: str = "modifiers") -> Modifiers:
     """Parse and validate a modifiers file; a ConfigError names the rule and field of the first problem."""
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: not valid YAML: {e}".replace("\n", " ")) from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{source}: expected a mapping with version and resourceModifierRules")
-    _only(doc, {"version", "resourceModifierRules"}, source)
-    if doc.get("version") != "v1":
-        raise ConfigError(f"{source}: version must be v1, not {doc.get('version')!r}")
-    raw = doc.get("resourceModifierRules")
-    if not isinstance(raw, list) or not raw:
-        raise ConfigError(f"{source}: resourceModifierRules must be a non-empty list")
+    raw = versioned_entries(text, source, "resourceModifierRules", _only)
     rules = tuple(_rule(i, r, f"{source}: rule {i + 1} (resourceModifierRules[{i}])") for i, r in enumerate(raw))
     return Modifiers(hashlib.sha256(text.encode()).hexdigest()[:16], rules, text, source)
 

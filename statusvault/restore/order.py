@@ -15,10 +15,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from statusvault.errors import ConfigError
 from statusvault.labels import Matcher, parse_selector
+from statusvault.restore.configfile import versioned_entries
 from statusvault.restore.expr import Expression, parse_expression
 from statusvault.restore.pausemarkers import Marker
 
@@ -120,18 +119,7 @@ def read_order(value: str) -> Order:
 
 def load_order(text: str, source: str = "order") -> Order:
     """Parse and validate an order file; a ConfigError names the group and field of the first problem."""
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: not valid YAML: {e}".replace("\n", " ")) from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{source}: expected a mapping with version and groups")
-    _only(doc, {"version", "groups"}, source)
-    if doc.get("version") != "v1":
-        raise ConfigError(f"{source}: version must be v1, not {doc.get('version')!r}")
-    raw = doc.get("groups")
-    if not isinstance(raw, list) or not raw:
-        raise ConfigError(f"{source}: groups must be a non-empty list")
+    raw = versioned_entries(text, source, "groups", _only)
     groups = tuple(_group(g, f"{source}: group {i + 1} (groups[{i}])") for i, g in enumerate(raw))
     names = [g.name for g in groups]
     if len(set(names)) != len(names):
