@@ -85,7 +85,7 @@ def args_of(name: str, value: Any, ctx: Context) -> list[str]:
         "no_status": lambda: ["--no-status"],
         "modifiers": lambda: ["--modifiers", ctx.modifiers],
         "order": lambda: ["--order", ctx.order],
-        "stream": lambda: ["--stream"],
+        "stream": lambda: ["--stream" if value == "on" else "--no-stream"],
         "pause": lambda: pauses(w.group)[value][0],
         "scale_down": lambda: ["--scale-down", ctx.operator],
         "fence": lambda: fences(ctx)[value],

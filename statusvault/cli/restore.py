@@ -76,7 +76,7 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, KeysArgs, MetricsArgs):
     state_dir: str
     at: str | None
     restart: bool
-    stream: bool
+    stream: bool | None
     output: str
 
 
@@ -197,11 +197,12 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, KeysArgs, MetricsArgs):
     help="Discard the journal of an earlier, unfinished run of this restore and start over.",
 )
 @click.option(
-    "--stream",
-    is_flag=True,
-    help="Write objects as the archive is read, before all of it is checked (first write in about a second at "
-    "any size; an archive that fails a check part-way fails the restore after some writes). Not with a "
-    "selection, --dry-run or --fence: those plan first.",
+    "--stream/--no-stream",
+    default=None,
+    help="Write objects as the archive is read (first write in about a second at any size) or plan first, after "
+    "checking every member. Default: streamed above 20,000 objects, planned first below. Either way the archive's "
+    "bytes match its manifest's SHA-256 before the first write; streamed, a member that breaks a rule stops the "
+    "restore after the objects before it were written. A selection, --dry-run, --fence or --order plan first.",
 )
 @metrics_options
 @output_option

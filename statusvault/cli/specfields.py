@@ -26,6 +26,8 @@ DESCRIPTIONS = {
     "modifiers": "A ConfigMap in the controller's namespace holding a modifiers file (its one key, or modifiers.yaml).",
     "storage": "Where the backup is (default: the controller's --storage).",
     "processes": "Worker processes for every wave (default: auto, the CPUs the controller may use).",
+    "stream": "true: write objects as the archive is read; false: plan first, after checking every member; "
+    "unset: streamed above 20,000 objects.",
 }
 
 

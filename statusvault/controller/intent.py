@@ -74,6 +74,7 @@ class Intent:
     digest: str  # of the intent's data: a change means a new desired state
     modifiers: str = ""  # name of the ConfigMap holding a modifiers file
     processes: int = 0  # worker processes; 0: as many as the controller's CPUs (cgroup-aware), for large waves
+    stream: bool | None = None  # restore --stream / --no-stream; None: by the backup's size (runner.STREAM_ABOVE)
 
     @property
     def status_name(self) -> str:

@@ -278,6 +278,7 @@ class Controller:
                 state_dir=self.config.state_dir,
                 parallel=intent.parallel,
                 workers=self._workers(intent.processes, intent.parallel),
+                stream=intent.stream,
                 key=self.key,
                 cancel=cancel,  # a lost Lease or a deleted Restore: stop starting objects
             )

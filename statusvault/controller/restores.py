@@ -57,6 +57,7 @@ def parse_restore(obj: KubeObject) -> Intent:
         spec_digest(obj),
         str(spec.get("modifiers") or "").strip(),
         int(spec.get("processes") or 0),
+        spec["stream"] if isinstance(spec.get("stream"), bool) else None,
     )
 
 

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from statusvault.archive import ArchiveReader, file_sha256
 from statusvault.archive.envelope import Keys
@@ -44,7 +45,9 @@ class RestoreRequest:
     options: RestoreOptions = dataclasses.field(default_factory=RestoreOptions)
     state_dir: Path | None = None  # None: no journal, the restore cannot be resumed
     restart: bool = False  # discard an unfinished earlier run's state
-    stream: bool = False  # write as the archive is read (restore/stream.py), when nothing needs the plan first
+    # write as the archive is read (restore/stream.py) when nothing needs the plan first; None: when the backup
+    # holds more than STREAM_ABOVE objects
+    stream: bool | None = None
     key: Keys = None  # key files and KMS keys, to decrypt an encrypted backup
     parallel: int = 8  # threads (per process)
     workers: WorkerSpec | None = None  # worker processes for large waves
@@ -91,7 +94,10 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
             if state.plan is None:
                 engine = _engine(client, discover, req, origin)
                 planned = time.monotonic() - origin  # streamed: what is left before the first object is read
-                log.info("restoring as the archive is read (streamed): owned objects follow in depth waves")
+                log.info(
+                    "restoring as the archive is read (streamed%s): owned objects follow in depth waves",
+                    "" if req.stream else f", {summary_objects(reader.summary or {})} objects; --no-stream plans first",
+                )
                 with pauser.paused(workloads):
                     report, state.plan = engine.stream(
                         reader, _streamed(planner, state), state.journal, opts, req.backup
@@ -122,18 +128,34 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
             return report
 
 
+# Objects above which a restore streams unless told not to: planning first costs ~0.05 ms per object after the
+# ~0.4 s start-up (docs/performance.md), so up to here the first write still comes within about 1.5 s, and the
+# whole archive is checked before it; above it the first write would wait ever longer (32-37 s at a million).
+STREAM_ABOVE = 20_000
+
+
 def streamable(req: RestoreRequest, reader: ArchiveReader) -> bool:
-    """Whether the restore writes as it reads the archive (restore/stream.py) instead of planning first: asked for
-    (--stream), a real restore of an archive not read yet, with the summary's types and totals, and nothing that
-    needs the whole plan before the first write: a fence reads it, a dry run reports it, --order's groups and
-    gates order every object, and a selection that matches nothing must fail before anything is written (CRDs
-    come along with -n)."""
+    """Whether the restore writes as it reads the archive (restore/stream.py) instead of planning first.
+
+    Asked for (--stream), or by default when the summary manifest counts more than STREAM_ABOVE objects; and a real
+    restore of an archive not read yet, with the summary's types and totals, and nothing that needs the whole
+    plan before the first write: a fence reads it, a dry run reports it, --order's groups and gates order every
+    object, and a selection that matches nothing must fail before anything is written (CRDs come along with -n).
+    Either way the archive's bytes were checked against its manifest's SHA-256 before this (catalog.py)."""
     opts, summary = req.options, reader.summary or {}
     sel = opts.selection
     chosen = sel.namespaces or sel.include_resources or sel.names or sel.label_selector
     needs_plan = opts.dry_run != "none" or opts.fence != "none" or opts.order is not None or req.unpause
-    planned_first = not req.stream or needs_plan or chosen
+    wanted = req.stream if req.stream is not None else summary_objects(summary) > STREAM_ABOVE
+    planned_first = not wanted or needs_plan or chosen
     return not planned_first and reader.unread and isinstance(summary.get("resources"), dict)
+
+
+def summary_objects(summary: dict[str, Any]) -> int:
+    """The object count a summary manifest states (0 when it states none)."""
+    totals = summary.get("totals")
+    count = totals.get("objects") if isinstance(totals, dict) else 0
+    return count if isinstance(count, int) and not isinstance(count, bool) else 0
 
 
 def _streamed(planner: Callable[..., RestorePlan], state: RestoreState) -> Callable[[Sink], RestorePlan]:

@@ -7,6 +7,7 @@ subprocess whose peak RSS is measured."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import subprocess
@@ -17,6 +18,7 @@ import orjson
 import pytest
 
 from statusvault.kinds import NAMESPACES
+from statusvault.restore import runner
 from tests.builders import unique
 from tests.hostile import SECRET, Backup
 from tests.hostile_corpus import CASES, Case
@@ -95,6 +97,50 @@ def test_hostile_archive_is_refused_without_a_write(run, kube, crds, key_file, c
     assert_refused(run("verify", name, *key))
     assert census(kube, crds) == before
     assert kube.get(NAMESPACES, None, ns) is None
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_no_stream_refuses_a_hostile_archive_of_any_size_without_a_write(run, kube, crds, key_file, case, monkeypatch):
+    """Above the size at which a restore streams by default (made 0 here), --no-stream still checks every member
+    before the first write."""
+    monkeypatch.setattr(runner, "STREAM_ABOVE", 0)
+    ns = unique("hostile")
+    name = plant(case, run.storage, ns)
+    key = ["--encryption-key-file", key_file] if case.encrypted else []
+    before = census(kube, crds)
+    assert_refused(run("restore", name, "--no-stream", *key), case.error)
+    assert census(kube, crds) == before
+
+
+# One or two cases of each family (layout, entry types, contents, listing, JSON, manifests, encryption): every case
+# costs a namespace deletion here; the bombs' memory bound is test_bombs_stay_under_256_mib's.
+STREAMED_IDS = {
+    "path_traversal", "symlink", "kind_swapped", "undescribed_resource", "member_over_the_limit", "json_deeply_nested",
+    "tar_cut_short", "member_not_listed", "member_twice", "members_reordered", "json_null", "manifest_not_json",
+    "enc_bit_flipped", "enc_hostile_inside",
+}  # fmt: skip
+STREAMED = [c for c in CASES if c.id in STREAMED_IDS]
+
+
+@pytest.mark.parametrize("case", STREAMED, ids=[c.id for c in STREAMED])
+def test_a_streamed_restore_refuses_a_hostile_archive_with_one_error(run, kube, crds, key_file, case, monkeypatch):
+    """Streamed by default above the threshold (made 0 here): the same error line last, a non-zero exit, no
+    traceback. What the archive held before the bad member may have been written, and its own failures logged
+    (docs/reliability.md, A1)."""
+    monkeypatch.setattr(runner, "STREAM_ABOVE", 0)
+    ns = unique("hostile")
+    name = plant(case, run.storage, ns)
+    key = ["--encryption-key-file", key_file] if case.encrypted else []
+    try:
+        result = run("restore", name, *key)
+        *logged, error = result.err.strip().splitlines()
+        assert all(line.startswith(("INFO ", "WARNING ")) for line in logged), result.err
+        assert_refused(dataclasses.replace(result, err=error), case.error)
+    finally:
+        if kube.get(crds.resolve("clusterpools"), None, f"{ns}-pool") is not None:
+            kube.delete(crds.resolve("clusterpools"), None, f"{ns}-pool")
+        if kube.get(NAMESPACES, None, ns) is not None:
+            delete_namespace(kube, ns)
 
 
 BOMBS = [c for c in CASES if c.bomb]

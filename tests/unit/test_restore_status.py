@@ -59,6 +59,11 @@ def test_a_spec_is_an_intent_with_the_options_by_their_long_names():
     assert intent.digest != parse_restore(restore(backup="nightly")).digest
 
 
+@pytest.mark.parametrize(("spec", "stream"), [({}, None), ({"stream": True}, True), ({"stream": False}, False)])
+def test_spec_stream_reaches_the_restore_and_absent_leaves_it_to_the_backups_size(spec, stream):
+    assert parse_restore(restore(backup="nightly", **spec)).stream is stream
+
+
 @pytest.mark.parametrize(
     ("spec", "error"),
     [

@@ -10,7 +10,8 @@ import pytest
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.model import ResourceType
-from statusvault.restore.runner import RestoreRequest, run_restore
+from statusvault.restore import runner
+from statusvault.restore.runner import STREAM_ABOVE, RestoreRequest, run_restore
 from statusvault.storage.local import LocalStore
 from statusvault.testing.bench import synthetic_backup
 from statusvault.testing.benchcore import GROUP, KIND, PLURAL
@@ -55,3 +56,47 @@ def test_a_streamed_restore_stopped_part_way_is_finished_exactly_by_the_same_com
     restored = [o for k in range(BENCH_NAMESPACES) for page in fake.list_pages(ITEMS, f"plan-{k}") for o in page]
     assert len(restored) == N and all(o["status"]["phase"] for o in restored)
     assert not list(state.glob("restores/*.sqlite")), "finished: its state is gone"
+
+
+@pytest.mark.parametrize(
+    ("above", "stream", "streamed"),
+    [
+        (N - 1, None, True),  # by default a backup above the threshold streams
+        (N, None, False),  # ...and one at or below it plans first
+        (N, True, True),  # --stream at any size
+        (N - 1, False, False),  # --no-stream plans first at any size
+    ],
+)
+def test_a_restore_streams_by_default_above_the_threshold_and_as_told_otherwise(
+    tmp_path, monkeypatch, above, stream, streamed
+):
+    """Seen from the state a stopped run leaves: a streamed run's journal comes before its plan."""
+    store = LocalStore(tmp_path / "store")
+    synthetic_backup(store, "s", N)
+    monkeypatch.setattr(runner, "STREAM_ABOVE", above)
+    fake, cancel = FakeKube(), threading.Event()
+    create = fake.create
+
+    def stop_after_one(*args, **kw):  # type: ignore[no-untyped-def]
+        cancel.set()
+        return create(*args, **kw)
+
+    monkeypatch.setattr(fake, "create", stop_after_one)
+    state = tmp_path / "state"
+    request = RestoreRequest(store=store, backup="s", state_dir=state, parallel=2, stream=stream, cancel=cancel)
+    assert run_restore(fake, lambda refresh: Discovery(TYPES, TYPES), request).aborted
+    assert list(state.glob("restores/*.journal.sqlite"))
+    assert bool(list(state.glob("restores/*.plan.sqlite"))) is not streamed
+
+
+def test_the_restore_help_and_the_restore_resource_state_the_default_threshold():
+    from click.testing import CliRunner
+
+    from statusvault.cli.main import cli
+    from statusvault.cli.specfields import DESCRIPTIONS
+
+    assert f"above {STREAM_ABOVE:,} objects" in DESCRIPTIONS["stream"]
+
+    assert f"streamed above {STREAM_ABOVE:,} objects" in " ".join(
+        CliRunner().invoke(cli, ["restore", "--help"]).output.split()
+    )
