@@ -40,6 +40,7 @@ from statusvault.testing.benchcore import (
     item,
     log,
     make_namespaces,
+    moto_bucket,
     objects,
     rate,
     run_cli,
@@ -52,7 +53,6 @@ from statusvault.testing.benchreport import report
 from statusvault.testing.benchscale import measure_scale
 from statusvault.testing.benchscale import table as scale_table
 from statusvault.testing.cluster import DEFAULT_VERSION, RELEASES, LocalCluster
-from statusvault.testing.controlplane import free_ports
 from statusvault.testing.fixtures import install_crds
 
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -239,45 +239,10 @@ resourceModifierRules:
 
 
 def backup_to_s3(env: dict[str, str], n: int) -> dict[str, Any]:
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    (port,) = free_ports(1)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        endpoint = f"http://127.0.0.1:{port}"
-        s3env = {
-            **env,
-            "AWS_ACCESS_KEY_ID": "bench",
-            "AWS_SECRET_ACCESS_KEY": "bench",
-            "AWS_DEFAULT_REGION": "us-east-1",
-        }
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="bench",
-            aws_secret_access_key="bench",
-        ).create_bucket(Bucket="bench")
-        run = run_cli(
-            [
-                "backup",
-                "bench-s3",
-                "--storage",
-                "s3://bench/sv",
-                "--s3-endpoint-url",
-                endpoint,
-                "--s3-addressing-style",
-                "path",
-                "--include-resources",
-                f"{PLURAL}.{GROUP}",
-                "--no-include-crds",
-            ],
-            s3env,
-        )
-    finally:
-        server.stop()
+    with moto_bucket(env) as (endpoint, s3env):
+        args = ["backup", "bench-s3", "--storage", "s3://bench/sv", "--s3-endpoint-url", endpoint]
+        args += ["--s3-addressing-style", "path", "--include-resources", f"{PLURAL}.{GROUP}", "--no-include-crds"]
+        run = run_cli(args, s3env)
     return cli_figures(run, n)
 
 

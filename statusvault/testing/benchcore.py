@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import os
@@ -247,3 +248,31 @@ def bare_list_parallel(http: Http, work: Path, concurrency: int) -> int:
 
 def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def moto_bucket(env: dict[str, str]) -> Iterator[tuple[str, dict[str, str]]]:
+    """A moto S3 server over HTTP on loopback with an empty bucket "bench": its endpoint, and `env` with the
+    credentials and region a statusvault process needs to reach it."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from statusvault.testing.controlplane import free_ports
+
+    (port,) = free_ports(1)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        creds = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="bench",
+            aws_secret_access_key="bench",
+        )
+        client.create_bucket(Bucket="bench")
+        yield endpoint, {**env, **creds}
+    finally:
+        server.stop()

@@ -1,8 +1,9 @@
 """`make bench` at scale without seeding a cluster (BENCH_ONLY=scale): synthetic backups (bench.synthetic_backup:
 the real backup engine over a generated read side) of each BENCH_SCALE_N size, then per size: the backup itself
-(CPU per object, peak RSS), `verify`, planning (a client dry run: time to first write when planning first) and a
-streamed restore (`restore --stream`) into the real cluster, timed from its start to the first object the server
-holds, its RSS sampled for BENCH_STREAM_SECONDS and then stopped."""
+to a directory and to a moto S3 server over HTTP (CPU per object, peak RSS), `verify`, planning (a client dry
+run: time to first write when planning first) and a restore with the default options (which stream above
+runner.STREAM_ABOVE objects) into the real cluster, timed from its start to the first object the server holds,
+its RSS sampled for BENCH_STREAM_SECONDS and then stopped."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from statusvault.testing.benchcore import (
     Http,
     cli_figures,
     log,
+    moto_bucket,
     run_cli,
     run_measured,
     vm_hwm_kib,
@@ -40,6 +42,10 @@ def measure_size(http: Http, env: dict[str, str], work: Path, n: int) -> dict[st
         [sys.executable, "-m", "statusvault.testing.benchscale", str(work / "store"), name, str(n)], env
     )
     out: dict[str, Any] = {"objects": n, "backup_dir": cli_figures(built, n)}
+    log(f"synthetic backup of {n} objects to S3 (moto server over HTTP)")
+    with moto_bucket(env) as (endpoint, s3env):
+        command = [sys.executable, "-m", "statusvault.testing.benchscale", "s3://bench/sv", name, str(n)]
+        out["backup_s3"] = cli_figures(run_measured(command, {**s3env, "BENCH_S3_ENDPOINT": endpoint}), n)
     log(f"verify of {n} objects")
     out["verify"] = cli_figures(run_cli(["verify", name], env), n)
     log(f"planning a restore of {n} objects (client dry run)")
@@ -47,16 +53,17 @@ def measure_size(http: Http, env: dict[str, str], work: Path, n: int) -> dict[st
     run = run_cli(["restore", name, "--namespace-mapping", mapping, "--dry-run", "client", "-o", "json"], env)
     head = json.loads(run.out[: run.out.index('"items": [')].rstrip().rstrip(",") + "}")
     out["planning"] = {**cli_figures(run, n), "planned_seconds": head["timings"]["planned"]}
-    log(f"streamed restore of {n} objects: time to the first object on the server")
+    log(f"restore of {n} objects (default options): time to the first object on the server")
     out["stream"] = first_write(http, env, name, f"streamed{n}")
     return out
 
 
 def first_write(http: Http, env: dict[str, str], name: str, prefix: str) -> dict[str, Any]:
-    """Start `restore --stream`, poll the server for the first object it wrote; then sample its peak RSS for
-    BENCH_STREAM_SECONDS (default 15) while it writes, and stop it."""
+    """Start a restore with the default options (streamed above runner.STREAM_ABOVE objects, planned first below),
+    poll the server for the first object it wrote; then sample its peak RSS for BENCH_STREAM_SECONDS (default 15)
+    while it writes, and stop it."""
     mapping = ",".join(f"plan-{k}:{prefix}-{k}" for k in range(NAMESPACES))
-    args = ["restore", name, "--stream", "--namespace-mapping", mapping, "--parallel", "16", "--processes", "1"]
+    args = ["restore", name, "--namespace-mapping", mapping, "--parallel", "16", "--processes", "1"]
     started = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "statusvault", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -84,19 +91,24 @@ def first_write(http: Http, env: dict[str, str], name: str, prefix: str) -> dict
 
 
 def table(results: dict[str, Any]) -> str:
-    lines = ["size       backup ms/obj  RSS   verify ms/obj  RSS   planning s  ms/obj  RSS   stream first write  RSS"]
+    lines = [
+        "size       backup ms/obj  RSS   backup S3 ms/obj  RSS   verify ms/obj  RSS   planning s  ms/obj  RSS   "
+        "restore first write  RSS"
+    ]
     for n, r in results.items():
-        b, v, p, s = r["backup_dir"], r["verify"], r["planning"], r["stream"]
+        b, b3, v, p, s = r["backup_dir"], r["backup_s3"], r["verify"], r["planning"], r["stream"]
         lines.append(
-            f"{n:<10} {b['cpu_ms_per_object']:<14.3f} {b['peak_rss_mib']:<5.0f} {v['cpu_ms_per_object']:<14.3f} "
-            f"{v['peak_rss_mib']:<5.0f} {p['planned_seconds']:<11.1f} {p['cpu_ms_per_object']:<7.3f} "
-            f"{p['peak_rss_mib']:<5.0f} {s['first_write_seconds']:<19.2f} {s['peak_rss_mib']:.0f}"
+            f"{n:<10} {b['cpu_ms_per_object']:<14.3f} {b['peak_rss_mib']:<5.0f} {b3['cpu_ms_per_object']:<17.3f} "
+            f"{b3['peak_rss_mib']:<5.0f} {v['cpu_ms_per_object']:<14.3f} {v['peak_rss_mib']:<5.0f} "
+            f"{p['planned_seconds']:<11.1f} {p['cpu_ms_per_object']:<7.3f} {p['peak_rss_mib']:<5.0f} "
+            f"{s['first_write_seconds']:<20.2f} {s['peak_rss_mib']:.0f}"
         )
     return "\n".join(lines)
 
 
 if __name__ == "__main__":  # the synthetic backup, in a process of its own so that it is measured alone
-    from statusvault.storage.local import LocalStore
+    from statusvault.storage import S3Options, open_store
     from statusvault.testing.bench import synthetic_backup
 
-    synthetic_backup(LocalStore(Path(sys.argv[1])), sys.argv[2], int(sys.argv[3]))
+    s3 = S3Options(endpoint_url=os.environ.get("BENCH_S3_ENDPOINT"), addressing_style="path")
+    synthetic_backup(open_store(sys.argv[1], s3), sys.argv[2], int(sys.argv[3]))
