@@ -202,7 +202,7 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, KeysArgs, MetricsArgs):
     help="Write objects as the archive is read (first write in about a second at any size) or plan first, after "
     "checking every member. Default: streamed above 20,000 objects, planned first below. Either way the archive's "
     "bytes match its manifest's SHA-256 before the first write; streamed, a member that breaks a rule stops the "
-    "restore after the objects before it were written. A selection, --dry-run, --fence or --order plan first.",
+    "restore after the objects before it were written. --dry-run, --fence and --order plan first.",
 )
 @metrics_options
 @output_option

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from statusvault.archive import ArchiveReader
-from statusvault.errors import ArchiveError, StatusVaultError
+from statusvault.errors import ArchiveError, ConfigError, StatusVaultError
 from statusvault.kinds import CRD_QUALIFIED, CRDS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import established
@@ -85,7 +85,8 @@ class RestoreEngine:
             plan.deferred = True  # what the stream wrote is not written again by this run
             self._waves(reader, plan, run)
 
-        self._guarded(run, body, ArchiveError)  # an archive that fails its checks mid-way fails the restore
+        # an archive that fails its checks mid-way fails the restore, as does a selection that matched nothing
+        self._guarded(run, body, (ArchiveError, ConfigError))
         if not built:
             run.report.left_paused = journal.paused_count()
             return run.report, None
@@ -119,16 +120,18 @@ class RestoreEngine:
                 self._after_crds(run, plan.resources(exclude=Category.CRD))
         gates.finish()
 
-    def _guarded(self, run: _Run, body: Callable[[], None], raised: type[Exception] | None = None) -> None:
+    def _guarded(
+        self, run: _Run, body: Callable[[], None], raised: tuple[type[Exception], ...] | type[Exception] = ()
+    ) -> None:
         """Run body; a problem of the whole run ends it with the report kept, saying where it stopped (`raised`:
-        a kind that ends it with the error instead)."""
+        the kinds that end it with the error instead)."""
         started = time.monotonic()
         try:
             body()
         except KeyboardInterrupt:
             run.report.interrupted = True
         except StatusVaultError as e:  # keep what was done: the report says where it stopped
-            if raised is not None and isinstance(e, raised):
+            if isinstance(e, raised):
                 raise
             run.report.aborted = str(e)
         finally:

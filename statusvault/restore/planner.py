@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import orjson
 
 from statusvault.archive import ArchiveReader, parse_member_path
 from statusvault.archive.format import checked_object
@@ -242,6 +245,7 @@ class _Planner:
         self.matched = 0  # objects the selection chose (CRDs come along with -n: they count only when asked for)
         self.sink: Sink | None = None
         self.namespaces: dict[str, bool] = {}  # streamed: target namespaces met so far -> whether the backup has it
+        self.held = _Held()  # streamed with a selection: what waits until the selection has matched something
 
     def add(self, path: str, key: ObjectKey, obj: dict[str, Any]) -> None:
         decider, sel = self.decider, self.opts.selection
@@ -281,14 +285,22 @@ class _Planner:
 
     def _stream(self, item: PlanItem, obj: dict[str, Any], owners: list[str]) -> None:
         """Hand the item to the sink unless it has owners (those wait for the waves after the stream, in depth
-        order); CRDs and namespaces always go, as in the waves their category comes before their owners'."""
+        order); CRDs and namespaces always go, as in the waves their category comes before their owners'.
+
+        With a selection, what comes before its first match (the CRDs that come along) is held, spooled, until
+        the selection has matched something: one that matches nothing fails in finish() with nothing written."""
+        holding = not self.matched and bool(_selection(self.opts.selection))
+        if self.held and not holding and self.sink is not None:
+            self.held.release(self.sink)
         if item.category == Category.NAMESPACE:
             self.namespaces[item.name] = True
         elif item.rt.namespaced:
             self._bare_namespace(item.namespace)
         streamed = not any(owners) or item.category in (Category.CRD, Category.NAMESPACE)
         self.plan.add(item, owners, streamed)
-        if streamed and self.sink is not None:
+        if streamed and holding:
+            self.held.hold(item, obj)
+        elif streamed and self.sink is not None:
             self.sink(item, obj)
 
     def _bare_namespace(self, ns: str) -> None:
@@ -307,12 +319,50 @@ class _Planner:
 
     def finish(self) -> None:
         sel, plan = self.opts.selection, self.plan
+        self.held.close()  # held only while nothing matched: then there is nothing to restore
         if not self.matched and _selection(sel):
             raise ConfigError(f"nothing in backup {plan.backup} matches {_selection(sel)}: nothing to restore")
         plan.warnings += [f"no object in the selection is named {p!r}" for p in sel.names if p not in self.named]
         if self.decider.live.by_qualified(NAMESPACES.qualified) is not None and self.sink is None:  # a server
             _add_namespaces(plan, self.namespaces_needed, self.exists)  # without the core API takes any name
         plan.seal()
+
+
+class _Held:
+    """Items a streamed restore holds back, their objects spooled to a temporary file (CRDs can be large and
+    many: memory stays flat), handed on in the order they came."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[PlanItem, int]] = []
+        self.spool: IO[bytes] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def hold(self, item: PlanItem, obj: dict[str, Any] | None) -> None:
+        if obj is None:
+            self.items.append((item, -1))
+            return
+        if self.spool is None:
+            self.spool = tempfile.TemporaryFile(prefix="statusvault-held-")  # noqa: SIM115 - closed by release() or close()
+        data = orjson.dumps(obj)
+        self.spool.write(data)
+        self.items.append((item, len(data)))
+
+    def release(self, sink: Sink) -> None:
+        items, spool = self.items, self.spool
+        self.items = []
+        if spool is not None:
+            spool.seek(0)
+        for item, size in items:
+            sink(item, None if size < 0 or spool is None else orjson.loads(spool.read(size)))
+        self.close()
+
+    def close(self) -> None:
+        if self.spool is not None:
+            self.spool.close()
+            self.spool = None
+        self.items = []
 
 
 def _selection(sel: Selection) -> str:

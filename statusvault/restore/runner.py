@@ -140,14 +140,13 @@ def streamable(req: RestoreRequest, reader: ArchiveReader) -> bool:
     Asked for (--stream), or by default when the summary manifest counts more than STREAM_ABOVE objects; and a real
     restore of an archive not read yet, with the summary's types and totals, and nothing that needs the whole
     plan before the first write: a fence reads it, a dry run reports it, --order's groups and gates order every
-    object, and a selection that matches nothing must fail before anything is written (CRDs come along with -n).
-    Either way the archive's bytes were checked against its manifest's SHA-256 before this (catalog.py)."""
+    object. (A selection streams: what comes before its first match is held, so one that matches nothing still
+    fails before any write.) Either way the archive's bytes were checked against its manifest's SHA-256 before
+    this (catalog.py)."""
     opts, summary = req.options, reader.summary or {}
-    sel = opts.selection
-    chosen = sel.namespaces or sel.include_resources or sel.names or sel.label_selector
     needs_plan = opts.dry_run != "none" or opts.fence != "none" or opts.order is not None or req.unpause
     wanted = req.stream if req.stream is not None else summary_objects(summary) > STREAM_ABOVE
-    planned_first = not wanted or needs_plan or chosen
+    planned_first = not wanted or needs_plan
     return not planned_first and reader.unread and isinstance(summary.get("resources"), dict)
 
 

@@ -66,7 +66,7 @@ PARAMS: dict[str, tuple[Any, ...]] = {
     "policy": (None, "update"),
     "modifiers": (False, True),
     "order": (False, True),  # groups: (relics), gizmos, a gate, pools
-    # --stream: written as the archive is read (planned first with a selection, dry run, fence, order); --no-stream:
+    # --stream: written as the archive is read (planned first with a dry run, fence or order); --no-stream:
     # planned first whatever the size (None: by the backup's size, which here plans first)
     "stream": (None, "on", "off"),
     "pause": (None, "auto", "annotation", "field", "auto+annotation"),
@@ -86,9 +86,9 @@ allowed = Allowed(PARAMS)
 ROWS = pairwise({**PARAMS, "dry_run": (None,)}, allowed) + pairwise(
     {**PARAMS, "dry_run": ("client", "server")}, allowed, focus="dry_run"
 )
-# --stream only streams without a selection, dry run, fence or order (it plans first then): every pair of the
-# other parameters once more in rows that really stream.
-_PLANNED_FIRST = ("namespace", "include", "selector", "name", "fence", "order", "dry_run")
+# --stream only streams without a dry run, fence or order (it plans first then): every pair of the other
+# parameters, selections among them, once more in rows that really stream.
+_PLANNED_FIRST = ("fence", "order", "dry_run")
 ROWS += pairwise({**PARAMS, **{k: (PARAMS[k][0],) for k in _PLANNED_FIRST}, "stream": ("on",)}, allowed)
 if os.environ.get("STATUSVAULT_COMPOSE_SAMPLE"):  # N[:SEED]: N random rows instead, to look past pairs
     count, _, seed = os.environ["STATUSVAULT_COMPOSE_SAMPLE"].partition(":")

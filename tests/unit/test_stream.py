@@ -7,11 +7,16 @@ import threading
 
 import pytest
 
+from statusvault.errors import ConfigError
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import Discovery
-from statusvault.model import ResourceType
+from statusvault.model import ResourceType, Selection
 from statusvault.restore import runner
+from statusvault.restore.options import RestoreOptions
+from statusvault.restore.plan import Action, Category, PlanItem, StatusMode
+from statusvault.restore.planner import _Held
 from statusvault.restore.runner import STREAM_ABOVE, RestoreRequest, run_restore
+from statusvault.restore.stream import StreamWriter
 from statusvault.storage.local import LocalStore
 from statusvault.testing.bench import synthetic_backup
 from statusvault.testing.benchcore import GROUP, KIND, PLURAL
@@ -87,6 +92,54 @@ def test_a_restore_streams_by_default_above_the_threshold_and_as_told_otherwise(
     assert run_restore(fake, lambda refresh: Discovery(TYPES, TYPES), request).aborted
     assert list(state.glob("restores/*.journal.sqlite"))
     assert bool(list(state.glob("restores/*.plan.sqlite"))) is not streamed
+
+
+def test_a_streamed_restore_with_a_selection_writes_what_it_chose(tmp_path, monkeypatch):
+    store = LocalStore(tmp_path / "store")
+    synthetic_backup(store, "s", N)
+    fake, streamed = FakeKube(), []
+    monkeypatch.setattr(StreamWriter, "close", spy(StreamWriter.close, streamed))
+    options = RestoreOptions(selection=Selection(namespaces=("plan-3",)))
+    request = RestoreRequest(store=store, backup="s", options=options, parallel=2, stream=True)
+    assert run_restore(fake, lambda refresh: Discovery(TYPES, TYPES), request).succeeded
+    assert streamed, "it streamed"
+    chosen = {k: [o for page in fake.list_pages(ITEMS, f"plan-{k}") for o in page] for k in range(BENCH_NAMESPACES)}
+    assert len(chosen[3]) == N // BENCH_NAMESPACES and not any(chosen[k] for k in chosen if k != 3)
+
+
+def test_a_streamed_selection_that_matches_nothing_fails_before_any_write(tmp_path, monkeypatch):
+    store = LocalStore(tmp_path / "store")
+    synthetic_backup(store, "s", N)
+    fake, writes = FakeKube(), []
+    monkeypatch.setattr(fake, "create", spy(fake.create, writes))
+    options = RestoreOptions(selection=Selection(namespaces=("nowhere",)))
+    request = RestoreRequest(store=store, backup="s", options=options, parallel=2, stream=True)
+    with pytest.raises(ConfigError, match="nothing in backup s matches --namespace nowhere"):
+        run_restore(fake, lambda refresh: Discovery(TYPES, TYPES), request)
+    assert writes == []
+
+
+def test_held_items_come_back_in_order_with_their_objects():
+    held, got = _Held(), []
+    first, second, third = (
+        PlanItem(ITEMS, "", "ns", f"o{k}", "", Category.NAMESPACED, Action.CREATE, StatusMode.SUBRESOURCE)
+        for k in range(3)
+    )
+    held.hold(first, {"metadata": {"name": "o0"}, "spec": {"big": "x" * 100_000}})
+    held.hold(second, None)
+    held.hold(third, {"metadata": {"name": "o2"}})
+    assert held
+    held.release(lambda item, obj: got.append((item.name, obj and obj["metadata"]["name"], obj and len(str(obj)))))
+    assert [(n, o) for n, o, _ in got] == [("o0", "o0"), ("o1", None), ("o2", "o2")] and got[0][2] > 100_000
+    assert not held and held.spool is None
+
+
+def spy(fn, calls):  # type: ignore[no-untyped-def]
+    def called(*args, **kw):  # type: ignore[no-untyped-def]
+        calls.append(args)
+        return fn(*args, **kw)
+
+    return called
 
 
 def test_the_restore_help_and_the_restore_resource_state_the_default_threshold():
