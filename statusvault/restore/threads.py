@@ -34,11 +34,11 @@ class WriterThreads(Generic[Task]):
 
     def submit(self, task: Task) -> None:
         self._slots.get()
+        self._tasks.put(task)  # first: a thread started now finds it at once, as the starting thread waits
         if len(self._started) < self.threads:
             thread = threading.Thread(target=self._run, name=f"{self.name}_{len(self._started)}")
             thread.start()
             self._started.append(thread)
-        self._tasks.put(task)
 
     def close(self, drop: bool = False) -> None:
         """Wait for the threads to finish every task submitted, or with `drop` only those already started
