@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
 from statusvault.archive import ArchiveReader
@@ -12,6 +11,7 @@ from statusvault.errors import StatusVaultError
 from statusvault.restore.objects import Archived, ObjectRestorer, client_dry_run, not_attempted
 from statusvault.restore.plan import Action, Category, PlanItem
 from statusvault.restore.results import ItemResult
+from statusvault.restore.threads import WriterThreads
 from statusvault.restore.workers import WaveWorkers
 
 Record = Callable[[ItemResult, PlanItem], None]
@@ -63,19 +63,13 @@ class WaveRunner:
     def threads(self) -> Iterator[Handle]:
         """A submit function over this process's threads; leaving waits for what was submitted (or, on an error,
         for what runs and drops the rest), then stops the run if it was cancelled."""
-        slots = threading.BoundedSemaphore(self.parallel * 4)  # objects in flight stay bounded
-        with ThreadPoolExecutor(self.parallel, thread_name_prefix="restore") as pool:
-
-            def submit(item: PlanItem, data: Archived) -> None:
-                slots.acquire()
-                fut: Future[ItemResult | None] = pool.submit(self._restore_unless_cancelled, item, data)
-                fut.add_done_callback(lambda f: self._done(slots, f, item))
-
-            try:
-                yield submit
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+        writers = WriterThreads(self._write, self.parallel, self.parallel * 4, "restore")  # in flight: bounded
+        try:
+            yield lambda item, data: writers.submit((item, data))
+        except BaseException:
+            writers.close(drop=True)
+            raise
+        writers.close()
         self._check_cancel()  # objects queued when it was set were not started: the run stops here
 
     def offer(self, item: PlanItem, data: Archived, handle: Handle) -> None:
@@ -125,11 +119,12 @@ class WaveRunner:
             else:
                 self.record(not_attempted(item), item)
 
-    def _restore_unless_cancelled(self, item: PlanItem, data: Archived) -> ItemResult | None:
-        """An object queued before a cancel is not started after it (None: not attempted, not recorded)."""
+    def _write(self, task: tuple[PlanItem, Archived]) -> None:
+        """An object queued before a cancel is not started after it (not attempted, not recorded)."""
         if self.cancel is not None and self.cancel.is_set():
-            return None
-        return self.restorer.restore(item, data)
+            return
+        item, data = task
+        self.record(self.restorer.restore(item, data), item)
 
     def _check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
@@ -141,9 +136,3 @@ class WaveRunner:
             return False
         unserved = not self.restorer.served.serves(item.rt.qualified)
         return unserved or (item.rt.namespaced and item.namespace in self.new_namespaces)
-
-    def _done(self, slots: threading.BoundedSemaphore, fut: Future[ItemResult | None], item: PlanItem) -> None:
-        slots.release()
-        result = None if fut.cancelled() else fut.result()
-        if result is not None:
-            self.record(result, item)

@@ -46,6 +46,7 @@ from statusvault.testing.benchcore import (
     run_cli,
     timed,
     timed_cpu,
+    with_bytecode,
     write_all,
 )
 from statusvault.testing.benchgo import go_list, go_write, goref_binary
@@ -83,6 +84,7 @@ def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
         "STATUSVAULT_STORAGE": str(work / "store"),
         "STATUSVAULT_STATE_DIR": str(work / "state"),  # restore journals (removed once a restore finishes)
     }
+    env = with_bytecode(env)
     results: dict[str, Any] = {"n": n, "parallel": PARALLEL, "list_concurrency": LIST_CONCURRENCY}
     if only("backup") or only("restore"):
         log(f"seeding {n} objects over {NAMESPACES} namespaces")
