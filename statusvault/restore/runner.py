@@ -14,7 +14,7 @@ from typing import Any
 from statusvault.archive import ArchiveReader, file_sha256
 from statusvault.archive.envelope import Keys
 from statusvault.catalog import read_manifest, readable_archive
-from statusvault.errors import ArchiveError
+from statusvault.errors import ArchiveError, ConfigError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.pausepoints import pause_point
@@ -99,9 +99,14 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
                     "" if req.stream else f", {summary_objects(reader.summary or {})} objects; --no-stream plans first",
                 )
                 with pauser.paused(workloads):
-                    report, state.plan = engine.stream(
-                        reader, _streamed(planner, state), state.journal, opts, req.backup
-                    )
+                    try:
+                        report, state.plan = engine.stream(
+                            reader, _streamed(planner, state), state.journal, opts, req.backup
+                        )
+                    except ConfigError:  # a selection that matched nothing: held back, nothing was sent
+                        if not state.journal.resumed:
+                            finish(state)  # no journal left behind, as when planning first
+                        raise
                 report.timings["planned"] = planned
                 if report.succeeded and not report.left_paused and state.plan is not None:
                     finish(state)

@@ -113,10 +113,12 @@ def test_a_streamed_selection_that_matches_nothing_fails_before_any_write(tmp_pa
     fake, writes = FakeKube(), []
     monkeypatch.setattr(fake, "create", spy(fake.create, writes))
     options = RestoreOptions(selection=Selection(namespaces=("nowhere",)))
-    request = RestoreRequest(store=store, backup="s", options=options, parallel=2, stream=True)
+    state = tmp_path / "state"
+    request = RestoreRequest(store=store, backup="s", options=options, parallel=2, stream=True, state_dir=state)
     with pytest.raises(ConfigError, match="nothing in backup s matches --namespace nowhere"):
         run_restore(fake, lambda refresh: Discovery(TYPES, TYPES), request)
     assert writes == []
+    assert not list(state.glob("restores/*.sqlite*")), "no journal left behind, as when planning first"
 
 
 def test_held_items_come_back_in_order_with_their_objects():
