@@ -18,6 +18,7 @@ from statusvault.kinds import CRD_QUALIFIED, NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.labels import parse_selector
 from statusvault.model import ObjectKey, ResourceType, Selection
+from statusvault.pausepoints import pause_point
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.plan import Action, Category, PlanItem, RestorePlan, StatusMode
 from statusvault.transforms import map_namespace, status_annotation
@@ -25,6 +26,7 @@ from statusvault.transforms import map_namespace, status_annotation
 STATUS_ALL = "*"
 BARE_SEQ = 1 << 40  # a streamed plan numbers the namespaces it adds from here: the objects' numbers never move
 
+HELD_STEP = "restore.stream-held"  # pause point (statusvault/pausepoints.py): a selection's first match, held items
 Sink = Callable[[PlanItem, "dict[str, Any] | None"], None]  # a streamed restore's writer: each item as decided
 
 
@@ -350,6 +352,7 @@ class _Held:
         self.items.append((item, len(data)))
 
     def release(self, sink: Sink) -> None:
+        pause_point(HELD_STEP)
         items, spool = self.items, self.spool
         self.items = []
         if spool is not None:

@@ -164,6 +164,9 @@ RESTORE_STEPS: dict[str, Step] = {
         lambda c: c.with_status >= 3 and c.marked == c.created - 1,
     ),
     "streamed-before-unpause": (Request("PATCH", INSTANCES), lambda c: c == (N, N, N - 1)),
+    # --stream -n: the CRD that comes along is held until the selection's first match, then handed on
+    "streamed-selection-held": (Pause("restore.stream-held"), lambda c: c.created == 0),
+    "streamed-selection-mid-wave": (post("db-06"), lambda c: 0 < c.created < N),
     "between-create-and-status": (Request("PUT", "/status"), lambda c: c.created > c.with_status),
     "status-written-not-journaled": (
         Request("PUT", "/status", nth=4, lands=True),
@@ -184,6 +187,7 @@ def test_restore_killed_at_each_step_then_the_same_command_ends_exact(
     proxy, kubeconfig = proxied(0.0)
     args = ["--kubeconfig", str(kubeconfig), "restore", "b", "--namespace-mapping", f"{namespace}:{target}"]
     args += ["--pause", "auto", "--parallel", "2", *(["--stream"] if step.startswith("streamed-") else [])]
+    args += ["-n", namespace] if step.startswith("streamed-selection-") else []
     try:
         where, left = RESTORE_STEPS[step]
         kill_at(where, args, env_of(run), {"source": proxy}, tmp_path)
