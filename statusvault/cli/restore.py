@@ -200,8 +200,8 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, KeysArgs, MetricsArgs):
     "--stream/--no-stream",
     default=None,
     help="Write objects as the archive is read (first write in about a second at any size) or plan first, after "
-    "checking every member. Default: streamed above 20,000 objects, planned first below. Either way the archive's "
-    "bytes match its manifest's SHA-256 before the first write; streamed, a member that breaks a rule stops the "
+    "checking every member. Default: an encrypted backup of more than 20,000 objects streams (decrypting it "
+    "authenticated every byte), anything else plans first. Streamed, a member that breaks a rule stops the "
     "restore after the objects before it were written. --dry-run, --fence and --order plan first.",
 )
 @metrics_options

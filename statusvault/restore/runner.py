@@ -133,24 +133,29 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
             return report
 
 
-# Objects above which a restore streams unless told not to: planning first costs ~0.05 ms per object after the
-# ~0.4 s start-up (docs/performance.md), so up to here the first write still comes within about 1.5 s, and the
-# whole archive is checked before it; above it the first write would wait ever longer (32-37 s at a million).
+# Objects above which a restore of an encrypted backup streams unless told not to: planning first costs ~0.05 ms
+# per object after the ~0.4 s start-up (docs/performance.md), so up to here the first write still comes within
+# about 1.5 s with the whole archive checked before it; above it the first write would wait ever longer (32-37 s
+# at a million).
 STREAM_ABOVE = 20_000
 
 
 def streamable(req: RestoreRequest, reader: ArchiveReader) -> bool:
     """Whether the restore writes as it reads the archive (restore/stream.py) instead of planning first.
 
-    Asked for (--stream), or by default when the summary manifest counts more than STREAM_ABOVE objects; and a real
-    restore of an archive not read yet, with the summary's types and totals, and nothing that needs the whole
-    plan before the first write: a fence reads it, a dry run reports it, --order's groups and gates order every
-    object. (A selection streams: what comes before its first match is held, so one that matches nothing still
-    fails before any write.) Either way the archive's bytes were checked against its manifest's SHA-256 before
-    this (catalog.py)."""
+    Asked for (--stream); or by default when the backup is encrypted and its summary manifest counts more than
+    STREAM_ABOVE objects. Only an encrypted archive is streamed unasked: decrypting it authenticated every byte
+    (catalog.readable_archive), so it holds what a holder of the key wrote. A plaintext archive's digests can be
+    recomputed by whoever can write the bucket, and so can its object count: planning first keeps such an
+    archive, whatever it claims, from writing anything before all of it is checked (reliability.md, A1).
+    And in every case: a real restore of an archive not read yet, with the summary's types and totals, and
+    nothing that needs the whole plan before the first write: a fence reads it, a dry run reports it, --order's
+    groups and gates order every object. (A selection streams: what comes before its first match is held, so
+    one that matches nothing still fails before any write.)"""
     opts, summary = req.options, reader.summary or {}
     needs_plan = opts.dry_run != "none" or opts.fence != "none" or opts.order is not None or req.unpause
-    wanted = req.stream if req.stream is not None else summary_objects(summary) > STREAM_ABOVE
+    by_default = bool(summary.get("encryption")) and summary_objects(summary) > STREAM_ABOVE
+    wanted = req.stream if req.stream is not None else by_default
     planned_first = not wanted or needs_plan
     return not planned_first and reader.unread and isinstance(summary.get("resources"), dict)
 

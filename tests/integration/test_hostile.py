@@ -101,8 +101,8 @@ def test_hostile_archive_is_refused_without_a_write(run, kube, crds, key_file, c
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_no_stream_refuses_a_hostile_archive_of_any_size_without_a_write(run, kube, crds, key_file, case, monkeypatch):
-    """Above the size at which a restore streams by default (made 0 here), --no-stream still checks every member
-    before the first write."""
+    """Above the size at which an encrypted backup streams by default (made 0 here), --no-stream still checks
+    every member before the first write."""
     monkeypatch.setattr(runner, "STREAM_ABOVE", 0)
     ns = unique("hostile")
     name = plant(case, run.storage, ns)
@@ -123,16 +123,14 @@ STREAMED = [c for c in CASES if c.id in STREAMED_IDS]
 
 
 @pytest.mark.parametrize("case", STREAMED, ids=[c.id for c in STREAMED])
-def test_a_streamed_restore_refuses_a_hostile_archive_with_one_error(run, kube, crds, key_file, case, monkeypatch):
-    """Streamed by default above the threshold (made 0 here): the same error line last, a non-zero exit, no
-    traceback. What the archive held before the bad member may have been written, and its own failures logged
-    (docs/reliability.md, A1)."""
-    monkeypatch.setattr(runner, "STREAM_ABOVE", 0)
+def test_a_streamed_restore_refuses_a_hostile_archive_with_one_error(run, kube, crds, key_file, case):
+    """--stream: the same error line last, a non-zero exit, no traceback. What the archive held before the bad
+    member may have been written, and its own failures logged (docs/reliability.md, A1)."""
     ns = unique("hostile")
     name = plant(case, run.storage, ns)
     key = ["--encryption-key-file", key_file] if case.encrypted else []
     try:
-        result = run("restore", name, *key)
+        result = run("restore", name, "--stream", *key)
         *logged, error = result.err.strip().splitlines()
         assert all(line.startswith(("INFO ", "WARNING ")) for line in logged), result.err
         assert_refused(dataclasses.replace(result, err=error), case.error)

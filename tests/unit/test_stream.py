@@ -4,6 +4,7 @@ finishes it exactly, streamed again or planned first."""
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,7 +16,7 @@ from statusvault.restore import runner
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.plan import Action, Category, PlanItem, StatusMode
 from statusvault.restore.planner import _Held
-from statusvault.restore.runner import STREAM_ABOVE, RestoreRequest, run_restore
+from statusvault.restore.runner import STREAM_ABOVE, RestoreRequest, run_restore, streamable
 from statusvault.restore.stream import StreamWriter
 from statusvault.storage.local import LocalStore
 from statusvault.testing.bench import synthetic_backup
@@ -64,21 +65,29 @@ def test_a_streamed_restore_stopped_part_way_is_finished_exactly_by_the_same_com
 
 
 @pytest.mark.parametrize(
-    ("above", "stream", "streamed"),
+    ("encrypted", "objects", "stream", "streamed"),
     [
-        (N - 1, None, True),  # by default a backup above the threshold streams
-        (N, None, False),  # ...and one at or below it plans first
-        (N, True, True),  # --stream at any size
-        (N - 1, False, False),  # --no-stream plans first at any size
+        (True, STREAM_ABOVE + 1, None, True),  # by default an encrypted backup above the threshold streams
+        (True, STREAM_ABOVE, None, False),  # ...one at or below it plans first
+        (False, 10**6, None, False),  # a plaintext one plans first whatever it claims: its count is unauthenticated
+        (False, 10, True, True),  # --stream at any size
+        (True, 10**6, False, False),  # --no-stream plans first at any size
     ],
 )
-def test_a_restore_streams_by_default_above_the_threshold_and_as_told_otherwise(
-    tmp_path, monkeypatch, above, stream, streamed
+def test_by_default_only_a_large_encrypted_backup_streams(tmp_path, encrypted, objects, stream, streamed):
+    summary = {"resources": {}, "totals": {"objects": objects}, **({"encryption": {"v": 1}} if encrypted else {})}
+    request = RestoreRequest(store=LocalStore(tmp_path), backup="b", stream=stream)
+    assert streamable(request, SimpleNamespace(summary=summary, unread=True)) is streamed  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("stream", "streamed"), [(None, False), (True, True), (False, False)])
+def test_a_restore_streams_as_told_and_a_plaintext_backup_plans_first_by_default(
+    tmp_path, monkeypatch, stream, streamed
 ):
     """Seen from the state a stopped run leaves: a streamed run's journal comes before its plan."""
     store = LocalStore(tmp_path / "store")
     synthetic_backup(store, "s", N)
-    monkeypatch.setattr(runner, "STREAM_ABOVE", above)
+    monkeypatch.setattr(runner, "STREAM_ABOVE", 0)  # a plaintext backup still plans first by default
     fake, cancel = FakeKube(), threading.Event()
     create = fake.create
 
@@ -150,8 +159,8 @@ def test_the_restore_help_and_the_restore_resource_state_the_default_threshold()
     from statusvault.cli.main import cli
     from statusvault.cli.specfields import DESCRIPTIONS
 
-    assert f"above {STREAM_ABOVE:,} objects" in DESCRIPTIONS["stream"]
+    assert f"more than {STREAM_ABOVE:,} objects" in DESCRIPTIONS["stream"]
 
-    assert f"streamed above {STREAM_ABOVE:,} objects" in " ".join(
+    assert f"encrypted backup of more than {STREAM_ABOVE:,} objects streams" in " ".join(
         CliRunner().invoke(cli, ["restore", "--help"]).output.split()
     )
