@@ -103,29 +103,30 @@ def test_a_restore_streams_as_told_and_a_plaintext_backup_plans_first_by_default
     assert bool(list(state.glob("restores/*.plan.sqlite"))) is not streamed
 
 
-def test_a_streamed_restore_with_a_selection_writes_what_it_chose(tmp_path, monkeypatch):
+def streamed_selection(tmp_path, fake: FakeKube, namespace: str, **request):  # type: ignore[no-untyped-def]
+    """A streamed restore of an N-object synthetic backup with -n namespace."""
     store = LocalStore(tmp_path / "store")
     synthetic_backup(store, "s", N)
+    options = RestoreOptions(selection=Selection(namespaces=(namespace,)))
+    req = RestoreRequest(store=store, backup="s", options=options, parallel=2, stream=True, **request)
+    return run_restore(fake, lambda refresh: Discovery(TYPES, TYPES), req)
+
+
+def test_a_streamed_restore_with_a_selection_writes_what_it_chose(tmp_path, monkeypatch):
     fake, streamed = FakeKube(), []
     monkeypatch.setattr(StreamWriter, "close", spy(StreamWriter.close, streamed))
-    options = RestoreOptions(selection=Selection(namespaces=("plan-3",)))
-    request = RestoreRequest(store=store, backup="s", options=options, parallel=2, stream=True)
-    assert run_restore(fake, lambda refresh: Discovery(TYPES, TYPES), request).succeeded
+    assert streamed_selection(tmp_path, fake, "plan-3").succeeded
     assert streamed, "it streamed"
     chosen = {k: [o for page in fake.list_pages(ITEMS, f"plan-{k}") for o in page] for k in range(BENCH_NAMESPACES)}
     assert len(chosen[3]) == N // BENCH_NAMESPACES and not any(chosen[k] for k in chosen if k != 3)
 
 
 def test_a_streamed_selection_that_matches_nothing_fails_before_any_write(tmp_path, monkeypatch):
-    store = LocalStore(tmp_path / "store")
-    synthetic_backup(store, "s", N)
     fake, writes = FakeKube(), []
     monkeypatch.setattr(fake, "create", spy(fake.create, writes))
-    options = RestoreOptions(selection=Selection(namespaces=("nowhere",)))
     state = tmp_path / "state"
-    request = RestoreRequest(store=store, backup="s", options=options, parallel=2, stream=True, state_dir=state)
     with pytest.raises(ConfigError, match="nothing in backup s matches --namespace nowhere"):
-        run_restore(fake, lambda refresh: Discovery(TYPES, TYPES), request)
+        streamed_selection(tmp_path, fake, "nowhere", state_dir=state)
     assert writes == []
     assert not list(state.glob("restores/*.sqlite*")), "no journal left behind, as when planning first"
 
