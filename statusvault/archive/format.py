@@ -124,6 +124,13 @@ def _entry_ok(entry: dict[str, Any]) -> bool:
 TOTALS_FIELDS = ("objects", "withStatus", "terminating", "uncompressedBytes")
 
 
+def summary_objects(summary: dict[str, Any]) -> int:
+    """The object count a summary manifest states (0 when it states none)."""
+    totals = summary.get("totals")
+    count = totals.get("objects") if isinstance(totals, dict) else 0
+    return count if isinstance(count, int) and not isinstance(count, bool) else 0
+
+
 def check_totals(manifest: dict[str, Any]) -> None:
     """`totals`, when there, holds counts; uncompressedBytes bounds what reading the archive may inflate."""
     totals = manifest.get("totals")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from statusvault.archive import ArchiveReader
+from statusvault.archive.format import summary_objects
 from statusvault.errors import ArchiveError, ConfigError, StatusVaultError
 from statusvault.kinds import CRD_QUALIFIED, CRDS
 from statusvault.kube.api import KubeApi
@@ -67,7 +68,7 @@ class RestoreEngine:
     ) -> tuple[RestoreReport, RestorePlan | None]:
         """A streamed restore (restore/stream.py): build(sink) plans while the sink writes each unowned object;
         then the owned ones in depth waves. The plan comes back for the caller to keep (None: never sealed)."""
-        total = int(((reader.summary or {}).get("totals") or {}).get("objects") or 0)
+        total = summary_objects(reader.summary or {})
         run = self._start(backup, [], journal, opts, total)
         built: list[RestorePlan] = []
 

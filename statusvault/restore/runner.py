@@ -9,10 +9,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from statusvault.archive import ArchiveReader, file_sha256
 from statusvault.archive.envelope import Keys
+from statusvault.archive.format import summary_objects
 from statusvault.catalog import read_manifest, readable_archive
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.kube.api import KubeApi
@@ -158,13 +158,6 @@ def streamable(req: RestoreRequest, reader: ArchiveReader) -> bool:
     wanted = req.stream if req.stream is not None else by_default
     planned_first = not wanted or needs_plan
     return not planned_first and reader.unread and isinstance(summary.get("resources"), dict)
-
-
-def summary_objects(summary: dict[str, Any]) -> int:
-    """The object count a summary manifest states (0 when it states none)."""
-    totals = summary.get("totals")
-    count = totals.get("objects") if isinstance(totals, dict) else 0
-    return count if isinstance(count, int) and not isinstance(count, bool) else 0
 
 
 def _streamed(planner: Callable[..., RestorePlan], state: RestoreState) -> Callable[[Sink], RestorePlan]:
