@@ -46,7 +46,7 @@ class RestoreRequest:
     state_dir: Path | None = None  # None: no journal, the restore cannot be resumed
     restart: bool = False  # discard an unfinished earlier run's state
     # write as the archive is read (restore/stream.py) when nothing needs the plan first; None: when the backup
-    # holds more than STREAM_ABOVE objects
+    # is encrypted and holds more than STREAM_ABOVE objects (streamable())
     stream: bool | None = None
     key: Keys = None  # key files and KMS keys, to decrypt an encrypted backup
     parallel: int = 8  # threads (per process)
