@@ -17,9 +17,9 @@ from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import MERGE_PATCH
 from statusvault.restore.results import RestoreReport, StatusOutcome
 from statusvault.storage.base import ObjectStore, report_key
+from statusvault.transforms import NOT_RESTORED_ANNOTATION as NOT_RESTORED
 
 log = logging.getLogger(__name__)
-NOT_RESTORED = "statusvault.dev/status-not-restored"  # on an object a restore left without its saved status
 CHECK_SECONDS = 1.0  # how often a running restore looks whether its Restore still exists
 MARKED = 200  # objects annotated per attempt at most (the report names them all)
 

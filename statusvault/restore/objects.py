@@ -9,7 +9,7 @@ import orjson
 
 from statusvault.errors import KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
-from statusvault.kube.transport import JSON_PATCH
+from statusvault.kube.transport import JSON_PATCH, MERGE_PATCH
 from statusvault.model import KubeObject, ResourceType
 from statusvault.restore.journal import Journal
 from statusvault.restore.options import RestoreOptions
@@ -20,7 +20,7 @@ from statusvault.restore.plan import Action, PlanItem, StatusMode
 from statusvault.restore.results import GENERATION_NOTE, ItemResult, Outcome, StatusOutcome
 from statusvault.restore.servedtypes import ServedTypes
 from statusvault.restore.writes import ObjectWriter, ServerReply
-from statusvault.transforms import ABSENT, remap_owner_refs, restore_diff, sanitize
+from statusvault.transforms import ABSENT, NOT_RESTORED_ANNOTATION, remap_owner_refs, restore_diff, sanitize
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,7 @@ class ObjectRestorer:
         notes += _generation_notes(saved_status, meta.get("generation"))
         result.notes = tuple(notes)
         self._write_status(item, rt, mode, live, saved_status, outcome, result, reply)
+        self._unmark(item, rt, live, result)
         result.pause_lost = lost  # created and its status written all the same: what is on the cluster, said
 
     def _write_status(
@@ -126,6 +127,22 @@ class ObjectRestorer:
                 f"the server did not keep the saved status as sent ({kept_out}): its CRD's schema no longer holds "
                 "those fields? A re-run cannot bring them back"
             )
+
+    def _unmark(self, item: PlanItem, rt: ResourceType, live: KubeObject, result: ItemResult) -> None:
+        """An earlier restore marked the object as left without its saved status (controller/runs.py: a retry of
+        the same Restore finds its own object marked, a backup taken since carries the mark); now it has that
+        status, so the mark goes. A merge patch: a mark someone took away meanwhile is no error."""
+        if self.server_dry or result.status not in (StatusOutcome.WRITTEN, StatusOutcome.IN_BODY):
+            return
+        if NOT_RESTORED_ANNOTATION not in ((live.get("metadata") or {}).get("annotations") or {}):
+            return
+        patch = {"metadata": {"annotations": {NOT_RESTORED_ANNOTATION: None}}}
+        try:
+            self.client.patch(rt, item.namespace or None, item.name, patch, MERGE_PATCH, manager=self.journal.manager)
+        except KubeApiError as e:  # the status is there all the same; the report says the mark stayed
+            result.notes = (*result.notes, f"{NOT_RESTORED_ANNOTATION} stayed: {e}")
+            return
+        result.notes = (*result.notes, f"{NOT_RESTORED_ANNOTATION} of an earlier restore taken away")
 
     def _create(
         self, item: PlanItem, rt: ResourceType, body: KubeObject, result: ItemResult, reply: ServerReply

@@ -169,14 +169,15 @@ def test_a_restore_becomes_ready_when_every_object_has_its_status(
     assert events_on(kube, ctl_ns, "r1") == {"RestoreStarted": "Normal", "RestoreCompleted": "Normal"}
 
 
-def test_a_restore_that_loses_a_race_is_partially_restored_and_names_the_object(
+def test_a_restore_that_loses_a_race_is_partially_restored_names_the_object_and_its_retry_unmarks_it(
     run, kube, crds, make, namespace, restores, ctl_ns, proxied
 ):
     backed_up(run, kube, make, namespace, 2)
     kc = crds.resolve("kc")
+    racing = [True]
 
     def another_writer(method, path, body):  # changes k-1 before each of our status writes: every one is stale
-        if method == "PUT" and path.split("?")[0].endswith("/k-1/status"):
+        if racing[0] and method == "PUT" and path.split("?")[0].endswith("/k-1/status"):
             kube.patch(kc, namespace, "k-1", {"metadata": {"labels": {"touched": str(time.monotonic_ns())}}},
                        MERGE_PATCH)  # fmt: skip
 
@@ -195,6 +196,20 @@ def test_a_restore_that_loses_a_race_is_partially_restored_and_names_the_object(
     note = lost["metadata"]["annotations"]["statusvault.dev/status-not-restored"]
     assert note.startswith(f"Restore {ctl_ns}/r2: ") and "409" in note, note
     assert events_on(kube, ctl_ns, "r2")["RestoreFailed"] == "Warning"
+
+    # the other writer stops; the retry (its backoff cut short) writes k-1's status and takes the mark away
+    racing[0] = False
+    kube.patch(restores, ctl_ns, "r2", {"status": {"nextAttemptAt": "2000-01-01T00:00:00Z"}}, MERGE_PATCH, sub="status")
+    result = run("controller", "run", "-n", ctl_ns, "--once", kubeconfig=kubeconfig)
+    assert result.code == 0, result.err
+    obj = wait_for(restores, kube, ctl_ns, "r2", "Ready", "True")
+    assert (obj["status"]["withoutStatus"], obj["status"]["attempts"]) == (0, 2), obj["status"]
+    retried = kube.get(kc, namespace, "k-1")
+    assert retried["status"] == kc_status(1)
+    assert "statusvault.dev/status-not-restored" not in (retried["metadata"].get("annotations") or {}), retried
+    assert "statusvault.dev/status-not-restored" not in (
+        kube.get(kc, namespace, "k-0")["metadata"].get("annotations") or {}
+    )
 
 
 def test_deleting_a_restore_mid_run_stops_it_and_a_new_one_resumes(
