@@ -86,6 +86,10 @@ class LeaseLostError(StorageError):
     """Another run took over the name of the backup this run was writing; this run landed nothing more."""
 
 
+class BackupStoppedError(StatusVaultError):
+    """The backup was stopped on request (its Backup resource deleted) before it landed: nothing was kept."""
+
+
 class ArchiveError(StatusVaultError):
     """The archive is malformed, tampered with, incomplete or of an unknown format version."""
 

@@ -7,6 +7,7 @@ import dataclasses
 import datetime as dt
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,7 +22,7 @@ from statusvault.archive.format import ENVELOPE_FORMAT_VERSION
 from statusvault.backup.listers import ListJob, list_in_worker
 from statusvault.backup.selection import select_resources
 from statusvault.backup.spools import InOrder, Record, Spool
-from statusvault.errors import ConfigError, KubeApiError, LeaseLostError
+from statusvault.errors import BackupStoppedError, ConfigError, KubeApiError, LeaseLostError
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
@@ -147,6 +148,8 @@ class BackupRequest:
     listers: WorkerSpec | None = None  # worker processes that list; None (or one process): this process's threads
     progress: Progress = dataclasses.field(default_factory=NullProgress)
     compresslevel: int = 3
+    # set to stop the backup before it lands (the controller: its Backup resource was deleted); nothing is kept
+    cancel: threading.Event | None = None
 
 
 class BackupEngine:
@@ -180,6 +183,7 @@ class BackupEngine:
                 log.info("removed %d leftover(s) of backups killed mid-write from %s", swept, self.store.url)
             manifest = self._archive(target, name, selection, self.request.schedule, types, created_at, lease)
             try:
+                self._check_cancel()
                 lease.renew()  # still this run's, right before the manifest completes the backup
                 target.put(manifest_key(name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
             except LeaseLostError:
@@ -258,6 +262,7 @@ class BackupEngine:
                 for path, data, flags in records:
                     if lease.lost.is_set():
                         raise lease.lost_error()
+                    self._check_cancel()
                     writer.add(path, data)
                     summary.count += 1
                     summary.with_status += flags & WITH_STATUS
@@ -270,6 +275,11 @@ class BackupEngine:
                     log.info("backed up %d %s", summary.count, rt.qualified)
                     pause_point("backup.type-archived")
         return list(summaries.values())
+
+    def _check_cancel(self) -> None:
+        cancel = self.request.cancel
+        if cancel is not None and cancel.is_set():
+            raise BackupStoppedError(f"backup {self.request.name} stopped on request before it landed: nothing kept")
 
     def _list(self, stream: _Stream, page_size: int, spool: Spool) -> None:
         """One LIST stream into its spool, in this process."""

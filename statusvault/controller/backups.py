@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from typing import Any
 
 from statusvault.archive.envelope import Keys
@@ -13,7 +14,7 @@ from statusvault.backup.listers import default_list_processes
 from statusvault.controller.conditions import Reason
 from statusvault.controller.restores import spec_digest
 from statusvault.controller.runs import Run
-from statusvault.errors import ConfigError, StatusVaultError
+from statusvault.errors import BackupStoppedError, ConfigError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject, Selection
@@ -70,9 +71,16 @@ def parse_backup(obj: KubeObject) -> BackupIntent:
 
 
 def run_backup(
-    client: KubeApi, discovery: Discovery, store: ObjectStore, key: Keys, intent: BackupIntent, workers: WorkerSpec
+    client: KubeApi,
+    discovery: Discovery,
+    store: ObjectStore,
+    key: Keys,
+    intent: BackupIntent,
+    workers: WorkerSpec,
+    cancel: threading.Event | None = None,
 ) -> Run:
-    """The backup, its outcome whatever happens (an error is recorded, never raised)."""
+    """The backup, its outcome whatever happens (an error is recorded, never raised); `cancel` stops it before it
+    lands."""
     request = BackupRequest(
         store=store,
         name=intent.backup,
@@ -82,9 +90,12 @@ def run_backup(
         page_size=intent.page_size,
         list_concurrency=intent.list_concurrency,
         listers=dataclasses.replace(workers, processes=intent.processes),
+        cancel=cancel,
     )
     try:
         result = BackupEngine(client, discovery, request).run()
+    except BackupStoppedError as e:  # deleted mid-run, or the Lease was lost: nothing landed
+        return Run(False, False, str(e), Reason.INTERRUPTED, interrupted=True)
     except StatusVaultError as e:  # a bad selection is this Backup's own problem; anything else may be an outage
         run_wide = not isinstance(e, ConfigError)
         return Run(False, run_wide, f"backup {intent.backup} failed: {e}", Reason.BACKUP_FAILED)

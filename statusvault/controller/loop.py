@@ -241,11 +241,24 @@ class Controller:
     def _backup(self, target: Target, intent: BackupIntent, step: NextStep, lost: threading.Event) -> bool:
         if not self._start(target, intent.digest, intent.backup, step, "Backup"):
             return False
+        done = threading.Event()
+        watch_for_deletion(target, lost, done)  # a deleted Backup stops before it lands, as a lost Lease does
         try:
             store = self.store(intent.storage)
-            run = run_backup(self.client, self.discover(True), store, self.key, intent, self._workers(0, 1))
+            run = run_backup(self.client, self.discover(True), store, self.key, intent, self._workers(0, 1), lost)
         except StatusVaultError as e:  # the store could not be opened
             run = Run(False, True, f"backup {intent.backup} failed: {e}", Reason.BACKUP_FAILED)
+        finally:
+            done.set()
+        if lost.is_set() and target.gone():  # deleted mid-run: nothing left to record on
+            if run.ok:  # deleted as the backup landed: it is kept
+                log.info("%s was deleted as its backup landed: %s", target.describe(), run.message)
+            else:
+                log.info("%s was deleted mid-run: stopped, nothing kept", target.describe())
+                target.event(
+                    "Normal", "BackupStopped", f"backup {intent.backup} stopped: deleted mid-run, nothing kept"
+                )
+            return True
         self.breaker.record(run.ok or not run.run_wide, time.monotonic())
         self._record(target, intent.digest, intent.backup, step, run, "Backup")
         return True

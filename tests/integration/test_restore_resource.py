@@ -294,6 +294,40 @@ def test_a_backup_resource_is_backed_up_once_and_restorable(
     assert kube.get(crds.resolve("kc"), namespace, "k-0")["status"] == kc_status(5)
 
 
+def test_deleting_a_backup_mid_run_stops_it_before_it_lands(
+    run, kube, crds, make, namespace, backups, ctl_ns, proxied, controller
+):
+    for i in range(6):
+        make(cr(KC, "KubernetesCluster", f"k-{i}", status=kc_status(i)), namespace)
+    listed = []
+
+    def slow_lists(method, path, body):  # one object a page (page-size 1), half a second a page
+        if method == "GET" and f"/namespaces/{namespace}/kubernetesclusters" in path:
+            listed.append(path)
+            time.sleep(0.5)
+
+    _, kubeconfig = proxied(0.0, before=slow_lists)
+    body = {"apiVersion": "statusvault.dev/v1alpha1", "kind": "Backup", "metadata": {"name": "doomed"}}
+    spec = {"namespace": [namespace], "include-crds": False, "page-size": 1, "list-concurrency": 1}
+    kube.create(backups, ctl_ns, {**body, "spec": spec})
+    proc = controller(ctl_ns, kubeconfig)
+    deadline = time.monotonic() + 60
+    while len(listed) < 2:  # the backup is under way: its LIST has gone past its first page
+        assert time.monotonic() < deadline and proc.poll() is None, "the backup never started listing"
+        time.sleep(0.05)
+    kube.delete(backups, ctl_ns, "doomed")
+    while "BackupStopped" not in events_on(kube, ctl_ns, "doomed", "Backup"):
+        assert time.monotonic() < deadline and proc.poll() is None, "the backup was never stopped"
+        time.sleep(0.1)
+    assert proc.poll() is None, "the controller goes on"
+    assert len(listed) < 7, "stopped before its last page"
+    assert not list((run.storage / "backups").glob("doomed/*")), "nothing of it landed"
+    proc.kill()
+    proc.wait()
+    described = run("describe", "doomed")
+    assert described.code != 0 and "doomed" in described.err, (described.out, described.err)
+
+
 def test_a_restore_whose_lease_another_replica_holds_waits_for_it(kube, restores, ctl_ns, run):
     now = format_micro(dt.datetime.now(dt.UTC))
     spec = {"holderIdentity": "other-pod", "leaseDurationSeconds": 60, "acquireTime": now, "renewTime": now}
