@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 Row = tuple[str, str, str, str, str, str]
@@ -76,6 +77,11 @@ def _go_rows(r: dict[str, Any]) -> list[Row]:
                 speed = fig["objects_per_s"] / go["objects_per_s"]
                 cpu = fig["cpu_ms_per_object"] / go["cpu_ms_per_object"]
                 rows.append((f"  {name} vs Go", "", f"{speed:.2f}", "", f"{cpu:.2f}x", ""))
+    rounds = r.get("cpu_rounds")
+    if rounds and rounds["go"]:
+        ratios = sorted(mine / go for mine, go in zip(rounds["restore"], rounds["go"], strict=True))
+        label = f"  restore vs Go, median of {len(ratios)} alternated pairs ({ratios[0]:.2f}-{ratios[-1]:.2f}x)"
+        rows.append((label, "", "", "<= 1.5x", f"{statistics.median(ratios):.2f}x", ""))
     return rows
 
 

@@ -1,5 +1,6 @@
 """The benchmark's synthetic backup (planning at 100k and 1M objects without a cluster) is made by the real backup
-engine from a stand-in lister: it must keep serving what the engine asks of a cluster."""
+engine from a stand-in lister: it must keep serving what the engine asks of a cluster. And the report's ratio to
+the Go writer from alternated pairs."""
 
 from __future__ import annotations
 
@@ -14,3 +15,12 @@ def test_the_synthetic_backup_is_a_complete_verified_backup(tmp_path):
     assert result.objects == 1203
     assert result.manifest["server"]["host"] == "https://synthetic.invalid"
     assert verify(store, "plan-bench").ok
+
+
+def test_the_alternated_cpu_rounds_give_their_median_ratio_to_go_and_its_spread():
+    from statusvault.testing.benchreport import report
+
+    figures = {"parallel": 16, "cpu_rounds": {"restore": [0.9, 0.6, 0.7], "go": [0.5, 0.5, 0.4]}}
+    row = next(line for line in report(figures).splitlines() if "alternated pairs" in line)
+    assert "median of 3 alternated pairs (1.20-1.80x)" in row
+    assert row.split()[-1] == "1.75x" and "<= 1.5x" in row  # ratios 1.8, 1.2, 1.75: the median is 1.75
