@@ -36,7 +36,7 @@ from statusvault.controller.intent import (
 )
 from statusvault.controller.lease import Lease
 from statusvault.controller.restores import BACKUPS, RESTORES, ResourceTarget, parse_restore, spec_digest
-from statusvault.controller.runs import Run, mark_without_status, outcome_counts, save_report, watch_for_deletion
+from statusvault.controller.runs import Run, mark_without_status, outcome_counts, save_report, watching_for_deletion
 from statusvault.controller.schedules import SCHEDULES, JobSettings, reconcile_schedule
 from statusvault.controller.targets import ConfigMapTarget, Target
 from statusvault.errors import ArchiveError, BackupNotFoundError, ConfigError, KubeApiError, StatusVaultError
@@ -241,15 +241,12 @@ class Controller:
     def _backup(self, target: Target, intent: BackupIntent, step: NextStep, lost: threading.Event) -> bool:
         if not self._start(target, intent.digest, intent.backup, step, "Backup"):
             return False
-        done = threading.Event()
-        watch_for_deletion(target, lost, done)  # a deleted Backup stops before it lands, as a lost Lease does
-        try:
-            store = self.store(intent.storage)
-            run = run_backup(self.client, self.discover(True), store, self.key, intent, self._workers(0, 1), lost)
-        except StatusVaultError as e:  # the store could not be opened
-            run = Run(False, True, f"backup {intent.backup} failed: {e}", Reason.BACKUP_FAILED)
-        finally:
-            done.set()
+        with watching_for_deletion(target, lost):  # a deleted Backup stops before it lands, as a lost Lease does
+            try:
+                store = self.store(intent.storage)
+                run = run_backup(self.client, self.discover(True), store, self.key, intent, self._workers(0, 1), lost)
+            except StatusVaultError as e:  # the store could not be opened
+                run = Run(False, True, f"backup {intent.backup} failed: {e}", Reason.BACKUP_FAILED)
         if lost.is_set() and target.gone():  # deleted mid-run: nothing left to record on
             if run.ok:  # deleted as the backup landed: it is kept
                 log.info("%s was deleted as its backup landed: %s", target.describe(), run.message)
@@ -266,12 +263,8 @@ class Controller:
     def _restore(self, target: Target, intent: Intent, step: NextStep, lost: threading.Event) -> bool:
         if not self._start(target, intent.digest, intent.backup, step, "Restore"):
             return False
-        done = threading.Event()
-        watch_for_deletion(target, lost, done)  # a deleted Restore (or intent) stops as a lost Lease does
-        try:
+        with watching_for_deletion(target, lost):  # a deleted Restore (or intent) stops as a lost Lease does
             run = self._run(target, intent, lost)
-        finally:
-            done.set()
         if lost.is_set() and target.gone():  # deleted mid-run: stopped cleanly, nothing left to record on
             log.info("%s was deleted mid-run: stopped (a new one resumes from the journal)", target.describe())
             target.event("Normal", "RestoreStopped", f"restore of {intent.backup} stopped: deleted mid-run")

@@ -3,10 +3,11 @@ Lease is lost or its Restore deleted, and marking the objects it left without th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import orjson
 
@@ -62,9 +63,11 @@ def save_report(store: ObjectStore, report: RestoreReport, target: Target, diges
     return f"{store.url.rstrip('/')}/{key}"
 
 
-def watch_for_deletion(target: Target, cancel: threading.Event, done: threading.Event) -> None:
-    """Set `cancel` (the Event the engine stops starting objects on: the Lease's `lost`) once the target is
-    deleted, looking every CHECK_SECONDS until `done`."""
+@contextlib.contextmanager
+def watching_for_deletion(target: Target, cancel: threading.Event) -> Iterator[None]:
+    """While inside: set `cancel` (the Event the engine stops on: the Lease's `lost`) once the target is deleted,
+    looking every CHECK_SECONDS."""
+    done = threading.Event()
 
     def check() -> None:
         while not done.wait(CHECK_SECONDS) and not cancel.is_set():
@@ -77,6 +80,10 @@ def watch_for_deletion(target: Target, cancel: threading.Event, done: threading.
                 return
 
     threading.Thread(target=check, name="deletion-watch", daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 def mark_without_status(
