@@ -16,6 +16,7 @@ import functools
 import ipaddress
 import os
 import re
+import select
 import socket
 import ssl
 import threading
@@ -33,6 +34,14 @@ _WARNING = re.compile(rb"^warning:[ \t]*([^\r\n]*?)[ \t]*\r?$", re.M | re.I)
 
 class ProtocolError(OSError):
     """The server's answer was not HTTP/1.1 as expected (or the connection closed mid-answer)."""
+
+
+class ClosedBeforeAnswer(ProtocolError):
+    """The connection ended before one byte of the answer came: on a reused connection, the server had closed it
+    while it sat idle (its idle timeout) and never read the request."""
+
+
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 
 
 @dataclasses.dataclass
@@ -168,6 +177,16 @@ class Connection:
         self.reader: IO[bytes] = self.sock.makefile("rb")
         self.reusable = True
 
+    def dropped(self) -> bool:
+        """Whether this idle connection can no longer carry a request: the server closed it (or sent something
+        unasked, which only a closing server does). Asked of the socket without waiting, as urllib3 does."""
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+        try:
+            return bool(poller.poll(0))
+        except OSError:
+            return True
+
     def request(self, head: bytes, body: bytes | None) -> Response:
         self.sock.sendall(head + body if body else head)
         version, status, rest, framing = self._answer_head()
@@ -203,7 +222,7 @@ class Connection:
             if not line:
                 if lines:
                     raise ProtocolError("the connection closed in the middle of the headers")
-                raise ProtocolError("the API server closed the connection before answering")
+                raise ClosedBeforeAnswer("the API server closed the connection before answering")
             lines.append(line)
             if len(lines) > 1 and line in (b"\r\n", b"\n"):
                 return b"".join(lines)
@@ -353,8 +372,20 @@ class HttpPool:
         self._lock = threading.Lock()
 
     def request(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> Response:
+        """One request and its answer. A reused connection that the server closed while it sat idle is not the
+        request's failure: found closed before the request goes out, it is dropped; found closed as it went out
+        (no byte of an answer), an idempotent request is sent once more on a new connection, as Go's transport
+        does. Neither spends the caller's retries."""
         head = self._head(method, target, headers, body)
-        conn = self._take()
+        conn, reused = self._take()
+        try:
+            return self._exchange(conn, head, body)
+        except (ClosedBeforeAnswer, ConnectionResetError, BrokenPipeError):
+            if not reused or method not in IDEMPOTENT:
+                raise
+        return self._exchange(self._connect(self.timeout), head, body)
+
+    def _exchange(self, conn: Connection, head: bytes, body: bytes | None) -> Response:
         try:
             resp = conn.request(head, body)
         except BaseException:
@@ -383,11 +414,16 @@ class HttpPool:
             lines.append(f"Content-Length: {len(body or b'')}")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    def _take(self) -> Connection:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
-        return self._connect(self.timeout)
+    def _take(self) -> tuple[Connection, bool]:
+        """An idle connection the server has not closed (and True), or a new one (and False)."""
+        while True:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                return self._connect(self.timeout), False
+            if not conn.dropped():
+                return conn, True
+            conn.close()
 
     def _give_back(self, conn: Connection) -> None:
         if conn.reusable:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -12,9 +13,12 @@ import pytest
 from statusvault.kube.http import HttpPool, ProtocolError, Proxy, Response, proxy_for
 
 
+HANG_UP = b"hang up"
+
+
 class RawServer:
     """Answers each request with the next scripted bytes; None closes the connection (instead of answering,
-    or right after the answer before it)."""
+    or right after the answer before it); HANG_UP closes it instead of answering, never before."""
 
     def __init__(self, answers: list[bytes | None]):
         self.answers = answers
@@ -48,7 +52,7 @@ class RawServer:
                 )
                 self.requests.append(head + reader.read(length))
                 answer = self.answers.pop(0)
-                if answer is None:
+                if answer is None or answer is HANG_UP:
                     return
                 conn.sendall(answer)
                 if self.answers and self.answers[0] is None:  # a None after an answer: close once it is sent
@@ -126,6 +130,39 @@ def test_a_connection_closed_before_answering_or_mid_body_is_an_error_and_not_re
         pool.request("GET", "/b", {}, None)
     assert pool.request("GET", "/c", {}, None).data == b"{}"
     assert server.connections == 3
+
+
+def test_an_idle_connection_the_server_closed_is_dropped_before_it_is_used(serve):
+    server = serve([ok(b"{}"), None, ok(b"[]")])  # the server closes the connection once it has answered
+    pool = server.pool()
+    pool.request("GET", "/a", {}, None)
+    deadline = time.monotonic() + 5
+    while not pool._idle[0].dropped():  # the server's FIN arrives
+        assert time.monotonic() < deadline, "the closed connection never looked closed"
+        time.sleep(0.01)
+    assert pool.request("POST", "/b", {}, b"{}").data == b"[]", "even a POST: it never went out on the dead one"
+    assert server.connections == 2
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+def test_an_idempotent_request_the_server_closed_on_is_sent_once_more_on_a_new_connection(serve, method):
+    server = serve([ok(b"{}"), HANG_UP, ok(b"[]")])  # the connection looks open, and closes on the request
+    pool = server.pool()
+    pool.request("GET", "/a", {}, None)
+    assert pool.request(method, "/b", {}, b"{}" if method == "PUT" else None).data == b"[]"
+    assert server.connections == 2
+    assert [r.split(b" ")[1] for r in server.requests] == [b"/prefix/a", b"/prefix/b", b"/prefix/b"]
+
+
+def test_a_post_the_server_closed_on_is_not_sent_again_nor_a_request_on_a_new_connection(serve):
+    server = serve([ok(b"{}"), HANG_UP, HANG_UP])
+    pool = server.pool()
+    pool.request("GET", "/a", {}, None)
+    with pytest.raises(OSError):  # closed or reset: the server may have created the object
+        pool.request("POST", "/b", {}, b"{}")
+    with pytest.raises(OSError):  # on a new connection: the server's own failure, the caller's to retry
+        pool.request("GET", "/c", {}, None)
+    assert len(server.requests) == 3
 
 
 def test_garbage_is_not_taken_for_an_answer(serve):
