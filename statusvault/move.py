@@ -30,6 +30,7 @@ from statusvault.restore.options import RestoreOptions
 from statusvault.restore.pausemarkers import RECORD, PauseOptions, pause_patch, unpause_patch
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.runner import RestoreRequest, open_backup, run_restore, unfinished_manager
+from statusvault.restore.verdict import Outcome, verdict
 from statusvault.restore.writes import written_by
 from statusvault.storage.base import ObjectStore, backup_prefix, manifest_key
 from statusvault.transforms import contains, map_namespace, status_annotation
@@ -70,7 +71,9 @@ class MoveReport:
 
     @property
     def succeeded(self) -> bool:
-        return self.restore is not None and self.restore.succeeded and not self.verify_problems
+        if self.restore is None or self.verify_problems:
+            return False
+        return verdict(self.restore).outcome is Outcome.DONE
 
 
 @dataclasses.dataclass

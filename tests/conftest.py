@@ -1,11 +1,18 @@
 """Shared fixtures: a real kube-apiserver + etcd (session), a moto S3 server (session), per-test namespaces.
 
-Every test that uses the `cluster` fixture (so `kube`, `crds`, `run`, `make`...) runs on each control plane, as a
-session-scoped parameter `kube_version` (test ids `[1.20]`, `[1.36]`): Kubernetes 1.20.2 with etcd 3.4, and
-Kubernetes 1.36 with etcd 3.6 (statusvault/testing/cluster.py). The custom-resource tests of tests/integration/crs/
-that have a branch for a server without the core API also run on the 1.36 CRD-only server (`[1.36-crd]`, its
-conftest). Markers narrow that: `store_only` runs on 1.20 alone, `current_only` on 1.36 alone, `core_api` never
-on the CRD-only server."""
+Where each integration test runs is a decision every module states (docs/testing.md; tests/unit/test_suite.py holds
+every module to it), as a session-scoped parameter `kube_version` (test ids `[1.20]`, `[1.36]`):
+
+- `version_neutral(why)`: on Kubernetes 1.36 (with etcd 3.6), the version users run: what it tests does not differ
+  by server.
+- `version_sensitive(why)`: on 1.36 and on Kubernetes 1.20.2 (etcd 3.4), where what it tests differs by version;
+  the custom-resource tests of tests/integration/crs/ that have a branch for a server without the core API also
+  run on the 1.36 CRD-only server (`[1.36-crd]`, its conftest).
+- Per test, `store_only` runs on 1.20 alone, `current_only` on 1.36 alone, `core_api` never on the CRD-only server.
+
+`make test-all` (STATUSVAULT_TEST_ALL=1) runs every integration test on both control planes, as before the split.
+Under pytest-xdist (`make test`) each worker starts the servers it needs (its own, so no two tests share a server
+across workers); the tests of a module that starts a second control plane (`target`) stay on one worker."""
 
 from __future__ import annotations
 
@@ -36,11 +43,41 @@ from tests.faultproxy import S3_FAULTS, FaultProxy, s3_faults_on, s3_operation, 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test under tests/integration/ is marked `integration` (it needs a real server): `-m "not
-    integration"` selects the tests that need none."""
+    integration"` selects the tests that need none. Under `--dist loadgroup`, the tests that share a module's
+    second control plane go to one worker."""
     root = Path(__file__).parent / "integration"
     for item in items:
         if root in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.integration)
+        if "target" in getattr(item, "fixturenames", ()):  # a second control plane per module: started once
+            version = item.callspec.params.get("kube_version", "") if hasattr(item, "callspec") else ""
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}-{version}"))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Where the time went: test time (set-up and teardown included) summed by server and by module, the
+    slowest first, so a slow day or a slow new module shows in CI's output. Under xdist the sums exceed the
+    wall time: workers run side by side."""
+    by_server: dict[str, float] = {}
+    by_module: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if not isinstance(report, pytest.TestReport):
+                continue
+            module = report.nodeid.split("::", 1)[0]
+            params = report.nodeid.rpartition("[")[2]
+            server = next((v for v in (CRD_ONLY, *RELEASES) if v in params), "no server")
+            if "tests/integration/" not in module:
+                server = "unit"
+            by_server[server] = by_server.get(server, 0.0) + report.duration
+            by_module[module] = by_module.get(module, 0.0) + report.duration
+    if not by_module:
+        return
+    write = terminalreporter.write_line
+    write("test time by server: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in sorted(by_server.items())))
+    write("slowest modules (test time, summed): ")
+    for module, seconds in sorted(by_module.items(), key=lambda kv: -kv[1])[:15]:
+        write(f"  {seconds:7.0f}s  {module}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -50,6 +87,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 CRD_ONLY = "1.36-crd"  # the apiextensions-apiserver 1.36 of tests/integration/crs/ (no core API)
+CURRENT = "1.36"  # the version users run: every integration test runs on it
+EVERY_VERSION = os.environ.get("STATUSVAULT_TEST_ALL") == "1"  # make test-all: every test on every control plane
 
 
 def servers(metafunc: pytest.Metafunc) -> tuple[str, ...]:
@@ -58,7 +97,9 @@ def servers(metafunc: pytest.Metafunc) -> tuple[str, ...]:
     if mark("store_only"):
         return ("1.20",)
     if mark("current_only"):
-        return ("1.36",)
+        return (CURRENT,)
+    if not (EVERY_VERSION or mark("version_sensitive")):
+        return (CURRENT,)
     full = tuple(RELEASES)
     if "core_api" in metafunc.fixturenames and not mark("core_api"):  # it has a branch for a server without
         return (*full, CRD_ONLY)

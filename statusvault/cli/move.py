@@ -19,7 +19,7 @@ from statusvault.cli.options import (
     strict_option,
 )
 from statusvault.cli.output import emit
-from statusvault.cli.restore import RestoreOptionArgs, check_strict
+from statusvault.cli.restore import RestoreOptionArgs
 from statusvault.cli.restoreview import render
 from statusvault.errors import PartialFailure
 from statusvault.kube.discovery import Discovery, discover
@@ -34,6 +34,7 @@ from statusvault.move import (
     request_name,
     run_move,
 )
+from statusvault.restore.verdict import Outcome, verdict
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -181,8 +182,9 @@ def _show(report: MoveReport, output: str, strict: bool) -> None:
             f"move {report.name} is not complete (the source stays paused): fix what is listed and run the same "
             "command again, or run it with --abort to give the source back"
         )
-    if strict and restore is not None:
-        check_strict(f"move {report.name}", restore)
+    strictly = verdict(restore, strict=True) if strict and restore is not None else None
+    if strictly is not None and strictly.outcome is Outcome.PARTIAL:
+        raise PartialFailure(strictly.message(f"move {report.name}"))
 
 
 COMMANDS = (move_cmd,)

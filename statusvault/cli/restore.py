@@ -32,6 +32,7 @@ from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import RestoreOptions, restore_options
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.runner import RestoreRequest, fence_report, run_restore
+from statusvault.restore.verdict import Outcome, verdict
 from statusvault.restore.workers import MIN_WAVE, default_processes
 from statusvault.storage.base import ObjectStore
 
@@ -242,10 +243,12 @@ def _run_restore(
             app, args, options=options, store=store, backup=backup_name, unpause=unpause, lineage=lineage
         )
         report = run_restore(client, lambda refresh: app.discovery(refresh=refresh), request)
-        run.success, run.duration = report.succeeded, report.duration
+        judged = verdict(report, args.strict)
+        run.success, run.duration = judged.outcome is Outcome.DONE, report.duration
         run.objects, run.errors = report.total, len(report.failures)
     try:
-        emit_items(report.header(), report.results(), args.output, lambda: render(report))
+        header = {**report.header(), "verdict": judged.to_dict()}
+        emit_items(header, report.results(), args.output, lambda: render(report))
     finally:
         report.close()
     _check_outcome(report, backup_name, options.dry_run, args.strict)
@@ -280,40 +283,18 @@ def restore_request(
 
 
 def _check_outcome(report: RestoreReport, backup_name: str, dry_run: str, strict: bool) -> None:
-    """The exit status of a reported restore: interrupted, stopped early, partly failed, or (--strict) changed."""
-    if report.interrupted:
+    """The exit status of a reported restore, from its one verdict (restore/verdict.py)."""
+    judged = verdict(report, strict)
+    what = f"restore of {backup_name}"
+    if judged.outcome is Outcome.INTERRUPTED:
         if dry_run == "none":
-            click.echo(f"restore of {backup_name} interrupted: run the same command again to resume", err=True)
+            click.echo(f"{what} interrupted: run the same command again to resume", err=True)
         raise KeyboardInterrupt
-    again = "; run the same command again to resume" if dry_run == "none" else ""
-    if report.aborted:
-        raise StatusVaultError(f"restore of {backup_name} stopped early: {report.aborted}{again}")
-    if report.not_paused and not report.failures and not report.lacking:
-        raise PartialFailure(
-            f"restore of {backup_name}: {len(report.not_paused)} object(s) were restored with their status but NOT "
-            "paused (the server dropped the pause marker); running the same command again will not pause them: "
-            "use a marker the server keeps next time (--pause-annotation)"
-        )
-    if report.failures or report.lacking:
-        raise PartialFailure(
-            f"restore of {backup_name} finished with {len(report.failures)} failed object(s); "
-            f"{report.lacking} object(s) lack their saved status{again.replace('resume', 'retry only those')}"
-        )
-    if report.gates_not_passed:
-        named = ", ".join(g.name for g in report.gates_not_passed)
-        raise PartialFailure(
-            f"restore of {backup_name}: the gate after group(s) {named} timed out (onTimeout continue)"
-        )
-    if strict:
-        check_strict(f"restore of {backup_name}", report)
-
-
-def check_strict(what: str, report: RestoreReport) -> None:
-    """--strict: what the server changed or warned about, reported either way, is a partial failure (exit 3)."""
-    parts = [f"the server changed {report.server_changed} object(s)"] if report.server_changed else []
-    parts += [f"{report.server_warned} object(s) drew server warnings"] if report.server_warned else []
-    if parts:
-        raise PartialFailure(f"{what}: {'; '.join(parts)} (--strict)")
+    if judged.outcome is Outcome.FAILED:
+        again = "; run the same command again to resume" if dry_run == "none" else ""
+        raise StatusVaultError(judged.message(what) + again)
+    if judged.outcome is Outcome.PARTIAL:
+        raise PartialFailure(judged.message(what))
 
 
 def worker_spec(app: App, args: RestoreArgs) -> WorkerSpec:

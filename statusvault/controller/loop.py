@@ -49,11 +49,18 @@ from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.runner import RestoreRequest, run_restore
+from statusvault.restore.verdict import Outcome, verdict
 from statusvault.restore.workers import MIN_WAVE, default_processes
 from statusvault.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
 OWN_PROBLEMS = (ConfigError, BackupNotFoundError, ArchiveError)  # one intent's failures, not an outage
+REASONS = {  # the Restore's condition reason for each verdict of its run (restore/verdict.py)
+    Outcome.DONE: Reason.COMPLETED,
+    Outcome.PARTIAL: Reason.PARTIALLY_RESTORED,
+    Outcome.FAILED: Reason.FAILED,
+    Outcome.INTERRUPTED: Reason.INTERRUPTED,
+}
 
 
 @dataclasses.dataclass
@@ -291,12 +298,13 @@ class Controller:
             report = run_restore(self.client, self.discover, request)
             mark_without_status(self.client, self.discover, report, target.describe())
             location = save_report(request.store, report, target, intent.digest)
-            reason = Reason.COMPLETED if report.succeeded else Reason.PARTIALLY_RESTORED
-            if report.aborted or report.interrupted:
-                reason = Reason.INTERRUPTED if report.interrupted else Reason.FAILED
+            judged = verdict(report)
             counts = {**outcome_counts(report, intent.options.pause.enabled), "report": location}
             message = _summary(intent.backup, report)
-            return Run(report.succeeded, bool(report.aborted), message, reason, report.interrupted, counts)
+            if judged.outcome is Outcome.PARTIAL:
+                message = judged.message(message)
+            done = judged.outcome is Outcome.DONE
+            return Run(done, bool(report.aborted), message, REASONS[judged.outcome], report.interrupted, counts)
         except StatusVaultError as e:  # store, archive or API server: nothing or little was done
             # this intent's own problem (a missing key, a resource the backup lacks, a backup that is missing or
             # broken) is not an outage: it backs off alone, never holding the other intents

@@ -15,6 +15,8 @@ from statusvault.kube.transport import Request
 from statusvault.testing.fixtures import ensure_namespace, install_crds
 from tests.builders import unique
 
+pytestmark = pytest.mark.version_sensitive("the CronJob it renders is batch/v1beta1 on 1.20 and batch/v1 from 1.21")
+
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io"
 
 

@@ -46,7 +46,9 @@ from tests.compose import PHASES, World, create_all, fix, observe, reset, timer
 from tests.composeopts import SELECTION, Allowed, Context, args_of, mapping_of, model_options
 from tests.pairwise import Row, pairwise, sampled
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.version_neutral(
+    "the options' combinations: what differs by server is guarded by crs/ on every version"
+)
 TARGETS = {"empty": "all", "existing": "all", "no-crds": "none", "some-crds": "gizmos", "strict": "strict"}  # CRDs
 SCALED = "statusvault.io/replicas-before-restore"  # docs/user-guide.md: where --scale-down keeps the count
 

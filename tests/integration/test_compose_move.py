@@ -27,7 +27,9 @@ from tests.composeopts import Allowed, Context, args_of, model_options
 from tests.integration.test_compose import _operator, deployment, differences, fenced_by
 from tests.pairwise import Row, pairwise, sampled
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.version_neutral(
+    "move's option combinations: no option asks the server anything version-specific"
+)
 
 PARAMS: dict[str, tuple[Any, ...]] = {
     "namespace": ("a", "a,b"),  # always given: a move of every namespace would take other tests' objects too

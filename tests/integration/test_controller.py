@@ -12,6 +12,8 @@ from statusvault.testing.fixtures import ensure_namespace
 from tests.builders import cr, kc_status, unique
 from tests.integration.crs.test_restore import KC, delete_namespace
 
+pytestmark = pytest.mark.version_neutral("restore intents are ConfigMaps: the core API is the same on every version")
+
 
 @pytest.fixture
 def ctl_ns(kube):

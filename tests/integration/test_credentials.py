@@ -14,6 +14,8 @@ from statusvault.kube.transport import load_transport
 from statusvault.testing.cluster import ROTATING_TOKENS, LocalCluster, issue_cert
 from tests.credentials import Plugin, kubeconfig, tokens
 
+pytestmark = pytest.mark.version_neutral("credential renewal is the client's: the server only answers 401")
+
 NAMESPACES = "/api/v1/namespaces"
 EXPIRED = "sv-expired-token"  # in no tokens.csv line: the server answers 401
 

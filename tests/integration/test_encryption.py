@@ -13,6 +13,8 @@ from statusvault.errors import ExitStatus
 from tests.builders import cr, kc_status
 from tests.integration.crs.test_restore import KC, delete_namespace
 
+pytestmark = pytest.mark.version_neutral("encryption is the client's and the store's: the server sees plain objects")
+
 
 @pytest.fixture
 def keys(tmp_path):

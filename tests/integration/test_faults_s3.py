@@ -25,6 +25,8 @@ from tests.conftest import CliResult
 from tests.faultproxy import FaultProxy, s3_operation
 from tests.integration.crs.test_backup import s3_args
 
+pytestmark = pytest.mark.version_neutral("S3 faults: the API server is only where the restore lands")
+
 WIDGETS = "widgets.example.com"
 ERRORS = ("500", "503", "reset")  # the request is refused or never reaches S3
 WRITE_OPS = ("PutObject", "UploadPart", "CompleteMultipartUpload")

@@ -21,7 +21,9 @@ from tests.builders import cr, crd, unique
 from tests.integration.crs.servers import wait_gone
 from tests.integration.test_pause import Operator, assert_raced_and_named
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.version_sensitive(
+    "status writers are read from RBAC and managedFields, whose `subresource` field exists from 1.22"
+)
 RBAC = "rbac.authorization.k8s.io"
 N = 12
 

@@ -16,6 +16,10 @@ from statusvault.restore.pausemarkers import RECORD
 from statusvault.testing.fixtures import ensure_namespace, install_crds
 from tests.builders import REGION_URL, cr, crd, kc_status, region_move, unique
 
+pytestmark = pytest.mark.version_neutral(
+    "restore intents' options reuse the restore's, guarded by crs/ on every version"
+)
+
 GROUP = "rds.aws.upbound.io"  # a Crossplane provider's group: --pause auto picks the crossplane.io/paused annotation
 INSTANCES = f"instances.{GROUP}"
 PAUSED = "crossplane.io/paused"

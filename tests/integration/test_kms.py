@@ -19,6 +19,8 @@ from statusvault.storage.s3 import S3Store
 from tests.builders import unique
 from tests.sealed import back_up, cluster, key_file, names_in, store_cli
 
+pytestmark = pytest.mark.version_neutral("KMS and S3 on moto: no API server")
+
 NAMES = ["kc-0", "kc-1", "kc-2"]
 
 

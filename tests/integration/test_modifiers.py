@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import textwrap
 
+import pytest
+
 from statusvault.errors import ExitStatus
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import discover
 from statusvault.testing.fixtures import create_with_status, ensure_namespace
 from tests.builders import REGION_URL, cr, kc_status, region_move, unique
+
+pytestmark = pytest.mark.version_neutral("modifiers are pure transforms of the saved objects; the writes are crs/'s")
 
 KC = "xyz.example.com/v1"
 DB = "db.example.com/v1"

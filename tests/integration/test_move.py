@@ -28,6 +28,8 @@ from tests.builders import cr, crd, unique, unique_kind
 from tests.faultproxy import FaultProxy, self_signed
 from tests.integration.test_pause import GROUP, QUALIFIED, Operator, saved
 
+pytestmark = pytest.mark.version_neutral("a move is a backup and a restore, each guarded by crs/ on every version")
+
 N = 12
 PAUSED = "crossplane.io/paused"
 

@@ -17,6 +17,8 @@ from statusvault.kinds import NAMESPACES
 from statusvault.testing.cluster import ADMIN_TOKEN
 from tests.builders import REGION_URL, cr, kc_status, region_move, unique
 
+pytestmark = pytest.mark.version_neutral("which kubeconfig context each side uses is the client's")
+
 KC = "xyz.example.com/v1"
 HOLD = "example.com/hold"
 PAUSE = ("--pause-annotation", f"{HOLD}=true", "--pause-resources", "kubernetesclusters.xyz.example.com")

@@ -27,6 +27,10 @@ from statusvault.storage.s3 import S3Store
 from tests.builders import unique
 from tests.sealed import KC, back_up, cluster, key_file, names_in, store_cli
 
+pytestmark = pytest.mark.version_neutral(
+    "Object Lock is the S3 server's; the one restore through the CLI is a plain one"
+)
+
 NAMES = ["kc-0", "kc-1", "kc-2"]
 PREFIX = "team"
 PATH_STYLE = Config(s3={"addressing_style": "path"})

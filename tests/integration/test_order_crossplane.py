@@ -17,6 +17,8 @@ from statusvault.testing.fixtures import create_with_status, install_crds
 from tests.builders import cr, crd
 from tests.integration.crs.servers import wait_gone
 
+pytestmark = pytest.mark.version_neutral("managementPolicies are fields of the CRD, the same on every version")
+
 GROUP = "s3.aws.upbound.io"  # a provider's group: the crossplane profile's managed-resources group
 N = 6
 POLICIES = {0: None, 1: ["*"], 2: ["Observe", "Update", "Delete"]}  # by i % 3; None: the field absent

@@ -13,6 +13,10 @@ from statusvault.testing.fixtures import create_with_status, ensure_namespace
 from tests.builders import cr, kc_status, unique
 from tests.integration.crs.test_backup import archive_of
 
+pytestmark = pytest.mark.version_sensitive(
+    "LIST pages come from etcd on 1.20 and from the watch cache on 1.36 (consistent lists from 1.31)"
+)
+
 KC = "xyz.example.com/v1"
 
 

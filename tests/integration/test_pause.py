@@ -22,6 +22,10 @@ from statusvault.testing.fixtures import create_with_status, ensure_namespace, i
 from tests.builders import cr, crd, unique
 from tests.integration.crs.servers import wait_gone
 
+pytestmark = pytest.mark.version_neutral(
+    "pause markers are annotations and scale-down is /scale, the same on every version"
+)
+
 GROUP = "rds.aws.upbound.io"  # a Crossplane provider's group: --pause auto picks the crossplane.io/paused annotation
 QUALIFIED = f"instances.{GROUP}"
 N = 30
@@ -163,6 +167,49 @@ def test_kill_9_mid_restore_then_rerun_provisions_nothing(run, kube, instances, 
     assert again.code == ExitStatus.SUCCESS, again.err
     assert op.provisions() == []
     assert_intact_and_unpaused(kube, instances, backed_up)
+
+
+def read_cluster(kube, user: str, resources: list[tuple[str, str]]) -> None:
+    """A ClusterRole reading these (group, resource) pairs, bound to `user` (named for it: one test each)."""
+    rbac = "rbac.authorization.k8s.io"
+    d = discover(kube)
+    rules = [{"apiGroups": [g], "resources": [r], "verbs": ["get", "list"]} for g, r in resources]
+    role = {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole", "metadata": {"name": f"{user}-read"}, "rules": rules}
+    binding = {
+        "apiVersion": f"{rbac}/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"{user}-read"},
+        "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": f"{user}-read"},
+        "subjects": [{"apiGroup": rbac, "kind": "User", "name": user}],
+    }
+    for kind, body in (("clusterroles", role), ("clusterrolebindings", binding)):
+        rt = d.resolve(f"{kind}.{rbac}")
+        if kube.get(rt, None, body["metadata"]["name"]) is None:
+            kube.create(rt, None, body)
+
+
+def test_an_unpause_the_server_refuses_exits_3_naming_what_stays_paused(
+    run, kube, cluster, instances, backed_up, grant
+):
+    """A restorer who may create the objects and write their status but not patch them: every status is back,
+    and every object stays paused, so its operator never resumes it. That is not success."""
+    ensure_namespace(kube, backed_up)
+    user = "sv-user-3"
+    objects = {"apiGroups": [GROUP], "resources": ["instances"], "verbs": ["get", "list", "create"]}
+    grant(backed_up, user, [objects, {"apiGroups": [GROUP], "resources": ["instances/status"], "verbs": ["*"]}])
+    read_cluster(kube, user, [("apiextensions.k8s.io", "customresourcedefinitions"), ("", "namespaces")])
+
+    result = run("restore", "b", "--pause", "auto", "-o", "json", kubeconfig=cluster.kubeconfig_for(user))
+
+    assert result.code == ExitStatus.PARTIAL_FAILURE, result.err
+    report = json.loads(result.out)
+    assert report["verdict"]["outcome"] == "partial"
+    assert [(r["reason"], r["count"]) for r in report["verdict"]["reasons"]] == [("StillPaused", N - 1)]
+    last = result.err.strip().splitlines()[-1]
+    assert f"{N - 1} object(s) could not be unpaused and stay paused ({QUALIFIED} {backed_up}/" in last, last
+    assert "statusvault unpause" in last
+    assert kube.get(instances, backed_up, "db-05")["metadata"]["annotations"]["crossplane.io/paused"] == "true"
+    assert kube.get(instances, backed_up, "db-05")["status"] == saved(5)
 
 
 def test_scale_down_stops_the_operator_instead(run, kube, instances, backed_up, operator):

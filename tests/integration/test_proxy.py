@@ -20,6 +20,8 @@ from statusvault.testing.fixtures import create_with_status
 from tests.builders import cr, kc_status
 from tests.connectproxy import ConnectProxy
 
+pytestmark = pytest.mark.version_neutral("the CONNECT proxy is the client's transport")
+
 KC = "xyz.example.com/v1"
 
 

@@ -21,6 +21,10 @@ from tests.builders import cr, kc_status, unique
 from tests.integration.crs.servers import delete_namespace
 from tests.integration.crs.test_restore import KC
 
+pytestmark = pytest.mark.version_sensitive(
+    "its CRD's admission checks (structural schema, no CEL) must refuse a bad spec on 1.20 as on 1.36"
+)
+
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io"
 
 

@@ -17,6 +17,8 @@ from tests.builders import unique
 from tests.sealed import back_up, cluster, key_file, names_in
 from tests.unit import test_storage as contract
 
+pytestmark = pytest.mark.version_neutral("S3 servers only: no API server")
+
 CONTRACT = [
     contract.test_whole_objects_round_trip,
     contract.test_get_reads_at_most_limit_bytes,

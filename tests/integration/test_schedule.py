@@ -21,6 +21,8 @@ from statusvault.testing.fixtures import ensure_namespace
 from tests.builders import cr, kc_status, unique
 from tests.unit.test_pod_security import pod_templates, restricted_violations
 
+pytestmark = pytest.mark.version_sensitive("the CronJob it renders is batch/v1beta1 on 1.20 and batch/v1 from 1.21")
+
 KC = "xyz.example.com/v1"
 CRONJOB_API = {"1.20": "batch/v1beta1", "1.36": "batch/v1"}  # batch/v1 from 1.21, batch/v1beta1 until 1.24
 

@@ -17,6 +17,8 @@ from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import Discovery
 from tests.builders import cr, kc_status, unique
 
+pytestmark = pytest.mark.version_neutral("modifiers are pure transforms of the saved objects; the writes are crs/'s")
+
 WIDGET = "example.com/v1"
 KC = "xyz.example.com/v1"
 DB = "db.example.com/v1"

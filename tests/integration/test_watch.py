@@ -24,6 +24,10 @@ from statusvault.storage.base import S3Options, segment_key, segment_manifest_ke
 from statusvault.watch.chains import chains, read_head, walk
 from tests.builders import cr, kc_status
 
+pytestmark = pytest.mark.version_sensitive(
+    "WATCH semantics (410 Gone, bookmarks, the watch cache's resourceVersions) differ by version"
+)
+
 KC = "xyz.example.com/v1"
 KCS = "kubernetesclusters.xyz.example.com"
 

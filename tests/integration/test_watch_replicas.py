@@ -28,6 +28,10 @@ from statusvault.watch.chains import chains, read_head
 from tests.builders import cr, kc_status, unique
 from tests.integration.test_watch import KC, KCS, Watcher, moment, now, phases, set_phase
 
+pytestmark = pytest.mark.version_neutral(
+    "the writer Lease is coordination.k8s.io/v1, the same on every version; WATCH per version is test_watch's"
+)
+
 
 class Replica(Watcher):
     """One replica of `statusvault watch run w1`, with its own identity in the Lease and its own log."""

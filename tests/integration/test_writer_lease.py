@@ -17,6 +17,8 @@ from statusvault.errors import ExitStatus
 from statusvault.kinds import NAMESPACES
 from tests.builders import cr, kc_status, unique
 
+pytestmark = pytest.mark.version_neutral("a backup's name is settled in the store, not on the server")
+
 KC = "xyz.example.com/v1"
 KCS = "kubernetesclusters.xyz.example.com"
 

@@ -12,7 +12,6 @@ import pytest
 
 from statusvault.kube.http import HttpPool, ProtocolError, Proxy, Response, proxy_for
 
-
 HANG_UP = b"hang up"
 
 

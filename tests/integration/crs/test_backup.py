@@ -15,6 +15,10 @@ from statusvault.archive import ArchiveReader
 from statusvault.errors import ExitStatus
 from tests.builders import cr, kc_status, unique
 
+pytestmark = pytest.mark.version_sensitive(
+    "backups read what each server serves: discovery, LIST pages, managedFields, no core API (CRD-only)"
+)
+
 KC = "xyz.example.com/v1"
 
 

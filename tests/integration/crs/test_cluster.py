@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from statusvault.kube.discovery import Discovery
+
+pytestmark = pytest.mark.version_sensitive(
+    "status semantics (dropped on create, /status writes, generation) must hold on every server"
+)
 
 
 def test_create_drops_status_and_status_write_sets_it(kube, crds: Discovery, namespace):

@@ -62,10 +62,12 @@ def test_a_status_breaking_a_cel_rule_added_after_the_backup_fails_that_object_c
     assert "status.replicas may not exceed 3" in items["big"]["message"]
     assert kube.get(rt, namespace, "small")["status"] == {"replicas": 2}
     assert "status" not in kube.get(rt, namespace, "big"), "the rejected status was not written in part"
-    assert result.err.strip().splitlines()[-1] == (
-        "error: restore of b finished with 1 failed object(s); 1 object(s) lack their saved status; "
+    last = result.err.strip().splitlines()[-1]
+    assert last.startswith("error: restore of b: 1 object(s) failed (") and f"{namespace}/big)" in last, last
+    assert last.endswith(
+        "1 object(s) lack their saved status (" + last.split("failed (")[1].split(")")[0] + "): "
         "run the same command again to retry only those"
-    )
+    ), last
 
 
 def test_a_spec_breaking_a_cel_rule_added_after_the_backup_is_not_created(run, kube, namespace):

@@ -28,6 +28,10 @@ from tests.integration.crs.servers import (
     wait_gone,
 )
 
+pytestmark = pytest.mark.version_sensitive(
+    "a server that fails or changes what it is sent: its error bodies, defaulting and pruning differ by version"
+)
+
 KC = "xyz.example.com/v1"
 BARE = ("g0", "g1", "g2", "g3", "g4")
 FAULT_RESOURCES = ("kc", "databases.db.example.com", "legacyapps.legacy.example.com", "widgets.example.com")

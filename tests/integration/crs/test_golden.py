@@ -11,6 +11,10 @@ from tests.builders import kc_status
 from tests.golden import NAMESPACE, V1
 from tests.integration.crs.test_restore import delete_namespace
 
+pytestmark = pytest.mark.version_sensitive(
+    "golden backups must restore exactly on every server users run, oldest and newest"
+)
+
 
 @pytest.mark.parametrize("folder", ["plain", "encrypted"])
 def test_the_golden_backup_restores(run, kube, crds, core_api, folder):

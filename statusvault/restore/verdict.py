@@ -1,0 +1,143 @@
+"""One verdict of a restore's report: done, partial (with every shortfall named), failed or interrupted.
+
+The CLI's exit status, the Restore resource's reason and `move` all read it, so a shortfall counted in one is
+counted in every one (tests/unit/test_verdict.py holds each reason to its exit status and condition)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from statusvault.errors import ExitStatus
+from statusvault.restore.results import RestoreReport
+
+NAMED = 5  # objects a shortfall names in its one line; the report lists them all
+
+
+class Outcome(enum.StrEnum):
+    DONE = "done"  # everything asked for is done
+    PARTIAL = "partial"  # the run ended, short of what was asked (the shortfalls say what)
+    FAILED = "failed"  # stopped early: most of what was asked may not be done
+    INTERRUPTED = "interrupted"  # stopped by a signal or a lost lease: the same command resumes
+
+
+class Shortfall(enum.StrEnum):
+    """Each way a restore that ran to its end can fall short; every one makes the exit status 3."""
+
+    FAILED_OBJECTS = "FailedObjects"
+    WITHOUT_SAVED_STATUS = "WithoutSavedStatus"
+    NOT_PAUSED = "NotPaused"
+    STILL_PAUSED = "StillPaused"  # the unpause failed: their operator never resumes them
+    GATE_TIMED_OUT = "GateTimedOut"
+    SERVER_CHANGED = "ServerChanged"  # --strict only
+    SERVER_WARNED = "ServerWarned"  # --strict only
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    shortfall: Shortfall
+    count: int
+    names: tuple[str, ...]  # the first NAMED objects (or gates)
+    advice: str
+
+    def line(self) -> str:
+        shown = ", ".join(self.names)
+        more = f" and {self.count - len(self.names)} more" if self.count > len(self.names) else ""
+        return f"{self.count} {_WHAT[self.shortfall]}{f' ({shown}{more})' if shown else ''}"
+
+
+_WHAT = {
+    Shortfall.FAILED_OBJECTS: "object(s) failed",
+    Shortfall.WITHOUT_SAVED_STATUS: "object(s) lack their saved status",
+    Shortfall.NOT_PAUSED: "object(s) were restored but NOT paused (the server dropped the pause marker)",
+    Shortfall.STILL_PAUSED: "object(s) could not be unpaused and stay paused",
+    Shortfall.GATE_TIMED_OUT: "gate(s) timed out",
+    Shortfall.SERVER_CHANGED: "object(s) changed by the server",
+    Shortfall.SERVER_WARNED: "object(s) drew server warnings",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    outcome: Outcome
+    findings: tuple[Finding, ...] = ()
+    why: str = ""  # FAILED: why the run stopped early
+
+    @property
+    def exit_status(self) -> ExitStatus:
+        return {
+            Outcome.DONE: ExitStatus.SUCCESS,
+            Outcome.PARTIAL: ExitStatus.PARTIAL_FAILURE,
+            Outcome.FAILED: ExitStatus.ERROR,
+            Outcome.INTERRUPTED: ExitStatus.INTERRUPTED,
+        }[self.outcome]
+
+    @property
+    def shortfalls(self) -> tuple[Shortfall, ...]:
+        return tuple(f.shortfall for f in self.findings)
+
+    def message(self, what: str) -> str:
+        """One line: what was short, and what helps."""
+        if self.outcome is Outcome.FAILED:
+            return f"{what} stopped early: {self.why}"
+        if self.outcome is Outcome.INTERRUPTED:
+            return f"{what} was interrupted: run the same command again to resume"
+        if not self.findings:
+            return f"{what} is done"
+        parts = []
+        for i, f in enumerate(self.findings):  # an advice shared by the next finding is said once, after it
+            last = i + 1 == len(self.findings) or self.findings[i + 1].advice != f.advice
+            parts.append(f"{f.line()}: {f.advice}" if last else f.line())
+        return f"{what}: " + "; ".join(parts)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "outcome": str(self.outcome),
+            "reasons": [{"reason": str(f.shortfall), "count": f.count, "names": list(f.names)} for f in self.findings],
+        }
+
+
+def verdict(report: RestoreReport, strict: bool = False) -> Verdict:
+    """The one rule: interrupted, stopped early, or every shortfall of a run that ended (--strict adds what the
+    server changed or warned about)."""
+    if report.interrupted:
+        return Verdict(Outcome.INTERRUPTED)
+    if report.aborted:
+        return Verdict(Outcome.FAILED, why=report.aborted)
+    again = "run the same command again to retry only those" if report.dry_run == "none" else "see the report"
+    findings = [
+        _objects(Shortfall.FAILED_OBJECTS, [r.display for r in report.failures], again),
+        _objects(
+            Shortfall.WITHOUT_SAVED_STATUS,
+            [r.display for r in report.missing_status],
+            again,
+            count=report.lacking,
+        ),
+        _objects(
+            Shortfall.NOT_PAUSED,
+            [r.display for r in report.not_paused],
+            "running the same command again will not pause them: use a marker the server keeps next time "
+            "(--pause-annotation)",
+        ),
+        _objects(
+            Shortfall.STILL_PAUSED,
+            [problem.partition(":")[0] for problem in report.unpause_failures],
+            "run `statusvault unpause` once the cause is fixed, or their operator never resumes them",
+        ),
+        _objects(
+            Shortfall.GATE_TIMED_OUT,
+            [g.name for g in report.gates_not_passed],
+            "the groups after it were restored before it was ready (onTimeout continue)",
+        ),
+    ]
+    if strict:
+        strictly = "the report names each (--strict)"
+        findings.append(_objects(Shortfall.SERVER_CHANGED, [], strictly, count=report.server_changed))
+        findings.append(_objects(Shortfall.SERVER_WARNED, [], strictly, count=report.server_warned))
+    kept = tuple(f for f in findings if f is not None)
+    return Verdict(Outcome.PARTIAL if kept else Outcome.DONE, kept)
+
+
+def _objects(shortfall: Shortfall, names: list[str], advice: str, count: int | None = None) -> Finding | None:
+    n = len(names) if count is None else count
+    return Finding(shortfall, n, tuple(names[:NAMED]), advice) if n else None
