@@ -32,6 +32,9 @@ class State:
     stalled: bool
 
 
+STALLED_AFTER = 3  # failed attempts in a row after which a Restore the controller retries is Stalled
+RETRYING = State("False", True, False)  # failed, and the controller will try again by itself: still progressing
+
 STATES = {
     Phase.IN_PROGRESS: State("False", True, False),
     PENDING: State("False", True, False),
@@ -42,12 +45,20 @@ STATES = {
 
 
 def conditions(
-    phase: str, reason: str, message: str, generation: int, now: str, previous: list[Mapping[str, Any]]
+    phase: str,
+    reason: str,
+    message: str,
+    generation: int,
+    now: str,
+    previous: list[Mapping[str, Any]],
+    retrying: bool = False,
 ) -> list[dict[str, Any]]:
     """Ready, Reconciling and Stalled for `phase`; a condition whose status did not change keeps its
     lastTransitionTime. Ready is True only for Complete: a restore that left any object without its saved
-    status is Failed (reason PartiallyRestored), never Ready."""
-    state = STATES.get(phase, State("Unknown", True, False))
+    status is Failed (reason PartiallyRestored), never Ready. A failed run the controller will retry by itself
+    (`retrying`) is Reconciling, not Stalled: kstatus keeps Stalled for what will not progress without a person,
+    and Argo CD shows Stalled as Degraded, a Flux health check fails on it."""
+    state = RETRYING if retrying and phase == Phase.FAILED else STATES.get(phase, State("Unknown", True, False))
     before = {c.get("type"): c for c in previous}
     wanted = [
         ("Ready", state.ready),
@@ -69,3 +80,11 @@ def conditions(
             }
         )
     return out
+
+
+def retrying(flat: Mapping[str, str]) -> bool:
+    """Whether a failed run's record says the controller tries again by itself: interrupted (resumed at once), or
+    a retry due and fewer than STALLED_AFTER attempts failed so far."""
+    if flat.get("phase") != Phase.FAILED or not flat.get("nextAttemptAt"):
+        return False
+    return flat.get("reason") == Reason.INTERRUPTED or int(flat.get("attempts") or 0) < STALLED_AFTER

@@ -11,7 +11,7 @@ import orjson
 
 from statusvault import rfc3339
 from statusvault.controller import crd
-from statusvault.controller.conditions import conditions
+from statusvault.controller.conditions import conditions, retrying
 from statusvault.controller.intent import Intent, digest_of
 from statusvault.controller.targets import record_event
 from statusvault.errors import ConfigError, KubeApiError
@@ -96,7 +96,8 @@ class ResourceTarget:
         now = rfc3339.format_seconds(dt.datetime.now(dt.UTC))
         previous = (self.obj.get("status") or {}).get("conditions") or []
         reason, message = flat.get("reason", ""), flat.get("message", "")
-        status["conditions"] = conditions(flat.get("phase", ""), reason, message, generation, now, previous)
+        phase = flat.get("phase", "")
+        status["conditions"] = conditions(phase, reason, message, generation, now, previous, retrying(flat))
         try:
             self.obj = self.client.replace(
                 self.rt, self.namespace, self.name, {**self.obj, "status": status}, sub="status"

@@ -9,7 +9,7 @@ from statusvault.errors import KubeApiError
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.api import KubeApi
 from statusvault.model import ResourceType
-from statusvault.restore.writes import written_by
+from statusvault.restore.writes import abandoned, written_by
 
 log = logging.getLogger(__name__)
 
@@ -18,7 +18,8 @@ class ExistenceIndex:
     """Which objects already exist, from one metadata-only LIST per (resource, namespace).
 
     Objects this restore wrote (an earlier attempt, before --restart) do not count: the run creates them
-    again, meets AlreadyExists and knows them as its own by their field manager."""
+    again, meets AlreadyExists and knows them as its own by their field manager. Nor do objects another
+    statusvault restore created and left without any status (writes.abandoned): the run finishes them."""
 
     def __init__(self, client: KubeApi, manager: str):
         self.client = client
@@ -44,7 +45,10 @@ class ExistenceIndex:
             return set()
         try:
             metas = self.client.list_metadata(rt, namespace or None)
-            return {m.get("name", "") for m in metas if not written_by(m, self.manager)}
+            finishes = rt.custom and rt.has_status  # a custom resource whose status the restore writes
+            return {
+                m.get("name", "") for m in metas if not (written_by(m, self.manager) or (finishes and abandoned(m)))
+            }
         except KubeApiError as e:
             if e.code != 403 or rt.path(None) != NAMESPACES.path(None):
                 raise

@@ -30,9 +30,12 @@ DONE_BATCH = 256
 DONE_EVERY = 0.2  # seconds
 
 
+MANAGER_PREFIX = "statusvault-restore-"  # every restore's field manager, in every release since 0.1
+
+
 def new_manager() -> str:
     """A field manager name unique to one restore (kept in its journal, so its resumed runs share it)."""
-    return f"statusvault-restore-{secrets.token_hex(8)}"
+    return f"{MANAGER_PREFIX}{secrets.token_hex(8)}"
 
 
 class Journal:

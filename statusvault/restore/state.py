@@ -11,10 +11,15 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from statusvault.errors import ConfigError, StatusVaultError
 from statusvault.restore.journal import Journal, new_manager
+from statusvault.restore.modifiers import Modifiers
 from statusvault.restore.options import RestoreOptions
+from statusvault.restore.order import Order
 from statusvault.restore.plan import RestorePlan
 
 log = logging.getLogger(__name__)
@@ -29,14 +34,44 @@ class RestoreState:
     plan_path: Path | None = None
 
 
+KEY_VERSION = 2  # 1 hashed Python's repr of the options: any new option field changed every key
+
+
 def state_key(backup: str, identity: tuple[str, ...], opts: RestoreOptions) -> str:
     """One key per backup (store, name, content) or lineage (store, name), target cluster and options (dry run
     aside; --fence aside too: it changes who is stopped, not what is restored, so --fence best-effort resumes
-    what --fence auto planned)."""
+    what --fence auto planned).
+
+    The key hashes a canonical encoding (sorted JSON) of the options that are not at their defaults, by field
+    name: a release that adds an option keeps every key of the runs that do not use it, so a restore stopped by
+    one release resumes under the next. Renaming a field changes keys: that is a new KEY_VERSION."""
     pause = dataclasses.replace(opts.pause, keep_paused=())  # the run without it releases what it kept
     same = dataclasses.replace(opts, dry_run="none", pause=pause, fence="none", fence_exclude=())
-    key = repr((backup, *identity, same))
-    return f"{backup}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    decisive = {"v": KEY_VERSION, "backup": backup, "identity": list(identity), "options": canonical(same)}
+    text = orjson.dumps(decisive, option=orjson.OPT_SORT_KEYS)
+    return f"{backup}-{hashlib.sha256(text).hexdigest()[:16]}"
+
+
+def canonical(value: Any) -> Any:
+    """A JSON value for `value`: a dataclass as its fields that differ from their defaults (a modifiers file or an
+    order as its digest), tuples as lists."""
+    if isinstance(value, Modifiers | Order):
+        return value.digest
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for f in dataclasses.fields(value):
+            v = getattr(value, f.name)
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            if v != default:
+                out[f.name] = canonical(v)
+        return out
+    if isinstance(value, tuple | list):
+        return [canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): canonical(v) for k, v in value.items()}
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise TypeError(f"no canonical form for {type(value).__name__} in a restore's key")
 
 
 @contextmanager

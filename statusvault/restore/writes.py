@@ -12,6 +12,7 @@ from statusvault.errors import KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH
 from statusvault.model import KubeObject, ResourceType
+from statusvault.restore.journal import MANAGER_PREFIX
 from statusvault.restore.plan import PlanItem, StatusMode
 from statusvault.restore.results import Outcome, StatusOutcome
 from statusvault.transforms import ServerChange, contains, object_changes, status_body, status_changes, update_patch
@@ -37,6 +38,17 @@ def _created_at(meta: dict[str, Any]) -> float:
 def written_by(meta: dict[str, Any], manager: str) -> bool:
     """Whether `manager` has written the object: it is named in managedFields, whatever else changed."""
     return any(isinstance(e, dict) and e.get("manager") == manager for e in meta.get("managedFields") or [])
+
+
+def abandoned(meta: dict[str, Any]) -> bool:
+    """Whether a statusvault restore (any run, any release: each has a field manager of its own under one prefix)
+    created the object and no writer has written a status since: a run killed between its two passes whose state
+    this run cannot resume (another release's, or lost). Finishing it is this restore's job, whatever the policy:
+    left alone it would lack its saved status while the report counted it as kept."""
+    entries = [e for e in meta.get("managedFields") or [] if isinstance(e, dict)]
+    if not entries or not all(str(e.get("manager", "")).startswith(MANAGER_PREFIX) for e in entries):
+        return False
+    return not any(e.get("subresource") == "status" or "f:status" in (e.get("fieldsV1") or {}) for e in entries)
 
 
 @dataclasses.dataclass(slots=True)
@@ -83,7 +95,7 @@ class ObjectWriter:
             if e.code != 409 or e.reason != "AlreadyExists":
                 raise
             live = self.client.get(rt, item.namespace or None, item.name)
-            if live is not None and (self.wrote(live, body) or self.created_before(item)):
+            if live is not None and (self.wrote(live, body) or self.created_before(item) or self._adopts(live, item)):
                 return live, Outcome.CREATED  # a resent POST whose first attempt succeeded, or a resumed run's
             if self.policy != "update":
                 return None, Outcome.SKIPPED
@@ -92,6 +104,10 @@ class ObjectWriter:
             return created, Outcome.WOULD_CREATE
         reply.changes += object_changes(body, created)
         return created, Outcome.CREATED
+
+    def _adopts(self, live: KubeObject, item: PlanItem) -> bool:
+        """An object an earlier statusvault restore created and left without the status this one writes."""
+        return item.status_mode.wanted and abandoned(live.get("metadata") or {})
 
     def _heard(self, reply: ServerReply) -> list[str] | None:
         """Where a write's Warning texts go; none in a dry run."""

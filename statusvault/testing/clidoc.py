@@ -8,6 +8,12 @@ from statusvault.cli.main import cli
 from statusvault.errors import ExitStatus
 from statusvault.optiontable import markdown
 
+MEANING = {
+    ExitStatus.PARTIAL_FAILURE: "partial failure: the run ended short of what was asked; its last line names each "
+    "shortfall (failed objects, objects without their saved status, objects not paused or still paused, gates "
+    "that timed out, and with `--strict` what the server changed), as `-o json`'s `verdict` does",
+}
+
 HEADER = """# CLI reference
 
 Generated from `statusvault --help` by `make docs`; a test fails when it is out of date.
@@ -16,7 +22,7 @@ Generated from `statusvault --help` by `make docs`; a test fails when it is out 
 
 | code | meaning |
 |---|---|
-""" + "".join(f"| {s.value} | {s.name.lower().replace('_', ' ')} |\n" for s in ExitStatus)
+""" + "".join(f"| {s.value} | {MEANING.get(s, s.name.lower().replace('_', ' '))} |\n" for s in ExitStatus)
 
 
 def help_text(command: click.Command, path: str) -> str:

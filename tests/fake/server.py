@@ -235,7 +235,7 @@ class FakeKube(ListVerbs):
                     new["status"] = copy.deepcopy(live.get("status"))
                     new.pop("status") if new["status"] is None else None
             self.defaults(new)
-            return self._answer(name, self._store(key, new, manager, dry_run), warnings)
+            return self._answer(name, self._store(key, new, manager, dry_run, sub), warnings)
 
     def patch(
         self,
@@ -260,7 +260,7 @@ class FakeKube(ListVerbs):
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
                 raise status_error("PATCH", path, 422, f"{name}: {e}") from e
             self.defaults(new)
-            return self._answer(name, self._store(key, new, manager, dry_run), warnings)
+            return self._answer(name, self._store(key, new, manager, dry_run, sub), warnings)
 
     def _answer(self, name: str, obj: KubeObject, warnings: list[str] | None) -> KubeObject:
         """The answer to a write, with the Warning the test armed for the object when the caller asked for them."""
@@ -309,10 +309,10 @@ class FakeKube(ListVerbs):
             raise not_found(method, path, f'{key[0]} "{key[2]}"')
         return live
 
-    def _store(self, key: Key, new: KubeObject, manager: str, dry_run: bool) -> KubeObject:
+    def _store(self, key: Key, new: KubeObject, manager: str, dry_run: bool, sub: str | None = None) -> KubeObject:
         """A write of an existing object, holding the lock: the next resourceVersion, its writer, a MODIFIED."""
         new["metadata"]["resourceVersion"] = str(self.log.bump())
-        _own(new["metadata"], new, manager)
+        _own(new["metadata"], new, manager, sub)
         if not dry_run:
             self.objects[key] = new
             self.log.record("MODIFIED", key[0], key[1], new)
@@ -349,8 +349,9 @@ def _key(rt: ResourceType, namespace: str | None, name: str) -> Key:
     return rt.qualified, (namespace or "") if rt.namespaced else "", name
 
 
-def _own(meta: dict[str, Any], obj: KubeObject, manager: str) -> None:
-    """Name the writer in managedFields, unless it owns nothing (as the API server does)."""
+def _own(meta: dict[str, Any], obj: KubeObject, manager: str, sub: str | None = None) -> None:
+    """Name the writer in managedFields, unless it owns nothing (as the API server does); a write through a
+    subresource is an entry of its own that says so (Kubernetes 1.22+)."""
     owns = set(obj) - {"apiVersion", "kind", "metadata"} or set(meta) - {
         "name",
         "namespace",
@@ -360,8 +361,8 @@ def _own(meta: dict[str, Any], obj: KubeObject, manager: str) -> None:
         "creationTimestamp",
         "managedFields",
     }
-    entries = [e for e in meta.get("managedFields") or [] if e["manager"] != manager]
+    entries = [e for e in meta.get("managedFields") or [] if (e["manager"], e.get("subresource")) != (manager, sub)]
     if owns:
-        entries.append({"manager": manager, "operation": "Update"})
+        entries.append({"manager": manager, "operation": "Update", **({"subresource": sub} if sub else {})})
     if entries:
         meta["managedFields"] = entries

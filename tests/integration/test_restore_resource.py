@@ -190,9 +190,11 @@ def test_a_restore_that_loses_a_race_is_partially_restored_names_the_object_and_
     result = run("controller", "run", "-n", ctl_ns, "--once", kubeconfig=kubeconfig)
     assert result.code == 0, result.err
 
-    obj = wait_for(restores, kube, ctl_ns, "r2", "Stalled", "True")
+    obj = wait_for(restores, kube, ctl_ns, "r2", "Ready", "False")
     conds = {c["type"]: (c["status"], c["reason"]) for c in obj["status"]["conditions"]}
     assert conds["Ready"] == ("False", "PartiallyRestored"), "never Ready with an object lacking its status"
+    assert (conds["Reconciling"][0], conds["Stalled"][0]) == ("True", "False"), "retried by itself: progressing"
+    assert obj["status"]["nextAttemptAt"] and obj["status"]["attempts"] == 1
     assert (obj["status"]["withoutStatus"], obj["status"]["statusWritten"]) == (1, 1)
     assert kube.get(kc, namespace, "k-0")["status"] == kc_status(0)
     lost = kube.get(kc, namespace, "k-1")
@@ -373,7 +375,7 @@ def test_the_installed_controller_reconciles_restores_with_its_own_permissions(
     result = run("controller", "run", "-n", ctl_ns, "--once", kubeconfig=as_sa)
     assert result.code == 0 and "Forbidden" not in result.err and "403" not in result.err, result.err
 
-    obj = wait_for(restores, kube, ctl_ns, "mine", "Stalled", "True")
+    obj = wait_for(restores, kube, ctl_ns, "mine", "Ready", "False")
     assert obj["status"]["reason"] == "PartiallyRestored" and obj["status"]["statusWritten"] == 1
     assert "statusvault.dev/status-not-restored" in kube.get(kc, namespace, "k-1")["metadata"]["annotations"]
     assert events_on(kube, ctl_ns, "mine") == {"RestoreStarted": "Normal", "RestoreFailed": "Warning"}

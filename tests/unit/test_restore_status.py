@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from statusvault.controller.conditions import PENDING, Reason, conditions
+from statusvault.controller.conditions import PENDING, STALLED_AFTER, Reason, conditions, retrying
 from statusvault.controller.intent import Phase
 from statusvault.controller.restores import flat_status, parse_restore, typed_status
 from statusvault.errors import ConfigError
@@ -34,6 +34,26 @@ def test_conditions_follow_kstatus(phase, reason, ready, reconciling, stalled):
     assert by_type(conds) == {"Ready": (ready, reason), "Reconciling": (reconciling, reason),
                               "Stalled": (stalled, reason)}  # fmt: skip
     assert {c["observedGeneration"] for c in conds} == {3}
+
+
+@pytest.mark.parametrize(
+    ("reason", "attempts", "due", "expected"),
+    [
+        (Reason.INTERRUPTED, 9, "T", True),  # resumed at once, however often
+        (Reason.PARTIALLY_RESTORED, 1, "T", True),  # its backoff runs: it tries again by itself
+        (Reason.FAILED, STALLED_AFTER - 1, "T", True),
+        (Reason.PARTIALLY_RESTORED, STALLED_AFTER, "T", False),  # failed as often: a person must look
+        (Reason.BACKUP_NOT_FOUND, STALLED_AFTER + 4, "T", False),
+        (Reason.PARTIALLY_RESTORED, 1, "", False),  # no retry due
+    ],
+)
+def test_a_failed_run_the_controller_retries_by_itself_is_reconciling_not_stalled(reason, attempts, due, expected):
+    flat = {"phase": Phase.FAILED, "reason": reason, "attempts": str(attempts), "nextAttemptAt": due}
+    assert retrying(flat) is expected
+    conds = by_type(conditions(Phase.FAILED, reason, "m", 1, "T", [], retrying(flat)))
+    assert conds["Ready"] == ("False", reason), "never Ready"
+    assert (conds["Reconciling"][0], conds["Stalled"][0]) == (("True", "False") if expected else ("False", "True"))
+    assert not retrying({**flat, "phase": Phase.INVALID}), "an invalid spec waits for a person"
 
 
 def test_a_condition_keeps_its_transition_time_while_its_status_holds():

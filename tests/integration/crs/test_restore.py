@@ -66,6 +66,35 @@ def test_seeds_kubernetescluster_deleted_then_restored_with_exact_status(run, ku
     )
 
 
+def test_objects_an_earlier_release_created_without_their_status_are_finished_whatever_the_policy(
+    run, kube, crds, make, namespace
+):
+    """A restore killed between its two passes under another release, whose state this one cannot resume: what it
+    created carries that run's field manager and no status. The plain re-run (policy none) writes their saved
+    status instead of counting them as kept; an object someone else created keeps its own status."""
+    kc = crds.resolve("kc")
+    for i in range(4):
+        make(cr(KC, "KubernetesCluster", f"k-{i}", spec={"region": "eu"}, status=kc_status(i)), namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    for i in range(4):
+        kube.delete(kc, namespace, f"k-{i}")
+        wait_gone(kube, kc, namespace, f"k-{i}")
+    for i in range(2):  # the killed run's first pass
+        body = cr(KC, "KubernetesCluster", f"k-{i}", spec={"region": "eu"})
+        kube.create(kc, namespace, body, manager="statusvault-restore-0123456789abcdef")
+    make(cr(KC, "KubernetesCluster", "k-3", spec={"region": "us"}, status=kc_status(9)), namespace)
+
+    result = run("restore", "b", "-n", namespace, "-o", "json")
+
+    assert result.code == ExitStatus.SUCCESS, result.err
+    for i in range(3):
+        assert kube.get(kc, namespace, f"k-{i}")["status"] == kc_status(i)
+    assert kube.get(kc, namespace, "k-3")["status"] == kc_status(9), "not statusvault's: left as it is"
+    report = items(json.loads(result.out))
+    assert report[f"kubernetesclusters.xyz.example.com {namespace}/k-0"]["status"] == "written"
+    assert report[f"kubernetesclusters.xyz.example.com {namespace}/k-3"]["status"] == "kept"
+
+
 def test_default_restores_every_custom_status_and_respects_exclude_and_annotation(run, kube, crds, make, namespace):
     make(cr(KC, "KubernetesCluster", "a", status=kc_status(1)), namespace)
     make(
