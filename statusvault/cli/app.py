@@ -24,6 +24,7 @@ class App:
     debug: bool = False
     log_format: str = "text"
     _client: KubeClient | None = None
+    _settings: tuple[int, float, int] = (0, 0.0, 0)  # the client's pool size, QPS and burst
     _discovery: Discovery | None = None
     _closers: list[Callable[[], Any]] = dataclasses.field(default_factory=list)
 
@@ -33,10 +34,21 @@ class App:
 
         return self.context or current_context(self.kubeconfig)
 
-    def client(self, pool_size: int = 16, qps: float = 0.0, burst: int = 100) -> KubeClient:
-        if self._client is None:
-            transport = load_transport(self.kubeconfig, self.context, pool_size=pool_size, qps=qps, burst=burst)
-            self._client = KubeClient(transport)
+    def client(self, pool_size: int | None = None, qps: float | None = None, burst: int | None = None) -> KubeClient:
+        """The client of the global options' cluster. Asked without settings, the one made so far (or one with the
+        defaults); asked with a pool size, QPS or burst, one that has them: never a client made with others."""
+        if self._client is not None and (pool_size, qps, burst) == (None, None, None):
+            return self._client
+        settings = (
+            16 if pool_size is None else pool_size,
+            0.0 if qps is None else qps,
+            100 if burst is None else burst,
+        )
+        if self._client is None or settings != self._settings:
+            transport = load_transport(
+                self.kubeconfig, self.context, pool_size=settings[0], qps=settings[1], burst=settings[2]
+            )
+            self._client, self._settings = KubeClient(transport), settings
             self._closers.append(transport.close)
         return self._client
 

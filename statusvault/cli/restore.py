@@ -26,8 +26,9 @@ from statusvault.cli.options import (
 )
 from statusvault.cli.output import emit, emit_items
 from statusvault.cli.restoreview import render
-from statusvault.errors import ConfigError, PartialFailure, StatusVaultError
+from statusvault.errors import PartialFailure, StatusVaultError
 from statusvault.processes import WorkerSpec
+from statusvault.restore.configfile import read_config
 from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import RestoreOptions, restore_options
 from statusvault.restore.results import RestoreReport
@@ -315,11 +316,7 @@ def worker_spec(app: App, args: RestoreArgs) -> WorkerSpec:
 
 
 def read_modifiers(path: str) -> Modifiers:
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise ConfigError(f"cannot read modifiers file {path}: {e.strerror}") from None
-    return load_modifiers(text, path)
+    return load_modifiers(read_config(path, "modifiers file"), path)
 
 
 unpause_cmd = click.Command(

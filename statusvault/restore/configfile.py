@@ -1,9 +1,12 @@
-"""The header both restore config files share (--modifiers, --order): YAML, a mapping, `version: v1`, and one
-non-empty list of entries."""
+"""What both restore config files share (--modifiers, --order): how they are read (UTF-8, or UTF-16 with its
+byte-order mark, as PowerShell's `>` writes), and their header: YAML, a mapping, `version: v1`, and one non-empty
+list of entries."""
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -11,6 +14,21 @@ import yaml
 from statusvault.errors import ConfigError
 
 Only = Callable[[Mapping[str, Any], set[str], str], None]  # refuses keys outside the allowed set, in its own words
+
+
+def read_config(path: str, what: str) -> str:
+    """The text of a config file the user names; a one-line ConfigError when it cannot be read or is not text."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {path}: {e.strerror}") from None
+    encoding = "utf-16" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8-sig"
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{what} {path} is not {encoding.upper().removesuffix('-SIG')} text (byte {e.start}): save it as UTF-8"
+        ) from None
 
 
 def versioned_entries(text: str, source: str, key: str, only: Only) -> list[Any]:

@@ -77,6 +77,7 @@ def read_fence(
             ) from e
         warnings.append(f"cannot read the cluster's RBAC and workloads ({e}): NOTHING was fenced")
         return FencePlan(warnings=tuple(warnings))
+    _check_excluded(opts.fence_exclude, workloads)
     if managers is None:
         where, (managers, unread) = "cluster", _managers(client, targets)
         warnings += [f"cannot read the status managers of {q} ({why})" for q, why in unread]
@@ -89,6 +90,18 @@ def read_fence(
         pause=dataclasses.replace(opts.pause, auto=True),
     )
     return dataclasses.replace(fence, warnings=fence.warnings + tuple(warnings), managers_from=where)
+
+
+def _check_excluded(excluded: tuple[str, ...], workloads: list[KubeObject]) -> None:
+    """--fence-exclude names workloads to keep running: one that names none (a typo) would fence the very
+    operator meant to be kept, so it is refused before anything is written, as --scale-down refuses its own."""
+    known = {f"{(w.get('metadata') or {}).get('namespace')}/{(w.get('metadata') or {}).get('name')}" for w in workloads}
+    unknown = [entry for entry in excluded if entry not in known]
+    if unknown:
+        raise FenceError(
+            f"--fence-exclude: {', '.join(unknown)} names no Deployment, StatefulSet or DaemonSet in the cluster "
+            "(nothing was written): give NAMESPACE/NAME of a workload to keep running"
+        )
 
 
 def archived_managers(reader: ArchiveReader, targets: list[Target]) -> Managers | None:

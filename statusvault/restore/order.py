@@ -17,7 +17,7 @@ from typing import Any
 
 from statusvault.errors import ConfigError
 from statusvault.labels import Matcher, parse_selector
-from statusvault.restore.configfile import versioned_entries
+from statusvault.restore.configfile import read_config, versioned_entries
 from statusvault.restore.expr import Expression, parse_expression
 from statusvault.restore.pausemarkers import Marker
 
@@ -111,10 +111,7 @@ def read_order(value: str) -> Order:
     path = Path(value)
     if "/" not in value and not value.endswith((".yaml", ".yml")) and not path.exists():
         raise ConfigError(f"unknown --order profile {value!r}: one of {', '.join(profile_names())}, or a file")
-    try:
-        return load_order(path.read_text(), value)
-    except OSError as e:
-        raise ConfigError(f"cannot read order file {value}: {e.strerror}") from None
+    return load_order(read_config(value, "order file"), value)
 
 
 def load_order(text: str, source: str = "order") -> Order:

@@ -301,6 +301,34 @@ def test_an_operator_with_a_pause_convention_is_fenced_by_pausing_not_scaling(ru
         assert obj["status"] == saved(i) and "crossplane.io/paused" not in (obj["metadata"].get("annotations") or {})
 
 
+def test_a_fence_exclude_naming_no_workload_is_refused_before_any_write(run, kube, namespace, world):
+    """A typo in --fence-exclude would fence the very operator the user meant to keep running."""
+    group = f"{unique('fexcl')}.example.com"
+    widgets = backed_up_widgets(run, kube, group, namespace)
+    ops = world.namespace("fexcl-ops")
+    name = unique("fexcl-r")
+    world.cluster_role(name, [status_rule(group)])
+    world.bind(name, "ClusterRole", name, sa(ops, "op-sa"))
+    world.workload(ops, "operator", "op-sa")
+
+    for fence in ("auto", "report"):
+        refused = run("restore", "b", "--fence", fence, "--fence-exclude", f"{ops}/operatr")
+        assert refused.code == ExitStatus.ERROR, refused.out + refused.err
+        errors = [line for line in refused.err.splitlines() if line.startswith("error:")]
+        assert errors == [
+            f"error: --fence-exclude: {ops}/operatr names no Deployment, StatefulSet or DaemonSet in the cluster "
+            "(nothing was written): give NAMESPACE/NAME of a workload to keep running"
+        ]
+        assert kube.list_names(widgets, namespace) == set(), "nothing written"
+    deployments = discover(kube).resolve("deployments.apps")
+    assert kube.get(deployments, ops, "operator")["spec"]["replicas"] == 2, "not fenced"
+
+    kept = run("restore", "b", "--fence", "auto", "--fence-exclude", f"{ops}/operator")
+    assert kept.code == ExitStatus.SUCCESS, kept.err
+    assert kube.get(deployments, ops, "operator")["spec"]["replicas"] == 2
+    assert kube.get(widgets, namespace, "w-00")["status"] == saved(0)
+
+
 def test_rbac_the_user_cannot_read_stops_auto_before_any_write_and_warns_under_best_effort(
     run, kube, cluster, namespace, grant
 ):

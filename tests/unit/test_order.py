@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import codecs
 import pickle
 
 import pytest
 
+from statusvault.cli.restore import read_modifiers
 from statusvault.errors import ConfigError
 from statusvault.restore.expr import parse_expression
 from statusvault.restore.gates import LIST_OVER, GateWaiter, why_not
@@ -160,3 +162,33 @@ def test_a_gate_looks_with_gets_or_one_list_then_again_only_at_what_did_not_pass
     result = GateWaiter(cluster, lambda item: item, None).wait(1, group, items)  # type: ignore[arg-type]
     assert (result.outcome, result.objects, result.not_passed_count) == ("passed", count, 0)
     assert (cluster.gets, cluster.lists) == (gets, lists)
+
+
+ORDER = "version: v1\ngroups:\n  - name: a\n    resources: [x.io]\n"
+
+
+@pytest.mark.parametrize(
+    "encoded",
+    [
+        ORDER.encode(),
+        codecs.BOM_UTF8 + ORDER.encode(),
+        ORDER.encode("utf-16"),  # PowerShell's `>`: UTF-16LE with its byte-order mark
+        codecs.BOM_UTF16_BE + ORDER.encode("utf-16-be"),
+    ],
+    ids=["utf-8", "utf-8-bom", "utf-16-le", "utf-16-be"],
+)
+def test_an_order_file_in_utf8_or_utf16_with_its_bom_is_read(tmp_path, encoded):
+    path = tmp_path / "order.yaml"
+    path.write_bytes(encoded)
+    assert read_order(str(path)).groups[0].name == "a"
+
+
+def test_an_order_or_modifiers_file_that_is_not_text_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "order.yaml"
+    path.write_bytes(b"version: v1\ngroups: [\xff\xfe]\n")
+    with pytest.raises(ConfigError, match=r"^order file .*order.yaml is not UTF-8 text \(byte 21\): save it as UTF-8$"):
+        read_order(str(path))
+    with pytest.raises(ConfigError, match=r"^modifiers file .* is not UTF-8 text"):
+        read_modifiers(str(path))
+    with pytest.raises(ConfigError, match=r"^cannot read order file .*missing.yaml: No such file"):
+        read_order(str(tmp_path / "missing.yaml"))
