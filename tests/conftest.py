@@ -204,6 +204,15 @@ def grant(kube: KubeClient) -> Callable[[str, str, list[dict[str, Any]]], None]:
 
 
 @pytest.fixture
+def cleanup(kube: KubeClient) -> Iterator[Callable[[Any, str], None]]:
+    """cleanup(rt, name): delete that cluster-scoped object after the test."""
+    made: list[tuple[Any, str]] = []
+    yield lambda rt, name: made.append((rt, name))
+    for rt, name in reversed(made):
+        kube.delete(rt, None, name)
+
+
+@pytest.fixture
 def fresh_discovery(kube: KubeClient) -> Callable[[], Discovery]:
     return lambda: discover(kube)
 

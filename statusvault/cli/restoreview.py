@@ -176,8 +176,16 @@ def _status_notes(report: RestoreReport) -> list[str]:
             f"note: {report.left_paused} object(s) stay paused as asked (--keep-paused): release them with "
             f"`statusvault unpause {report.backup}` and the same options"
         )
+    elif report.left_paused and report.lacking:
+        notes.append(
+            f"note: {report.left_paused} object(s) stay paused until every object has its status "
+            f"({report.lacking} lack theirs)"
+        )
     elif report.left_paused:
-        notes.append(f"note: {report.left_paused} object(s) stay paused until every object has its status")
+        notes.append(
+            f"note: {report.left_paused} object(s) stay paused: the restore did not finish (above: why); running "
+            "the same command again finishes it and unpauses them"
+        )
     if report.unreached:
         notes.append(f"not reached: {report.unreached} object(s) with a saved status (the run stopped first)")
     return ["", *notes] if notes else []

@@ -23,6 +23,8 @@ NAMED = 20  # objects a gate's report names; more are counted
 LIST_OVER = 20  # objects of one resource in one namespace still to pass: above this, one LIST instead of GETs
 
 PASSED, TIMED_OUT, RESUMED, NOT_WAITED = "passed", "timed-out", "passed-earlier", "not-waited"
+NOT_RESTORED = "not-restored"  # objects of its group failed: the gate cannot pass, whatever the others do
+NOT_PASSED = frozenset({TIMED_OUT, NOT_RESTORED})
 
 
 class GateTimeout(StatusVaultError):
@@ -53,8 +55,10 @@ class GateResult:
 
     def line(self) -> str:
         head = f"gate after group {self.name} ({self.gate}): {self.outcome}"
-        if self.outcome in (PASSED, TIMED_OUT):
+        if self.outcome in (PASSED, TIMED_OUT, NOT_RESTORED):
             head += f" after {self.waited:.1f}s, {self.objects} object(s)"
+        elif self.outcome == NOT_WAITED and not self.objects:
+            head += ": the group restored no object"
         if self.not_passed_count:
             more = self.not_passed_count - len(self.not_passed)
             head += f"; {self.not_passed_count} did not pass: " + "; ".join(self.not_passed)
@@ -168,6 +172,23 @@ class GroupGates:
         if self.order is not None:
             self.before(len(self.order.groups) + 1)
 
+    def _wait(self, number: int, group: Group) -> GateResult:
+        """The gate over what its group restored; objects of the group that failed keep it from passing (their
+        dependents would be restored under parents that do not exist)."""
+        assert group.gate is not None
+        restored = self.plan.restored(number, self.journal.path)
+        failed = self.plan.unrestored(number, self.journal.path)
+        if not restored and not failed:
+            return GateResult(number, group.name, group.gate.describe(), 0, NOT_WAITED)
+        result = self.waiter.wait(number, group, restored)
+        if failed:
+            result.outcome = NOT_RESTORED
+            result.objects += len(failed)
+            named = [f"{item.display}: not restored (failed)" for item in failed[:NAMED]]
+            result.not_passed = (named + result.not_passed)[:NAMED]
+            result.not_passed_count += len(failed)
+        return result
+
     def _gate(self, number: int) -> None:
         group = self.order.group(number) if self.order is not None else None
         if group is None or group.gate is None:
@@ -183,9 +204,9 @@ class GroupGates:
             return
         self.unpause(number)  # a paused object's operator could not make it pass
         pause_point("restore.gate-waiting")
-        result = self.waiter.wait(number, group, self.plan.restored(number, self.journal.path))
+        result = self._wait(number, group)
         self.results.append(result)
-        if result.outcome != PASSED and group.gate.on_timeout == "fail":
+        if result.outcome in NOT_PASSED and group.gate.on_timeout == "fail":
             raise GateTimeout(result.line())
         self.journal.mark_gate(number, result.outcome, result.waited)
         pause_point("restore.gate-passed")

@@ -339,6 +339,16 @@ class RestorePlan:
         ).fetchall()
         return [self._item(row) for row in rows]
 
+    def unrestored(self, group: int, journal: Path) -> list[PlanItem]:
+        """The group's objects to create or update that the journal has not seen restored: after the group's
+        waves, those that failed."""
+        self._attach(journal)
+        rows = self._db.execute(
+            f"SELECT {_COLUMNS}, seq FROM items WHERE grp = ? AND action IN (?, ?) AND {_NOT_DONE} ORDER BY seq",
+            (group, str(Action.CREATE), str(Action.UPDATE)),
+        ).fetchall()
+        return [self._item(row) for row in rows]
+
     def paused(self, journal: Path, group: int | None = None) -> list[PlanItem]:
         """The items the journal says this restore created paused and has not unpaused yet (of one --order group)."""
         self._attach(journal)

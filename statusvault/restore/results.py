@@ -11,7 +11,7 @@ from typing import IO, Any
 import orjson
 
 from statusvault.model import display
-from statusvault.restore.gates import TIMED_OUT, GateResult
+from statusvault.restore.gates import NOT_PASSED, GateResult
 from statusvault.restore.pausemarkers import unmarked_warning
 from statusvault.transforms import ServerChange
 
@@ -236,7 +236,7 @@ class RestoreReport:
     @property
     def gates_not_passed(self) -> list[GateResult]:
         """Gates that timed out (the run stopped there, or went on as onTimeout continue asked)."""
-        return [g for g in self.gates if g.outcome == TIMED_OUT]
+        return [g for g in self.gates if g.outcome in NOT_PASSED]
 
     @property
     def server_changed(self) -> int:

@@ -28,7 +28,7 @@ class Shortfall(enum.StrEnum):
     WITHOUT_SAVED_STATUS = "WithoutSavedStatus"
     NOT_PAUSED = "NotPaused"
     STILL_PAUSED = "StillPaused"  # the unpause failed: their operator never resumes them
-    GATE_TIMED_OUT = "GateTimedOut"
+    GATE_NOT_PASSED = "GateNotPassed"  # timed out, or objects of its group failed
     SERVER_CHANGED = "ServerChanged"  # --strict only
     SERVER_WARNED = "ServerWarned"  # --strict only
 
@@ -51,7 +51,7 @@ _WHAT = {
     Shortfall.WITHOUT_SAVED_STATUS: "object(s) lack their saved status",
     Shortfall.NOT_PAUSED: "object(s) were restored but NOT paused (the server dropped the pause marker)",
     Shortfall.STILL_PAUSED: "object(s) could not be unpaused and stay paused",
-    Shortfall.GATE_TIMED_OUT: "gate(s) timed out",
+    Shortfall.GATE_NOT_PASSED: "gate(s) did not pass",
     Shortfall.SERVER_CHANGED: "object(s) changed by the server",
     Shortfall.SERVER_WARNED: "object(s) drew server warnings",
 }
@@ -125,9 +125,9 @@ def verdict(report: RestoreReport, strict: bool = False) -> Verdict:
             "run `statusvault unpause` once the cause is fixed, or their operator never resumes them",
         ),
         _objects(
-            Shortfall.GATE_TIMED_OUT,
+            Shortfall.GATE_NOT_PASSED,
             [g.name for g in report.gates_not_passed],
-            "the groups after it were restored before it was ready (onTimeout continue)",
+            "the groups after it were restored before its group was ready (onTimeout continue)",
         ),
     ]
     if strict:

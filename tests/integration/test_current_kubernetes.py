@@ -8,7 +8,7 @@ import json
 import queue
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -60,15 +60,6 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> N
 
 def served(kube: KubeClient, qualified: str) -> ResourceType:
     return discover(kube).resolve(qualified)
-
-
-@pytest.fixture
-def cleanup(kube: KubeClient) -> Iterator[Callable[[ResourceType, str], None]]:
-    """cleanup(rt, name): delete that cluster-scoped object after the test."""
-    made: list[tuple[ResourceType, str]] = []
-    yield lambda rt, name: made.append((rt, name))
-    for rt, name in reversed(made):
-        kube.delete(rt, None, name)
 
 
 # --- ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in 1.30) ---

@@ -17,6 +17,7 @@ from statusvault.kube.discovery import discover
 from statusvault.testing.fixtures import create_with_status, install_crds
 from tests.builders import cr, crd
 from tests.integration.crs.servers import wait_gone
+from tests.integration.test_current_kubernetes import deny_blocked
 
 pytestmark = pytest.mark.version_neutral("readiness gates read status conditions, the same on every version")
 
@@ -141,6 +142,38 @@ def test_groups_and_a_gate_make_every_child_ready(run, kube, types, backed_up, o
     assert gates[0]["waitedSeconds"] >= READY_AFTER * 0.9, "it waited for the operator"
 
 
+def test_a_gate_does_not_pass_over_its_own_groups_failures(run, kube, types, namespace, operator, tmp_path, cleanup):
+    """Two of five parents are refused by the server: the gate after their group does not pass, whatever the
+    other three do, and no child is created under a parent that does not exist."""
+    d = discover(kube)
+    blocked = {1, 3}
+    for i in range(5):
+        labels = {"blocked": "true"} if i in blocked else None
+        create_with_status(kube, d, cr(f"{GROUP}/v1", "Parent", f"p-{i}", labels=labels), namespace)
+        create_with_status(kube, d, cr(f"{GROUP}/v1", "Kid", f"c-{i}", spec={"parent": f"p-{i}"}), namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    kube.delete(NAMESPACES, None, namespace)
+    wait_gone(kube, NAMESPACES, None, namespace)
+    message, _, _ = deny_blocked(kube, types[0], cleanup)
+    operator(namespace)
+    path = order_file(tmp_path, "{condition: Ready, timeout: 30s}")
+
+    stopped = run("restore", "b", "--order", str(path))
+
+    assert stopped.code == ExitStatus.ERROR, stopped.out + stopped.err
+    assert "gate after group parents (condition Ready, timeout 30s, on timeout fail): not-restored" in stopped.err
+    assert f"2 did not pass: {PARENTS} {namespace}/p-1: not restored (failed)" in stopped.err
+    assert [kube.get(types[1], namespace, f"c-{i}") for i in range(5)] == [None] * 5, "no child was created"
+
+    path.write_text(path.read_text().replace("timeout: 30s}", "timeout: 30s, onTimeout: continue}"))
+    onward = run("restore", "b", "--order", str(path), "-o", "json")
+    assert onward.code == ExitStatus.PARTIAL_FAILURE, onward.err
+    report = json.loads(onward.out)
+    reasons = {r["reason"]: r["count"] for r in report["verdict"]["reasons"]}
+    assert reasons["FailedObjects"] == 2 and reasons["GateNotPassed"] == 1, reasons
+    assert message in json.dumps(report["items"])
+
+
 def test_dry_run_prints_the_groups_their_counts_and_gates(run, backed_up, tmp_path):
     result = run("restore", "b", "--order", str(order_file(tmp_path, "{condition: Ready}")), "--dry-run", "client")
     assert result.code == ExitStatus.SUCCESS, result.err
@@ -178,8 +211,8 @@ def test_on_timeout_continue_goes_on_and_exits_partial(run, kube, types, backed_
     result = run("restore", "b", "--order", str(path))
     assert result.code == ExitStatus.PARTIAL_FAILURE
     assert (
-        "1 gate(s) timed out (parents): the groups after it were restored before it was ready (onTimeout continue)"
-        in result.err
+        "1 gate(s) did not pass (parents): the groups after it were restored before its group was ready "
+        "(onTimeout continue)" in result.err
     )
     assert f"{N} did not pass: {PARENTS} {backed_up}/p-0: no Ready condition" in result.out
     assert kube.get(types[1], backed_up, "c-0") is not None, "the next group was restored"

@@ -65,7 +65,7 @@ SHORTFALLS: list[tuple[Callable[[RestoreReport], None], bool, Shortfall]] = [
     (unreached, False, Shortfall.WITHOUT_SAVED_STATUS),
     (not_paused, False, Shortfall.NOT_PAUSED),
     (still_paused, False, Shortfall.STILL_PAUSED),
-    (gate_timed_out, False, Shortfall.GATE_TIMED_OUT),
+    (gate_timed_out, False, Shortfall.GATE_NOT_PASSED),
     (server_changed, True, Shortfall.SERVER_CHANGED),
     (server_warned, True, Shortfall.SERVER_WARNED),
 ]
@@ -147,7 +147,7 @@ def test_several_shortfalls_are_all_named_each_with_its_count():
     report = report_with(failed)
     still_paused(report)
     gate_timed_out(report)
-    assert verdict(report).shortfalls == (Shortfall.FAILED_OBJECTS, Shortfall.STILL_PAUSED, Shortfall.GATE_TIMED_OUT)
+    assert verdict(report).shortfalls == (Shortfall.FAILED_OBJECTS, Shortfall.STILL_PAUSED, Shortfall.GATE_NOT_PASSED)
     without_status(report)
     unreached(report)
     judged = verdict(report)
