@@ -22,8 +22,10 @@ CREATE TABLE uids (old TEXT PRIMARY KEY, new TEXT NOT NULL);  -- owners restored
 CREATE TABLE paused (seq INTEGER PRIMARY KEY);  -- created paused by this restore, not yet unpaused
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS gates (grp INTEGER PRIMARY KEY, outcome TEXT NOT NULL, waited REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS scaled (workload TEXT PRIMARY KEY);  -- scaled to 0 by this restore, not yet back
 """
 _GATES = "CREATE TABLE IF NOT EXISTS gates (grp INTEGER PRIMARY KEY, outcome TEXT NOT NULL, waited REAL NOT NULL)"
+_SCALED = "CREATE TABLE IF NOT EXISTS scaled (workload TEXT PRIMARY KEY)"
 
 
 DONE_BATCH = 256
@@ -77,6 +79,7 @@ class Journal:
         try:
             db = _connect(path, must_exist=True)
             db.execute(_GATES)  # a journal from before --order
+            db.execute(_SCALED)  # a journal from before fencing was journalled
             meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
             return cls(path, db, str(meta["manager"]), float(meta["started"]), True, str(meta.get("backup", "")))
         except (sqlite3.DatabaseError, KeyError, TypeError, ValueError) as e:
@@ -138,6 +141,19 @@ class Journal:
     def mark_gate(self, group: int, outcome: str, waited: float) -> None:
         """The gate after `group` is behind this restore (passed, or timed out with onTimeout continue)."""
         self._write("INSERT OR REPLACE INTO gates VALUES (?, ?, ?)", (group, outcome, waited))
+
+    def mark_scaled(self, workload: str) -> None:
+        """Before a workload is scaled to 0 (NAMESPACE/resource.group/NAME): every later run of this restore scales
+        it back at its end, whatever its own options say (a resumed run without --fence)."""
+        self._write("INSERT OR IGNORE INTO scaled VALUES (?)", (workload,))
+
+    def mark_scaled_back(self, workload: str) -> None:
+        self._write("DELETE FROM scaled WHERE workload = ?", (workload,))
+
+    def scaled(self) -> list[str]:
+        """The workloads a run of this restore scaled to 0 and has not scaled back yet."""
+        with self._lock:
+            return [w for (w,) in self._db.execute("SELECT workload FROM scaled ORDER BY workload")]
 
     def gates(self) -> dict[int, tuple[str, float]]:
         """The gates an earlier run (or this one) got past: group -> (outcome, seconds waited)."""

@@ -135,6 +135,9 @@ class RestoreReport:
         self.unpaused = 0  # objects this restore created paused and has unpaused
         self.left_paused = 0  # objects it created paused that stay paused (--keep-paused, or the run failed)
         self.unpause_failures: list[str] = []  # objects it could not unpause (still paused)
+        self.not_scaled_back: list[
+            str
+        ] = []  # workloads it scaled to 0 (--scale-down, --fence) and could not scale back
         self.total = 0
         self.fence: list[str] = []  # the fence plan's lines (--fence): each controller, why, what was done
         self.processes = 0  # worker processes used (0: this process's threads only)
@@ -230,7 +233,7 @@ class RestoreReport:
     @property
     def succeeded(self) -> bool:
         """The one rule for a successful restore: nothing failed, every saved status in scope is back."""
-        problems = self.failures or self.lacking or self.not_paused or self.unpause_failures
+        problems = self.failures or self.lacking or self.not_paused or self.unpause_failures or self.not_scaled_back
         return not (problems or self.aborted or self.interrupted)
 
     @property
@@ -280,6 +283,7 @@ class RestoreReport:
             "unpaused": self.unpaused,
             "leftPaused": self.left_paused,
             "unpauseFailures": self.unpause_failures,
+            "notScaledBack": self.not_scaled_back,
             "notPaused": len(self.not_paused),
             "summary": self.counts(),
             "serverChanges": [

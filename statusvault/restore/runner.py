@@ -24,6 +24,7 @@ from statusvault.restore.engine import EngineSettings, RestoreEngine
 from statusvault.restore.existence import ExistenceIndex
 from statusvault.restore.fenceread import read_fence_plan
 from statusvault.restore.fencing import Action, FencePlan
+from statusvault.restore.journal import Journal
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.plan import RestorePlan
 from statusvault.restore.planner import Sink, build_plan, manifest_types, resolve_resource_options
@@ -91,6 +92,10 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
         keep = opts.dry_run == "none"
         stream = streamable(req, reader)
         with restore_state(req.state_dir, req.backup, key, planner, keep, req.restart, req.unpause, stream) as state:
+            earlier: list[Workload] = []
+            if keep:
+                pauser.journal = state.journal
+                workloads, earlier = _with_journalled(workloads, state.journal, discover(False))
             if state.plan is None:
                 engine = _engine(client, discover, req, origin)
                 planned = time.monotonic() - origin  # streamed: what is left before the first object is read
@@ -108,6 +113,7 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
                             finish(state)  # no journal left behind, as when planning first
                         raise
                 report.timings["planned"] = planned
+                _scaled_back(report, pauser, earlier)
                 if report.succeeded and not report.left_paused and state.plan is not None:
                     finish(state)
                 return report
@@ -128,6 +134,7 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
                     report = engine.run(reader, state.plan, state.journal, opts)
             report.timings["planned"] = planned
             report.fence = fence.lines() if fence is not None else []
+            _scaled_back(report, pauser, earlier)
             if opts.dry_run == "none" and report.succeeded and not report.left_paused:
                 finish(state)
             return report
@@ -175,6 +182,25 @@ def fence_report(client: KubeApi, discover: Callable[[bool], Discovery], req: Re
         with restore_state(None, req.backup, key, planner, keep=False) as state:
             assert state.plan is not None  # planned first: nothing streams
             return read_fence_plan(client, state.plan, req.options, reader)
+
+
+def _with_journalled(
+    workloads: list[Workload], journal: Journal, discovery: Discovery
+) -> tuple[list[Workload], list[Workload]]:
+    """The workloads to scale down, with those an earlier run of this restore scaled to 0 and did not scale back:
+    a resumed run is the same restore, so it keeps them at 0 until its end and then scales them back, whatever its
+    own options say (--fence left out, or best-effort). Also returns those earlier ones."""
+    seen = {w.spec for w in workloads}
+    earlier = [w for w in resolve_workloads(tuple(journal.scaled()), discovery) if w.spec not in seen]
+    return [*workloads, *earlier], earlier
+
+
+def _scaled_back(report: RestoreReport, pauser: Pauser, earlier: list[Workload]) -> None:
+    """The report names the workloads an earlier run fenced and this one scaled back, and counts any it could
+    not scale back."""
+    back = [w for w in earlier if not any(f.startswith(f"{w.display}:") for f in pauser.failed)]
+    report.fence += [f"scaled back (fenced by an earlier run of this restore): {w.display}" for w in back]
+    report.not_scaled_back = list(pauser.failed)
 
 
 def _fenced(

@@ -22,6 +22,7 @@ from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import MERGE_PATCH
 from statusvault.model import ResourceType
+from statusvault.restore.journal import Journal
 
 log = logging.getLogger(__name__)
 ANNOTATION = "statusvault.io/replicas-before-restore"
@@ -36,6 +37,11 @@ class Workload:
     @property
     def display(self) -> str:
         return f"{self.rt.kind.lower()} {self.namespace}/{self.name}"
+
+    @property
+    def spec(self) -> str:
+        """NAMESPACE/resource.group/NAME: what resolve_workloads reads back (a journal keeps it)."""
+        return f"{self.namespace}/{self.rt.qualified}/{self.name}"
 
 
 def resolve_workloads(specs: tuple[str, ...], discovery: Discovery) -> list[Workload]:
@@ -56,6 +62,8 @@ class Pauser:
     def __init__(self, client: KubeApi, timeout: float = 120.0):
         self.client = client
         self.timeout = timeout
+        self.journal: Journal | None = None  # the restore's: which workloads it scaled, for its later runs
+        self.failed: list[str] = []  # "<workload>: <why>" of each it could not scale back (left at 0)
 
     @contextmanager
     def paused(self, workloads: list[Workload]) -> Iterator[None]:
@@ -63,6 +71,8 @@ class Pauser:
         try:
             for w in workloads:
                 done.append(w)  # from the annotation on, it must be scaled back whatever happens next
+                if self.journal is not None:
+                    self.journal.mark_scaled(w.spec)
                 self.scale_down(w)
             for w in done:
                 self.wait_stopped(w)
@@ -119,14 +129,20 @@ class Pauser:
             time.sleep(0.5)
 
     def scale_back(self, w: Workload) -> None:
+        """To the replica count its annotation kept (a workload deleted since, or never scaled, has nothing to go
+        back to); one that cannot be is counted in the report (exit 3), never only logged."""
         try:
-            obj = self.get(w)
-            saved = (obj["metadata"].get("annotations") or {}).get(ANNOTATION)
-            if saved is None:
-                return
-            replicas = {"spec": {"replicas": int(saved) if saved.isdigit() else 1}}
-            self.client.patch(w.rt, w.namespace, w.name, replicas, MERGE_PATCH, sub="scale")
-            self.client.patch(w.rt, w.namespace, w.name, {"metadata": {"annotations": {ANNOTATION: None}}}, MERGE_PATCH)
-            log.info("scaled %s back to %s", w.display, saved)
-        except StatusVaultError as e:  # the restore's own outcome matters more; say loudly what to do by hand
+            obj = self.client.get(w.rt, w.namespace, w.name)
+            saved = ((obj or {}).get("metadata", {}).get("annotations") or {}).get(ANNOTATION)
+            if saved is not None:
+                replicas = {"spec": {"replicas": int(saved) if saved.isdigit() else 1}}
+                self.client.patch(w.rt, w.namespace, w.name, replicas, MERGE_PATCH, sub="scale")
+                unmark = {"metadata": {"annotations": {ANNOTATION: None}}}
+                self.client.patch(w.rt, w.namespace, w.name, unmark, MERGE_PATCH)
+                log.info("scaled %s back to %s", w.display, saved)
+        except StatusVaultError as e:  # the restore goes on to its report, which counts it: exit 3
             log.error("could not scale %s back (%s): its annotation %s has the replica count", w.display, e, ANNOTATION)
+            self.failed.append(f"{w.display}: {e} (its annotation {ANNOTATION} has the replica count)")
+            return
+        if self.journal is not None:
+            self.journal.mark_scaled_back(w.spec)

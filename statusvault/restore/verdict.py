@@ -28,6 +28,7 @@ class Shortfall(enum.StrEnum):
     WITHOUT_SAVED_STATUS = "WithoutSavedStatus"
     NOT_PAUSED = "NotPaused"
     STILL_PAUSED = "StillPaused"  # the unpause failed: their operator never resumes them
+    STILL_SCALED_DOWN = "StillScaledDown"  # operators scaled to 0 for the restore, not scaled back
     GATE_NOT_PASSED = "GateNotPassed"  # timed out, or objects of its group failed
     SERVER_CHANGED = "ServerChanged"  # --strict only
     SERVER_WARNED = "ServerWarned"  # --strict only
@@ -51,6 +52,7 @@ _WHAT = {
     Shortfall.WITHOUT_SAVED_STATUS: "object(s) lack their saved status",
     Shortfall.NOT_PAUSED: "object(s) were restored but NOT paused (the server dropped the pause marker)",
     Shortfall.STILL_PAUSED: "object(s) could not be unpaused and stay paused",
+    Shortfall.STILL_SCALED_DOWN: "workload(s) scaled to 0 for the restore could not be scaled back",
     Shortfall.GATE_NOT_PASSED: "gate(s) did not pass",
     Shortfall.SERVER_CHANGED: "object(s) changed by the server",
     Shortfall.SERVER_WARNED: "object(s) drew server warnings",
@@ -123,6 +125,12 @@ def verdict(report: RestoreReport, strict: bool = False) -> Verdict:
             Shortfall.STILL_PAUSED,
             [problem.partition(":")[0] for problem in report.unpause_failures],
             "run `statusvault unpause` once the cause is fixed, or their operator never resumes them",
+        ),
+        _objects(
+            Shortfall.STILL_SCALED_DOWN,
+            [problem.partition(":")[0] for problem in report.not_scaled_back],
+            "their operators stay stopped: scale them back to the count their annotation "
+            "statusvault.io/replicas-before-restore keeps, or run the same command again",
         ),
         _objects(
             Shortfall.GATE_NOT_PASSED,

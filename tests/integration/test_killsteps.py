@@ -297,11 +297,22 @@ def world(kube) -> Iterable[Cluster]:
     c.cleanup()
 
 
-@pytest.mark.parametrize("step", list(FENCE_STEPS))
+RERUNS = {  # the run after the kill: the same command, or one whose --fence changed (the same restore resumes)
+    "same": ["--fence", "auto"],
+    "without-fence": [],
+    "best-effort": ["--fence", "best-effort"],
+}
+FENCE_KILLS = [(step, "same") for step in FENCE_STEPS] + [
+    (step, rerun) for step in ("scaled-down", "mid-restore") for rerun in ("without-fence", "best-effort")
+]
+
+
+@pytest.mark.parametrize(("step", "rerun"), FENCE_KILLS)
 def test_a_restore_killed_at_each_step_of_fencing_then_run_again_ends_with_the_original_replicas(
-    run, kube, namespace, world, proxied, tmp_path, step
+    run, kube, namespace, world, proxied, tmp_path, step, rerun
 ):
-    """--fence auto finds the operator by its ClusterRole and scales it to 0 and back."""
+    """--fence auto finds the operator by its ClusterRole and scales it to 0 and back; a re-run resumes the same
+    restore whatever its --fence says, so it scales back what the killed run fenced."""
     group = f"{unique('kill')}.example.com"
     widgets = backed_up_widgets(run, kube, group, namespace)
     ops, name = an_operator_of(world, group, replicas=2).split("/")
@@ -317,9 +328,12 @@ def test_a_restore_killed_at_each_step_of_fencing_then_run_again_ends_with_the_o
 
     assert settles(state, left)
 
-    again = run(*args[2:], "-o", "json", kubeconfig=kubeconfig)
+    again = run("restore", "b", *RERUNS[rerun], "--parallel", "2", "-o", "json", kubeconfig=kubeconfig)
 
     assert again.code == ExitStatus.SUCCESS, again.out + again.err
+    if rerun != "same" and left[0] == 0:
+        fence = json.loads(again.out)["fence"]
+        assert f"scaled back (fenced by an earlier run of this restore): deployment {ops}/{name}" in fence
     live = world.get(ops, "Deployment", name)
     assert live["spec"]["replicas"] == 2, "the original count: never fenced twice (which would remember 0)"
     assert ANNOTATION not in (live["metadata"].get("annotations") or {})

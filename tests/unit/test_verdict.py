@@ -47,6 +47,10 @@ def still_paused(r: RestoreReport) -> None:
     r.unpause_failures.append(f"{W} team-a/w-1: could not unpause: 403 Forbidden")
 
 
+def still_scaled_down(r: RestoreReport) -> None:
+    r.not_scaled_back.append("deployment ops/operator: 403 Forbidden (its annotation ... has the replica count)")
+
+
 def gate_timed_out(r: RestoreReport) -> None:
     r.gates.append(GateResult(1, "parents", "Ready", 5, TIMED_OUT))
 
@@ -65,6 +69,7 @@ SHORTFALLS: list[tuple[Callable[[RestoreReport], None], bool, Shortfall]] = [
     (unreached, False, Shortfall.WITHOUT_SAVED_STATUS),
     (not_paused, False, Shortfall.NOT_PAUSED),
     (still_paused, False, Shortfall.STILL_PAUSED),
+    (still_scaled_down, False, Shortfall.STILL_SCALED_DOWN),
     (gate_timed_out, False, Shortfall.GATE_NOT_PASSED),
     (server_changed, True, Shortfall.SERVER_CHANGED),
     (server_warned, True, Shortfall.SERVER_WARNED),
@@ -101,7 +106,7 @@ def test_every_shortfall_is_named_and_exit_3_and_partially_restored_everywhere(s
     assert REASONS[judged.outcome] == Reason.PARTIALLY_RESTORED
     assert not MoveReport("m", restore=report).succeeded or strict, "a move is not verified over a shortfall"
     line = judged.message("restore of b")
-    assert "\n" not in line and (
+    assert "\n" not in line and "ops/operator" in line or (
         shortfall in (Shortfall.SERVER_CHANGED, Shortfall.SERVER_WARNED)
         or "w-1" in line
         or "parents" in line
