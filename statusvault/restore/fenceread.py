@@ -76,7 +76,7 @@ def read_fence(
                 "are not guessed and nothing was written: use an account that may list them, or --fence best-effort"
             ) from e
         warnings.append(f"cannot read the cluster's RBAC and workloads ({e}): NOTHING was fenced")
-        return FencePlan(warnings=tuple(warnings))
+        return FencePlan(warnings=tuple(warnings), rbac_read=False)
     _check_excluded(opts.fence_exclude, workloads)
     if managers is None:
         where, (managers, unread) = "cluster", _managers(client, targets)

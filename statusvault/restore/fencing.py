@@ -92,6 +92,7 @@ class FencePlan:
     unmatched: tuple[str, ...] = ()  # status managers no workload found here stands for
     warnings: tuple[str, ...] = ()
     managers_from: str = "cluster"  # where the managers were read: "backup" (format 1.2 on), "cluster", ...
+    rbac_read: bool = True  # False: --fence best-effort could not read RBAC, so it knows nothing of the writers
 
     def acting(self, action: Action) -> list[Controller]:
         return [c for c in self.controllers if c.action == action]
@@ -124,6 +125,7 @@ class FencePlan:
             "unmatchedManagers": list(self.unmatched),
             "managersFrom": self.managers_from,
             "warnings": list(self.warnings),
+            "rbacRead": self.rbac_read,
         }
 
     def lines(self) -> list[str]:
@@ -143,7 +145,7 @@ class FencePlan:
                 "found here may: "
                 "a controller outside the cluster, or one using a user's credentials? (not fenced)"
             )
-        if not self.controllers and not self.unmatched:
+        if self.rbac_read and not self.controllers and not self.unmatched:
             out.append("fence: no controller in the cluster may write the status of the restored resources")
         return out + [f"fence: warning: {w}" for w in self.warnings]
 

@@ -349,6 +349,7 @@ def test_rbac_the_user_cannot_read_stops_auto_before_any_write_and_warns_under_b
     going_on = run("restore", "b", "--fence", "best-effort", kubeconfig=kubeconfig)
     assert going_on.code == ExitStatus.SUCCESS, going_on.err
     assert "fence: warning: cannot read the cluster's RBAC" in going_on.out and "NOTHING was fenced" in going_on.out
+    assert "no controller in the cluster may write" not in going_on.out, "it could not know: it did not read RBAC"
     for i in range(N):
         assert kube.get(widgets, namespace, f"w-{i:02d}")["status"] == saved(i)
 

@@ -106,7 +106,7 @@ def test_every_shortfall_is_named_and_exit_3_and_partially_restored_everywhere(s
     assert REASONS[judged.outcome] == Reason.PARTIALLY_RESTORED
     assert not MoveReport("m", restore=report).succeeded or strict, "a move is not verified over a shortfall"
     line = judged.message("restore of b")
-    assert "\n" not in line and "ops/operator" in line or (
+    assert ("\n" not in line and "ops/operator" in line) or (
         shortfall in (Shortfall.SERVER_CHANGED, Shortfall.SERVER_WARNED)
         or "w-1" in line
         or "parents" in line
