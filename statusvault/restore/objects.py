@@ -178,7 +178,8 @@ class ObjectRestorer:
         """The object's pause marker; with --pause auto, a custom resource no profile knows is flagged
         (the report warns, once per resource type, that such objects are not paused)."""
         order = self.opts.order
-        if order is not None and order.observes(rt.qualified, (body.get("metadata") or {}).get("labels") or {}):
+        labels = (body.get("metadata") or {}).get("labels") or {}
+        if order is not None and managed_resource(body) and order.observes(rt.qualified, labels):
             return OBSERVE  # a managed resource's two-phase restore: its saved managementPolicies come back at the end
         marker = self.opts.pause.marker_for(rt, body)
         result.unmarked = marker is None and self.opts.pause.auto and rt.custom and not rt.is_crd
@@ -277,6 +278,14 @@ def _as_int(value: Any) -> Any:
         except ValueError:
             return value
     return value
+
+
+def managed_resource(body: KubeObject) -> bool:
+    """A Crossplane managed resource: its spec has forProvider, what managementPolicies govern. The other types of
+    a provider's API groups (ProviderConfigUsage, StoreConfig, ...) have none: Observe mode means nothing to them,
+    and the server prunes a managementPolicies they do not define."""
+    spec = body.get("spec")
+    return isinstance(spec, dict) and isinstance(spec.get("forProvider"), dict)
 
 
 def not_attempted(item: PlanItem) -> ItemResult:

@@ -86,6 +86,21 @@ def resolve_resource_options(opts: RestoreOptions, types: list[ResourceType], li
     def names(option: str, values: tuple[str, ...]) -> tuple[str, ...]:
         return backup_resources(option, values, in_backup, live)
 
+    def order_names(option: str, values: tuple[str, ...]) -> tuple[str, ...]:
+        """An order file may name what this backup lacks (a shipped profile copied to a file, one file for many
+        backups): a resource the cluster serves, a resource.group name or a pattern orders nothing here and stays
+        as written; a name that nothing knows is a typo, refused like any option's."""
+        out: set[str] = set()
+        for value in values:
+            try:
+                out |= set(names(option, (value,)))
+            except ConfigError:
+                served = {rt.qualified for rt in live.match(value)}
+                if not served and "." not in value and not any(c in value for c in "*?["):
+                    raise
+                out |= served or {value}
+        return tuple(sorted(out))
+
     sel, pause = opts.selection, opts.pause
     status_all = (STATUS_ALL,) if STATUS_ALL in opts.status_include else ()
     status_named = tuple(n for n in opts.status_include if n != STATUS_ALL)
@@ -103,7 +118,7 @@ def resolve_resource_options(opts: RestoreOptions, types: list[ResourceType], li
             resources=names("--pause-resources", pause.resources),
             keep_paused=names("--keep-paused", pause.keep_paused),
         ),
-        order=opts.order.resolved(names) if opts.order is not None else None,
+        order=opts.order.resolved(order_names) if opts.order is not None else None,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from importlib import resources
 
 import pytest
 
@@ -100,3 +101,40 @@ def test_managed_resources_are_observed_first_and_get_their_policies_back(run, k
         assert obj["status"] == saved(i)
         assert obj["spec"].get("managementPolicies") == POLICIES[i % 3]
         assert RECORD not in (obj["metadata"].get("annotations") or {})
+
+
+def test_a_copied_profile_and_a_provider_config_usage_restore_as_they_are(run, kube, buckets, namespace, tmp_path):
+    """The profile copied verbatim into a file, as its header suggests, over a backup that lacks most of what it
+    names; a ProviderConfigUsage of the same API group (no spec: its fields are top-level, as Crossplane's) is no
+    managed resource, so it is restored as it is, not in Observe mode."""
+    usage_schema = {
+        "type": "object",
+        "properties": {
+            "providerConfigRef": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            "resourceRef": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        },
+    }
+    usages = install_crds(kube, [crd(GROUP, "ProviderConfigUsage", status=False, schema=usage_schema)])
+    usage_rt = usages.by_qualified(f"providerconfigusages.{GROUP}")
+    d = discover(kube)
+    spec = {"forProvider": {"region": "eu-west-1"}}
+    create_with_status(kube, d, cr(f"{GROUP}/v1", "Bucket", "b-0", spec=spec, status=saved(0)), namespace)
+    usage = cr(f"{GROUP}/v1", "ProviderConfigUsage", "u-0")
+    usage |= {"providerConfigRef": {"name": "default"}, "resourceRef": {"kind": "Bucket", "name": "b-0"}}
+    kube.create(usage_rt, namespace, usage)
+    assert run("backup", "b", "-n", namespace).code == 0
+    kube.delete(NAMESPACES, None, namespace)
+    wait_gone(kube, NAMESPACES, None, namespace)
+    copied = tmp_path / "my-order.yaml"
+    copied.write_text(resources.files("statusvault.restore").joinpath("profiles", "crossplane.yaml").read_text())
+
+    result = run("restore", "b", "--order", str(copied), "-o", "json")
+
+    assert result.code == ExitStatus.SUCCESS, result.err
+    restored = kube.get(usage_rt, namespace, "u-0")
+    assert (restored["providerConfigRef"], restored["resourceRef"]) == (
+        usage["providerConfigRef"],
+        usage["resourceRef"],
+    )
+    assert "spec" not in restored and RECORD not in (restored["metadata"].get("annotations") or {})
+    assert kube.get(buckets, namespace, "b-0")["status"] == saved(0)

@@ -12,8 +12,9 @@ from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
 from statusvault.restore.options import RestoreOptions
+from statusvault.restore.order import load_order
 from statusvault.restore.plan import Action, Category, StatusMode
-from statusvault.restore.planner import build_plan
+from statusvault.restore.planner import build_plan, resolve_resource_options
 from tests.builders import cr, resource_type, with_meta, write_archive
 
 KC = dataclasses.replace(resource_type("xyz.example.com", "KubernetesCluster"), short_names=("kc",))
@@ -260,3 +261,26 @@ def test_an_object_that_does_not_match_its_path_is_refused(tmp_path, monkeypatch
     with pytest.raises(ArchiveError, match="does not match its path"):
         plan(ArchiveReader(path))
     assert list(scratch.iterdir()) == [], "a refused plan leaves no file behind"
+
+
+def test_an_order_file_may_name_what_the_backup_lacks_but_not_what_nothing_knows():
+    """A profile copied to a file names types this backup lacks: a type the cluster serves, a resource.group or a
+    pattern orders nothing here; a bare name that neither the backup nor the cluster knows is a typo."""
+    live = Discovery([KC, SVC, resource_type("", "Secret", custom=False)], [])
+
+    def order(*names: str) -> RestoreOptions:
+        text = "version: v1\ngroups:\n  - name: a\n    resources: [" + ", ".join(f"'{n}'" for n in names) + "]\n"
+        return RestoreOptions(order=load_order(text, "my-order.yaml"))
+
+    resolved = resolve_resource_options(
+        order("kc", "secrets", "providers.pkg.crossplane.io", "*.upbound.io"), [KC], live
+    )
+    assert resolved.order is not None
+    assert resolved.order.groups[0].resources == (
+        "*.upbound.io",
+        "kubernetesclusters.xyz.example.com",
+        "providers.pkg.crossplane.io",
+        "secrets",
+    )
+    with pytest.raises(ConfigError, match="group a: kcc: no resource of that name in this backup"):
+        resolve_resource_options(order("kcc"), [KC], live)
