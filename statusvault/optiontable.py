@@ -21,7 +21,8 @@ _STORAGE = (
 _SELECTION = ("--namespace", "--include-resources", "--exclude-resources", "--selector", "--name",
               "--include-cluster-resources")  # fmt: skip
 _RESTORE = (
-    *_STORAGE, *_SELECTION, "--namespace-mapping", "--status-include-resources", "--status-exclude-resources",
+    *_STORAGE, *_SELECTION, "--namespace-mapping", "--allow-privileged-resources", "--status-include-resources",
+    "--status-exclude-resources",
     "--no-status", "--existing-resource-policy", "--dry-run", "--parallel", "--processes", "--qps", "--burst",
     "--scale-down", "--fence", "--fence-exclude", "--pause", "--pause-annotation", "--pause-field",
     "--pause-resources", "--keep-paused", "--modifiers", "--order", "--state-dir", "--encryption-key-file",
@@ -36,9 +37,9 @@ _BACKUP = (
 )  # fmt: skip
 _MOVE = (
     "--from-kubeconfig", "--from-context", "--to-kubeconfig", "--to-context", *_STORAGE, *_SELECTION,
-    "--namespace-mapping", "--pause", "--pause-annotation", "--pause-field", "--pause-resources", "--fence",
-    "--fence-exclude", "--modifiers", "--backup-name", "--parallel", "--delete-source", "--yes", "--abort",
-    "--state-dir", "--output", "--strict",
+    "--namespace-mapping", "--allow-privileged-resources", "--pause", "--pause-annotation", "--pause-field",
+    "--pause-resources", "--fence", "--fence-exclude", "--modifiers", "--backup-name", "--parallel",
+    "--delete-source", "--yes", "--abort", "--state-dir", "--output", "--strict",
 )  # fmt: skip
 _WATCH = (
     *_STORAGE, *_SELECTION, "--all-namespaces", "--include-crds", "--base-interval", "--flush-interval",

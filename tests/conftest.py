@@ -43,15 +43,27 @@ from tests.faultproxy import S3_FAULTS, FaultProxy, s3_faults_on, s3_operation, 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test under tests/integration/ is marked `integration` (it needs a real server): `-m "not
-    integration"` selects the tests that need none. Under `--dist loadgroup`, the tests that share a module's
-    second control plane go to one worker."""
+    integration"` selects the tests that need none. Under `--dist loadgroup`, tests that share servers go to one
+    worker (_worker_group)."""
     root = Path(__file__).parent / "integration"
     for item in items:
         if root in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.integration)
-        if "target" in getattr(item, "fixturenames", ()):  # a second control plane per module: started once
-            version = item.callspec.params.get("kube_version", "") if hasattr(item, "callspec") else ""
-            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}-{version}"))
+        group = _worker_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _worker_group(item: pytest.Item) -> str:
+    """The tests that must share a worker (its servers): those of 1.20, and of the CRD-only server, each on one
+    worker (one such server started instead of one per worker: the suite is CPU-bound on 2 cores), and those of
+    a module that starts a second control plane (`target`)."""
+    version = item.callspec.params.get("kube_version", "") if hasattr(item, "callspec") else ""
+    if version and version != CURRENT:
+        return f"kube-{version}"
+    if "target" in getattr(item, "fixturenames", ()):
+        return f"{item.module.__name__}-{version}"
+    return ""
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

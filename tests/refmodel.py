@@ -115,6 +115,7 @@ def restore(backup: list[dict[str, Any]], types: list[Type], opts: Options, befo
     results: dict[Key, str] = {}
     lacking: set[Key] = set()
     paused: list[Key] = []
+    wants: dict[Key, bool] = {}
     for t, obj in chosen:
         key = (t.qualified, opts.mapping.get(_ns(obj), _ns(obj)) if t.namespaced else "", obj["metadata"]["name"])
         desired = opts.modify(copy.deepcopy(obj), _ns(obj)) if opts.modify else copy.deepcopy(obj)
@@ -124,6 +125,7 @@ def restore(backup: list[dict[str, Any]], types: list[Type], opts: Options, befo
         phases = None if crd_updated else before.phases.get(t.qualified)
         checked = _status_checked(t, key in before.objects, opts)
         rejected = wanted and checked and phases is not None and saved.get("phase") not in phases
+        wants[key] = wanted
         if t.qualified not in served:
             results[key] = "failed"
             lacking |= {key} if wanted else set()
@@ -139,6 +141,9 @@ def restore(backup: list[dict[str, Any]], types: list[Type], opts: Options, befo
             after.objects[key] = _live(desired, saved if wanted and not rejected else None, marker)
             paused += [key] if marker else []
         lacking |= {key} if rejected and results[key] != "skipped" else set()
+    if opts.gated and not opts.dry_run and any(k[0] in opts.gated and (r == "failed" or k in lacking)
+                                               for k, r in results.items()):  # fmt: skip
+        return _stopped_at_gate(before, after, results, lacking, paused, wants, opts)
     code = 3 if lacking or "failed" in results.values() else 0
     if opts.dry_run:
         would = {"created": "would-create", "updated": "would-update"}
@@ -242,6 +247,29 @@ def _wants_status(t: Type, obj: dict[str, Any], opts: Options) -> bool:
     if opts.no_status or t.qualified in opts.status_exclude:
         return False
     return not opts.status_include or "*" in opts.status_include or t.qualified in opts.status_include
+
+
+def _stopped_at_gate(
+    before: Target,
+    after: Target,
+    results: dict[Key, str],
+    lacking: set[Key],
+    paused: list[Key],
+    wants: dict[Key, bool],
+    opts: Options,
+) -> Expected:
+    """--order: objects of a gated group that failed (or lack their status) keep its gate from passing, and its
+    onTimeout fail stops the run (exit 1) before the next group: those are never written (the ones with a saved
+    status count as without it), and what was paused stays paused."""
+    for key in [k for k in results if k[0] in opts.later]:
+        if results.pop(key) != "skipped" and wants[key]:
+            lacking.add(key)
+        if key in before.objects:
+            after.objects[key] = before.objects[key]
+        else:
+            after.objects.pop(key, None)
+    left = [k for k in paused if k[0] not in opts.later]
+    return Expected(1, after, results, lacking, 0, len(left))
 
 
 def _unpaused_before_gate(results: dict[Key, str], lacking: set[Key], paused: list[Key], opts: Options) -> set[Key]:

@@ -10,6 +10,7 @@ import click
 from statusvault.cli.app import App
 from statusvault.cli.options import (
     StorageArgs,
+    allow_privileged_option,
     cluster_resources_option,
     output_option,
     pass_args,
@@ -68,6 +69,7 @@ class MoveArgs(StorageArgs, RestoreOptionArgs):
 @selection_options
 @cluster_resources_option
 @click.option("--namespace-mapping", multiple=True, metavar="OLD:NEW,...", help="Move into other namespaces.")
+@allow_privileged_option
 @click.option("--pause", type=click.Choice(["auto"]), default="auto", show_default=True, help="Pause markers.")
 @click.option(
     "--pause-annotation", default="", metavar="KEY=VALUE", help="Pause --pause-resources with this annotation."

@@ -316,6 +316,17 @@ def metrics_options(f: F) -> F:
     )
 
 
+def allow_privileged_option(f: F) -> F:
+    return click.option(
+        "--allow-privileged-resources",
+        multiple=True,
+        metavar="R,...|'*'",
+        help="Privileged types (RBAC, admission, workloads and Pods, Secrets, ServiceAccounts, cluster-scoped "
+        "built-ins; customresourcedefinitions to replace existing CRDs) the restore may write when named by "
+        "--include-resources: a backup alone never brings them (docs/security.md).",
+    )(f)
+
+
 def cluster_resources_option(f: F) -> F:
     return click.option(
         "--include-cluster-resources/--no-include-cluster-resources",

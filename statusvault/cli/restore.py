@@ -14,6 +14,7 @@ from statusvault.cli.options import (
     MetricsArgs,
     SelectionArgs,
     StorageArgs,
+    allow_privileged_option,
     cluster_resources_option,
     keys_options,
     metrics_options,
@@ -48,6 +49,7 @@ class RestoreOptionArgs(SelectionArgs):
     pause_field: str
     pause_resources: tuple[str, ...]
     modifiers_file: str | None
+    allow_privileged_resources: tuple[str, ...]
 
     def options(self) -> RestoreOptions:
         """RestoreOptions from every restore option the command has, read as a restore intent's are."""
@@ -88,6 +90,7 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, KeysArgs, MetricsArgs):
 @selection_options
 @cluster_resources_option
 @click.option("--namespace-mapping", multiple=True, metavar="OLD:NEW,...", help="Restore into other namespaces.")
+@allow_privileged_option
 @click.option(
     "--status-include-resources",
     multiple=True,

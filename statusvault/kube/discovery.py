@@ -112,7 +112,7 @@ def _names(rt: ResourceType) -> set[str]:
 BUILTIN_GROUPS = frozenset({"", "apps", "batch", "autoscaling", "policy", "extensions"})
 
 
-def _builtin_group(group: str) -> bool:
+def builtin_group(group: str) -> bool:
     return group in BUILTIN_GROUPS or group == "k8s.io" or group.endswith(".k8s.io")
 
 
@@ -148,7 +148,7 @@ def discover(client: KubeClient, workers: int = 8) -> Discovery:
                 return []
             raise
         if crds is None:  # cannot read CRDs: every resource of a non-Kubernetes group counts as custom
-            custom = frozenset((group, r["name"]) for r in body.get("resources") or [] if not _builtin_group(group))
+            custom = frozenset((group, r["name"]) for r in body.get("resources") or [] if not builtin_group(group))
         else:
             custom = crds
         return parse_resource_list(group, version, body, custom)

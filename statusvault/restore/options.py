@@ -29,6 +29,7 @@ class RestoreOptions:
     fence_exclude: tuple[str, ...] = ()  # NAMESPACE/NAME of workloads never fenced
     modifiers: Modifiers | None = None  # restore-time patches (only their digest is in the repr, the state key)
     order: Order | None = None  # --order: groups and gates (only the groups' digest is in the repr)
+    allow_privileged: tuple[str, ...] = ()  # privileged types the restore may write when named (restore/trust.py)
 
     @property
     def mapping(self) -> dict[str, str]:
@@ -95,6 +96,7 @@ def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
             csv("keep_paused"),
         ),
         order=read_order(str(values["order"])) if values.get("order") else None,
+        allow_privileged=csv("allow_privileged_resources"),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
@@ -19,6 +20,7 @@ from statusvault.kube.discovery import Discovery
 from statusvault.labels import parse_selector
 from statusvault.model import ObjectKey, ResourceType, Selection
 from statusvault.pausepoints import pause_point
+from statusvault.restore import trust
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.plan import Action, Category, PlanItem, RestorePlan, StatusMode
 from statusvault.transforms import map_namespace, status_annotation
@@ -88,15 +90,16 @@ def resolve_resource_options(opts: RestoreOptions, types: list[ResourceType], li
 
     def order_names(option: str, values: tuple[str, ...]) -> tuple[str, ...]:
         """An order file may name what this backup lacks (a shipped profile copied to a file, one file for many
-        backups): a resource the cluster serves, a resource.group name or a pattern orders nothing here and stays
-        as written; a name that nothing knows is a typo, refused like any option's."""
+        backups): a resource the cluster serves, or a pattern, orders nothing here and stays; a name that neither
+        the backup nor the cluster knows is a typo (its objects would come first, before every gate): refused
+        like any option's."""
         out: set[str] = set()
         for value in values:
             try:
                 out |= set(names(option, (value,)))
             except ConfigError:
                 served = {rt.qualified for rt in live.match(value)}
-                if not served and "." not in value and not any(c in value for c in "*?["):
+                if not served and not any(c in value for c in "*?["):
                     raise
                 out |= served or {value}
         return tuple(sorted(out))
@@ -119,6 +122,8 @@ def resolve_resource_options(opts: RestoreOptions, types: list[ResourceType], li
             keep_paused=names("--keep-paused", pause.keep_paused),
         ),
         order=opts.order.resolved(order_names) if opts.order is not None else None,
+        allow_privileged=tuple(v for v in opts.allow_privileged if v == trust.ALL)
+        + names("--allow-privileged-resources", tuple(v for v in opts.allow_privileged if v != trust.ALL)),
     )
 
 
@@ -140,6 +145,28 @@ class _Decider:
         self.mapping = opts.mapping
         self.crds_in_backup = crds_in_backup  # filled while planning when the CRDs are read in the same pass
         self._targets: dict[str, ResourceType | None] = {}
+        self.allow = frozenset(opts.allow_privileged)
+        self._refuse_privileged()
+
+    def _refuse_privileged(self) -> None:
+        """Before anything is read or written: a privileged type named without --allow-privileged-resources."""
+        refused = []
+        for qualified in sorted(self.include - {trust.CRDS}):  # a CRD is privileged only when it replaces one
+            rt = self.live.by_qualified(qualified) or self.backup_types[qualified]
+            why = trust.privileged(rt)
+            if why and not trust.allowed(rt, self.allow):
+                refused.append(f"{qualified} ({why})")
+        if refused:
+            names = ",".join(r.split(" ", 1)[0] for r in refused)
+            raise ConfigError(
+                f"--include-resources names privileged type(s): {'; '.join(refused)}: a backup is not trusted to "
+                f"write them; add --allow-privileged-resources {names} to restore them (docs/security.md)"
+            )
+
+    def custom(self, qualified: str) -> bool:
+        """Whether objects of the type are custom resources, as the cluster says (restore/trust.py)."""
+        rt = self.backup_types[qualified]
+        return trust.custom_type(rt, self.live.by_qualified(qualified))
 
     def target(self, qualified: str) -> ResourceType | None:
         """The type an object is written with: as served, or as backed up when its CRD comes with the backup
@@ -159,7 +186,13 @@ class _Decider:
         return set(backup_resources(option, tuple(names), Discovery(list(self.backup_types.values()), []), self.live))
 
     def resource_selected(self, qualified: str) -> bool:
-        return (not self.include or qualified in self.include) and qualified not in self.exclude
+        """Named by --include-resources; without it, every custom resource type (and Namespaces): a built-in
+        type only when named, whatever the backup holds (restore/trust.py)."""
+        if qualified in self.exclude:
+            return False
+        if self.include:
+            return qualified in self.include
+        return qualified == NAMESPACES.qualified or self.custom(qualified)
 
     def crd_selected(self, name: str) -> bool:
         """A CRD of the backup comes with the restore unless CRDs are excluded: always without
@@ -263,6 +296,9 @@ class _Planner:
         self.sink: Sink | None = None
         self.namespaces: dict[str, bool] = {}  # streamed: target namespaces met so far -> whether the backup has it
         self.held = _Held()  # streamed with a selection: what waits until the selection has matched something
+        self.left_out: Counter[str] = Counter()  # objects of built-in types the restore was not asked for
+        self.privileged: dict[str, int] = {}  # privileged types written as allowed: objects
+        self.crds_kept: list[str] = []  # existing CRDs not replaced (policy update without the allowance)
 
     def add(self, path: str, key: ObjectKey, obj: dict[str, Any]) -> None:
         decider, sel = self.decider, self.opts.selection
@@ -273,6 +309,8 @@ class _Planner:
         if cat == Category.CRD and self.learn_crds:
             decider.crds_in_backup.add(key.name)
         if cat != Category.CRD and not decider.resource_selected(key.qualified):
+            if not decider.include and key.qualified not in decider.exclude:
+                self.left_out[key.qualified] += 1
             return
         if not decider.in_scope(cat, key):
             return
@@ -288,6 +326,7 @@ class _Planner:
                     return
                 self.named.update(matched)
         item = _plan_item(key.qualified, obj, cat, decider, self.exists)
+        self._trusted(item)
         if self.opts.order is not None and cat not in (Category.CRD, Category.NAMESPACE):
             item.group = self.opts.order.group_of(key.qualified, meta.get("labels") or {})
         self.matched += cat != Category.CRD or CRD_QUALIFIED in decider.include
@@ -299,6 +338,19 @@ class _Planner:
             self.plan.add(item, owners)
             return
         self._stream(item, obj, owners)
+
+    def _trusted(self, item: PlanItem) -> None:
+        """An existing CRD or Namespace is updated only when allowed (a CRD's schema decides every object of its
+        type; a Namespace's labels its Pod Security level); privileged types written as allowed are counted."""
+        allow = self.decider.allow
+        replaces = item.category in (Category.CRD, Category.NAMESPACE) and item.action == Action.UPDATE
+        if replaces and not trust.allowed(item.rt, allow):
+            item.action = Action.SKIP_EXISTS
+            self.crds_kept.append(f"{item.rt.kind} {item.name}")
+        elif item.category != Category.CRD and trust.privileged(
+            dataclasses.replace(item.rt, custom=self.decider.custom(item.rt.qualified))  # the cluster's word
+        ):
+            self.privileged[item.rt.qualified] = self.privileged.get(item.rt.qualified, 0) + 1
 
     def _stream(self, item: PlanItem, obj: dict[str, Any], owners: list[str]) -> None:
         """Hand the item to the sink unless it has owners (those wait for the waves after the stream, in depth
@@ -340,9 +392,29 @@ class _Planner:
         if not self.matched and _selection(sel):
             raise ConfigError(f"nothing in backup {plan.backup} matches {_selection(sel)}: nothing to restore")
         plan.warnings += [f"no object in the selection is named {p!r}" for p in sel.names if p not in self.named]
+        plan.warnings += self._trust_warnings()
         if self.decider.live.by_qualified(NAMESPACES.qualified) is not None and self.sink is None:  # a server
             _add_namespaces(plan, self.namespaces_needed, self.exists)  # without the core API takes any name
         plan.seal()
+
+    def _trust_warnings(self) -> list[str]:
+        out = []
+        if self.left_out:
+            kinds = ", ".join(f"{q} ({n})" for q, n in sorted(self.left_out.items()))
+            out.append(
+                f"left out {sum(self.left_out.values())} object(s) of built-in types the restore was not asked for: "
+                f"{kinds}; name them with --include-resources to restore them"
+            )
+        for qualified, n in sorted(self.privileged.items()):
+            why = trust.PRIVILEGED.get(qualified, "cluster-scoped built-in")
+            out.append(f"privileged: {n} object(s) of {qualified} ({why}), as --allow-privileged-resources allows")
+        if self.crds_kept:
+            out.append(
+                f"kept {len(self.crds_kept)} existing CRD(s) and Namespace(s) as they are (policy update): "
+                f"{', '.join(sorted(self.crds_kept)[:5])}{' ...' if len(self.crds_kept) > 5 else ''}; updating them "
+                f"needs --allow-privileged-resources {trust.CRDS} or namespaces"
+            )
+        return out
 
 
 class _Held:

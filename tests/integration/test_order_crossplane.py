@@ -114,7 +114,13 @@ def test_a_copied_profile_and_a_provider_config_usage_restore_as_they_are(run, k
             "resourceRef": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
         },
     }
-    usages = install_crds(kube, [crd(GROUP, "ProviderConfigUsage", status=False, schema=usage_schema)])
+    crossplane = [  # Crossplane runs in the cluster: the profile names its package and composition types
+        crd("pkg.crossplane.io", kind) for kind in ("DeploymentRuntimeConfig", "Provider", "Function", "Configuration")
+    ] + [
+        crd("apiextensions.crossplane.io", kind)
+        for kind in ("CompositeResourceDefinition", "Composition", "EnvironmentConfig")
+    ]
+    usages = install_crds(kube, [*crossplane, crd(GROUP, "ProviderConfigUsage", status=False, schema=usage_schema)])
     usage_rt = usages.by_qualified(f"providerconfigusages.{GROUP}")
     d = discover(kube)
     spec = {"forProvider": {"region": "eu-west-1"}}

@@ -15,6 +15,7 @@ from statusvault.restore.options import RestoreOptions
 from statusvault.restore.order import load_order
 from statusvault.restore.plan import Action, Category, StatusMode
 from statusvault.restore.planner import build_plan, resolve_resource_options
+from statusvault.restore.trust import privileged
 from tests.builders import cr, resource_type, with_meta, write_archive
 
 KC = dataclasses.replace(resource_type("xyz.example.com", "KubernetesCluster"), short_names=("kc",))
@@ -89,18 +90,22 @@ def test_status_modes_default_to_custom_resources(archive):
     assert items["billing"].status_mode == StatusMode.IN_BODY
     assert items["optout"].status_mode == StatusMode.LEFT_OUT, "annotation false: saved, left out as asked"
     assert items["nostatus"].status_mode == StatusMode.NONE, "nothing saved"
-    assert items["web"].status_mode == StatusMode.NONE, "built-ins are opt-in"
+    assert "web" not in items, "a built-in type comes only when named"
     assert items[KC.qualified].status_mode == StatusMode.NONE, "a CRD's status belongs to the API server"
 
 
 def test_status_star_includes_builtins_and_exclude_wins(archive):
-    items = by_name(plan(archive, status_include=("*",), status_exclude=("databases.db.example.com",)))
+    named = ("kubernetesclusters.xyz.example.com", "databases.db.example.com", "services")
+    items = by_name(
+        plan(archive, include_resources=named, status_include=("*",), status_exclude=("databases.db.example.com",))
+    )
     assert items["web"].status_mode == StatusMode.SUBRESOURCE
     assert items["child"].status_mode == StatusMode.LEFT_OUT
 
 
 def test_status_include_narrows(archive):
-    items = by_name(plan(archive, status_include=("kubernetesclusters.xyz.example.com",)))
+    named = ("kubernetesclusters.xyz.example.com", "databases.db.example.com", "services", "pools.infra.example.com")
+    items = by_name(plan(archive, include_resources=named, status_include=("kubernetesclusters.xyz.example.com",)))
     assert items["parent"].status_mode == StatusMode.SUBRESOURCE
     assert items["child"].status_mode == StatusMode.LEFT_OUT
     assert items["p1"].status_mode == StatusMode.LEFT_OUT
@@ -264,9 +269,10 @@ def test_an_object_that_does_not_match_its_path_is_refused(tmp_path, monkeypatch
 
 
 def test_an_order_file_may_name_what_the_backup_lacks_but_not_what_nothing_knows():
-    """A profile copied to a file names types this backup lacks: a type the cluster serves, a resource.group or a
-    pattern orders nothing here; a bare name that neither the backup nor the cluster knows is a typo."""
-    live = Discovery([KC, SVC, resource_type("", "Secret", custom=False)], [])
+    """A profile copied to a file names types this backup lacks: a type the cluster serves or a pattern orders
+    nothing here; a name that neither the backup nor the cluster knows is a typo."""
+    providers = resource_type("pkg.crossplane.io", "Provider")
+    live = Discovery([KC, SVC, resource_type("", "Secret", custom=False), providers], [])
 
     def order(*names: str) -> RestoreOptions:
         text = "version: v1\ngroups:\n  - name: a\n    resources: [" + ", ".join(f"'{n}'" for n in names) + "]\n"
@@ -282,5 +288,86 @@ def test_an_order_file_may_name_what_the_backup_lacks_but_not_what_nothing_knows
         "providers.pkg.crossplane.io",
         "secrets",
     )
-    with pytest.raises(ConfigError, match="group a: kcc: no resource of that name in this backup"):
-        resolve_resource_options(order("kcc"), [KC], live)
+    for typo in ("kcc", "widgets.nowhere.io"):
+        with pytest.raises(ConfigError, match=f"group a: {typo}: no resource of that name in this backup"):
+            resolve_resource_options(order(typo), [KC], live)
+
+
+# --- what a restore writes without being asked (restore/trust.py) ---
+
+RBAC = "rbac.authorization.k8s.io"
+CRB = dataclasses.replace(
+    resource_type(RBAC, "ClusterRoleBinding", namespaced=False, status=False, custom=False),
+    resource="clusterrolebindings",
+)
+SECRET = resource_type("", "Secret", status=False, custom=False)
+POD = resource_type("", "Pod", custom=False)
+STORAGECLASS = dataclasses.replace(
+    resource_type("storage.k8s.io", "StorageClass", namespaced=False, status=False, custom=False),
+    resource="storageclasses",
+)
+
+
+@pytest.fixture
+def smuggled(tmp_path):
+    """A backup a store writer added privileged objects to, claiming (in its manifest) that they are custom."""
+    claimed = [dataclasses.replace(rt, custom=True) for rt in (CRB, SECRET, POD, STORAGECLASS)]
+    entries = [
+        (CRDS, crd_obj(KC)),
+        (KC, obj(KC, "prod", status={"a": 1})),
+        (claimed[0], obj(CRB, "evil-admin")),
+        (claimed[1], obj(SECRET, "creds")),
+        (claimed[2], obj(POD, "hostpath")),
+        (claimed[3], obj(STORAGECLASS, "fast")),
+    ]
+    return ArchiveReader(write_archive(tmp_path / "s.tar.gz", entries))
+
+
+def test_privileged_types_and_why():
+    assert "RBAC" in privileged(CRB) and "credentials" in privileged(SECRET) and "workload" in privileged(POD)
+    assert "cluster-scoped built-in" in privileged(STORAGECLASS)
+    assert privileged(SVC) == "" and privileged(KC) == "" and privileged(POOL) == "", "custom or harmless built-in"
+    assert privileged(resource_type("", "Namespace", namespaced=False, custom=False)) == ""
+
+
+def test_a_backup_alone_brings_only_custom_resources_whatever_its_manifest_claims(smuggled):
+    live = live_discovery(CRDS, NAMESPACES, KC, CRB, SECRET, POD, STORAGECLASS)
+    p = plan(smuggled, live=live)
+    assert {i.name for i in p.items()} == {KC.qualified, "prod", "team-a"}, "the CR, its CRD and its namespace"
+    assert any(
+        w.startswith("left out 4 object(s) of built-in types the restore was not asked for: clusterrolebindings")
+        for w in p.warnings
+    ), p.warnings
+
+
+@pytest.mark.parametrize("named", ["clusterrolebindings", "secrets", "pods", "storageclasses", "*"])
+def test_a_named_privileged_type_is_refused_before_anything_unless_allowed(smuggled, named):
+    live = live_discovery(CRDS, NAMESPACES, KC, CRB, SECRET, POD, STORAGECLASS)
+    with pytest.raises(ConfigError, match="names privileged type.*add --allow-privileged-resources"):
+        plan(smuggled, live=live, **resolved(smuggled, live, include_resources=(named,)))
+    allowed = resolved(smuggled, live, include_resources=(named,), allow_privileged=("*",))
+    p = plan(smuggled, live=live, **allowed)
+    assert any(w.startswith("privileged: 1 object(s) of ") for w in p.warnings), p.warnings
+
+
+def resolved(archive, live, **opts):
+    """The options as the runner hands them to the planner: names resolved against the backup."""
+    from statusvault.restore.planner import manifest_types
+
+    selection = Selection(**{k: opts.pop(k) for k in list(opts) if k in SELECTION})
+    options = resolve_resource_options(
+        RestoreOptions(selection=selection, **opts), manifest_types(archive.head()), live
+    )
+    return {
+        "include_resources": options.selection.include_resources,
+        "allow_privileged": options.allow_privileged,
+    }
+
+
+def test_an_existing_crd_is_replaced_only_when_allowed(archive):
+    exists = lambda rt, ns, name: rt.qualified == CRDS.qualified  # noqa: E731
+    kept = plan(archive, exists=exists, existing_policy="update")
+    assert by_name(kept)[KC.qualified].action == Action.SKIP_EXISTS
+    assert any(w.startswith("kept 1 existing CRD(s) and Namespace(s) as they are") for w in kept.warnings)
+    replaced = plan(archive, exists=exists, existing_policy="update", allow_privileged=(CRDS.qualified,))
+    assert by_name(replaced)[KC.qualified].action == Action.UPDATE

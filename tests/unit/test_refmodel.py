@@ -205,3 +205,20 @@ def test_policy_update_makes_an_existing_crd_the_backups_so_its_stricter_rule_go
     before = Target(set(ALL), {}, phases={GIZMO.qualified: frozenset({"ok"})})
     assert restore(BACKUP, TYPES, Options(policy="update"), before).code == 0
     assert restore(BACKUP, TYPES, Options(policy="update", exclude=(CRD,)), before).code == 3, "unless left out"
+
+
+def test_a_gated_group_with_a_rejected_status_stops_the_run_before_the_next_group():
+    """--order: the server refuses a gizmo's status (the target's schema), so the gate after the gizmos does not
+    pass; onTimeout fail stops the run (exit 1) and the relics of the next group are never written."""
+    before = dataclasses.replace(empty(), phases={GIZMO.qualified: ("Ready",)})
+    ready = obj("Gizmo", "g1", "a", status={"phase": "Ready"})
+    backup = [ready, obj("Gizmo", "g9", "a", status={"phase": "Pending"}), BACKUP[3]]
+    out = restore(backup, TYPES, Options(gated=(GIZMO.qualified,), later=(RELIC.qualified,)), before)
+    assert out.code == 1
+    assert set(out.results) == {(GIZMO.qualified, "a", "g1"), (GIZMO.qualified, "a", "g9")}
+    assert (RELIC.qualified, "b", "r1") not in out.target.objects
+    assert out.without_status == {(GIZMO.qualified, "a", "g9"), (RELIC.qualified, "b", "r1")}, "and unreached"
+    passed = restore(
+        backup[:1] + backup[2:], TYPES, Options(gated=(GIZMO.qualified,), later=(RELIC.qualified,)), before
+    )
+    assert passed.code == 0 and (RELIC.qualified, "b", "r1") in passed.target.objects

@@ -369,10 +369,12 @@ def test_service_load_balancer_status_restored_when_included(run, kube, crds, na
     delete_namespace(kube, namespace)
 
     assert run("restore", "b").code == 0
-    assert kube.get(services, namespace, "lb")["status"] == {"loadBalancer": {}}, "built-ins are opt-in"
+    assert kube.get(services, namespace, "lb") is None, "a built-in type comes only when named"
+    assert run("restore", "b", "--include-resources", "services").code == 0
+    assert kube.get(services, namespace, "lb")["status"] == {"loadBalancer": {}}, "built-ins' status is opt-in"
     kube.delete(services, namespace, "lb")
     wait_gone(kube, services, namespace, "lb")
-    result = run("restore", "b", "--status-include-resources", "*", "--strict")
+    result = run("restore", "b", "--include-resources", "services", "--status-include-resources", "*", "--strict")
     assert result.code == 0, result.out  # a built-in's defaults and its new cluster IP are not changes
     ingress = {"ip": "203.0.113.10"} | ({} if kube_version == "1.20" else {"ipMode": "VIP"})  # defaulted from 1.30
     assert kube.get(services, namespace, "lb")["status"] == {"loadBalancer": {"ingress": [ingress]}}
@@ -518,11 +520,14 @@ def test_a_damaged_journal_is_refused_and_restart_discards_it(run, kube, grant, 
     assert result.code == 0, result.err
     report = json.loads(result.out)
     assert report["resumed"] == 0
-    assert {(i["name"], i["result"]) for i in report["items"]} == {
-        ("k1", "skipped"),  # planned afresh: everything exists now, and policy none leaves it
-        ("k2", "skipped"),
-        ("orders", "skipped"),
+    assert {(i["name"], i["result"], i["status"]) for i in report["items"]} == {
+        ("k1", "created", "written"),  # planned afresh: the earlier run's, without their status: finished
+        ("k2", "created", "written"),
+        ("orders", "skipped", "kept"),  # it has its status: policy none leaves it
     }
+    assert kube.get(discover(kube).resolve("kubernetesclusters.xyz.example.com"), namespace, "k1")["status"] == (
+        kc_status(1)
+    )
 
 
 def _deployment(kube, namespace, name, replicas):
