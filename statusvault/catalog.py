@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -235,13 +236,41 @@ def _data_key(name: str, manifest: dict[str, Any], keys: Keys) -> Key | None:
     return open_data_key(encryption, keys, name, archive_field(manifest)["sha256"])
 
 
+DECRYPTED_PREFIX = "statusvault-plain-"  # then the pid of the process that decrypted into it, and a suffix
+
+
 @contextlib.contextmanager
 def _decrypted(path: Path, key: Key) -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="statusvault-") as tmp:
+    """The decrypted archive in a private (0700) temporary directory, removed afterwards; what a killed earlier
+    run left (kill -9 skips the removal) is swept first, so no plaintext outlives the process that needed it."""
+    sweep_decrypted()
+    with tempfile.TemporaryDirectory(prefix=f"{DECRYPTED_PREFIX}{os.getpid()}-") as tmp:
         plain = Path(tmp) / ARCHIVE_FILE
         with open(plain, "wb") as f:
             decrypt_file(path, f, key)
         yield plain
+
+
+def sweep_decrypted(root: Path | None = None) -> int:
+    """Remove the decrypted archives of statusvault processes that no longer run; returns how many."""
+    swept = 0
+    for leftover in Path(root or tempfile.gettempdir()).glob(f"{DECRYPTED_PREFIX}*"):
+        pid = leftover.name.removeprefix(DECRYPTED_PREFIX).split("-", 1)[0]
+        if not pid.isdigit() or _running(int(pid)) or not leftover.is_dir() or leftover.stat().st_uid != os.getuid():
+            continue
+        shutil.rmtree(leftover, ignore_errors=True)
+        swept += 1
+    return swept
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def verify(store: ObjectStore, name: str, keys: Keys = None) -> VerifyReport:

@@ -44,7 +44,7 @@ _MOVE = (
 _WATCH = (
     *_STORAGE, *_SELECTION, "--all-namespaces", "--include-crds", "--base-interval", "--flush-interval",
     "--segment-max-bytes", "--lease-namespace", "--holder", "--lease-seconds", "--page-size", "--metrics-port",
-    "--metrics-textfile", "--encryption-key-file",
+    "--metrics-address", "--metrics-textfile", "--encryption-key-file",
 )  # fmt: skip
 
 _SCHEDULE = (

@@ -112,6 +112,24 @@ def restore_diff(live: KubeObject, desired: KubeObject, saved_status: Any = ABSE
         before["status"], after["status"] = live.get("status", ABSENT), saved_status
     out: list[dict[str, Any]] = []
     _diff(before, after, "", out)
+    return _masked(out) if _secret(desired) or _secret(live) else out
+
+
+SECRET_FIELDS = ("/data", "/stringData")
+
+
+def _secret(obj: KubeObject) -> bool:
+    return obj.get("kind") == "Secret" and obj.get("apiVersion") == "v1"
+
+
+def _masked(diff: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A Secret's values never reach a report: masked as kubectl diff masks them (which side differs is kept)."""
+    out = []
+    for entry in diff:
+        path = entry["path"]
+        if any(path == f or path.startswith(f"{f}/") for f in SECRET_FIELDS):
+            entry = {"path": path, **{side: f"*** ({side})" for side in ("live", "backup") if side in entry}}
+        out.append(entry)
     return out
 
 

@@ -56,6 +56,7 @@ class WatchRunArgs(StorageArgs, SelectionArgs, IntervalArgs, EncryptionArgs):
     lease_seconds: int
     page_size: int
     metrics_port: int
+    metrics_address: str
     metrics_textfile: str | None
 
 
@@ -97,6 +98,12 @@ def _interval_options(f: Any) -> Any:
               help="A writer that stops renewing for this long is replaced.")  # fmt: skip
 @click.option("--page-size", type=click.IntRange(1, 10000), default=500, show_default=True, help="LIST page size.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="Serve Prometheus metrics on it.")
+@click.option(
+    "--metrics-address",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address --metrics-port listens on (0.0.0.0: every interface, as `watch install`'s pod does).",
+)
 @click.option("--metrics-textfile", type=click.Path(dir_okay=False), help="Write metrics here at each flush.")
 @encryption_option
 @pass_args(WatchRunArgs, check="watch run")
@@ -115,7 +122,7 @@ def run_cmd(app: App, args: WatchRunArgs) -> None:
     next(iter(store.list(watch_prefix(args.name))), None)  # a listing checks the store: bucket, credentials, access
     metrics = WatchMetrics(args.name, args.metrics_textfile)
     if args.metrics_port:
-        metrics.serve(args.metrics_port)
+        metrics.serve(args.metrics_port, args.metrics_address)
     engine = WatchEngine(app.client(), lambda: app.discovery(refresh=True), store, config, key, metrics)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, functools.partial(_stop, engine.stop))

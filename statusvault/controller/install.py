@@ -86,12 +86,19 @@ def _meta(name: str, namespace: str | None = None) -> dict[str, Any]:
     return meta
 
 
-def _binding(kind: str, spec: ControllerSpec, name: str = NAME) -> KubeObject:
+def cluster_name(name: str, spec: ControllerSpec) -> str:
+    """A cluster-scoped object's name: one per install's namespace, so a second install (another namespace)
+    adds its own ClusterRoles and bindings instead of rebinding the first one's to its ServiceAccounts."""
+    return f"{name}-{spec.namespace}"
+
+
+def _binding(kind: str, spec: ControllerSpec, account: str = NAME) -> KubeObject:
+    name = account if kind == "Role" else cluster_name(account, spec)
     return {
         "apiVersion": RBAC_API,
         "kind": f"{kind}Binding",
         "metadata": _meta(name, spec.namespace if kind == "Role" else None),
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": spec.namespace}],
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": spec.namespace}],
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
     }
 
@@ -102,7 +109,12 @@ def backup_account(spec: ControllerSpec, types: list[ResourceType]) -> list[Kube
     read = rules_for([CRDS, *types])
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(BACKUP_ACCOUNT, spec.namespace)},
-        {"apiVersion": RBAC_API, "kind": "ClusterRole", "metadata": _meta(BACKUP_ACCOUNT), "rules": read},
+        {
+            "apiVersion": RBAC_API,
+            "kind": "ClusterRole",
+            "metadata": _meta(cluster_name(BACKUP_ACCOUNT, spec)),
+            "rules": read,
+        },
         _binding("ClusterRole", spec, BACKUP_ACCOUNT),
     ]
 
@@ -139,7 +151,12 @@ def render(spec: ControllerSpec, types: list[ResourceType], crds: list[KubeObjec
         *crds,
         {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(spec.namespace)},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, spec.namespace)},
-        {"apiVersion": RBAC_API, "kind": "ClusterRole", "metadata": _meta(NAME), "rules": restore_rules(types)},
+        {
+            "apiVersion": RBAC_API,
+            "kind": "ClusterRole",
+            "metadata": _meta(cluster_name(NAME, spec)),
+            "rules": restore_rules(types),
+        },
         _binding("ClusterRole", spec),
         {
             "apiVersion": RBAC_API,

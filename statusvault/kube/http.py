@@ -74,12 +74,24 @@ class Proxy:
     def parse(cls, url: str) -> Proxy:
         parts = urlsplit(url if "://" in url else f"http://{url}")
         if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"proxy {url!r}: only http:// proxies are supported (they tunnel TLS with CONNECT)")
+            raise ValueError(
+                f"proxy {redacted(url)!r}: only http:// proxies are supported (they tunnel TLS with CONNECT)"
+            )
         auth = ""
         if parts.username:
             pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
             auth = "Basic " + base64.b64encode(pair.encode()).decode()
         return cls(parts.hostname, parts.port or 80, auth)
+
+
+def redacted(url: str) -> str:
+    """The URL without the password of its user:password part: fit for an error line or a log."""
+    scheme, sep, rest = url.rpartition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not at:
+        return url
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}{sep}{user}:***@{host}" if ":" in userinfo else url
 
 
 def proxy_for(url: str, explicit: str | None = None, env: Mapping[str, str] | None = None) -> Proxy | None:

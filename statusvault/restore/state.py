@@ -163,7 +163,9 @@ def _state_dir(state_dir: Path | None) -> Path | None:
         return None
     where = state_dir / "restores"
     try:
-        where.mkdir(parents=True, exist_ok=True)
+        where.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if where.stat().st_uid == os.getuid():
+            where.chmod(0o700)  # plans and journals name the objects of (perhaps encrypted) backups: private
     except OSError as e:
         log.warning("cannot keep a restore journal (%s): this restore cannot be resumed", e)
         return None

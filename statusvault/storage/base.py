@@ -219,10 +219,11 @@ def locked_store(store: ObjectStore, lock: ObjectLock) -> ObjectStore:
 
 
 def validate_backup_name(name: str) -> str:
-    """Backup names become keys and object names: DNS-1123-ish, no path tricks."""
-    ok = name and len(name) <= 200 and all(c.isalnum() or c in "-_." for c in name)
+    """Backup names become keys and object names: DNS-1123-ish, no path tricks, and ASCII only (a Cyrillic letter
+    would make a look-alike of another backup's name)."""
+    ok = name and len(name) <= 200 and all(c.isascii() and (c.isalnum() or c in "-_.") for c in name)
     if not ok or name.startswith(".") or not name[0].isalnum():
-        raise ConfigError(f"invalid backup name {name!r}: use letters, digits, '-', '_' and '.'")
+        raise ConfigError(f"invalid backup name {name!r}: use ASCII letters, digits, '-', '_' and '.'")
     return name
 
 

@@ -37,6 +37,7 @@ def watch_args(spec: WatchSpec, types: list[ResourceType]) -> list[str]:
     selection = backup_args(s, types)[3:]  # after "backup --schedule NAME"
     extra = ["--flush-interval", f"{spec.flush_interval:g}", "--base-interval", spec.base_interval]
     extra += ["--lease-namespace", s.job_namespace, "--metrics-port", str(spec.metrics_port)]
+    extra += ["--metrics-address", "0.0.0.0"]
     return ["statusvault", "--log-format", "json", "watch", "run", s.name, *selection, *extra]
 
 

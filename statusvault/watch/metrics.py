@@ -42,8 +42,8 @@ class WatchMetrics:
         self.records = counter("records", "Changes written.")
         self.bases = counter("bases", "Bases completed.")
 
-    def serve(self, port: int) -> None:
-        start_http_server(port, registry=self.registry)
+    def serve(self, port: int, address: str = "127.0.0.1") -> None:
+        start_http_server(port, addr=address, registry=self.registry)
 
     def leading(self, until: dt.datetime | None) -> None:
         """This replica writes from now on; the record reaches `until` (None: nothing is stored yet)."""

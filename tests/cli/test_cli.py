@@ -101,7 +101,7 @@ def test_verify_tampered_backup_exits_non_zero(cli):
 def test_invalid_backup_name(cli):
     code, _, err = cli("backup", "../evil")
     assert code == ExitStatus.USAGE
-    assert err == "error: invalid backup name '../evil': use letters, digits, '-', '_' and '.'\n"
+    assert err == "error: invalid backup name '../evil': use ASCII letters, digits, '-', '_' and '.'\n"
 
 
 def test_bad_namespace_mapping(cli):

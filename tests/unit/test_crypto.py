@@ -83,3 +83,29 @@ def test_key_files(tmp_path):
         Key.from_file(tmp_path / "junk")
     with pytest.raises(ConfigError, match="cannot read"):
         Key.from_file(tmp_path / "missing")
+
+
+def test_a_decrypted_archive_a_killed_run_left_is_swept_and_a_running_ones_kept(tmp_path):
+    """kill -9 skips the removal of the decrypted archive: the next run that decrypts sweeps what dead processes
+    left, never what a running one (another restore) still reads."""
+    import subprocess
+    import sys
+
+    from statusvault.catalog import DECRYPTED_PREFIX, sweep_decrypted
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = tmp_path / f"{DECRYPTED_PREFIX}{dead.stdout.strip()}-abc"
+    running = tmp_path / f"{DECRYPTED_PREFIX}{os.getpid()}-def"
+    other = tmp_path / "statusvault-other"
+    for d in (left, running, other):
+        d.mkdir()
+        (d / "archive.tar.gz").write_bytes(b"plaintext")
+    assert sweep_decrypted(tmp_path) == 1
+    assert not left.exists() and running.exists() and other.exists()
+
+
+def test_the_restore_state_directory_is_private(tmp_path):
+    from statusvault.restore.state import _state_dir
+
+    where = _state_dir(tmp_path / "state")
+    assert where is not None and where.stat().st_mode & 0o777 == 0o700

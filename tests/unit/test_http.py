@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from statusvault.kube.http import HttpPool, ProtocolError, Proxy, Response, proxy_for
+from statusvault.kube.http import HttpPool, ProtocolError, Proxy, Response, proxy_for, redacted
 
 HANG_UP = b"hang up"
 
@@ -227,3 +227,10 @@ def test_warning_headers_may_repeat_and_their_name_is_any_case():
     head = b'Content-Length: 2\r\nWarning: 299 - "a"\r\nwarning:  299 - "b" \r\nX-Warning: no\r\n\r\n'
     assert Response(200, head, b"{}").warning_headers() == ['299 - "a"', '299 - "b"']
     assert Response(200, b"Content-Length: 2\r\n\r\n", b"{}").warning_headers() == []
+
+
+def test_a_proxy_password_never_reaches_an_error_line():
+    with pytest.raises(ValueError) as refused:
+        Proxy.parse("socks5://alice:s3cret@proxy.example.com:1080")
+    assert "s3cret" not in str(refused.value) and "alice:***@proxy.example.com:1080" in str(refused.value)
+    assert redacted("http://proxy:3128") == "http://proxy:3128"

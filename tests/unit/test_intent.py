@@ -139,7 +139,7 @@ def test_the_rendered_controller_is_least_privilege_and_non_root():
     crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "x"}}
     rendered = render(ControllerSpec("sv", "s3://b/p", credentials_secret="s3"), [kc], [crd])
     assert rendered[0] is crd, "the controller's CRDs come first"
-    manifests = {m["kind"]: m for m in rendered if m["metadata"]["name"] in (NAME, "sv")}
+    manifests = {m["kind"]: m for m in rendered if m["metadata"]["name"] in (NAME, f"{NAME}-sv", "sv")}
     cluster_rules = {r["apiGroups"][0]: r for r in manifests["ClusterRole"]["rules"]}
     assert cluster_rules["xyz.example.com"]["resources"] == ["kubernetesclusters", "kubernetesclusters/status"]
     assert "delete" not in cluster_rules["xyz.example.com"]["verbs"], "a restore never deletes"
@@ -178,7 +178,7 @@ def test_backup_schedules_run_as_one_read_only_account():
 
     kc = resource_type("xyz.example.com", "KubernetesCluster")
     rendered = render(ControllerSpec("sv", "s3://b/p"), [kc], [])
-    mine = {m["kind"]: m for m in rendered if m["metadata"]["name"] == BACKUP_ACCOUNT}
+    mine = {m["kind"]: m for m in rendered if m["metadata"]["name"] in (BACKUP_ACCOUNT, f"{BACKUP_ACCOUNT}-sv")}
     assert set(mine) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}, "no Role: it writes nothing"
     assert mine["ClusterRole"]["rules"] == [
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list"]},
@@ -186,6 +186,23 @@ def test_backup_schedules_run_as_one_read_only_account():
     ]
     assert mine["ClusterRoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": BACKUP_ACCOUNT,
                                                       "namespace": "sv"}]  # fmt: skip
+
+
+def test_two_installs_never_share_a_cluster_scoped_object():
+    """A second install (another namespace) used to rebind the first one's ClusterRoles to its ServiceAccounts:
+    the first controller lost every cluster permission, without a word."""
+    from statusvault.controller.install import ControllerSpec, render
+
+    def cluster_scoped(ns: str) -> dict[tuple[str, str], dict]:
+        rendered = render(ControllerSpec(ns, "s3://b/p"), [], [])
+        return {(m["kind"], m["metadata"]["name"]): m for m in rendered if "namespace" not in m["metadata"]}
+
+    a, b = cluster_scoped("team-a"), cluster_scoped("team-b")
+    assert set(a) & set(b) == set(), "no ClusterRole or ClusterRoleBinding of one install is the other's"
+    for (kind, _), binding in a.items():
+        if kind == "ClusterRoleBinding":
+            assert {s["namespace"] for s in binding["subjects"]} == {"team-a"}
+            assert (("ClusterRole", binding["roleRef"]["name"])) in a
 
 
 def test_an_encryption_key_secret_is_mounted_read_only_and_passed():

@@ -30,7 +30,9 @@ def test_valid_names(name):
     assert manifest_key(name) == f"backups/{name}/manifest.json"
 
 
-@pytest.mark.parametrize("name", ["", "../x", "a/b", ".hidden", "-x", "a b", "x" * 201])
+@pytest.mark.parametrize(
+    "name", ["", "../x", "a/b", ".hidden", "-x", "a b", "x" * 201, "nightly-\u0430", "\u0440rod", "b\uff11"]
+)
 def test_invalid_names(name):
     with pytest.raises(ConfigError):
         validate_backup_name(name)

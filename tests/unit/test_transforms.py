@@ -7,6 +7,7 @@ from statusvault.transforms import (
     contains,
     map_namespace,
     remap_owner_refs,
+    restore_diff,
     sanitize,
     status_annotation,
     status_body,
@@ -242,3 +243,13 @@ def test_status_changes(saved, answer, changes):
     from statusvault.transforms import status_changes
 
     assert [str(c) for c in status_changes(saved, answer)] == changes
+
+
+def test_a_secrets_values_are_masked_in_a_diff_as_kubectl_masks_them():
+    live = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {"password": "aHVudGVyMg=="}}
+    backup = {**live, "data": {"password": "c2VjcmV0", "token": "dG9r"}, "type": "Opaque"}
+    diff = {d["path"]: d for d in restore_diff(live, backup)}
+    assert diff["/data/password"] == {"path": "/data/password", "live": "*** (live)", "backup": "*** (backup)"}
+    assert diff["/data/token"] == {"path": "/data/token", "backup": "*** (backup)"}
+    assert diff["/type"] == {"path": "/type", "backup": "Opaque"}, "what is not a value is shown"
+    assert "aHVudGVyMg" not in str(diff) and "c2VjcmV0" not in str(diff)

@@ -6,6 +6,7 @@ import datetime as dt
 import gzip
 import queue
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -140,6 +141,25 @@ def test_rendered_watch_may_only_read_and_watch_its_types_and_hold_its_lease():
     assert args[:6] == ["statusvault", "--log-format", "json", "watch", "run", "w"]
     assert args[args.index("-n") : args.index("-n") + 2] == ["-n", "prod"]
     assert "--lease-namespace" in args and "kubernetesclusters.xyz.example.com" in args
+    assert args[args.index("--metrics-address") + 1] == "0.0.0.0", "in its pod, for Prometheus to scrape"
+
+
+def test_watch_metrics_listen_on_loopback_unless_told_otherwise():
+    """`watch run --metrics-port` on a laptop serves its metrics to this machine only."""
+    import inspect
+    import socket
+
+    from statusvault.testing.controlplane import free_ports
+    from statusvault.watch.metrics import WatchMetrics
+
+    assert inspect.signature(WatchMetrics.serve).parameters["address"].default == "127.0.0.1"
+    (port,) = free_ports(1)
+    WatchMetrics().serve(port)
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+    listening = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    local = {row[1] for row in listening if row[3] == "0A"}  # LISTEN
+    assert f"0100007F:{port:04X}" in local and f"00000000:{port:04X}" not in local
 
 
 class _Waits(threading.Event):
