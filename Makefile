@@ -8,6 +8,9 @@ PYTEST_ARGS ?=
 # (docs/testing.md has the measurements behind the number).
 TEST_WORKERS ?= 4
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
+# pytest rewrites every test module's asserts at import and caches the result as bytecode; with
+# PYTHONDONTWRITEBYTECODE set (as on these machines) each worker, each run, rewrites them all again (about 4 s).
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 
 .PHONY: install cluster-bin kube136-bin apiext-bin s3-bin test test-all unit lint demo bench cluster-up cluster-down clean docs
 
@@ -48,15 +51,15 @@ s3-bin: $(STAMP)
 
 # Every behaviour on Kubernetes 1.36, and on 1.20 (and the CRD-only server) what differs by version (docs/testing.md).
 test: cluster-bin kube136-bin apiext-bin s3-bin
-	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+	$(PYTEST) $(XDIST) $(PYTEST_ARGS)
 
 # The full matrix: every integration test on both control planes.
 test-all: cluster-bin kube136-bin apiext-bin s3-bin
-	STATUSVAULT_TEST_ALL=1 $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+	STATUSVAULT_TEST_ALL=1 $(PYTEST) $(XDIST) $(PYTEST_ARGS)
 
 # The tests that need no cluster (everything not marked `integration`), on both cores.
 unit: $(STAMP)
-	$(PY) -m pytest -m "not integration" -q -n 2 $(PYTEST_ARGS)
+	$(PYTEST) -m "not integration" -q -n 2 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check statusvault tests

@@ -98,6 +98,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     faulthandler.dump_traceback_later(60, exit=True)
 
 
+# Restores in the suite do not wait before looking again at what they restored (restore/settle.py): the tests of
+# that look (tests/integration/test_settle.py) ask for it with --settle-seconds. Subprocesses inherit it.
+os.environ["STATUSVAULT_SETTLE_SECONDS"] = "0"
+
 CRD_ONLY = "1.36-crd"  # the apiextensions-apiserver 1.36 of tests/integration/crs/ (no core API)
 CURRENT = "1.36"  # the version users run: every integration test runs on it
 EVERY_VERSION = os.environ.get("STATUSVAULT_TEST_ALL") == "1"  # make test-all: every test on every control plane

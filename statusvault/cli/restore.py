@@ -34,6 +34,7 @@ from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import RestoreOptions, restore_options
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.runner import RestoreRequest, fence_report, run_restore
+from statusvault.restore.settle import SETTLE_ENV, SETTLE_SECONDS
 from statusvault.restore.verdict import Outcome, verdict
 from statusvault.restore.workers import MIN_WAVE, default_processes
 from statusvault.storage.base import ObjectStore
@@ -81,6 +82,7 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, KeysArgs, MetricsArgs):
     at: str | None
     restart: bool
     stream: bool | None
+    settle_seconds: float
     output: str
 
 
@@ -138,6 +140,15 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, KeysArgs, MetricsArgs):
     help="Client-side request rate limit (0 = none; the server's 429s are always honoured).",
 )
 @click.option("--burst", type=click.IntRange(1), default=100, show_default=True, envvar="STATUSVAULT_BURST")
+@click.option(
+    "--settle-seconds",
+    type=click.FloatRange(0, 600),
+    default=SETTLE_SECONDS,
+    show_default=True,
+    envvar=SETTLE_ENV,
+    help="After the last write, wait this long, then count every restored status another writer (an unfenced "
+    "operator) has written since, naming it: exit 3. 0: do not look.",
+)
 @click.option(
     "--scale-down",
     multiple=True,
@@ -283,6 +294,7 @@ def restore_request(
         progress=app.progress(),
         unpause=unpause,
         lineage=lineage,
+        settle=args.settle_seconds,
     )
 
 

@@ -13,6 +13,7 @@ import orjson
 from statusvault.model import display
 from statusvault.restore.gates import NOT_PASSED, GateResult
 from statusvault.restore.pausemarkers import unmarked_warning
+from statusvault.restore.settle import Overwritten
 from statusvault.transforms import ServerChange
 
 
@@ -135,9 +136,8 @@ class RestoreReport:
         self.unpaused = 0  # objects this restore created paused and has unpaused
         self.left_paused = 0  # objects it created paused that stay paused (--keep-paused, or the run failed)
         self.unpause_failures: list[str] = []  # objects it could not unpause (still paused)
-        self.not_scaled_back: list[
-            str
-        ] = []  # workloads it scaled to 0 (--scale-down, --fence) and could not scale back
+        self.not_scaled_back: list[str] = []  # workloads scaled to 0 (--scale-down, --fence), not scaled back
+        self.overwritten = Overwritten()  # statuses another writer wrote after this restore's (restore/settle.py)
         self.total = 0
         self.fence: list[str] = []  # the fence plan's lines (--fence): each controller, why, what was done
         self.processes = 0  # worker processes used (0: this process's threads only)
@@ -284,6 +284,12 @@ class RestoreReport:
             "leftPaused": self.left_paused,
             "unpauseFailures": self.unpause_failures,
             "notScaledBack": self.not_scaled_back,
+            "statusesOverwritten": {
+                "checked": self.overwritten.checked,
+                "count": self.overwritten.count,
+                "objects": self.overwritten.named,
+                "unchecked": self.overwritten.unchecked,
+            },
             "notPaused": len(self.not_paused),
             "summary": self.counts(),
             "serverChanges": [

@@ -28,9 +28,10 @@ from statusvault.restore.journal import Journal
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.plan import RestorePlan
 from statusvault.restore.planner import Sink, build_plan, manifest_types, resolve_resource_options
-from statusvault.restore.results import RestoreReport
+from statusvault.restore.results import RestoreReport, StatusOutcome
 from statusvault.restore.scaledown import Pauser, Workload, resolve_workloads
 from statusvault.restore.servedtypes import ServedTypes
+from statusvault.restore.settle import default_settle, look_again
 from statusvault.restore.state import RestoreState, earlier_manager, finish, restore_state, state_key
 from statusvault.storage.base import ObjectStore
 
@@ -58,6 +59,7 @@ class RestoreRequest:
     # Runs sharing a lineage share their state whatever the backup: restore WATCH --at latest, whose moment (and so
     # its backup) moves on between a killed run and its re-run. See restore_state.
     lineage: str = ""
+    settle: float = dataclasses.field(default_factory=default_settle)  # restore/settle.py: wait, then look; 0: never
 
 
 @contextmanager
@@ -114,6 +116,7 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
                         raise
                 report.timings["planned"] = planned
                 _scaled_back(report, pauser, earlier)
+                _look_again(client, discover, req, report, state.journal.manager)
                 if report.succeeded and not report.left_paused and state.plan is not None:
                     finish(state)
                 return report
@@ -135,6 +138,7 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
             report.timings["planned"] = planned
             report.fence = fence.lines() if fence is not None else []
             _scaled_back(report, pauser, earlier)
+            _look_again(client, discover, req, report, state.journal.manager)
             if opts.dry_run == "none" and report.succeeded and not report.left_paused:
                 finish(state)
             return report
@@ -193,6 +197,21 @@ def _with_journalled(
     seen = {w.spec for w in workloads}
     earlier = [w for w in resolve_workloads(tuple(journal.scaled()), discovery) if w.spec not in seen]
     return [*workloads, *earlier], earlier
+
+
+def _look_again(
+    client: KubeApi, discover: Callable[[bool], Discovery], req: RestoreRequest, report: RestoreReport, manager: str
+) -> None:
+    """Once the cluster settles, every status this run wrote that another writer has written since is counted
+    (restore/settle.py); not after a dry run or a run that stopped early."""
+    if req.settle <= 0 or report.dry_run != "none" or report.interrupted or report.aborted:
+        return
+    written = (
+        (r["resource"], r["namespace"], r["name"])
+        for r in report.results()
+        if r.get("status") in (StatusOutcome.WRITTEN, StatusOutcome.IN_BODY, StatusOutcome.MISMATCH)
+    )
+    report.overwritten = look_again(client, discover(True), written, manager, req.settle, req.cancel)
 
 
 def _scaled_back(report: RestoreReport, pauser: Pauser, earlier: list[Workload]) -> None:

@@ -29,6 +29,7 @@ class Shortfall(enum.StrEnum):
     NOT_PAUSED = "NotPaused"
     STILL_PAUSED = "StillPaused"  # the unpause failed: their operator never resumes them
     STILL_SCALED_DOWN = "StillScaledDown"  # operators scaled to 0 for the restore, not scaled back
+    STATUS_OVERWRITTEN = "StatusOverwritten"  # another writer wrote a restored status once the restore was done
     GATE_NOT_PASSED = "GateNotPassed"  # timed out, or objects of its group failed
     SERVER_CHANGED = "ServerChanged"  # --strict only
     SERVER_WARNED = "ServerWarned"  # --strict only
@@ -53,6 +54,7 @@ _WHAT = {
     Shortfall.NOT_PAUSED: "object(s) were restored but NOT paused (the server dropped the pause marker)",
     Shortfall.STILL_PAUSED: "object(s) could not be unpaused and stay paused",
     Shortfall.STILL_SCALED_DOWN: "workload(s) scaled to 0 for the restore could not be scaled back",
+    Shortfall.STATUS_OVERWRITTEN: "restored status(es) were written again by another writer once the restore was done",
     Shortfall.GATE_NOT_PASSED: "gate(s) did not pass",
     Shortfall.SERVER_CHANGED: "object(s) changed by the server",
     Shortfall.SERVER_WARNED: "object(s) drew server warnings",
@@ -131,6 +133,14 @@ def verdict(report: RestoreReport, strict: bool = False) -> Verdict:
             [problem.partition(":")[0] for problem in report.not_scaled_back],
             "their operators stay stopped: scale them back to the count their annotation "
             "statusvault.io/replicas-before-restore keeps, or run the same command again",
+        ),
+        _objects(
+            Shortfall.STATUS_OVERWRITTEN,
+            report.overwritten.named,
+            "an operator acted on them before it saw their status: stop it for the restore (--fence auto, "
+            "--scale-down) or pause the objects (--pause auto), then restore them again "
+            "(--existing-resource-policy update)",
+            count=report.overwritten.count,
         ),
         _objects(
             Shortfall.GATE_NOT_PASSED,

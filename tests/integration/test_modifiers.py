@@ -124,7 +124,10 @@ def test_velero_documented_example_on_persistent_volume_claims(run, kube, namesp
         path: "/metadata/labels/test"
     """
     mapping = f"{namespace}:{target}"
-    result = run("restore", "b", "--namespace-mapping", mapping, "--modifiers", modifiers_file(tmp_path, velero))
+    result = run(
+        "restore", "b", "--include-resources", "persistentvolumeclaims",  # a built-in type: named
+        "--namespace-mapping", mapping, "--modifiers", modifiers_file(tmp_path, velero),
+    )  # fmt: skip
     assert result.code == ExitStatus.SUCCESS, result.err
     mysql, web = kube.get(pvcs, target, "mysql-0"), kube.get(pvcs, target, "web-0")
     assert (mysql["spec"]["storageClassName"], mysql["metadata"]["labels"]) == ("premium", {"foo": "bar"})

@@ -51,6 +51,10 @@ def still_scaled_down(r: RestoreReport) -> None:
     r.not_scaled_back.append("deployment ops/operator: 403 Forbidden (its annotation ... has the replica count)")
 
 
+def overwritten(r: RestoreReport) -> None:
+    r.overwritten.add(f"{W} team-a/w-1: status written since by kc-operator")
+
+
 def gate_timed_out(r: RestoreReport) -> None:
     r.gates.append(GateResult(1, "parents", "Ready", 5, TIMED_OUT))
 
@@ -70,6 +74,7 @@ SHORTFALLS: list[tuple[Callable[[RestoreReport], None], bool, Shortfall]] = [
     (not_paused, False, Shortfall.NOT_PAUSED),
     (still_paused, False, Shortfall.STILL_PAUSED),
     (still_scaled_down, False, Shortfall.STILL_SCALED_DOWN),
+    (overwritten, False, Shortfall.STATUS_OVERWRITTEN),
     (gate_timed_out, False, Shortfall.GATE_NOT_PASSED),
     (server_changed, True, Shortfall.SERVER_CHANGED),
     (server_warned, True, Shortfall.SERVER_WARNED),
