@@ -65,7 +65,7 @@ LISTS = {  # parameters whose value is a resource list
 }  # fmt: skip
 VALUES = {  # parameters whose value is the option's
     "selector": "--selector", "name": "--name", "dry_run": "--dry-run", "policy": "--existing-resource-policy",
-    "processes": "--processes",
+    "processes": "--processes", "privileged": "--allow-privileged-resources", "settle": "--settle-seconds",
 }  # fmt: skip
 
 
@@ -115,7 +115,7 @@ DEFAULTS: Row = {  # what a row without the parameter means
     "namespace": None, "include": None, "exclude": None, "selector": None, "name": None, "cluster": None,
     "mapping": None, "no_status": False, "status_include": None, "status_exclude": None, "policy": None,
     "dry_run": None, "pause": None, "keep_paused": None, "modifiers": False,
-    "order": False,
+    "order": False, "privileged": None,
 }  # fmt: skip
 
 
@@ -145,6 +145,7 @@ def model_options(row: Row, ctx: Context) -> refmodel.Options:
         modify=w.modify if row["modifiers"] else None,
         gated=(f"gizmos.{w.group}",) if row["order"] else (),
         later=(f"pools.{w.group}",) if row["order"] else (),
+        replace_crds=row["privileged"] is not None,
     )
 
 

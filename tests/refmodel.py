@@ -69,6 +69,7 @@ class Options:
     modify: Modify | None = None  # --modifiers, as Python
     gated: tuple[str, ...] = ()  # --order: types whose group has a gate (that passes) before the next group
     later: tuple[str, ...] = ()  # --order: types of the next group (every other type comes first)
+    replace_crds: bool = False  # --allow-privileged-resources covers CRDs: policy update replaces an existing one
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +122,7 @@ def restore(backup: list[dict[str, Any]], types: list[Type], opts: Options, befo
         desired = opts.modify(copy.deepcopy(obj), _ns(obj)) if opts.modify else copy.deepcopy(obj)
         saved = desired.get("status") or None
         wanted = saved is not None and _wants_status(t, obj, opts)
-        crd_updated = opts.policy == "update" and _crd_comes(t, opts) and not opts.dry_run  # to the backup's
+        crd_updated = opts.policy == "update" and opts.replace_crds and _crd_comes(t, opts) and not opts.dry_run
         phases = None if crd_updated else before.phases.get(t.qualified)
         checked = _status_checked(t, key in before.objects, opts)
         rejected = wanted and checked and phases is not None and saved.get("phase") not in phases

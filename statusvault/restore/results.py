@@ -13,7 +13,7 @@ import orjson
 from statusvault.model import display
 from statusvault.restore.gates import NOT_PASSED, GateResult
 from statusvault.restore.pausemarkers import unmarked_warning
-from statusvault.restore.settle import Overwritten
+from statusvault.restore.settle import MAX_CHECKED, Overwritten
 from statusvault.transforms import ServerChange
 
 
@@ -69,6 +69,7 @@ class ItemResult:
     pause_lost: str = ""  # created (and its status written) WITHOUT the pause marker: the server dropped it
     server_changes: tuple[ServerChange, ...] = ()  # fields of what was sent that the server dropped or changed
     server_warnings: tuple[str, ...] = ()  # the texts of the Warning headers its writes were answered with
+    status_digest: str = ""  # what the server kept of the status this restore wrote (restore/settle.py)
 
     @property
     def lacks_status(self) -> bool:
@@ -138,6 +139,8 @@ class RestoreReport:
         self.unpause_failures: list[str] = []  # objects it could not unpause (still paused)
         self.not_scaled_back: list[str] = []  # workloads scaled to 0 (--scale-down, --fence), not scaled back
         self.overwritten = Overwritten()  # statuses another writer wrote after this restore's (restore/settle.py)
+        self.written: dict[tuple[str, str, str], str] = {}  # object -> digest of its written status, up to a cap
+        self.written_unrecorded = 0  # status writes past the cap: not looked at again
         self.total = 0
         self.fence: list[str] = []  # the fence plan's lines (--fence): each controller, why, what was done
         self.processes = 0  # worker processes used (0: this process's threads only)
@@ -180,6 +183,11 @@ class RestoreReport:
             self.attention.append(r)
         if r.server_changed:
             self._add_server(r, c)
+        if r.status_digest:
+            if len(self.written) < MAX_CHECKED:
+                self.written[(r.resource, r.namespace, r.name)] = r.status_digest
+            else:
+                self.written_unrecorded += 1
         self._spool.write(orjson.dumps(r.to_dict()) + b"\n")
 
     def _add_server(self, r: ItemResult, c: Counter[str]) -> None:

@@ -28,7 +28,7 @@ from statusvault.restore.journal import Journal
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.plan import RestorePlan
 from statusvault.restore.planner import Sink, build_plan, manifest_types, resolve_resource_options
-from statusvault.restore.results import RestoreReport, StatusOutcome
+from statusvault.restore.results import RestoreReport
 from statusvault.restore.scaledown import Pauser, Workload, resolve_workloads
 from statusvault.restore.servedtypes import ServedTypes
 from statusvault.restore.settle import default_settle, look_again
@@ -206,12 +206,9 @@ def _look_again(
     (restore/settle.py); not after a dry run or a run that stopped early."""
     if req.settle <= 0 or report.dry_run != "none" or report.interrupted or report.aborted:
         return
-    written = (
-        (r["resource"], r["namespace"], r["name"])
-        for r in report.results()
-        if r.get("status") in (StatusOutcome.WRITTEN, StatusOutcome.IN_BODY, StatusOutcome.MISMATCH)
+    report.overwritten = look_again(
+        client, discover(True), report.written, manager, req.settle, req.cancel, report.written_unrecorded
     )
-    report.overwritten = look_again(client, discover(True), written, manager, req.settle, req.cancel)
 
 
 def _scaled_back(report: RestoreReport, pauser: Pauser, earlier: list[Workload]) -> None:

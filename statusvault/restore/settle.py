@@ -1,20 +1,22 @@
 """After its last write, a restore looks again: once the cluster settles, every status it wrote that another writer
 has written since (an operator that was not fenced or paused, re-provisioning) is named and counted, with who.
 
-The restore cannot stop an unfenced operator, but it can see one: the API server records in managedFields who
-wrote which fields and when (a status write through /status is an entry of its own from Kubernetes 1.22; on
-1.20 the status fields join the writer's entry). A status this restore wrote is overwritten when another field
-manager has written status fields at or after this restore's own status write, or now owns every status field
-this restore set. One metadata-only LIST per resource and namespace reads it; nothing is compared by content,
-which the server's defaults and pruning change."""
+The restore cannot stop an unfenced operator, but it can see one. Each status write's answer (what the server
+kept) is remembered as a digest; after the wait, one LIST per resource and namespace reads the objects again, and
+a status whose digest changed was written since. Who wrote it comes from managedFields: the other field managers
+whose status entries are as recent as this restore's (a status write is an entry of its own from Kubernetes
+1.22; on 1.20 the status fields join the writer's entry)."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 from statusvault import rfc3339
 from statusvault.errors import ConfigError
@@ -24,7 +26,7 @@ from statusvault.model import display
 
 SETTLE_SECONDS = 2.0  # the default wait before looking (--settle-seconds; 0: do not look)
 SETTLE_ENV = "STATUSVAULT_SETTLE_SECONDS"  # the same for every restore of a process: CLI, controller, move
-MAX_CHECKED = 100_000  # objects looked at again; a larger restore checks the first ones and says so
+MAX_CHECKED = 100_000  # objects looked at again (their digests are kept in memory); above: counted as unchecked
 NAMED = 20
 
 
@@ -53,41 +55,42 @@ class Overwritten:
             self.named.append(line)
 
 
+def status_digest(status: Any) -> str:
+    """What a status write left, as the server answered it: compared with the object read again later."""
+    return hashlib.sha256(orjson.dumps(status, option=orjson.OPT_SORT_KEYS)).hexdigest()[:24]
+
+
 def look_again(
     client: KubeApi,
     served: Discovery,
-    written: Iterable[tuple[str, str, str]],
+    written: Mapping[tuple[str, str, str], str],
     manager: str,
     wait: float,
     cancel: threading.Event | None = None,
+    unrecorded: int = 0,
 ) -> Overwritten:
-    """After `wait` seconds, which of the `written` objects (resource, namespace, name) had their status written
-    since by another writer than `manager`, or are gone."""
-    out = Overwritten()
+    """After `wait` seconds, which of the `written` objects ((resource, namespace, name) -> the digest of the
+    status this restore's write left) had their status written since, and by whom, or are gone."""
+    out = Overwritten(checked=len(written), unchecked=unrecorded)
+    if not written or (cancel or threading.Event()).wait(wait):
+        return out if written else Overwritten(unchecked=unrecorded)
     places: dict[tuple[str, str], list[str]] = {}
     for resource, namespace, name in written:
-        if out.checked >= MAX_CHECKED:
-            out.unchecked += 1
-            continue
         places.setdefault((resource, namespace), []).append(name)
-        out.checked += 1
-    if not places:
-        return out
-    if (cancel or threading.Event()).wait(wait):
-        return Overwritten(unchecked=out.checked + out.unchecked)
     for (resource, namespace), names in sorted(places.items()):
         rt = served.by_qualified(resource)
         if rt is None:
             continue
-        metas = {m.get("name", ""): m for m in client.list_metadata(rt, namespace or None)}
+        live = {o["metadata"]["name"]: o for page in client.list_pages(rt, namespace or None) for o in page}
         for name in names:
-            meta = metas.get(name)
+            obj = live.get(name)
             where = display(resource, namespace, name)
-            if meta is None:
+            if obj is None:
                 out.add(f"{where}: deleted since the restore")
-                continue
-            writers = status_writers_since(meta, manager)
-            if writers:
+            elif status_digest(obj.get("status")) != written[(resource, namespace, name)]:
+                writers = status_writers_since(obj.get("metadata") or {}, manager) or [
+                    "a writer managedFields do not name"
+                ]
                 out.add(f"{where}: status written since by {', '.join(writers)}")
     return out
 

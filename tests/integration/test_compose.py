@@ -79,6 +79,8 @@ PARAMS: dict[str, tuple[Any, ...]] = {
     "dry_run": (None, "client", "server"),
     "at": (False, True),  # a watch, restored --at latest
     "encryption": (False, "key", "keys"),  # "keys": a key that opens nothing first, then the backup's
+    "privileged": (None, "*"),  # the world holds custom resources only: it allows replacing a CRD (policy update)
+    "settle": (None, "0.5"),  # look again after the last write (the suite's default is 0): nothing else writes
 }
 
 
@@ -246,6 +248,10 @@ def test_a_restore_with_each_pair_of_option_values_leaves_what_the_model_says(ro
     assert {k: v for k, v in items.items() if k[0] in world.qualified} == expected.results, where
     assert report["withoutSavedStatus"] == len(expected.without_status), where
     assert (report["unpaused"], report["leftPaused"]) == (expected.unpaused, expected.left_paused), where
+    assert report["statusesOverwritten"]["count"] == 0, where
+    if row.get("settle") and not row["dry_run"] and expected.code == ExitStatus.SUCCESS:
+        written = [i for i in report["items"] if i["status"] in ("written", "in-body", "mismatch")]
+        assert report["statusesOverwritten"]["checked"] == len(written), where
     if expected.code == ExitStatus.PARTIAL_FAILURE and not row["dry_run"]:
         fixed_and_run_again(row, backed.objects, ctx, before, run, kube, args, name)
     elif expected.left_paused and expected.code == ExitStatus.SUCCESS:  # kept paused as asked

@@ -201,10 +201,12 @@ def test_a_status_the_target_rejects_is_counted_and_keeps_what_was_paused_paused
     assert restore(BACKUP, TYPES, Options(dry_run="server"), before).code == 0, "nor can a server one: no /status"
 
 
-def test_policy_update_makes_an_existing_crd_the_backups_so_its_stricter_rule_goes():
+def test_policy_update_makes_an_existing_crd_the_backups_when_allowed_so_its_stricter_rule_goes():
     before = Target(set(ALL), {}, phases={GIZMO.qualified: frozenset({"ok"})})
-    assert restore(BACKUP, TYPES, Options(policy="update"), before).code == 0
-    assert restore(BACKUP, TYPES, Options(policy="update", exclude=(CRD,)), before).code == 3, "unless left out"
+    assert restore(BACKUP, TYPES, Options(policy="update", replace_crds=True), before).code == 0
+    assert restore(BACKUP, TYPES, Options(policy="update"), before).code == 3, "a live CRD is replaced only if allowed"
+    left_out = Options(policy="update", exclude=(CRD,), replace_crds=True)
+    assert restore(BACKUP, TYPES, left_out, before).code == 3, "or when the CRDs are left out"
 
 
 def test_a_gated_group_with_a_rejected_status_stops_the_run_before_the_next_group():
