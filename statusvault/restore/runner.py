@@ -206,6 +206,7 @@ def _look_again(
     (restore/settle.py); not after a dry run or a run that stopped early."""
     if req.settle <= 0 or report.dry_run != "none" or report.interrupted or report.aborted:
         return
+    pause_point("restore.looking-again")  # every write done and journalled, the state not finished yet
     report.overwritten = look_again(
         client, discover(True), report.written, manager, req.settle, req.cancel, report.written_unrecorded
     )

@@ -171,6 +171,8 @@ RESTORE_STEPS: dict[str, Step] = {
     ),
     "before-unpause": (Request("PATCH", INSTANCES), lambda c: c == (N, N, N - 1)),  # db-00 was paused by its owner
     "mid-unpause": (Request("PATCH", INSTANCES, nth=5, lands=True), lambda c: c[:2] == (N, N) and c.marked < N - 1),
+    # --settle-seconds: every object done and unpaused, killed before it looks again (its state not finished)
+    "looking-again": (Pause("restore.looking-again"), lambda c: c[:2] == (N, N) and c.marked == 0),
 }
 
 
@@ -185,6 +187,7 @@ def test_restore_killed_at_each_step_then_the_same_command_ends_exact(
     args = ["--kubeconfig", str(kubeconfig), "restore", "b", "--namespace-mapping", f"{namespace}:{target}"]
     args += ["--pause", "auto", "--parallel", "2", *(["--stream"] if step.startswith("streamed-") else [])]
     args += ["-n", namespace] if step.startswith("streamed-selection-") else []
+    args += ["--settle-seconds", "0.5"] if step == "looking-again" else []
     try:
         where, left = RESTORE_STEPS[step]
         kill_at(where, args, env_of(run), {"source": proxy}, tmp_path)
