@@ -204,3 +204,28 @@ def test_policy_update_does_not_replace_a_live_crd_unless_allowed(run, kube, crd
     finally:
         if kube.get(NAMESPACES, None, ns) is not None:
             kube.delete(NAMESPACES, None, ns)
+
+
+def test_a_restore_resource_cannot_allow_privileged_types(run, kube, crds, attack):
+    """A Restore author asks the controller for the smuggled Secret, with the allowance a CLI user would give:
+    the CRD has no such field (the server prunes it), so the named privileged type is refused and nothing of the
+    backup is written."""
+    from statusvault.cli.specfields import crds as restore_crds
+    from statusvault.testing.fixtures import ensure_namespace
+
+    name, ns, tag, types = attack
+    restores = install_crds(kube, restore_crds()).by_qualified("restores.statusvault.dev")
+    ctl = unique("trustctl")
+    ensure_namespace(kube, ctl)
+    spec = {"backup": name, "include-resources": ["secrets"], "allow-privileged-resources": ["*"]}
+    made = kube.create(restores, ctl, {"apiVersion": "statusvault.dev/v1alpha1", "kind": "Restore",
+                                       "metadata": {"name": "mine"}, "spec": spec})  # fmt: skip
+    assert "allow-privileged-resources" not in made["spec"], "no such field: the server prunes it"
+    try:
+        result = run("controller", "run", "-n", ctl, "--once")
+        assert result.code == 0, result.err
+        status = kube.get(restores, ctl, "mine")["status"]
+        assert status["phase"] != "Complete" and "privileged" in status["message"], status
+        assert none_written(kube, types, ns, tag) == dict.fromkeys(("binding", "webhook", "secret", "pod"), True)
+    finally:
+        kube.delete(NAMESPACES, None, ctl)
