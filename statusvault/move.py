@@ -30,7 +30,7 @@ from statusvault.restore.options import RestoreOptions
 from statusvault.restore.pausemarkers import RECORD, PauseOptions, pause_patch, unpause_patch
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.runner import RestoreRequest, open_backup, run_restore, unfinished_manager
-from statusvault.restore.verdict import Outcome, verdict
+from statusvault.restore.verdict import RunOutcome, verdict
 from statusvault.restore.writes import written_by
 from statusvault.storage.base import ObjectStore, backup_prefix, manifest_key
 from statusvault.transforms import contains, map_namespace, status_annotation
@@ -73,7 +73,7 @@ class MoveReport:
     def succeeded(self) -> bool:
         if self.restore is None or self.verify_problems:
             return False
-        return verdict(self.restore).outcome is Outcome.DONE
+        return verdict(self.restore).outcome is RunOutcome.DONE
 
 
 @dataclasses.dataclass

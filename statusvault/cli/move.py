@@ -35,7 +35,7 @@ from statusvault.move import (
     request_name,
     run_move,
 )
-from statusvault.restore.verdict import Outcome, verdict
+from statusvault.restore.verdict import RunOutcome, verdict
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -185,7 +185,7 @@ def _show(report: MoveReport, output: str, strict: bool) -> None:
             "command again, or run it with --abort to give the source back"
         )
     strictly = verdict(restore, strict=True) if strict and restore is not None else None
-    if strictly is not None and strictly.outcome is Outcome.PARTIAL:
+    if strictly is not None and strictly.outcome is RunOutcome.PARTIAL:
         raise PartialFailure(strictly.message(f"move {report.name}"))
 
 

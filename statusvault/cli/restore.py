@@ -35,7 +35,7 @@ from statusvault.restore.options import RestoreOptions, restore_options
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.runner import RestoreRequest, fence_report, run_restore
 from statusvault.restore.settle import SETTLE_ENV, SETTLE_SECONDS
-from statusvault.restore.verdict import Outcome, verdict
+from statusvault.restore.verdict import RunOutcome, verdict
 from statusvault.restore.workers import MIN_WAVE, default_processes
 from statusvault.storage.base import ObjectStore
 
@@ -259,7 +259,7 @@ def _run_restore(
         )
         report = run_restore(client, lambda refresh: app.discovery(refresh=refresh), request)
         judged = verdict(report, args.strict)
-        run.success, run.duration = judged.outcome is Outcome.DONE, report.duration
+        run.success, run.duration = judged.outcome is RunOutcome.DONE, report.duration
         run.objects, run.errors = report.total, len(report.failures)
     try:
         header = {**report.header(), "verdict": judged.to_dict()}
@@ -302,14 +302,14 @@ def _check_outcome(report: RestoreReport, backup_name: str, dry_run: str, strict
     """The exit status of a reported restore, from its one verdict (restore/verdict.py)."""
     judged = verdict(report, strict)
     what = f"restore of {backup_name}"
-    if judged.outcome is Outcome.INTERRUPTED:
+    if judged.outcome is RunOutcome.INTERRUPTED:
         if dry_run == "none":
             click.echo(f"{what} interrupted: run the same command again to resume", err=True)
         raise KeyboardInterrupt
-    if judged.outcome is Outcome.FAILED:
+    if judged.outcome is RunOutcome.FAILED:
         again = "; run the same command again to resume" if dry_run == "none" else ""
         raise StatusVaultError(judged.message(what) + again)
-    if judged.outcome is Outcome.PARTIAL:
+    if judged.outcome is RunOutcome.PARTIAL:
         raise PartialFailure(judged.message(what))
 
 

@@ -49,17 +49,17 @@ from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.runner import RestoreRequest, run_restore
-from statusvault.restore.verdict import Outcome, verdict
+from statusvault.restore.verdict import RunOutcome, verdict
 from statusvault.restore.workers import MIN_WAVE, default_processes
 from statusvault.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
 OWN_PROBLEMS = (ConfigError, BackupNotFoundError, ArchiveError)  # one intent's failures, not an outage
 REASONS = {  # the Restore's condition reason for each verdict of its run (restore/verdict.py)
-    Outcome.DONE: Reason.COMPLETED,
-    Outcome.PARTIAL: Reason.PARTIALLY_RESTORED,
-    Outcome.FAILED: Reason.FAILED,
-    Outcome.INTERRUPTED: Reason.INTERRUPTED,
+    RunOutcome.DONE: Reason.COMPLETED,
+    RunOutcome.PARTIAL: Reason.PARTIALLY_RESTORED,
+    RunOutcome.FAILED: Reason.FAILED,
+    RunOutcome.INTERRUPTED: Reason.INTERRUPTED,
 }
 
 
@@ -301,9 +301,9 @@ class Controller:
             judged = verdict(report)
             counts = {**outcome_counts(report, intent.options.pause.enabled), "report": location}
             message = _summary(intent.backup, report)
-            if judged.outcome is Outcome.PARTIAL:
+            if judged.outcome is RunOutcome.PARTIAL:
                 message = judged.message(message)
-            done = judged.outcome is Outcome.DONE
+            done = judged.outcome is RunOutcome.DONE
             return Run(done, bool(report.aborted), message, REASONS[judged.outcome], report.interrupted, counts)
         except StatusVaultError as e:  # store, archive or API server: nothing or little was done
             # this intent's own problem (a missing key, a resource the backup lacks, a backup that is missing or

@@ -14,7 +14,7 @@ from statusvault.restore.results import RestoreReport
 NAMED = 5  # objects a shortfall names in its one line; the report lists them all
 
 
-class Outcome(enum.StrEnum):
+class RunOutcome(enum.StrEnum):
     DONE = "done"  # everything asked for is done
     PARTIAL = "partial"  # the run ended, short of what was asked (the shortfalls say what)
     FAILED = "failed"  # stopped early: most of what was asked may not be done
@@ -63,17 +63,17 @@ _WHAT = {
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    outcome: Outcome
+    outcome: RunOutcome
     findings: tuple[Finding, ...] = ()
     why: str = ""  # FAILED: why the run stopped early
 
     @property
     def exit_status(self) -> ExitStatus:
         return {
-            Outcome.DONE: ExitStatus.SUCCESS,
-            Outcome.PARTIAL: ExitStatus.PARTIAL_FAILURE,
-            Outcome.FAILED: ExitStatus.ERROR,
-            Outcome.INTERRUPTED: ExitStatus.INTERRUPTED,
+            RunOutcome.DONE: ExitStatus.SUCCESS,
+            RunOutcome.PARTIAL: ExitStatus.PARTIAL_FAILURE,
+            RunOutcome.FAILED: ExitStatus.ERROR,
+            RunOutcome.INTERRUPTED: ExitStatus.INTERRUPTED,
         }[self.outcome]
 
     @property
@@ -82,9 +82,9 @@ class Verdict:
 
     def message(self, what: str) -> str:
         """One line: what was short, and what helps."""
-        if self.outcome is Outcome.FAILED:
+        if self.outcome is RunOutcome.FAILED:
             return f"{what} stopped early: {self.why}"
-        if self.outcome is Outcome.INTERRUPTED:
+        if self.outcome is RunOutcome.INTERRUPTED:
             return f"{what} was interrupted: run the same command again to resume"
         if not self.findings:
             return f"{what} is done"
@@ -105,9 +105,9 @@ def verdict(report: RestoreReport, strict: bool = False) -> Verdict:
     """The one rule: interrupted, stopped early, or every shortfall of a run that ended (--strict adds what the
     server changed or warned about)."""
     if report.interrupted:
-        return Verdict(Outcome.INTERRUPTED)
+        return Verdict(RunOutcome.INTERRUPTED)
     if report.aborted:
-        return Verdict(Outcome.FAILED, why=report.aborted)
+        return Verdict(RunOutcome.FAILED, why=report.aborted)
     again = "run the same command again to retry only those" if report.dry_run == "none" else "see the report"
     findings = [
         _objects(Shortfall.FAILED_OBJECTS, [r.display for r in report.failures], again),
@@ -153,7 +153,7 @@ def verdict(report: RestoreReport, strict: bool = False) -> Verdict:
         findings.append(_objects(Shortfall.SERVER_CHANGED, [], strictly, count=report.server_changed))
         findings.append(_objects(Shortfall.SERVER_WARNED, [], strictly, count=report.server_warned))
     kept = tuple(f for f in findings if f is not None)
-    return Verdict(Outcome.PARTIAL if kept else Outcome.DONE, kept)
+    return Verdict(RunOutcome.PARTIAL if kept else RunOutcome.DONE, kept)
 
 
 def _objects(shortfall: Shortfall, names: list[str], advice: str, count: int | None = None) -> Finding | None:

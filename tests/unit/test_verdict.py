@@ -14,7 +14,7 @@ from statusvault.errors import ExitStatus, PartialFailure, StatusVaultError
 from statusvault.move import MoveReport
 from statusvault.restore.gates import PASSED, TIMED_OUT, GateResult
 from statusvault.restore.results import ItemResult, Outcome, RestoreReport, StatusOutcome
-from statusvault.restore.verdict import Outcome as Verdict
+from statusvault.restore.verdict import RunOutcome as Verdict
 from statusvault.restore.verdict import Shortfall, verdict
 from statusvault.transforms import PRUNED, ServerChange
 
