@@ -31,9 +31,9 @@ from statusvault.cli.options import (
 )
 from statusvault.cli.output import emit, human_size, table
 from statusvault.cli.watchviews import is_watch, verify_watch
-from statusvault.errors import ArchiveError
+from statusvault.errors import ArchiveError, BackupExistsError
 from statusvault.processes import WorkerSpec
-from statusvault.storage.base import ObjectStore, locking, validate_backup_name
+from statusvault.storage.base import ObjectLock, ObjectStore, locking, relock, validate_backup_name
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -139,7 +139,14 @@ def backup(app: App, args: BackupArgs) -> None:
     with args.recorded("backup", args.schedule) as run:
         client = app.client(pool_size=args.list_concurrency * 2 + 4)
         discovery = app.discovery()
-        result = BackupEngine(client, discovery, request).run()
+        try:
+            result = BackupEngine(client, discovery, request).run()
+        except BackupExistsError:
+            if lock is None or not (relocked := relock(store, request.name, lock)):
+                raise
+            _relocked(request.name, store, lock, relocked, args.output)  # what a killed run left unlocked: repaired
+            run.success = True
+            return
         run.success, run.duration, run.objects = True, result.duration, result.objects
         run.bytes = int(result.manifest["archive"]["size"])
     rows = [(q, r["count"], r["withStatus"]) for q, r in result.manifest["resources"].items()]
@@ -153,6 +160,15 @@ def backup(app: App, args: BackupArgs) -> None:
         + (f"; locked: {lock.describe()}" if lock else "")
     )
     emit({**result.to_dict(), "lock": lock.to_dict() if lock else None}, args.output, text)
+
+
+def _relocked(name: str, store: ObjectStore, lock: ObjectLock, keys: tuple[str, ...], output: str) -> None:
+    files = ", ".join(key.rsplit("/", 1)[-1] for key in keys)
+    text = (
+        f"Backup {name} already existed, but {files} lacked its Object Lock (a run stopped before locking it): "
+        f"locked now ({lock.describe()})"
+    )
+    emit({"name": name, "storage": store.url, "lock": lock.to_dict(), "relocked": list(keys)}, output, text)
 
 
 def backup_request(app: App, args: BackupArgs, name: str, store: ObjectStore) -> BackupRequest:

@@ -197,6 +197,24 @@ class LocksObjects(Protocol):
         """Set or release the legal hold on every version of the object; returns how many versions."""
         ...
 
+    def ensure_lock(self, key: str) -> bool:
+        """Give the object's current version the lock of this store's writes (with_lock) when it lacks it; whether
+        it had to. A store that still does not report it raises StorageError."""
+        ...
+
+
+def relock(store: ObjectStore, name: str, lock: ObjectLock) -> tuple[str, ...]:
+    """The files of an existing backup without the lock its other files hold (a run killed between writing its
+    manifest and locking it, on a store that drops lock headers), given that lock now (`lock`, the one asked for,
+    when none holds any); the keys it had to lock. Files already locked are left as they are."""
+    keys = sorted(o.key for o in store.list(backup_prefix(name)))
+    held = [locking(store).lock_of(key) for key in keys]
+    dated = [h for h in held if h.until is not None]
+    reference = max(dated, key=lambda h: h.until or dt.datetime.min) if dated else lock
+    reference = dataclasses.replace(reference, legal_hold=any(h.legal_hold for h in held) or lock.legal_hold)
+    locked = locking(locking(store).with_lock(reference))
+    return tuple(key for key, h in zip(keys, held, strict=True) if not h.covers(reference) and locked.ensure_lock(key))
+
 
 def locking(store: ObjectStore) -> LocksObjects:
     """`store` as one that locks objects; ConfigError when it cannot (a directory, a bucket without Object Lock)."""

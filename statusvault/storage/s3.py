@@ -256,11 +256,14 @@ class S3Store:
         self._ensure_lock(key)
 
     def _ensure_lock(self, key: str) -> None:
+        self.ensure_lock(key)
+
+    def ensure_lock(self, key: str) -> bool:
         """After a write with a lock: the object holds it, or is given it now (moto drops a multipart upload's, and
         an S3-compatible store may ignore the headers); a store that still does not report it fails the write."""
         wanted = self.lock
         if wanted is None or (found := self.lock_of(key)).covers(wanted):
-            return
+            return False
         if wanted.until is not None and not found.covers(dataclasses.replace(wanted, legal_hold=False)):
             retention = {"Mode": wanted.mode, "RetainUntilDate": wanted.until}
             self._call("lock an object in", self.client.put_object_retention, Bucket=self.bucket,
@@ -271,6 +274,7 @@ class S3Store:
         if not self.lock_of(key).covers(wanted):
             raise StorageError(f"{self.url}/{key} was written, but the store does not report the Object Lock asked "
                                f"for ({wanted.describe()}): it cannot be relied on to keep backups")  # fmt: skip
+        return True
 
     def get(self, key: str, limit: int = -1) -> bytes:
         resp = self._call("read from", self.client.get_object, Bucket=self.bucket, Key=self._key(key))

@@ -228,3 +228,31 @@ def test_the_cli_backs_up_under_a_lock_that_prune_keeps_and_restores_from_it(
                    "--encryption-key-file", key)  # fmt: skip
     assert restored.code == 0, restored.err
     assert kube.get(crds.resolve("kc"), namespace, "prod")["status"] == kc_status(4)
+
+
+def test_a_backup_killed_before_its_manifest_was_locked_is_repaired_by_the_same_command(
+    run, crds, make, namespace, s3_server, locked_bucket, s3
+):
+    """A store that drops lock headers on single PUTs, and a run killed between the manifest's upload and the
+    PutObjectRetention after it: the manifest's current version has no lock while the archive has. The same
+    command again locks it (it used to say only "already exists"); once whole, it says that again."""
+    from tests.builders import cr, kc_status
+    from tests.integration.crs.test_backup import s3_args
+    from tests.integration.crs.test_restore import KC as KC_VERSION
+
+    make(cr(KC_VERSION, "KubernetesCluster", "prod", status=kc_status(4)), namespace)
+    where = ["--storage", f"s3://{locked_bucket}/{PREFIX}", *s3_args(s3_server)]
+    command = ["backup", "b", "-n", namespace, *where, "--lock-mode", "governance", "--lock-for", "1d"]
+    assert run(*command).code == 0
+    manifest = f"{PREFIX}/{manifest_key('b')}"
+    body = s3.get_object(Bucket=locked_bucket, Key=manifest)["Body"].read()
+    s3.put_object(Bucket=locked_bucket, Key=manifest, Body=body)  # the killed run's version: no retention
+    assert "ObjectLockMode" not in s3.head_object(Bucket=locked_bucket, Key=manifest)
+
+    repaired = run(*command, "-o", "json")
+
+    assert repaired.code == ExitStatus.SUCCESS, repaired.err
+    assert json.loads(repaired.out)["relocked"] == [manifest_key("b")]
+    assert s3.head_object(Bucket=locked_bucket, Key=manifest)["ObjectLockMode"] == "GOVERNANCE"
+    again = run(*command)
+    assert again.code != 0 and "already exists" in again.err
