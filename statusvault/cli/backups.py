@@ -33,7 +33,14 @@ from statusvault.cli.output import emit, human_size, table
 from statusvault.cli.watchviews import is_watch, verify_watch
 from statusvault.errors import ArchiveError, BackupExistsError
 from statusvault.processes import WorkerSpec
-from statusvault.storage.base import ObjectLock, ObjectStore, locking, relock, validate_backup_name
+from statusvault.storage.base import (
+    ObjectLock,
+    ObjectStore,
+    locking,
+    relock,
+    unlocked_files,
+    validate_backup_name,
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -294,9 +301,10 @@ def verify(app: App, args: VerifyArgs) -> None:
         verify_watch(store, name, keys, args.output)
         return
     report = catalog.verify(store, name, keys)
+    unlocked = unlocked_files(store, name)
     data = {
         "name": name,
-        "ok": report.ok,
+        "ok": report.ok and not unlocked,
         "filesChecked": report.files_checked,
         "archiveChecksumOk": report.archive_sha_ok,
         "objectsChecked": not report.objects_unchecked,
@@ -305,15 +313,22 @@ def verify(app: App, args: VerifyArgs) -> None:
         "unexpected": report.unexpected,
         "misordered": report.misordered,
         "error": report.error,
+        "unlocked": unlocked,
     }
     if not report.ok:
         text = f"Backup {name}: FAILED: {catalog.describe_problems(report)}"
+    elif unlocked:
+        files = ", ".join(key.rsplit("/", 1)[-1] for key in unlocked)
+        text = (
+            f"Backup {name}: FAILED: {files} lack(s) the Object Lock its other files hold (a run stopped before "
+            "locking it): run the same backup command again to lock it"
+        )
     elif report.objects_unchecked:
         text = f"Backup {name}: archive checksum OK; encrypted: pass --encryption-key-file to check every object"
     else:
         text = f"Backup {name}: OK ({report.files_checked} files checked)"
     emit(data, args.output, text)
-    if not report.ok:
+    if not report.ok or unlocked:
         raise ArchiveError(f"backup {name!r} failed verification")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -207,13 +207,35 @@ def relock(store: ObjectStore, name: str, lock: ObjectLock) -> tuple[str, ...]:
     """The files of an existing backup without the lock its other files hold (a run killed between writing its
     manifest and locking it, on a store that drops lock headers), given that lock now (`lock`, the one asked for,
     when none holds any); the keys it had to lock. Files already locked are left as they are."""
-    keys = sorted(o.key for o in store.list(backup_prefix(name)))
-    held = [locking(store).lock_of(key) for key in keys]
-    dated = [h for h in held if h.until is not None]
-    reference = max(dated, key=lambda h: h.until or dt.datetime.min) if dated else lock
-    reference = dataclasses.replace(reference, legal_hold=any(h.legal_hold for h in held) or lock.legal_hold)
+    held = _locks(store, name)
+    reference = _strongest(held.values(), lock)
     locked = locking(locking(store).with_lock(reference))
-    return tuple(key for key, h in zip(keys, held, strict=True) if not h.covers(reference) and locked.ensure_lock(key))
+    return tuple(key for key, h in held.items() if not h.covers(reference) and locked.ensure_lock(key))
+
+
+def unlocked_files(store: ObjectStore, name: str) -> list[str]:
+    """The files of a locked backup (one of its files holds a lock) without the lock its others hold; none for a
+    store that cannot lock or a backup without any lock."""
+    if not isinstance(store, LocksObjects) or not store.object_lock_enabled():
+        return []
+    held = _locks(store, name)
+    if not any(h.until is not None or h.legal_hold for h in held.values()):
+        return []
+    reference = _strongest(held.values(), ObjectLock())
+    return [key for key, h in held.items() if not h.covers(reference)]
+
+
+def _locks(store: ObjectStore, name: str) -> dict[str, ObjectLock]:
+    """The lock of each file of the backup (its writer lease aside: it is never locked)."""
+    keys = sorted(o.key for o in store.list(backup_prefix(name)) if o.key != writer_key(name))
+    return {key: locking(store).lock_of(key) for key in keys}
+
+
+def _strongest(held: Iterable[ObjectLock], fallback: ObjectLock) -> ObjectLock:
+    locks = list(held)
+    dated = [h for h in locks if h.until is not None]
+    strongest = max(dated, key=lambda h: h.until or dt.datetime.min) if dated else fallback
+    return dataclasses.replace(strongest, legal_hold=any(h.legal_hold for h in locks) or fallback.legal_hold)
 
 
 def locking(store: ObjectStore) -> LocksObjects:

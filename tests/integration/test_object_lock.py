@@ -248,6 +248,8 @@ def test_a_backup_killed_before_its_manifest_was_locked_is_repaired_by_the_same_
     body = s3.get_object(Bucket=locked_bucket, Key=manifest)["Body"].read()
     s3.put_object(Bucket=locked_bucket, Key=manifest, Body=body)  # the killed run's version: no retention
     assert "ObjectLockMode" not in s3.head_object(Bucket=locked_bucket, Key=manifest)
+    found = run("verify", "b", *where)
+    assert found.code != 0 and "manifest.json lack(s) the Object Lock its other files hold" in found.out, found.out
 
     repaired = run(*command, "-o", "json")
 
@@ -256,3 +258,4 @@ def test_a_backup_killed_before_its_manifest_was_locked_is_repaired_by_the_same_
     assert s3.head_object(Bucket=locked_bucket, Key=manifest)["ObjectLockMode"] == "GOVERNANCE"
     again = run(*command)
     assert again.code != 0 and "already exists" in again.err
+    assert run("verify", "b", *where).code == 0
