@@ -188,4 +188,13 @@ def _status_notes(report: RestoreReport) -> list[str]:
         )
     if report.unreached:
         notes.append(f"not reached: {report.unreached} object(s) with a saved status (the run stopped first)")
+    notes += [f"FAILED to scale back: {problem}" for problem in report.not_scaled_back]
+    looked = report.overwritten
+    if looked.checked:
+        more = f" ({looked.unchecked} more not looked at)" if looked.unchecked else ""
+        notes.append(
+            f"looked again after the last write: {looked.count} of {looked.checked} restored status(es) written "
+            f"since by another writer{more}"
+        )
+        notes += [f"WRITTEN AGAIN: {line}" for line in looked.named]
     return ["", *notes] if notes else []

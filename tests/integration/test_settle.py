@@ -86,3 +86,21 @@ def test_settle_seconds_0_does_not_look(run, kube, backed_up, namespace):
 
     assert result.code == ExitStatus.SUCCESS, result.err
     assert json.loads(result.out)["statusesOverwritten"]["checked"] == 0
+
+
+def test_the_text_report_says_what_it_looked_at_and_names_what_was_written_again(run, kube, backed_up, namespace):
+    stop = threading.Event()
+    operator = reprovisioning_operator(kube, backed_up, namespace, "k-1", stop)
+    try:
+        result = run("restore", "b", "--settle-seconds", "1")
+    finally:
+        stop.set()
+        operator.join()
+
+    assert result.code == ExitStatus.PARTIAL_FAILURE, result.err
+    lines = result.out.splitlines()
+    assert "looked again after the last write: 1 of 3 restored status(es) written since by another writer" in lines
+    assert (
+        f"WRITTEN AGAIN: kubernetesclusters.xyz.example.com {namespace}/k-1: status written since by kc-operator"
+        in (lines)
+    )
