@@ -191,12 +191,15 @@ class Connection:
 
     def dropped(self) -> bool:
         """Whether this idle connection can no longer carry a request: the server closed it (or sent something
-        unasked, which only a closing server does). Asked of the socket without waiting, as urllib3 does."""
-        poller = select.poll()
-        poller.register(self.sock, select.POLLIN)
+        unasked, which only a closing server does). Asked of the socket without waiting, as urllib3 does (poll where
+        the platform has it: select is limited to low descriptor numbers)."""
         try:
-            return bool(poller.poll(0))
-        except OSError:
+            if hasattr(select, "poll"):
+                poller = select.poll()
+                poller.register(self.sock, select.POLLIN)
+                return bool(poller.poll(0))
+            return bool(select.select([self.sock], [], [], 0)[0])
+        except (OSError, ValueError):
             return True
 
     def request(self, head: bytes, body: bytes | None) -> Response:
