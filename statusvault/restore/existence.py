@@ -9,7 +9,7 @@ from statusvault.errors import KubeApiError
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.api import KubeApi
 from statusvault.model import ResourceType
-from statusvault.restore.writes import abandoned, written_by
+from statusvault.restore.writes import abandoned, status_written, written_by
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,7 @@ class ExistenceIndex:
         self.client = client
         self.manager = manager
         self._names: dict[tuple[str, str, str], set[str]] = {}
+        self._statusless: dict[tuple[str, str, str], set[str]] = {}  # custom resources no writer gave a status
         self._lock = threading.Lock()
 
     def __call__(self, rt: ResourceType, namespace: str, name: str) -> bool:
@@ -40,12 +41,21 @@ class ExistenceIndex:
             return self._namespace_exists(name)
         return name in names
 
+    def lacks_status(self, rt: ResourceType, namespace: str, name: str) -> bool:
+        """Whether the existing object (as listed for __call__) has never been given a status by any writer, as its
+        managedFields say (an object without managedFields says nothing: not counted)."""
+        return name in self._statusless.get((rt.group, rt.resource, namespace), set())
+
     def _list(self, rt: ResourceType, namespace: str) -> set[str]:
         if not rt.version:
             return set()
         try:
-            metas = self.client.list_metadata(rt, namespace or None)
+            metas = list(self.client.list_metadata(rt, namespace or None))
             finishes = rt.custom and rt.has_status  # a custom resource whose status the restore writes
+            if finishes:
+                self._statusless[(rt.group, rt.resource, namespace)] = {
+                    m.get("name", "") for m in metas if m.get("managedFields") and not status_written(m)
+                }
             return {
                 m.get("name", "") for m in metas if not (written_by(m, self.manager) or (finishes and abandoned(m)))
             }

@@ -215,7 +215,7 @@ class ObjectRestorer:
         if item.action == Action.CREATE:
             body = self._body(item, obj, item.rt, StatusMode.NONE)
             result.paused = self._pause(item, self._marker(item.rt, body, result), body)
-        if item.action not in (Action.UPDATE, Action.SKIP_EXISTS):
+        if item.action not in (Action.UPDATE, Action.SKIP_EXISTS, Action.SKIP_LACKING):
             return result
         try:
             rt = self._request_type(item, obj)
@@ -294,6 +294,12 @@ def not_attempted(item: PlanItem) -> ItemResult:
     if item.action == Action.SKIP_EXISTS:
         status = StatusOutcome.KEPT if wanted else _STATUS_NOT_WRITTEN.get(item.status_mode, StatusOutcome.NOT_NEEDED)
         outcome, message, wanted = Outcome.SKIPPED, "already exists (policy none)", False
+    elif item.action == Action.SKIP_LACKING:  # counted: the object is there, its saved status is not
+        outcome, status = Outcome.SKIPPED, StatusOutcome.NOT_WRITTEN
+        message = (
+            "already exists without any status (policy none): its saved status was not written; "
+            "--existing-resource-policy update writes it"
+        )
     elif item.action == Action.SKIP_TERMINATING:  # not restored by design, as Velero does
         outcome, status, message, wanted = (
             Outcome.SKIPPED,

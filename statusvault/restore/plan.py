@@ -34,6 +34,7 @@ class Category(enum.IntEnum):
 class Action(enum.StrEnum):
     CREATE = "create"
     SKIP_EXISTS = "skip"  # exists, policy none
+    SKIP_LACKING = "skip-lacking"  # exists without any status, policy none, while the backup holds one: counted
     UPDATE = "update"  # exists, policy update
     SKIP_TERMINATING = "skip-terminating"  # was being deleted at backup time
     UNAVAILABLE = "unavailable"  # the cluster does not serve the resource and the backup has no CRD for it

@@ -488,6 +488,9 @@ def _plan_item(
         action = Action.SKIP_TERMINATING
     elif exists(rt, ns, meta["name"]):
         action = Action.UPDATE if decider.opts.existing_policy == "update" else Action.SKIP_EXISTS
+        lacks = getattr(exists, "lacks_status", None)  # restore/existence.py: as the cluster's objects say
+        if action == Action.SKIP_EXISTS and lacks is not None and lacks(rt, ns, meta["name"]):
+            action = Action.SKIP_LACKING if decider.status_mode(rt, obj).wanted else action
     else:
         action = Action.CREATE
     return PlanItem(

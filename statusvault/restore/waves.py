@@ -107,7 +107,8 @@ class WaveRunner:
         """The items to send; the others are reported as they go by."""
         for item in items:
             if self.dry_run == "client":
-                if item.in_archive and (self.reads_all or item.action in (Action.UPDATE, Action.SKIP_EXISTS)):
+                skipped = (Action.UPDATE, Action.SKIP_EXISTS, Action.SKIP_LACKING)
+                if item.in_archive and (self.reads_all or item.action in skipped):
                     yield item  # read from the archive: rules and pause markers, how the live object differs
                 else:
                     self.record(client_dry_run(item), item)

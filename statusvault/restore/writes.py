@@ -49,7 +49,14 @@ def abandoned(meta: dict[str, Any]) -> bool:
     entries = [e for e in meta.get("managedFields") or [] if isinstance(e, dict)]
     if not entries or not all(str(e.get("manager", "")).startswith(MANAGER_PREFIX) for e in entries):
         return False
-    return not any(e.get("subresource") == "status" or "f:status" in (e.get("fieldsV1") or {}) for e in entries)
+    return not status_written(meta)
+
+
+def status_written(meta: dict[str, Any]) -> bool:
+    """Whether any writer has written the object's status, as its managedFields say (an entry of its own from
+    Kubernetes 1.22; the status fields in the writer's entry on 1.20)."""
+    entries = [e for e in meta.get("managedFields") or [] if isinstance(e, dict)]
+    return any(e.get("subresource") == "status" or "f:status" in (e.get("fieldsV1") or {}) for e in entries)
 
 
 @dataclasses.dataclass(slots=True)

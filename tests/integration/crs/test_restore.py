@@ -95,6 +95,28 @@ def test_objects_an_earlier_release_created_without_their_status_are_finished_wh
     assert report[f"kubernetesclusters.xyz.example.com {namespace}/k-3"]["status"] == "kept"
 
 
+def test_an_existing_object_without_any_status_is_counted_whatever_the_policy(run, kube, crds, make, namespace):
+    """Someone else's object, there before the restore and never given a status, while the backup holds one:
+    policy none leaves it, and the restore says its saved status is not on it (exit 3) instead of "kept"."""
+    kc = crds.resolve("kc")
+    make(cr(KC, "KubernetesCluster", "k-0", spec={"region": "eu"}, status=kc_status(0)), namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    kube.delete(kc, namespace, "k-0")
+    wait_gone(kube, kc, namespace, "k-0")
+    make(cr(KC, "KubernetesCluster", "k-0", spec={"region": "eu"}), namespace)  # its GitOps copy: no status
+
+    counted = run("restore", "b", "-n", namespace, "-o", "json")
+
+    assert counted.code == ExitStatus.PARTIAL_FAILURE, counted.err
+    item = items(json.loads(counted.out))[f"kubernetesclusters.xyz.example.com {namespace}/k-0"]
+    assert (item["result"], item["status"]) == ("skipped", "not-written")
+    assert any("already exists without any status (policy none)" in n for n in item["notes"]), item
+    assert "status" not in kube.get(kc, namespace, "k-0"), "policy none: left as it is"
+    written = run("restore", "b", "-n", namespace, "--existing-resource-policy", "update")
+    assert written.code == ExitStatus.SUCCESS, written.err
+    assert kube.get(kc, namespace, "k-0")["status"] == kc_status(0)
+
+
 def test_default_restores_every_custom_status_and_respects_exclude_and_annotation(run, kube, crds, make, namespace):
     make(cr(KC, "KubernetesCluster", "a", status=kc_status(1)), namespace)
     make(
