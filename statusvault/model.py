@@ -147,3 +147,11 @@ def name_matches(name: str, patterns: tuple[str, ...]) -> bool:
 def object_key(rt: ResourceType, obj: KubeObject) -> ObjectKey:
     meta = obj.get("metadata") or {}
     return ObjectKey(rt.qualified, meta.get("namespace", "") if rt.namespaced else "", meta.get("name", ""))
+
+
+def writes_status(entry: Any) -> bool:
+    """Whether a managedFields entry wrote the object's status: through /status (an entry of its own from
+    Kubernetes 1.22), or owning `f:status` (1.20, and types without the subresource)."""
+    return isinstance(entry, dict) and (
+        entry.get("subresource") == "status" or "f:status" in (entry.get("fieldsV1") or {})
+    )

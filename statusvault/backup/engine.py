@@ -27,7 +27,7 @@ from statusvault.kinds import NAMESPACES
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import Request
-from statusvault.model import KubeObject, ResourceType, Selection, name_matches, object_key
+from statusvault.model import KubeObject, ResourceType, Selection, name_matches, object_key, writes_status
 from statusvault.pausepoints import pause_point
 from statusvault.processes import WorkerSpec
 from statusvault.processes.pool import WorkerPool
@@ -111,9 +111,7 @@ def status_writers(entries: Any) -> list[dict[str, Any]]:
     own), each with only manager, operation, subresource and time: who, not which fields (archive-format.md)."""
     out = []
     for e in entries if isinstance(entries, list) else ():
-        if not isinstance(e, dict) or not e.get("manager"):
-            continue
-        if e.get("subresource") == "status" or "f:status" in (e.get("fieldsV1") or {}):
+        if writes_status(e) and e.get("manager"):
             out.append({k: e[k] for k in ("manager", "operation", "subresource", "time") if e.get(k)})
     return out
 

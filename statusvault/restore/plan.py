@@ -333,19 +333,19 @@ class RestorePlan:
 
     def restored(self, group: int, journal: Path) -> list[PlanItem]:
         """The group's objects the journal has seen restored (created or updated): what its gate waits on."""
-        self._attach(journal)
-        rows = self._db.execute(
-            f"SELECT {_COLUMNS}, seq FROM items WHERE grp = ? AND action IN (?, ?) AND NOT {_NOT_DONE} ORDER BY seq",
-            (group, str(Action.CREATE), str(Action.UPDATE)),
-        ).fetchall()
-        return [self._item(row) for row in rows]
+        return self._written(group, journal, done=True)
 
     def unrestored(self, group: int, journal: Path) -> list[PlanItem]:
         """The group's objects to create or update that the journal has not seen restored: after the group's
         waves, those that failed."""
+        return self._written(group, journal, done=False)
+
+    def _written(self, group: int, journal: Path, done: bool) -> list[PlanItem]:
+        """The group's objects to create or update, those the journal has seen done or those it has not."""
         self._attach(journal)
         rows = self._db.execute(
-            f"SELECT {_COLUMNS}, seq FROM items WHERE grp = ? AND action IN (?, ?) AND {_NOT_DONE} ORDER BY seq",
+            f"SELECT {_COLUMNS}, seq FROM items WHERE grp = ? AND action IN (?, ?) AND {'NOT ' if done else ''}"
+            f"{_NOT_DONE} ORDER BY seq",
             (group, str(Action.CREATE), str(Action.UPDATE)),
         ).fetchall()
         return [self._item(row) for row in rows]

@@ -146,6 +146,8 @@ class _Decider:
         self.crds_in_backup = crds_in_backup  # filled while planning when the CRDs are read in the same pass
         self._targets: dict[str, ResourceType | None] = {}
         self.allow = frozenset(opts.allow_privileged)
+        self._custom: dict[str, bool] = {}
+        self._privileged: dict[str, str] = {}
         self._refuse_privileged()
 
     def _refuse_privileged(self) -> None:
@@ -164,9 +166,17 @@ class _Decider:
             )
 
     def custom(self, qualified: str) -> bool:
-        """Whether objects of the type are custom resources, as the cluster says (restore/trust.py)."""
-        rt = self.backup_types[qualified]
-        return trust.custom_type(rt, self.live.by_qualified(qualified))
+        """Whether objects of the type are custom resources, as the cluster says (restore/trust.py); once a type."""
+        if qualified not in self._custom:
+            self._custom[qualified] = trust.custom_type(self.backup_types[qualified], self.live.by_qualified(qualified))
+        return self._custom[qualified]
+
+    def privileged(self, rt: ResourceType) -> str:
+        """Why objects of the type are privileged ("": not), the cluster's word on custom; once a type."""
+        if rt.qualified not in self._privileged:
+            trusted = dataclasses.replace(rt, custom=self.custom(rt.qualified))
+            self._privileged[rt.qualified] = trust.privileged(trusted)
+        return self._privileged[rt.qualified]
 
     def target(self, qualified: str) -> ResourceType | None:
         """The type an object is written with: as served, or as backed up when its CRD comes with the backup
@@ -347,9 +357,7 @@ class _Planner:
         if replaces and not trust.allowed(item.rt, allow):
             item.action = Action.SKIP_EXISTS
             self.crds_kept.append(f"{item.rt.kind} {item.name}")
-        elif item.category != Category.CRD and trust.privileged(
-            dataclasses.replace(item.rt, custom=self.decider.custom(item.rt.qualified))  # the cluster's word
-        ):
+        elif item.category != Category.CRD and self.decider.privileged(item.rt):
             self.privileged[item.rt.qualified] = self.privileged.get(item.rt.qualified, 0) + 1
 
     def _stream(self, item: PlanItem, obj: dict[str, Any], owners: list[str]) -> None:

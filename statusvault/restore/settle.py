@@ -22,7 +22,7 @@ from statusvault import rfc3339
 from statusvault.errors import ConfigError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
-from statusvault.model import display
+from statusvault.model import display, writes_status
 
 SETTLE_SECONDS = 2.0  # the default wait before looking (--settle-seconds; 0: do not look)
 SETTLE_ENV = "STATUSVAULT_SETTLE_SECONDS"  # the same for every restore of a process: CLI, controller, move
@@ -71,34 +71,39 @@ def look_again(
 ) -> Overwritten:
     """After `wait` seconds, which of the `written` objects ((resource, namespace, name) -> the digest of the
     status this restore's write left) had their status written since, and by whom, or are gone."""
+    if not written or (cancel or threading.Event()).wait(wait):  # nothing to look at, or stopped: looked at none
+        return Overwritten(unchecked=len(written) + unrecorded)
     out = Overwritten(checked=len(written), unchecked=unrecorded)
-    if not written or (cancel or threading.Event()).wait(wait):
-        return out if written else Overwritten(unchecked=unrecorded)
-    places: dict[tuple[str, str], list[str]] = {}
+    places: dict[tuple[str, str], set[str]] = {}
     for resource, namespace, name in written:
-        places.setdefault((resource, namespace), []).append(name)
+        places.setdefault((resource, namespace), set()).add(name)
     for (resource, namespace), names in sorted(places.items()):
         rt = served.by_qualified(resource)
         if rt is None:
             continue
-        live = {o["metadata"]["name"]: o for page in client.list_pages(rt, namespace or None) for o in page}
-        for name in names:
-            obj = live.get(name)
-            where = display(resource, namespace, name)
-            if obj is None:
-                out.add(f"{where}: deleted since the restore")
-            elif status_digest(obj.get("status")) != written[(resource, namespace, name)]:
-                writers = status_writers_since(obj.get("metadata") or {}, manager) or [
-                    "a writer managedFields do not name"
-                ]
-                out.add(f"{where}: status written since by {', '.join(writers)}")
+        seen: set[str] = set()
+        for page in client.list_pages(rt, namespace or None):  # a page at a time: memory stays flat
+            for obj in page:
+                name = obj["metadata"]["name"]
+                if name not in names:
+                    continue
+                seen.add(name)
+                if status_digest(obj.get("status")) != written[(resource, namespace, name)]:
+                    out.add(_written_again(display(resource, namespace, name), obj, manager))
+        for name in sorted(names - seen):
+            out.add(f"{display(resource, namespace, name)}: deleted since the restore")
     return out
+
+
+def _written_again(where: str, obj: Mapping[str, Any], manager: str) -> str:
+    writers = status_writers_since(obj.get("metadata") or {}, manager) or ["a writer managedFields do not name"]
+    return f"{where}: status written since by {', '.join(writers)}"
 
 
 def status_writers_since(meta: Mapping[str, Any], manager: str) -> list[str]:
     """The other field managers that wrote status fields at or after `manager`'s last status write (every one
     that owns status fields, when `manager` owns none any more: they took all of them over)."""
-    entries = [e for e in meta.get("managedFields") or [] if isinstance(e, dict) and _touches_status(e)]
+    entries = [e for e in meta.get("managedFields") or [] if writes_status(e)]
     mine = [_time(e) for e in entries if e.get("manager") == manager]
     since = max(mine) if mine else None
     return sorted(
@@ -108,10 +113,6 @@ def status_writers_since(meta: Mapping[str, Any], manager: str) -> list[str]:
             if e.get("manager") != manager and (since is None or _time(e) >= since)
         }
     )
-
-
-def _touches_status(entry: Mapping[str, Any]) -> bool:
-    return entry.get("subresource") == "status" or "f:status" in (entry.get("fieldsV1") or {})
 
 
 def _time(entry: Mapping[str, Any]) -> float:

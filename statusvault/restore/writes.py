@@ -11,7 +11,7 @@ from statusvault import rfc3339
 from statusvault.errors import KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH
-from statusvault.model import KubeObject, ResourceType
+from statusvault.model import KubeObject, ResourceType, writes_status
 from statusvault.restore.journal import MANAGER_PREFIX
 from statusvault.restore.plan import PlanItem, StatusMode
 from statusvault.restore.results import Outcome, StatusOutcome
@@ -55,8 +55,7 @@ def abandoned(meta: dict[str, Any]) -> bool:
 def status_written(meta: dict[str, Any]) -> bool:
     """Whether any writer has written the object's status, as its managedFields say (an entry of its own from
     Kubernetes 1.22; the status fields in the writer's entry on 1.20)."""
-    entries = [e for e in meta.get("managedFields") or [] if isinstance(e, dict)]
-    return any(e.get("subresource") == "status" or "f:status" in (e.get("fieldsV1") or {}) for e in entries)
+    return any(writes_status(e) for e in meta.get("managedFields") or [])
 
 
 @dataclasses.dataclass(slots=True)
