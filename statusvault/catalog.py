@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 
 from statusvault import rfc3339
-from statusvault.archive import ArchiveReader, VerifyReport, file_sha256
+from statusvault.archive import ArchiveReader, VerifyReport, file_sha256, signing
 from statusvault.archive.crypto import ALGORITHM, Key, decrypt_file
-from statusvault.archive.envelope import RETIRED, Keys, open_data_key, refs
+from statusvault.archive.envelope import RETIRED, Keyring, Keys, open_data_key, refs
 from statusvault.archive.format import MAX_HEAD_BYTES, archive_field, check_json_size, check_summary
 from statusvault.errors import ArchiveError, BackupHeldError, BackupNotFoundError, ConfigError
 from statusvault.retention import Candidate, Decision, RetentionPolicy, decide
@@ -172,6 +172,7 @@ def describe(store: ObjectStore, name: str) -> dict[str, Any]:
         **{k: manifest.get(k) for k in (*fields, "archive")},
         "lock": lock.to_dict() if lock else None,
         "encryption": _keys_of(encryption) if encryption else None,
+        "signature": signing.describe(manifest),
     }
 
 
@@ -210,6 +211,7 @@ def readable_archive(store: ObjectStore, name: str, manifest: dict[str, Any], ke
     archive = archive_field(manifest)
     encryption = manifest.get("encryption")
     data_key = _data_key(name, manifest, keys)
+    authenticate(name, manifest, keys, data_key is not None)
     if stored_size(store, name) != archive["size"]:
         raise ArchiveError(f"backup {name!r} was modified: the archive's size differs from its manifest")
     with local_archive(store, name) as path:
@@ -220,6 +222,20 @@ def readable_archive(store: ObjectStore, name: str, manifest: dict[str, Any], ke
             return
         with _decrypted(path, data_key) as plain:
             yield plain
+
+
+def authenticate(name: str, manifest: dict[str, Any], keys: Keys, sealed: bool) -> str | None:
+    """Check the backup's signature with the verification keys given (archive/signing.py); the ID of the key that
+    signed it, or None when no verification key was given. `sealed`: a key given opens it (its wrapped data key
+    unwrapped, bound to its name and archive), which authenticates it as a signature would. A signed manifest
+    names its backup: one stored under another name (a replay of another backup) is refused."""
+    signed_by = signing.authenticate(manifest, signing.BACKUP, f"backup {name!r}", Keyring.of(keys).verifiers, sealed)
+    if signed_by is not None and manifest.get("name") != name:
+        raise ArchiveError(
+            f"backup {name!r} is a copy of backup {str(manifest.get('name'))[:128]!r}, signed under that name: "
+            "refusing it"
+        )
+    return signed_by
 
 
 def _data_key(name: str, manifest: dict[str, Any], keys: Keys) -> Key | None:
@@ -282,6 +298,7 @@ def verify(store: ObjectStore, name: str, keys: Keys = None) -> VerifyReport:
     archive = archive_field(manifest)
     try:
         data_key = _data_key(name, manifest, keys) if keys or not manifest.get("encryption") else None
+        signed_by = authenticate(name, manifest, keys, data_key is not None)
     except ArchiveError as e:
         return VerifyReport(error=str(e))
     with local_archive(store, name) as path:
@@ -289,11 +306,12 @@ def verify(store: ObjectStore, name: str, keys: Keys = None) -> VerifyReport:
         if not manifest.get("encryption"):
             report = ArchiveReader(path, summary=manifest).verify()
         elif data_key is None or stored_ok is False:
-            return VerifyReport(archive_sha_ok=stored_ok, objects_unchecked=data_key is None)
+            return VerifyReport(archive_sha_ok=stored_ok, objects_unchecked=data_key is None, signed_by=signed_by or "")
         else:
             with _decrypted(path, data_key) as plain:
                 report = ArchiveReader(plain, summary=manifest).verify()
     report.archive_sha_ok = stored_ok
+    report.signed_by = signed_by or ""
     return report
 
 

@@ -26,13 +26,14 @@ _RESTORE = (
     "--no-status", "--existing-resource-policy", "--dry-run", "--parallel", "--processes", "--qps", "--burst",
     "--scale-down", "--fence", "--fence-exclude", "--pause", "--pause-annotation", "--pause-field",
     "--pause-resources", "--keep-paused", "--modifiers", "--order", "--state-dir", "--encryption-key-file",
-    "--kms-key-id", "--at", "--restart", "--stream", "--settle-seconds", "--metrics-textfile",
+    "--kms-key-id", "--verify-key-file", "--verify-kms-key-id", "--at", "--restart", "--stream", "--settle-seconds", "--metrics-textfile",
     "--metrics-pushgateway", "--output", "--strict",
 )  # fmt: skip
 
 _BACKUP = (
     *_STORAGE, *_SELECTION, "--all-namespaces", "--include-crds", "--page-size", "--list-concurrency", "--processes",
-    "--output", "--schedule", "--encryption-key-file", "--kms-key-id", "--lock-mode", "--lock-for", "--legal-hold",
+    "--output", "--schedule", "--encryption-key-file", "--kms-key-id", "--signing-key-file", "--signing-kms-key-id",
+    "--lock-mode", "--lock-for", "--legal-hold",
     "--metrics-textfile", "--metrics-pushgateway",
 )  # fmt: skip
 _MOVE = (
@@ -44,7 +45,7 @@ _MOVE = (
 _WATCH = (
     *_STORAGE, *_SELECTION, "--all-namespaces", "--include-crds", "--base-interval", "--flush-interval",
     "--segment-max-bytes", "--lease-namespace", "--holder", "--lease-seconds", "--page-size", "--metrics-port",
-    "--metrics-address", "--metrics-textfile", "--encryption-key-file",
+    "--metrics-address", "--metrics-textfile", "--encryption-key-file", "--signing-key-file", "--signing-kms-key-id",
 )  # fmt: skip
 
 _SCHEDULE = (
@@ -91,6 +92,7 @@ CONFLICTS = (
     Conflict("--all-namespaces", "--namespace", "-A takes every namespace, -n only the ones named"),
     Conflict("--dry-run", "--restart", "--restart discards an unfinished restore's journal, a dry run changes nothing"),
     Conflict("--abort", "--delete-source", "--abort gives the move up, --delete-source finishes it"),
+    Conflict("--signing-key-file", "--signing-kms-key-id", "a backup is signed by one key"),
 )
 
 NEEDS = (

@@ -46,6 +46,7 @@ class VerifyReport:
     archive_sha_ok: bool | None = None
     error: str = ""
     objects_unchecked: bool = False  # encrypted and verified without the key: only the stored checksum was checked
+    signed_by: str = ""  # the verification key its signature was checked with ("": none was given)
 
     @property
     def ok(self) -> bool:

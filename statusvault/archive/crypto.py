@@ -1,8 +1,9 @@
 """Client-side encryption of archives: AES-256-GCM over 64 KiB chunks (the STREAM construction).
 
 Layout: MAGIC, an 8-byte random nonce prefix, then chunks of ciphertext+tag. Chunk i is sealed with nonce
-prefix || i (4 bytes, big-endian) and associated data b"\\x01" for the last chunk, b"\\x00" for the others, so
-reordering, dropping, truncating or appending chunks fails authentication. Only the key holder can read or
+prefix || i (4 bytes, big-endian) and associated data b"\\x01" for the last chunk, b"\\x00" for the others (after
+a context, when one binds the ciphertext to its place: a watch segment's), so reordering, dropping, truncating or
+appending chunks fails authentication. Only the key holder can read or
 undetectably change a backup; the store sees ciphertext (whose SHA-256 the manifest still records).
 """
 
@@ -55,11 +56,11 @@ class Key:
         except (binascii.Error, ValueError):
             raise ConfigError(f"{path} does not hold a base64 32-byte key") from None
 
-    def seal(self, nonce: bytes, data: bytes, last: bool) -> bytes:
-        return self._aead.encrypt(nonce, data, LAST if last else MORE)
+    def seal(self, nonce: bytes, data: bytes, last: bool, context: bytes = b"") -> bytes:
+        return self._aead.encrypt(nonce, data, context + (LAST if last else MORE))
 
-    def open(self, nonce: bytes, data: bytes, last: bool) -> bytes:
-        return self._aead.decrypt(nonce, data, LAST if last else MORE)
+    def open(self, nonce: bytes, data: bytes, last: bool, context: bytes = b"") -> bytes:
+        return self._aead.decrypt(nonce, data, context + (LAST if last else MORE))
 
     @property
     def secret(self) -> bytes:
@@ -88,11 +89,13 @@ class Key:
 
 
 class EncryptingWriter:
-    """A Writer that encrypts into another Writer; close() seals the last chunk."""
+    """A Writer that encrypts into another Writer; close() seals the last chunk. A `context` is authenticated with
+    every chunk (a watch segment's watch, base and sequence number): the ciphertext opens only where it belongs."""
 
-    def __init__(self, sink: Writer, key: Key, prefix: bytes | None = None):
+    def __init__(self, sink: Writer, key: Key, prefix: bytes | None = None, context: bytes = b""):
         self.sink = sink
         self.key = key
+        self.context = context
         self.prefix = os.urandom(PREFIX) if prefix is None else prefix  # given only by known-answer tests
         if len(self.prefix) != PREFIX:
             raise ValueError(f"a nonce prefix is {PREFIX} bytes")
@@ -116,7 +119,7 @@ class EncryptingWriter:
 
     def _emit(self, data: bytes, last: bool) -> None:
         nonce = self.prefix + self.counter.to_bytes(4, "big")
-        self.sink.write(self.key.seal(nonce, data, last))
+        self.sink.write(self.key.seal(nonce, data, last, self.context))
         self.counter += 1
 
 
@@ -125,8 +128,9 @@ def is_encrypted(path: Path) -> bool:
         return f.read(len(MAGIC)) == MAGIC
 
 
-def decrypt_file(src: Path, dest: IO[bytes], key: Key) -> None:
-    """Decrypt src into dest; ArchiveError when the key is wrong or any byte was changed, cut or added."""
+def decrypt_file(src: Path, dest: IO[bytes], key: Key, context: bytes = b"") -> None:
+    """Decrypt src into dest; ArchiveError when the key is wrong, the context is not the one it was sealed with, or
+    any byte was changed, cut or added."""
     from cryptography.exceptions import InvalidTag
 
     with open(src, "rb") as f:
@@ -141,7 +145,7 @@ def decrypt_file(src: Path, dest: IO[bytes], key: Key) -> None:
             following = f.read(CHUNK + TAG)
             nonce = prefix + counter.to_bytes(4, "big")
             try:
-                dest.write(key.open(nonce, chunk, last=not following))
+                dest.write(key.open(nonce, chunk, last=not following, context=context))
             except InvalidTag:
                 raise ArchiveError(
                     "cannot decrypt the archive: wrong key, or the archive was modified or cut short"

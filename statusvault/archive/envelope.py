@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import orjson
 
 from statusvault.archive.crypto import ALGORITHM, Key
+from statusvault.archive.signing import PublicKey
 from statusvault.errors import ArchiveError, ConfigError
 
 WRAPPINGS = "wrappedKeys"
@@ -75,17 +76,22 @@ def aad(context: dict[str, str]) -> bytes:
 
 @dataclasses.dataclass(frozen=True)
 class Keyring:
-    """The keys a command was given (--encryption-key-file, --kms-key-id), in the order given."""
+    """The keys a command was given: those that may open encrypted backups (--encryption-key-file, --kms-key-id),
+    in the order given, and those that check signed ones (--verify-key-file, --verify-kms-key-id)."""
 
     keks: tuple[Kek, ...] = ()
+    verifiers: tuple[PublicKey, ...] = ()
 
     def __bool__(self) -> bool:
+        """Whether a key that opens encrypted backups was given (verification keys open nothing)."""
         return bool(self.keks)
 
     @classmethod
     def of(cls, keys: Keys) -> Keyring:
-        if keys is None or isinstance(keys, Keyring):
-            return keys or cls()
+        if isinstance(keys, Keyring):
+            return keys
+        if keys is None:
+            return cls()
         return cls((FileKek(keys),))
 
     def names(self) -> str:

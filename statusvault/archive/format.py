@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from statusvault.archive import signing
 from statusvault.archive.envelope import check_field
 from statusvault.errors import ArchiveError
 from statusvault.model import ObjectKey
@@ -157,13 +158,15 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def check_summary(manifest: dict[str, Any]) -> None:
-    """The summary manifest beside the archive: the embedded manifest's rules, and well-formed `archive`
-    and `encryption` fields when there (reading the archive requires `archive`: see archive_field)."""
+    """The summary manifest beside the archive: the embedded manifest's rules, and well-formed `archive`,
+    `encryption` and `signature` fields when there (reading the archive requires `archive`: see archive_field)."""
     check_manifest(manifest)
     if manifest.get("archive") is not None:
         archive_field(manifest)
     if manifest.get("encryption") is not None:
         check_field(manifest["encryption"])
+    if manifest.get(signing.FIELD) is not None:
+        signing.check_field(manifest[signing.FIELD], "manifest")
 
 
 def archive_field(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -15,10 +15,11 @@ from typing import Any
 import orjson
 
 from statusvault import __version__, rfc3339
-from statusvault.archive import FORMAT_VERSION, ArchiveWriter, member_path
+from statusvault.archive import FORMAT_VERSION, ArchiveWriter, member_path, signing
 from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import Keyring, Keys, context, sealed_field
 from statusvault.archive.format import ENVELOPE_FORMAT_VERSION
+from statusvault.archive.signing import Signer
 from statusvault.backup.listers import ListJob, list_in_worker
 from statusvault.backup.selection import select_resources
 from statusvault.backup.spools import InOrder, Record, Spool
@@ -140,6 +141,7 @@ class BackupRequest:
     selection: Selection = dataclasses.field(default_factory=Selection)
     schedule: str = ""  # the schedule (or watch:NAME) the backup belongs to, recorded in its manifest
     key: Keys = None  # client-side encryption: a data key of the backup's own, wrapped by each of these keys
+    signer: Signer | None = None  # signs the summary manifest (archive/signing.py)
     lock: ObjectLock | None = None  # S3 Object Lock on the archive and the manifest (not on the writer lease)
     page_size: int = 500
     list_concurrency: int = 1  # LIST streams at once (types, namespaces)
@@ -173,6 +175,8 @@ class BackupEngine:
         _check_namespaces(self.client, self.discovery, selection.namespaces)
         for kek in self.keyring.keks:
             kek.ref()  # a KMS key that cannot be found or read fails here, before any write
+        if self.request.signer is not None:
+            self.request.signer.key_id()  # ... as does a KMS signing key
         lock = self.request.lock
         target = locked_store(self.store, lock) if lock is not None else self.store
         with claim(self.store, name) as lease:  # refuses a complete backup or one a live run writes
@@ -228,6 +232,8 @@ class BackupEngine:
                 raise
         manifest.pop("files", None)
         manifest["archive"] = {"file": archive_key(name).rsplit("/", 1)[1], "size": size, "sha256": sha}
+        if self.request.signer is not None:  # last: it covers every field above
+            manifest[signing.FIELD] = signing.sign(manifest, signing.BACKUP, self.request.signer)
         return manifest
 
     def _scopes(self, rt: ResourceType, sel: Selection) -> list[str | None]:

@@ -19,7 +19,9 @@ from statusvault.cli.options import (
     LockArgs,
     MetricsArgs,
     SelectionArgs,
+    SigningArgs,
     StorageArgs,
+    TrustedKeysArgs,
     cluster_resources_option,
     keys_options,
     lock_options,
@@ -27,7 +29,9 @@ from statusvault.cli.options import (
     output_option,
     pass_args,
     selection_options,
+    signing_options,
     storage_options,
+    verify_options,
 )
 from statusvault.cli.output import emit, human_size, table
 from statusvault.cli.watchviews import is_watch, verify_watch
@@ -44,7 +48,7 @@ from statusvault.storage.base import (
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class BackupArgs(StorageArgs, SelectionArgs, KeysArgs, LockArgs, MetricsArgs):
+class BackupArgs(StorageArgs, SelectionArgs, KeysArgs, SigningArgs, LockArgs, MetricsArgs):
     name: str | None
     page_size: int
     list_concurrency: int
@@ -68,7 +72,7 @@ class StoredArgs(StorageArgs):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class VerifyArgs(StoredArgs, KeysArgs):
+class VerifyArgs(StoredArgs, TrustedKeysArgs):
     pass
 
 
@@ -127,6 +131,7 @@ class DeleteArgs(StoredArgs):
     help="Name of the schedule this run belongs to (names the backup, labels metrics).",
 )
 @keys_options
+@signing_options
 @lock_options
 @metrics_options
 @pass_args(BackupArgs, check="backup")
@@ -188,6 +193,7 @@ def backup_request(app: App, args: BackupArgs, name: str, store: ObjectStore) ->
         schedule=args.schedule,
         progress=app.progress(),
         key=args.keys(),
+        signer=args.signer(),
         lock=args.lock(dt.datetime.now(dt.UTC)),
         page_size=args.page_size,
         list_concurrency=args.list_concurrency,
@@ -272,7 +278,7 @@ def describe(app: App, args: StoredArgs) -> None:
 
 
 def _protection(data: dict[str, Any]) -> list[str]:
-    """describe's Lock and Encryption lines, when the backup has either."""
+    """describe's Lock, Encryption and Signed lines, when the backup has them."""
     lock, encryption = data.get("lock"), data.get("encryption")
     lines = []
     if lock:
@@ -280,6 +286,11 @@ def _protection(data: dict[str, Any]) -> list[str]:
         lines.append("Lock:       " + ", ".join(parts + (["legal hold"] if lock["legalHold"] else [])))
     if encryption:
         lines.append(f"Encrypted:  data key wrapped by {', '.join(encryption['keys']) or 'no key'}")
+    signature = data.get("signature")
+    if signature:
+        lines.append(
+            f"Signed:     by key {signature['keyId']} ({signature['algorithm']}; verify with --verify-key-file)"
+        )
     return lines
 
 
@@ -287,6 +298,7 @@ def _protection(data: dict[str, Any]) -> list[str]:
 @click.argument("name")
 @storage_options
 @keys_options
+@verify_options
 @output_option
 @pass_args(VerifyArgs)
 def verify(app: App, args: VerifyArgs) -> None:
@@ -314,6 +326,7 @@ def verify(app: App, args: VerifyArgs) -> None:
         "misordered": report.misordered,
         "error": report.error,
         "unlocked": unlocked,
+        "signedBy": report.signed_by or None,
     }
     if not report.ok:
         text = f"Backup {name}: FAILED: {catalog.describe_problems(report)}"
@@ -326,7 +339,8 @@ def verify(app: App, args: VerifyArgs) -> None:
     elif report.objects_unchecked:
         text = f"Backup {name}: archive checksum OK; encrypted: pass --encryption-key-file to check every object"
     else:
-        text = f"Backup {name}: OK ({report.files_checked} files checked)"
+        signed = f"; signature verified with key {report.signed_by}" if report.signed_by else ""
+        text = f"Backup {name}: OK ({report.files_checked} files checked{signed})"
     emit(data, args.output, text)
     if not report.ok or unlocked:
         raise ArchiveError(f"backup {name!r} failed verification")

@@ -12,17 +12,22 @@ from pathlib import Path
 
 import click
 
+from statusvault.archive.envelope import FileKek, Keyring
 from statusvault.cli.app import App
 from statusvault.cli.options import (
     EncryptionArgs,
     ManifestArgs,
+    SigningArgs,
     StorageArgs,
+    VerifyKeysArgs,
     encryption_option,
     manifest_options,
     pass_args,
     pod_options,
+    signing_options,
     state_dir_option,
     storage_options,
+    verify_options,
 )
 from statusvault.cli.schedule import print_or_apply
 from statusvault.cli.specfields import crds
@@ -35,7 +40,7 @@ SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ControllerRunArgs(StorageArgs, EncryptionArgs):
+class ControllerRunArgs(StorageArgs, EncryptionArgs, SigningArgs, VerifyKeysArgs):
     namespace: str
     image: str
     credentials_secret: str
@@ -100,6 +105,8 @@ def controller() -> None:
 )
 @state_dir_option
 @encryption_option
+@signing_options
+@verify_options
 @pod_options
 @storage_options
 @pass_args(ControllerRunArgs)
@@ -114,13 +121,14 @@ def run_cmd(app: App, args: ControllerRunArgs) -> None:
     """
     s3 = args.s3()
     key = args.key()
+    keys = Keyring((FileKek(key),) if key is not None else (), args.verifiers())  # verification keys: the admin's
     config = controller_config(app, args)
     controller = Controller(
         app.client(),
         lambda refresh: app.discovery(refresh=refresh),
         lambda storage: app.store(storage or args.storage, s3),
         config,
-        key,
+        keys,
     )
     if args.once:
         ran = controller.reconcile_all()
@@ -144,6 +152,7 @@ def controller_config(app: App, args: ControllerRunArgs) -> ControllerConfig:
         context=app.worker_context(),
         log_format=app.log_format,
         debug=app.debug,
+        signer=args.signer(),
         job=JobSettings(
             storage=str(args.storage or ""),
             s3=args.s3(),

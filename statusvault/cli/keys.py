@@ -7,6 +7,7 @@ import dataclasses
 import click
 
 from statusvault import catalog, keys
+from statusvault.archive import signing
 from statusvault.cli.app import App
 from statusvault.cli.backups import StoredArgs
 from statusvault.cli.options import StorageArgs, kek_of, output_option, pass_args, storage_options
@@ -65,7 +66,7 @@ def hold_release(app: App, args: HoldArgs) -> None:
 
 @click.group("keys")
 def keys_group() -> None:
-    """The keys that wrap encrypted backups' data keys."""
+    """The keys that wrap encrypted backups' data keys, and those that sign backups."""
 
 
 @keys_group.command("rotate")
@@ -92,6 +93,26 @@ def rotate(app: App, args: RotateArgs) -> None:
     emit(data, args.output, (table(["BACKUP", "ACTION", "DETAIL"], rows) if rows else "No backups") + tail)
     if rotation.failed or rotation.not_retired:
         raise PartialFailure(f"{len(rotation.failed)} backup(s) not rotated: run the same command again once fixed")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GenerateKeyArgs:
+    path: str
+    output: str
+
+
+@keys_group.command("generate-signing-key")
+@click.argument("path", type=click.Path(dir_okay=False))
+@output_option
+@pass_args(GenerateKeyArgs)
+def generate_signing_key(app: App, args: GenerateKeyArgs) -> None:
+    """Write a new Ed25519 signing key to PATH (PEM, mode 0600) and its public key to PATH.pub.
+
+    Backups made with --signing-key-file PATH are signed; a restore, verify or controller given --verify-key-file
+    PATH.pub takes only backups signed by it. Keep PATH where backups are made, PATH.pub where they are restored."""
+    pub, key = signing.generate(args.path)
+    emit({"privateKey": args.path, "publicKey": str(pub), "keyId": key.id}, args.output,
+         f"Signing key {key.id} written to {args.path}; its public key to {pub}")  # fmt: skip
 
 
 COMMANDS = (hold, keys_group)

@@ -16,6 +16,7 @@ import click
 
 from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import FileKek, Kek, Keyring
+from statusvault.archive.signing import FileSigner, PublicKey, Signer
 from statusvault.cli.app import App
 from statusvault.cli.output import FORMATS
 from statusvault.errors import ConfigError
@@ -145,6 +146,51 @@ def keys_options(f: F) -> F:
                 envvar="STATUSVAULT_KMS_KEY_ID",
                 help="An AWS KMS key (ID, ARN or alias/NAME) that wraps or unwraps the data key, as a key file does "
                 "(repeatable; AWS_REGION or the ARN's region; AWS_ENDPOINT_URL_KMS for another endpoint).",
+            ),
+        ],
+    )
+
+
+def signing_options(f: F) -> F:
+    """The key a backup (or a watch's segments) is signed with."""
+    return _apply(
+        f,
+        [
+            click.option(
+                "--signing-key-file",
+                type=click.Path(dir_okay=False),
+                envvar="STATUSVAULT_SIGNING_KEY_FILE",
+                help="Sign the backup with this private key (PEM, Ed25519: `statusvault keys generate-signing-key`), "
+                "so a restore given its public key (--verify-key-file) refuses any backup it did not sign.",
+            ),
+            click.option(
+                "--signing-kms-key-id",
+                envvar="STATUSVAULT_SIGNING_KMS_KEY_ID",
+                help="Sign with an asymmetric AWS KMS key (ECC_NIST_P256) instead: its private key never leaves KMS.",
+            ),
+        ],
+    )
+
+
+def verify_options(f: F) -> F:
+    """The public keys a signed backup must be signed by (restore, verify, controller run)."""
+    return _apply(
+        f,
+        [
+            click.option(
+                "--verify-key-file",
+                type=click.Path(dir_okay=False),
+                multiple=True,
+                envvar="STATUSVAULT_VERIFY_KEY_FILE",
+                help="Take only backups signed by this key (a PEM public key; repeatable): an unsigned backup, or one "
+                "signed by another key or changed since, is refused before anything is written. An encrypted backup "
+                "a key given opens needs no signature.",
+            ),
+            click.option(
+                "--verify-kms-key-id",
+                multiple=True,
+                envvar="STATUSVAULT_VERIFY_KMS_KEY_ID",
+                help="As --verify-key-file, with the public key of an AWS KMS signing key (read once, GetPublicKey).",
             ),
         ],
     )
@@ -417,6 +463,47 @@ class KeysArgs:
         """The keys, in the order given: key files first, then KMS keys."""
         files = [FileKek.from_file(p) for p in self.encryption_key_file]
         return Keyring((*files, *(kek_of(f"kms:{k}") for k in self.kms_key_id)))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SigningArgs:
+    """--signing-key-file, --signing-kms-key-id (signing_options)."""
+
+    signing_key_file: str | None
+    signing_kms_key_id: str | None
+
+    def signer(self) -> Signer | None:
+        if self.signing_key_file and self.signing_kms_key_id:
+            raise ConfigError("give --signing-key-file or --signing-kms-key-id, not both")
+        if self.signing_kms_key_id:
+            from statusvault.kms import KmsSigner  # only KMS users pay for boto3's import
+
+            return KmsSigner(self.signing_kms_key_id)
+        return FileSigner.from_file(self.signing_key_file) if self.signing_key_file else None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VerifyKeysArgs:
+    """Repeated --verify-key-file and --verify-kms-key-id (verify_options)."""
+
+    verify_key_file: tuple[str, ...]
+    verify_kms_key_id: tuple[str, ...]
+
+    def verifiers(self) -> tuple[PublicKey, ...]:
+        files = [PublicKey.from_file(p) for p in self.verify_key_file]
+        if not self.verify_kms_key_id:
+            return tuple(files)
+        from statusvault.kms import KmsKek
+
+        return (*files, *(KmsKek(k).public_key() for k in self.verify_kms_key_id))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrustedKeysArgs(KeysArgs, VerifyKeysArgs):
+    """The keys that open encrypted backups and those that check signed ones (restore, verify)."""
+
+    def keys(self) -> Keyring:
+        return dataclasses.replace(super().keys(), verifiers=self.verifiers())
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

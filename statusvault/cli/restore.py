@@ -10,10 +10,10 @@ import click
 
 from statusvault.cli.app import App
 from statusvault.cli.options import (
-    KeysArgs,
     MetricsArgs,
     SelectionArgs,
     StorageArgs,
+    TrustedKeysArgs,
     allow_privileged_option,
     cluster_resources_option,
     keys_options,
@@ -24,6 +24,7 @@ from statusvault.cli.options import (
     state_dir_option,
     storage_options,
     strict_option,
+    verify_options,
 )
 from statusvault.cli.output import emit, emit_items
 from statusvault.cli.restoreview import render
@@ -61,7 +62,7 @@ class RestoreOptionArgs(SelectionArgs):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RestoreArgs(StorageArgs, RestoreOptionArgs, KeysArgs, MetricsArgs):
+class RestoreArgs(StorageArgs, RestoreOptionArgs, TrustedKeysArgs, MetricsArgs):
     backup_name: str
     status_include_resources: tuple[str, ...]
     status_exclude_resources: tuple[str, ...]
@@ -202,6 +203,7 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, KeysArgs, MetricsArgs):
 @strict_option
 @state_dir_option
 @keys_options
+@verify_options
 @click.option(
     "--at",
     metavar="RFC3339|latest",

@@ -21,12 +21,14 @@ from statusvault.cli.options import (
     EncryptionArgs,
     ManifestArgs,
     SelectionArgs,
+    SigningArgs,
     StorageArgs,
     cluster_resources_option,
     encryption_option,
     manifest_options,
     pass_args,
     selection_options,
+    signing_options,
     storage_options,
 )
 from statusvault.cli.schedule import print_or_apply
@@ -48,7 +50,7 @@ class IntervalArgs:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class WatchRunArgs(StorageArgs, SelectionArgs, IntervalArgs, EncryptionArgs):
+class WatchRunArgs(StorageArgs, SelectionArgs, IntervalArgs, EncryptionArgs, SigningArgs):
     name: str
     segment_max_bytes: int
     lease_namespace: str
@@ -106,6 +108,7 @@ def _interval_options(f: Any) -> Any:
 )
 @click.option("--metrics-textfile", type=click.Path(dir_okay=False), help="Write metrics here at each flush.")
 @encryption_option
+@signing_options
 @pass_args(WatchRunArgs, check="watch run")
 def run_cmd(app: App, args: WatchRunArgs) -> None:
     """Keep NAME's record: LIST then WATCH the selected resources, write a base and chained segments.
@@ -144,6 +147,7 @@ def watch_config(args: WatchRunArgs) -> WatchConfig:
         max_segment_bytes=args.segment_max_bytes,
         lease_seconds=args.lease_seconds,
         page_size=args.page_size,
+        signer=args.signer(),
     )
 
 

@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 from statusvault.archive.envelope import Keys
+from statusvault.archive.signing import Signer
 from statusvault.backup import BackupEngine, BackupRequest
 from statusvault.backup.listers import default_list_processes
 from statusvault.controller.conditions import Reason
@@ -78,6 +79,7 @@ def run_backup(
     intent: BackupIntent,
     workers: WorkerSpec,
     cancel: threading.Event | None = None,
+    signer: Signer | None = None,
 ) -> Run:
     """The backup, its outcome whatever happens (an error is recorded, never raised); `cancel` stops it before it
     lands."""
@@ -87,6 +89,7 @@ def run_backup(
         selection=intent.selection,
         schedule=intent.schedule,
         key=key,
+        signer=signer,
         page_size=intent.page_size,
         list_concurrency=intent.list_concurrency,
         listers=dataclasses.replace(workers, processes=intent.processes),

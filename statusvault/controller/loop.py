@@ -20,6 +20,7 @@ from typing import Any
 
 from statusvault import rfc3339
 from statusvault.archive.envelope import Keys
+from statusvault.archive.signing import Signer
 from statusvault.controller.backups import BackupIntent, parse_backup, run_backup
 from statusvault.controller.conditions import PENDING, Reason
 from statusvault.controller.intent import (
@@ -99,6 +100,7 @@ class ControllerConfig:
     log_format: str = ""  # and how they log (the controller's --log-format and --debug)
     debug: bool = False
     job: JobSettings = dataclasses.field(default_factory=JobSettings)  # BackupSchedules' CronJobs
+    signer: Signer | None = None  # signs what Backup resources write (archive/signing.py)
 
 
 class Controller:
@@ -110,7 +112,7 @@ class Controller:
         config: ControllerConfig,
         key: Keys = None,
     ):
-        self.key = key  # for encrypted backups
+        self.key = key  # for encrypted backups, and the keys signed backups must be signed by
         self.client = client
         self.discover = discover
         self.store = store
@@ -251,7 +253,10 @@ class Controller:
         with watching_for_deletion(target, lost):  # a deleted Backup stops before it lands, as a lost Lease does
             try:
                 store = self.store(intent.storage)
-                run = run_backup(self.client, self.discover(True), store, self.key, intent, self._workers(0, 1), lost)
+                run = run_backup(
+                    self.client, self.discover(True), store, self.key, intent, self._workers(0, 1), lost,
+                    self.config.signer,
+                )  # fmt: skip
             except StatusVaultError as e:  # the store could not be opened
                 run = Run(False, True, f"backup {intent.backup} failed: {e}", Reason.BACKUP_FAILED)
         if lost.is_set() and target.gone():  # deleted mid-run: nothing left to record on

@@ -9,8 +9,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from statusvault import rfc3339
+from statusvault.archive import signing
 from statusvault.archive.crypto import Key
-from statusvault.archive.envelope import FileKek, Keys, refs
+from statusvault.archive.envelope import FileKek, Keyring, Keys, refs
+from statusvault.archive.signing import Signer
 from statusvault.catalog import read_manifest
 from statusvault.errors import ArchiveError, BackupNotFoundError
 from statusvault.storage.base import (
@@ -25,6 +27,7 @@ from statusvault.storage.base import (
 )
 from statusvault.watch.segments import (
     CHAIN_KIND,
+    bound,
     check_segment_manifest,
     fetched_segment,
     parse_record_time,
@@ -104,19 +107,29 @@ def _chain(store: ObjectStore, watch: str, base: str, entry: dict[str, Any], hea
 
 
 def walk(store: ObjectStore, chain: Chain, key: Keys, upto: dt.datetime | None = None) -> Iterator[dict[str, Any]]:
-    """Every record of the chain (up to `upto`), in order, checking each link (see `links`) and each segment's
-    SHA-256. Raises ArchiveError at the first broken link."""
-    for where, m in links(store, chain, upto):
+    """Every record of the chain (up to `upto`), in order, checking each link (see `links`), each segment's
+    SHA-256, and that records' times never go back. Raises ArchiveError at the first broken link."""
+    last: dt.datetime | None = None
+    for where, m in links(store, chain, upto, key):
         with fetched_segment(store, segment_key(chain.watch, chain.base, m["seq"]), m, key, where) as path:
-            yield from records(path, where)
+            for rec in records(path, where):
+                seen = parse_record_time(rec["seen"])
+                if last is not None and seen < last:
+                    raise ArchiveError(f"{where}: a record was seen before the one it follows: the chain is broken")
+                last = seen
+                yield rec
 
 
-def links(store: ObjectStore, chain: Chain, upto: dt.datetime | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+def links(
+    store: ObjectStore, chain: Chain, upto: dt.datetime | None = None, keys: Keys = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """(where, manifest) of each segment (up to the first seen after `upto`), checking the chain's links: the base
     is there and is the one the chain names, segments are numbered 1..n without a gap, each names its
-    predecessor's SHA-256, and none the head names is missing. Raises ArchiveError at the first broken link."""
+    predecessor's SHA-256, follows it in time, is signed when verification keys are given, and none the head names
+    is missing. Raises ArchiveError at the first broken link."""
     _check_base(store, chain)
-    previous, seq = chain.base_sha256, 0
+    verifiers = Keyring.of(keys).verifiers
+    previous, seq, last_seen = chain.base_sha256, 0, ""
     last = max(chain.segments, chain.head_seq)
     while seq < last:
         seq += 1
@@ -127,6 +140,11 @@ def links(store: ObjectStore, chain: Chain, upto: dt.datetime | None = None) -> 
         m = check_segment_manifest(read_json(store, mkey, where), chain.watch, chain.base, seq)
         if m["previous"] != previous:
             raise ArchiveError(f"{where} does not follow segment {seq - 1}: the chain is broken")
+        signing.authenticate(m, signing.SEGMENT, where, verifiers, sealed=bool(m.get("encryption")) and bound(m))
+        first = parse_record_time(str(m.get("firstSeen") or m["until"]))
+        if last_seen and first < parse_record_time(last_seen):
+            raise ArchiveError(f"{where} was seen before segment {seq - 1} ended: the chain is broken")
+        last_seen = str(m.get("lastSeen") or m["until"])
         if upto is not None and m.get("firstSeen") and parse_record_time(m["firstSeen"]) > upto:
             return
         yield where, m
@@ -151,7 +169,7 @@ def verify(store: ObjectStore, watch: str, key: Keys) -> tuple[list[Chain], int]
         raise BackupNotFoundError(f"watch {watch!r} has no restorable chain in {store.url}")
     unread = 0
     for chain in found:
-        for where, m in links(store, chain):
+        for where, m in links(store, chain, keys=key):
             skey = segment_key(chain.watch, chain.base, m["seq"])
             if not key and m.get("encryption"):
                 with stored_segment(store, skey, m, where):
@@ -164,10 +182,10 @@ def verify(store: ObjectStore, watch: str, key: Keys) -> tuple[list[Chain], int]
 
 
 def why_not_continued(
-    store: ObjectStore, head: dict[str, Any], selection: dict[str, Any], key: Key | None
+    store: ObjectStore, head: dict[str, Any], selection: dict[str, Any], key: Key | None, signer: Signer | None = None
 ) -> str | None:
-    """Why a new writer with this selection and key must not continue the head's chain (None: it may): a chain
-    holds one selection and one key from its base on, or no restore could read it whole."""
+    """Why a new writer with this selection, key and signing key must not continue the head's chain (None: it may):
+    a chain holds one selection, one key and one signing key from its base on, or no restore could read it whole."""
     watch, base = str(head["watch"]), str(head["base"])
     if not store.exists(chain_key(watch, base)):
         return f"chain {base} is gone"
@@ -175,9 +193,14 @@ def why_not_continued(
     if info.get("selection") != selection:
         return f"chain {base} was made for another selection"
     try:
-        encryption = read_manifest(store, base).get("encryption")
+        manifest = read_manifest(store, base)
     except BackupNotFoundError:
         return f"base {base} is gone"
+    signed_by = (signing.describe(manifest) or {}).get("keyId")
+    signer_id = signer.key_id() if signer is not None else None
+    if signed_by != signer_id:
+        return f"chain {base} is signed by another key ({signed_by or 'none'}; this writer's: {signer_id or 'none'})"
+    encryption = manifest.get("encryption")
     theirs = refs(encryption) if encryption else []  # the key files and KMS keys that open the base
     ours = FileKek(key).ref() if key is not None else None
     if (ours is None and not theirs) or ours in theirs:

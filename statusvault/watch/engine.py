@@ -17,6 +17,7 @@ from typing import Any
 
 from statusvault import catalog
 from statusvault.archive.crypto import Key
+from statusvault.archive.signing import Signer
 from statusvault.backup import BackupEngine, BackupRequest
 from statusvault.backup.selection import select_resources
 from statusvault.controller.lease import Lease
@@ -49,6 +50,7 @@ class WatchConfig:
     lease_seconds: int = 30
     page_size: int = 500
     watch_timeout: int = 300
+    signer: Signer | None = None  # signs the bases and every segment (archive/signing.py)
 
 
 @dataclasses.dataclass
@@ -123,9 +125,9 @@ class WatchEngine:
             why = "the watched collections changed"
         else:
             try:
-                why = why_not_continued(self.store, head, self.config.selection.to_dict(), self.key)
+                why = why_not_continued(self.store, head, self.config.selection.to_dict(), self.key, self.config.signer)
                 if why is None:
-                    writer = ChainWriter.resume(self.store, head, self.key)
+                    writer = ChainWriter.resume(self.store, head, self.key, self.config.signer)
                     log.info("watch %s: continuing chain %s after segment %s", self.config.name, writer.base,
                              writer.seq)  # fmt: skip
                     return writer
@@ -205,9 +207,9 @@ class _Loop:
             now = max(now, self.last_base + dt.timedelta(seconds=1))
         self.last_base = now
         name = base_name(cfg.name, now)
-        writer = ChainWriter(self.e.store, cfg.name, name, positions, self.e.key)
+        writer = ChainWriter(self.e.store, cfg.name, name, positions, self.e.key, cfg.signer)
         base = BackupRequest(store=self.e.store, name=name, selection=cfg.selection, schedule=f"watch:{cfg.name}",
-                             key=self.e.key, page_size=cfg.page_size)  # fmt: skip
+                             key=self.e.key, signer=cfg.signer, page_size=cfg.page_size)  # fmt: skip
         future = self.pool.submit(BackupEngine(self.e.client, self.discovery, base).run)
         self.pending = _Pending(writer, future)
         self.next_base = time.monotonic() + cfg.base_interval

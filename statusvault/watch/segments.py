@@ -15,18 +15,31 @@ from typing import IO, Any
 import orjson
 
 from statusvault import rfc3339
-from statusvault.archive import file_sha256
+from statusvault.archive import file_sha256, signing
 from statusvault.archive.crypto import ALGORITHM, EncryptingWriter, Key, decrypt_file
 from statusvault.archive.envelope import FileKek, Keyring, Keys
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.storage.base import ObjectStore
 
-SEGMENT_FORMAT = "1.0"
+SEGMENT_FORMAT = "1.1"  # 1.1: an encrypted segment is bound to its place (segment_context); 1.0 is read as well
 SEGMENT_KIND = "statusvault-watch-segment"
 CHAIN_KIND = "statusvault-watch-chain"
 MAX_RECORD_BYTES = 32 << 20  # one JSON line: an object of at most 16 MiB (the archive's limit), escaped
 MAX_MANIFEST_BYTES = 4 << 20
 OPS = ("put", "delete")
+
+
+def segment_context(watch: str, base: str, seq: int) -> bytes:
+    """What an encrypted segment (format 1.1 on) authenticates besides its bytes: its watch, base and sequence
+    number, so a segment's ciphertext does not open at another place (an older segment of the same watch put in a
+    newer one's stead, its plaintext manifest edited to match)."""
+    return b"\0".join((b"statusvault watch segment", watch.encode(), base.encode(), str(seq).encode(), b""))
+
+
+def bound(m: dict[str, Any]) -> bool:
+    """Whether the segment was written bound to its place (format 1.1 on)."""
+    major, _, minor = str(m.get("formatVersion", "")).partition(".")
+    return major == "1" and minor.isdigit() and int(minor) >= 1
 
 
 def stamp(t: dt.datetime) -> str:
@@ -76,13 +89,14 @@ class SegmentBuffer:
         self.first_seen = self.first_seen or seen
         self.last_seen = seen
 
-    def upload(self, store: ObjectStore, key: str, enc: Key | None) -> tuple[int, str]:
-        """Store the segment under `key` (encrypted with enc); return (stored size, SHA-256 of stored bytes)."""
+    def upload(self, store: ObjectStore, key: str, enc: Key | None, context: bytes = b"") -> tuple[int, str]:
+        """Store the segment under `key` (encrypted with enc, bound to `context`); return (stored size, SHA-256 of
+        stored bytes)."""
         self._gz.close()
         self._file.seek(0)
         with store.open_write(key) as sink:
             out = _Hashing(sink)
-            writer: Any = EncryptingWriter(out, enc) if enc is not None else out
+            writer: Any = EncryptingWriter(out, enc, context=context) if enc is not None else out
             for chunk in iter(lambda: self._file.read(1 << 20), b""):
                 writer.write(chunk)
             if enc is not None:
@@ -109,6 +123,8 @@ def check_segment_manifest(m: Any, watch: str, base: str, seq: int) -> dict[str,
     for field, kind in (("sha256", str), ("previous", str), ("size", int), ("records", int), ("until", str)):
         if not isinstance(m.get(field), kind):
             raise ArchiveError(f"{where}: manifest field {field!r} is missing or malformed")
+    if m.get(signing.FIELD) is not None:
+        signing.check_field(m[signing.FIELD], where)
     if not isinstance(m.get("resourceVersions"), dict):
         raise ArchiveError(f"{where}: manifest field 'resourceVersions' is missing or malformed")
     return m
@@ -163,8 +179,9 @@ def fetched_segment(store: ObjectStore, key: str, m: dict[str, Any], keys: Keys,
             given = ", ".join(k.id for k in files)
             raise ConfigError(f"{where} was encrypted with key {key_id!r}, not with the given key ({given})")
         plain = Path(tmp) / "plain"
+        context = segment_context(m["watch"], m["base"], m["seq"]) if bound(m) else b""
         with open(plain, "wb") as f:
-            decrypt_file(path, f, enc)
+            decrypt_file(path, f, enc, context)
         yield plain
 
 

@@ -10,7 +10,9 @@ from typing import Any
 import orjson
 
 from statusvault import __version__
+from statusvault.archive import signing
 from statusvault.archive.crypto import Key
+from statusvault.archive.signing import Signer
 from statusvault.errors import ArchiveError, StatusVaultError
 from statusvault.pausepoints import pause_point
 from statusvault.storage.base import ObjectStore, chain_key, segment_key, segment_manifest_key, watch_head_key
@@ -22,6 +24,7 @@ from statusvault.watch.segments import (
     check_segment_manifest,
     read_json,
     record,
+    segment_context,
     stamp,
 )
 from statusvault.watch.streams import Change
@@ -34,19 +37,30 @@ class FencedError(StatusVaultError):
 
 
 class ChainWriter:
-    def __init__(self, store: ObjectStore, watch: str, base: str, positions: dict[str, str], key: Key | None = None):
-        self.store, self.watch, self.base, self.key = store, watch, base, key
+    def __init__(
+        self,
+        store: ObjectStore,
+        watch: str,
+        base: str,
+        positions: dict[str, str],
+        key: Key | None = None,
+        signer: Signer | None = None,
+    ):
+        self.store, self.watch, self.base, self.key, self.signer = store, watch, base, key, signer
         self.positions = dict(positions)  # stream -> resourceVersion of the last change in the buffer or before
         self.seq = 0
         self.previous = ""  # SHA-256 the next segment names: the base archive's, then each segment's
         self.buffer = SegmentBuffer()
         self.last_until: dt.datetime | None = None
+        self.last_seen: dt.datetime | None = None
 
     @classmethod
-    def resume(cls, store: ObjectStore, head: dict[str, Any], key: Key | None) -> ChainWriter:
+    def resume(
+        cls, store: ObjectStore, head: dict[str, Any], key: Key | None, signer: Signer | None = None
+    ) -> ChainWriter:
         """Continue the chain the head describes, after its last segment: one stored by a writer that died before
         moving the head counts (else every later flush would meet it and be fenced off)."""
-        w = cls(store, head["watch"], head["base"], head["resourceVersions"], key)
+        w = cls(store, head["watch"], head["base"], head["resourceVersions"], key, signer)
         w.seq, w.previous = int(head["seq"]), str(head["previous"])
         while store.exists(mkey := segment_manifest_key(w.watch, w.base, w.seq + 1)):
             where = f"segment {w.seq + 1} of watch {w.watch!r} (base {w.base})"
@@ -57,6 +71,9 @@ class ChainWriter:
         return w
 
     def add(self, change: Change, seen: dt.datetime) -> None:
+        """Buffer a change seen at `seen`; records' times never go back (a reader refuses a chain whose do), so a
+        clock stepped back records the last time again."""
+        seen = self.last_seen = max(seen, self.last_seen) if self.last_seen is not None else seen
         self.buffer.add(record(change.op, change.resource, change.rv, seen, change.data), seen)
         self.positions[change.stream] = change.rv
 
@@ -108,7 +125,9 @@ class ChainWriter:
         if self.store.exists(mkey):  # fencing: a writer that lost its Lease must not fork the chain
             raise FencedError(f"segment {seq} of {self.base} was written by another writer")
         buf = self.buffer
-        size, sha = buf.upload(self.store, segment_key(self.watch, self.base, seq), self.key)
+        size, sha = buf.upload(
+            self.store, segment_key(self.watch, self.base, seq), self.key, segment_context(self.watch, self.base, seq)
+        )
         pause_point("watch.segment-stored")
         manifest: dict[str, Any] = {
             "formatVersion": SEGMENT_FORMAT,
@@ -129,6 +148,8 @@ class ChainWriter:
         }
         if self.key is not None:
             manifest["encryption"] = self.key.describe()
+        if self.signer is not None:
+            manifest[signing.FIELD] = signing.sign(manifest, signing.SEGMENT, self.signer)
         self.store.put(mkey, orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
         self.seq, self.previous = seq, sha
         return manifest

@@ -46,18 +46,27 @@ def key_file(tmp_path) -> str:
 def census(kube, crds) -> dict[str, int]:
     """How many live objects of each kind the corpus names exist, cluster-wide.
 
-    Objects already being deleted (a namespace an earlier test removed) are left out: they vanish
-    on the server's schedule, not because of anything the command under test did.
+    Objects already being deleted, or in a namespace being deleted (an earlier test removed it: the namespace
+    controller deletes its objects later), are left out: they vanish on the server's schedule, not because of
+    anything the command under test did.
     """
     kinds = {
         "kc": crds.resolve("kubernetesclusters.xyz.example.com"),
         "pools": crds.resolve("clusterpools"),
         "namespaces": NAMESPACES,
     }
-    return {
-        k: sum(1 for page in kube.list_pages(rt, None) for o in page if not o["metadata"].get("deletionTimestamp"))
-        for k, rt in kinds.items()
+    live = {
+        o["metadata"]["name"]
+        for page in kube.list_pages(NAMESPACES, None)
+        for o in page
+        if not o["metadata"].get("deletionTimestamp")
     }
+
+    def counted(o: dict) -> bool:
+        meta = o["metadata"]
+        return not meta.get("deletionTimestamp") and meta.get("namespace") in (None, *live)
+
+    return {k: sum(1 for page in kube.list_pages(rt, None) for o in page if counted(o)) for k, rt in kinds.items()}
 
 
 def plant(case: Case, storage, ns: str) -> str:

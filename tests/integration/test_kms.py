@@ -12,8 +12,9 @@ import pytest
 
 from statusvault import catalog
 from statusvault.archive.envelope import FileKek, Keyring
+from statusvault.archive.signing import PublicKey
 from statusvault.errors import ArchiveError, ConfigError, ExitStatus
-from statusvault.kms import KmsKek
+from statusvault.kms import KmsKek, KmsSigner
 from statusvault.storage.base import S3Options
 from statusvault.storage.s3 import S3Store
 from tests.builders import unique
@@ -103,3 +104,38 @@ def test_rotating_from_a_key_file_to_a_kms_key_retires_the_file(store, kms, tmp_
         names_in(store, "a", Keyring((FileKek.from_file(path),)))
     code, out, err = store_cli(store, *rotate, "a")
     assert code == 0 and "unchanged" in out, "a second run finds nothing to do"
+
+
+def test_a_backup_signed_by_a_kms_key_verifies_with_its_public_key_and_refuses_a_change(store, kms, tmp_path):
+    """An asymmetric KMS key signs (its private key never leaves KMS); a verifier needs only GetPublicKey, or the
+    public key exported to a PEM file."""
+    arn = kms.create_key(KeySpec="ECC_NIST_P256", KeyUsage="SIGN_VERIFY")["KeyMetadata"]["Arn"]
+    back_up(cluster(), store, "b", signer=KmsSigner(arn))
+    signature = catalog.read_manifest(store, "b")["signature"]
+    public = KmsKek(arn).public_key()
+    assert (signature["algorithm"], signature["keyId"]) == ("ECDSA_SHA_256", public.id)
+
+    code, out, err = store_cli(store, "verify", "b", "--verify-kms-key-id", arn, "-o", "json")
+    assert code == 0 and json.loads(out)["signedBy"] == public.id, err
+    pem = tmp_path / "kms.pub"
+    pem.write_bytes(_pem(kms.get_public_key(KeyId=arn)["PublicKey"]))
+    assert names_in(store, "b", Keyring((), (PublicKey.from_file(pem),))) == NAMES
+
+    m = catalog.read_manifest(store, "b")
+    store.put("backups/b/manifest.json", json.dumps({**m, "schedule": "nightly"}).encode())
+    with pytest.raises(ArchiveError, match=f"the signature of backup 'b' does not verify with key {public.id}"):
+        names_in(store, "b", Keyring((), (public,)))
+
+
+def test_a_kms_key_that_cannot_sign_is_refused_before_anything_is_written(store, kms):
+    arn, _ = new_key(kms)  # a symmetric key: it encrypts, it does not sign (moto serves a public key all the same)
+    with pytest.raises(ConfigError, match=f"(cannot read the public key of KMS key {arn}|KMS key {arn} is not an)"):
+        back_up(cluster(), store, "b", signer=KmsSigner(arn))
+    assert list(store.list("backups/")) == []
+
+
+def _pem(der: bytes) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    public = serialization.load_der_public_key(der)
+    return public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)

@@ -9,7 +9,7 @@ import click
 
 from statusvault.cli.backups import BackupArgs, DeleteArgs, DownloadArgs, ListArgs, StoredArgs, VerifyArgs
 from statusvault.cli.controller import ControllerInstallArgs, ControllerRenderArgs, ControllerRunArgs
-from statusvault.cli.keys import HoldArgs, RotateArgs
+from statusvault.cli.keys import GenerateKeyArgs, HoldArgs, RotateArgs
 from statusvault.cli.main import COMMAND_MODULES, cli, load_commands
 from statusvault.cli.move import MoveArgs
 from statusvault.cli.restore import RestoreArgs
@@ -36,6 +36,7 @@ ARGS = {
     "hold set": HoldArgs,
     "hold release": HoldArgs,
     "keys rotate": RotateArgs,
+    "keys generate-signing-key": GenerateKeyArgs,
 }
 
 

@@ -79,9 +79,9 @@ def test_adapters_do_not_import_engines():
 LAYERS = (
     ("__version__", "errors", "model", "rfc3339", "progress", "metrics", "throttle", "pausepoints"),
     ("kinds", "labels", "transforms", "logs", "optiontable", "retention"),
-    ("storage", "kube", "kms"),
+    ("storage", "kube"),
     ("archive", "schedule", "writerlease", "processes"),
-    ("backup", "catalog"),
+    ("backup", "catalog", "kms"),
     ("restore", "keys"),
     ("controller", "move"),
     ("watch",),

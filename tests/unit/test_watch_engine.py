@@ -10,13 +10,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
 import pytest
 
+from statusvault.archive import signing
+from statusvault.archive.crypto import Key
+from statusvault.archive.envelope import Keyring, Keys
 from statusvault.catalog import list_backups
-from statusvault.errors import StorageError
+from statusvault.errors import ArchiveError, StorageError
 from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.model import Selection
 from statusvault.restore.runner import open_backup
+from statusvault.storage.base import segment_key, segment_manifest_key
 from statusvault.storage.local import LocalStore
 from statusvault.watch.chains import chains, read_head, walk
 from statusvault.watch.engine import WatchConfig, WatchEngine
@@ -69,12 +74,14 @@ def eventually(check: Callable[[], Any], what: str, timeout: float = 10.0) -> An
 
 
 @contextmanager
-def watching(fake: FakeKube, store: LocalStore) -> Iterator[tuple[WatchEngine, list[BaseException]]]:
+def watching(
+    fake: FakeKube, store: LocalStore, key: Key | None = None, **config: Any
+) -> Iterator[tuple[WatchEngine, list[BaseException]]]:
     """A watch of the KubernetesClusters running on a thread, flushing every 50 ms; stopped on exit. The list
-    collects what `run` raised."""
-    config = WatchConfig(name="w", selection=Selection(include_resources=(KC.qualified,)), lease_namespace="sv",
-                         holder="me", flush_interval=0.05)  # fmt: skip
-    engine = WatchEngine(fake, lambda: fake.discovery(NAMESPACES), store, config)
+    collects what `run` raised. `config`: WatchConfig's other fields (signer ...)."""
+    watch = WatchConfig(name="w", selection=Selection(include_resources=(KC.qualified,)), lease_namespace="sv",
+                        holder="me", flush_interval=0.05, **config)  # fmt: skip
+    engine = WatchEngine(fake, lambda: fake.discovery(NAMESPACES), store, watch, key)
     raised: list[BaseException] = []
 
     def run() -> None:
@@ -94,12 +101,12 @@ def watching(fake: FakeKube, store: LocalStore) -> Iterator[tuple[WatchEngine, l
         assert not thread.is_alive()
 
 
-def recorded(store: LocalStore) -> list[tuple[str, str, str]]:
+def recorded(store: LocalStore, keys: Keys = None) -> list[tuple[str, str, str]]:
     """(base, op, name) of every record of every chain, in order."""
     return [
         (chain.base, r["op"], r["object"]["metadata"]["name"])
         for chain in chains(store, "w")
-        for r in walk(store, chain, None)
+        for r in walk(store, chain, keys)
     ]
 
 
@@ -163,3 +170,53 @@ def test_a_failed_flush_stops_the_watch_and_a_restart_records_what_it_had_buffer
     assert [n for _, _, n in recorded(store)] == ["kc-1", "kc-2"]
     assert len(chains(store, "w")) == 1, "the same chain, continued"
     assert raised == []
+
+
+def three_segments(fake: FakeKube, store: LocalStore, key: Key | None = None, **config: Any) -> str:
+    """A watch that recorded kc-1, kc-2 and kc-3 in a segment each; returns its base."""
+    with watching(fake, store, key, **config):
+        for n, name in enumerate(("kc-1", "kc-2", "kc-3"), 1):
+            add(fake, name)
+            eventually(lambda n=n: (read_head(store, "w") or {}).get("seq") == n, f"segment {n}")
+    return str(read_head(store, "w")["base"])
+
+
+def segment_manifest(store: LocalStore, base: str, seq: int) -> dict[str, Any]:
+    return orjson.loads(store.get(segment_manifest_key("w", base, seq)))
+
+
+def put_manifest(store: LocalStore, base: str, seq: int, m: dict[str, Any]) -> None:
+    store.put(segment_manifest_key("w", base, seq), orjson.dumps(m))
+
+
+def test_an_older_encrypted_segment_put_in_a_newer_ones_place_does_not_open(fake, store):
+    """A store writer cannot read an encrypted segment, but could once replace segment 3 by segment 1 (the same
+    watch, the same key) and edit the plaintext manifest to match: the restore brought kc-1 back where kc-3 was.
+    A segment is sealed bound to its watch, base and sequence number (segment format 1.1)."""
+    key = Key(b"w" * 32)
+    base = three_segments(fake, store, key)
+    assert [n for _, _, n in recorded(store, key)] == ["kc-1", "kc-2", "kc-3"]
+    first, third = segment_manifest(store, base, 1), segment_manifest(store, base, 3)
+    store.put(segment_key("w", base, 3), store.get(segment_key("w", base, 1)))
+    put_manifest(store, base, 3, {**third, "sha256": first["sha256"], "size": first["size"]})
+
+    with pytest.raises(ArchiveError, match="cannot decrypt the archive"):
+        recorded(store, key)
+
+
+def test_a_signed_watch_is_refused_once_a_segment_is_unsigned_changed_or_seen_out_of_order(fake, store, tmp_path):
+    pub, public = signing.generate(tmp_path / "w.pem")
+    base = three_segments(fake, store, signer=signing.FileSigner.from_file(tmp_path / "w.pem"))
+    keys = Keyring((), (public,))
+    assert [n for _, _, n in recorded(store, keys)] == ["kc-1", "kc-2", "kc-3"], "signed, and verified"
+    second = segment_manifest(store, base, 2)
+
+    put_manifest(store, base, 2, {k: v for k, v in second.items() if k != "signature"})
+    with pytest.raises(ArchiveError, match=r"segment 2 of watch 'w' .* is not signed, and a verification key"):
+        recorded(store, keys)
+    put_manifest(store, base, 2, {**second, "records": 5})
+    with pytest.raises(ArchiveError, match=r"signature of segment 2 of watch 'w' .* does not verify"):
+        recorded(store, keys)
+    put_manifest(store, base, 2, {**second, "firstSeen": "2000-01-01T00:00:00.000000Z"})
+    with pytest.raises(ArchiveError, match=r"segment 2 .* was seen before segment 1 ended"):
+        recorded(store)  # unsigned reading: the order in time is checked all the same
