@@ -26,8 +26,8 @@ _RESTORE = (
     "--no-status", "--existing-resource-policy", "--dry-run", "--parallel", "--processes", "--qps", "--burst",
     "--scale-down", "--fence", "--fence-exclude", "--pause", "--pause-annotation", "--pause-field",
     "--pause-resources", "--keep-paused", "--modifiers", "--order", "--state-dir", "--encryption-key-file",
-    "--kms-key-id", "--verify-key-file", "--verify-kms-key-id", "--at", "--restart", "--stream", "--settle-seconds", "--metrics-textfile",
-    "--metrics-pushgateway", "--output", "--strict",
+    "--kms-key-id", "--verify-key-file", "--verify-kms-key-id", "--at", "--restart", "--stream", "--settle-seconds",
+    "--metrics-textfile", "--metrics-pushgateway", "--output", "--strict",
 )  # fmt: skip
 
 _BACKUP = (

@@ -25,6 +25,7 @@ class Context:
     order: str = "order.yaml"  # gizmos, a gate that passes, then pools (relics, named by no group, first)
     operator: str = "ops/deployment/op"
     mapped: tuple[str, str] = ("new-a", "new-b")
+    verify_key: str = "signing.pem.pub"  # the public key of the key every backup of the world is signed with
 
 
 def mapping_of(value: str | None, ctx: Context) -> dict[str, str]:
@@ -92,6 +93,7 @@ def args_of(name: str, value: Any, ctx: Context) -> list[str]:
         "at": lambda: ["--at", "latest"],
         "delete_source": lambda: ["--delete-source", "--yes"],
         "encryption": lambda: [a for k in keys_of(value, ctx) for a in ("--encryption-key-file", k)],
+        "signed": lambda: ["--verify-key-file", ctx.verify_key],
     }
     return flags[name]()
 

@@ -35,6 +35,9 @@ class ArchiveReader:
         self.summary = summary  # the backup's summary manifest, when the opener read it
         self._budget = stream_bound(summary or {})  # the summary manifest's totals, when given, bound the first read
         self._first: FirstRead | None = None
+        # every byte is the writer's, once the opener checked the file's SHA-256: the backup was encrypted and opened
+        # by a key given, or its signed manifest (naming that SHA-256) verified with a key given
+        self.authenticated = False
 
     def _read_once(self) -> FirstRead:
         if self._first is None:

@@ -218,8 +218,9 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, TrustedKeysArgs, MetricsArgs):
     "--stream/--no-stream",
     default=None,
     help="Write objects as the archive is read (first write in about a second at any size) or plan first, after "
-    "checking every member. Default: an encrypted backup of more than 20,000 objects streams (decrypting it "
-    "authenticated every byte), anything else plans first. Streamed, a member that breaks a rule stops the "
+    "checking every member. Default: an authenticated backup of more than 20,000 objects streams (encrypted and "
+    "opened by a key given, or signed and verified with --verify-key-file: every byte is its writer's), anything "
+    "else plans first. Streamed, a member that breaks a rule stops the "
     "restore after the objects before it were written. --dry-run, --fence and --order plan first.",
 )
 @metrics_options

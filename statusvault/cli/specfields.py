@@ -27,7 +27,7 @@ DESCRIPTIONS = {
     "storage": "Where the backup is (default: the controller's --storage).",
     "processes": "Worker processes for every wave (default: auto, the CPUs the controller may use).",
     "stream": "true: write objects as the archive is read; false: plan first, after checking every member; "
-    "unset: an encrypted backup of more than 20,000 objects streams.",
+    "unset: an authenticated (encrypted, or signed and verified) backup of more than 20,000 objects streams.",
 }
 
 

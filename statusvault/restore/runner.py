@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from statusvault.archive import ArchiveReader, file_sha256
-from statusvault.archive.envelope import Keys
+from statusvault.archive import ArchiveReader, file_sha256, signing
+from statusvault.archive.envelope import WRAPPINGS, Keyring, Keys
 from statusvault.archive.format import summary_objects
 from statusvault.catalog import read_manifest, readable_archive
 from statusvault.errors import ArchiveError, ConfigError
@@ -48,9 +48,9 @@ class RestoreRequest:
     state_dir: Path | None = None  # None: no journal, the restore cannot be resumed
     restart: bool = False  # discard an unfinished earlier run's state
     # write as the archive is read (restore/stream.py) when nothing needs the plan first; None: when the backup
-    # is encrypted and holds more than STREAM_ABOVE objects (streamable())
+    # is authenticated (encrypted, or signed and verified) and holds more than STREAM_ABOVE objects (streamable())
     stream: bool | None = None
-    key: Keys = None  # key files and KMS keys, to decrypt an encrypted backup
+    key: Keys = None  # key files and KMS keys, to decrypt an encrypted backup; verification keys, for a signed one
     parallel: int = 8  # threads (per process)
     workers: WorkerSpec | None = None  # worker processes for large waves
     progress: Progress = dataclasses.field(default_factory=NullProgress)
@@ -65,15 +65,20 @@ class RestoreRequest:
 @contextmanager
 def open_backup(store: ObjectStore, name: str, key: Keys = None) -> Iterator[ArchiveReader]:
     """A reader over the backup's archive after checking it is complete and its checksum matches (decrypted
-    with key when the backup is encrypted)."""
+    with key when the backup is encrypted, its signature checked when verification keys are given)."""
     manifest = read_manifest(store, name)
     with readable_archive(store, name, manifest, key) as path:
         stored = (manifest.get("archive") or {}).get("sha256") or file_sha256(path)
         reader = ArchiveReader(path, sha256=stored, summary=manifest)  # its totals bound the first read
-        if manifest.get("encryption") and reader.head().get("name") != name:  # the authenticated inner name
+        encryption = manifest.get("encryption")
+        if encryption and WRAPPINGS not in encryption and reader.head().get("name") != name:
+            # sealed with a key file itself (before envelopes): the authenticated inner name says whose it is; an
+            # envelope's wrapped data key is bound to the name already, and leaves the archive unread to stream
             raise ArchiveError(
                 f"the encrypted archive stored as {name!r} belongs to backup {reader.head().get('name')!r}"
             )
+        signed = bool(Keyring.of(key).verifiers) and manifest.get(signing.FIELD) is not None  # else it was refused
+        reader.authenticated = bool(encryption) or signed
         yield reader
 
 
@@ -154,18 +159,20 @@ STREAM_ABOVE = 20_000
 def streamable(req: RestoreRequest, reader: ArchiveReader) -> bool:
     """Whether the restore writes as it reads the archive (restore/stream.py) instead of planning first.
 
-    Asked for (--stream); or by default when the backup is encrypted and its summary manifest counts more than
-    STREAM_ABOVE objects. Only an encrypted archive is streamed unasked: decrypting it authenticated every byte
-    (catalog.readable_archive), so it holds what a holder of the key wrote. A plaintext archive's digests can be
-    recomputed by whoever can write the bucket, and so can its object count: planning first keeps such an
-    archive, whatever it claims, from writing anything before all of it is checked (reliability.md, A1).
+    Asked for (--stream); or by default when the backup is authenticated and its summary manifest counts more than
+    STREAM_ABOVE objects. Only an authenticated archive is streamed unasked: one encrypted and opened by a key given
+    (decrypting it authenticated every byte), or one whose signed manifest verified with a key given (it names the
+    archive's SHA-256, checked before reading: catalog.readable_archive), so it holds what a key holder wrote. An
+    unauthenticated archive's digests can be recomputed by whoever can write the bucket, and so can its object
+    count: planning first keeps such an archive, whatever it claims, from writing anything before all of it is
+    checked (reliability.md, A1).
     And in every case: a real restore of an archive not read yet, with the summary's types and totals, and
     nothing that needs the whole plan before the first write: a fence reads it, a dry run reports it, --order's
     groups and gates order every object. (A selection streams: what comes before its first match is held, so
     one that matches nothing still fails before any write.)"""
     opts, summary = req.options, reader.summary or {}
     needs_plan = opts.dry_run != "none" or opts.fence != "none" or opts.order is not None or req.unpause
-    by_default = bool(summary.get("encryption")) and summary_objects(summary) > STREAM_ABOVE
+    by_default = reader.authenticated and summary_objects(summary) > STREAM_ABOVE
     wanted = req.stream if req.stream is not None else by_default
     planned_first = not wanted or needs_plan
     return not planned_first and reader.unread and isinstance(summary.get("resources"), dict)

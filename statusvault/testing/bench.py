@@ -224,16 +224,17 @@ class SyntheticLister:
             yield page
 
 
-def synthetic_backup(store: Any, name: str, n: int) -> Any:
-    """A backup of n generated benchmark objects, written by the real backup engine; returns its result."""
+def synthetic_backup(store: Any, name: str, n: int, **request: Any) -> Any:
+    """A backup of n generated benchmark objects, written by the real backup engine; returns its result.
+    `request`: BackupRequest's other fields (key, signer)."""
     from statusvault.backup import BackupEngine, BackupRequest
     from statusvault.kube.discovery import Discovery
     from statusvault.model import ResourceType, Selection
 
     rt = ResourceType(GROUP, "v1", PLURAL, KIND, True, has_status=True, custom=True, verbs=("list", "create"))
     selection = Selection(include_resources=(rt.qualified,), include_crds=False)
-    request = BackupRequest(store=store, name=name, selection=selection)
-    return BackupEngine(SyntheticLister(n), Discovery([rt], [rt]), request).run()  # type: ignore[arg-type]
+    backup = BackupRequest(store=store, name=name, selection=selection, **request)
+    return BackupEngine(SyntheticLister(n), Discovery([rt], [rt]), backup).run()  # type: ignore[arg-type]
 
 
 def measure_planning(env: dict[str, str], n: int, work: Path) -> dict[str, Any]:

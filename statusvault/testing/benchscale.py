@@ -3,10 +3,13 @@ the real backup engine over a generated read side) of each BENCH_SCALE_N size, t
 to a directory and to a moto S3 server over HTTP (CPU per object, peak RSS), `verify`, planning (a client dry
 run: time to first write when planning first) and a streamed restore (`restore --stream`, the default for an
 encrypted backup above runner.STREAM_ABOVE objects) into the real cluster, timed from its start to the first
-object the server holds, its RSS sampled for BENCH_STREAM_SECONDS and then stopped."""
+object the server holds, its RSS sampled for BENCH_STREAM_SECONDS and then stopped; and the same backup made
+encrypted and signed, each restored with the default options and its key (both stream by default), timed the
+same way."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -54,16 +57,38 @@ def measure_size(http: Http, env: dict[str, str], work: Path, n: int) -> dict[st
     head = json.loads(run.out[: run.out.index('"items": [')].rstrip().rstrip(",") + "}")
     out["planning"] = {**cli_figures(run, n), "planned_seconds": head["timings"]["planned"]}
     log(f"streamed restore of {n} objects: time to the first object on the server")
-    out["stream"] = first_write(http, env, name, f"streamed{n}")
+    out["stream"] = first_write(http, env, name, f"streamed{n}", ["--stream"])
+    for how, args in authenticated_backups(work, name):
+        log(f"restore of {n} objects, {how}, default options: time to the first object on the server")
+        out[f"default_{how}"] = first_write(http, env, f"{name}-{how}", f"{how}{n}", args)
     return out
 
 
-def first_write(http: Http, env: dict[str, str], name: str, prefix: str) -> dict[str, Any]:
-    """Start `restore --stream` (the synthetic backup is plaintext: it streams only when asked), poll the server
-    for the first object it wrote; then sample its peak RSS for BENCH_STREAM_SECONDS (default 15) while it
-    writes, and stop it."""
+def authenticated_backups(work: Path, name: str) -> list[tuple[str, list[str]]]:
+    """The synthetic backup `name` made again encrypted (a key file) and signed (a signing key file), in the same
+    store; returns (how, the restore's arguments that open or verify it). Made in this process: not measured."""
+    from statusvault.archive import signing
+    from statusvault.archive.crypto import Key
+    from statusvault.archive.envelope import FileKek, Keyring
+    from statusvault.storage.local import LocalStore
+    from statusvault.testing.bench import synthetic_backup
+
+    key, signer = work / "bench.key", work / "bench-signing.pem"
+    if not key.exists():
+        key.write_text(base64.b64encode(os.urandom(32)).decode())
+        signing.generate(signer)
+    store, n = LocalStore(work / "store"), int(name.rsplit("-", 1)[1])
+    synthetic_backup(store, f"{name}-encrypted", n, key=Keyring((FileKek(Key.from_file(key)),)))
+    synthetic_backup(store, f"{name}-signed", n, signer=signing.FileSigner.from_file(signer))
+    return [("encrypted", ["--encryption-key-file", str(key)]), ("signed", ["--verify-key-file", f"{signer}.pub"])]
+
+
+def first_write(http: Http, env: dict[str, str], name: str, prefix: str, extra: list[str]) -> dict[str, Any]:
+    """Start a restore (with `extra`: --stream for the plaintext synthetic backup, which streams only when asked;
+    a key for an encrypted or signed one, which streams by default), poll the server for the first object it
+    wrote; then sample its peak RSS for BENCH_STREAM_SECONDS (default 15) while it writes, and stop it."""
     mapping = ",".join(f"plan-{k}:{prefix}-{k}" for k in range(NAMESPACES))
-    args = ["restore", name, "--stream", "--namespace-mapping", mapping, "--parallel", "16", "--processes", "1"]
+    args = ["restore", name, *extra, "--namespace-mapping", mapping, "--parallel", "16", "--processes", "1"]
     started = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "statusvault", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -90,10 +115,14 @@ def first_write(http: Http, env: dict[str, str], name: str, prefix: str) -> dict
     return {"first_write_seconds": first, "peak_rss_mib": peak / 1024, "sampled_seconds": seconds}
 
 
+def _first(r: dict[str, Any], key: str) -> str:
+    return f"{r[key]['first_write_seconds']:.2f}s" if key in r else "-"
+
+
 def table(results: dict[str, Any]) -> str:
     lines = [
         "size       backup ms/obj  RSS   backup S3 ms/obj  RSS   verify ms/obj  RSS   planning s  ms/obj  RSS   "
-        "stream first write   RSS"
+        "stream first write   RSS   default first write: encrypted  signed"
     ]
     for n, r in results.items():
         b, b3, v, p, s = r["backup_dir"], r["backup_s3"], r["verify"], r["planning"], r["stream"]
@@ -101,7 +130,8 @@ def table(results: dict[str, Any]) -> str:
             f"{n:<10} {b['cpu_ms_per_object']:<14.3f} {b['peak_rss_mib']:<5.0f} {b3['cpu_ms_per_object']:<17.3f} "
             f"{b3['peak_rss_mib']:<5.0f} {v['cpu_ms_per_object']:<14.3f} {v['peak_rss_mib']:<5.0f} "
             f"{p['planned_seconds']:<11.1f} {p['cpu_ms_per_object']:<7.3f} {p['peak_rss_mib']:<5.0f} "
-            f"{s['first_write_seconds']:<20.2f} {s['peak_rss_mib']:.0f}"
+            f"{s['first_write_seconds']:<20.2f} {s['peak_rss_mib']:<5.0f} "
+            f"{_first(r, 'default_encrypted'):<30} {_first(r, 'default_signed')}"
         )
     return "\n".join(lines)
 

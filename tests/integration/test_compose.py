@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from statusvault.archive import signing
 from statusvault.cli.main import main
 from statusvault.errors import ExitStatus
 from statusvault.kinds import CRDS, NAMESPACES
@@ -80,6 +81,7 @@ PARAMS: dict[str, tuple[Any, ...]] = {
     "at": (False, True),  # a watch, restored --at latest
     "encryption": (False, "key", "keys"),  # "keys": a key that opens nothing first, then the backup's
     "privileged": (None, "*"),  # the world holds custom resources only: it allows replacing a CRD (policy update)
+    "signed": (False, True),  # the world's backups and watches are signed: given the public key, a restore checks
     "settle": (None, "0.5"),  # look again after the last write (the suite's default is 0): nothing else writes
 }
 
@@ -150,9 +152,12 @@ def backed(cluster, kube: KubeClient, tmp_path_factory: pytest.TempPathFactory, 
     modifiers.write_text(world.modifiers())
     order = tmp / "order.yaml"
     order.write_text(world.order())
-    ctx = Context(world, str(tmp / "store"), str(key), str(other), str(modifiers), str(order), f"{ops}/deployment/op")
+    public, _ = signing.generate(tmp / "signing.pem")
+    ctx = Context(world, str(tmp / "store"), str(key), str(other), str(modifiers), str(order), f"{ops}/deployment/op",
+                  verify_key=str(public))  # fmt: skip
     include = ",".join(world.qualified)
     for name, sealed in (("plain", ()), ("sealed", ("--encryption-key-file", str(key)))):
+        sealed = (*sealed, "--signing-key-file", str(tmp / "signing.pem"))
         code, _, err = cli(cluster.kubeconfig, "backup", name, "--include-resources", include, "--storage", ctx.store,
                            *sealed)  # fmt: skip
         assert code == 0, err
@@ -331,6 +336,8 @@ GIVEN = {  # a value for each option a conflict names, as a user would give it
     "--restart": ["--restart"],
     "--abort": ["--abort"],
     "--delete-source": ["--delete-source", "--yes"],
+    "--signing-key-file": ["--signing-key-file", "signing.pem"],
+    "--signing-kms-key-id": ["--signing-kms-key-id", "alias/backups"],
 }
 CONFLICTING = [(c, command) for c in CONFLICTS for command in c.commands()]
 

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from statusvault.archive import signing
 from statusvault.errors import ExitStatus
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import discover
@@ -173,6 +174,8 @@ RESTORE_STEPS: dict[str, Step] = {
     "mid-unpause": (Request("PATCH", INSTANCES, nth=5, lands=True), lambda c: c[:2] == (N, N) and c.marked < N - 1),
     # --settle-seconds: every object done and unpaused, killed before it looks again (its state not finished)
     "looking-again": (Pause("restore.looking-again"), lambda c: c[:2] == (N, N) and c.marked == 0),
+    # a signed backup, restored with --verify-key-file: the re-run checks the signature again and resumes
+    "signed-mid-wave": (post("db-06"), lambda c: 0 < c.created < N),
 }
 
 
@@ -181,13 +184,18 @@ def test_restore_killed_at_each_step_then_the_same_command_ends_exact(
     run, kube, namespace, instances, proxied, tmp_path, step
 ):
     before = snapshot(kube, [instances], namespace)
-    assert run("backup", "b", "-n", namespace).code == 0
+    signed = step.startswith("signed-")
+    if signed:
+        signing.generate(tmp_path / "signing.pem")
+    assert run("backup", "b", "-n", namespace, *(["--signing-key-file", str(tmp_path / "signing.pem")] if signed
+                                                 else [])).code == 0  # fmt: skip
     target = unique("dst")
     proxy, kubeconfig = proxied(0.0)
     args = ["--kubeconfig", str(kubeconfig), "restore", "b", "--namespace-mapping", f"{namespace}:{target}"]
     args += ["--pause", "auto", "--parallel", "2", *(["--stream"] if step.startswith("streamed-") else [])]
     args += ["-n", namespace] if step.startswith("streamed-selection-") else []
     args += ["--settle-seconds", "0.5"] if step == "looking-again" else []
+    args += ["--verify-key-file", str(tmp_path / "signing.pem.pub")] if signed else []
     try:
         where, left = RESTORE_STEPS[step]
         kill_at(where, args, env_of(run), {"source": proxy}, tmp_path)
@@ -218,7 +226,11 @@ def test_restore_with_order_killed_at_each_gate_step_then_the_same_command_ends_
     """--order with --pause auto: the group is unpaused before its gate; a re-run waits again only on a gate the
     journal has not seen passed."""
     before = snapshot(kube, [instances], namespace)
-    assert run("backup", "b", "-n", namespace).code == 0
+    signed = step.startswith("signed-")
+    if signed:
+        signing.generate(tmp_path / "signing.pem")
+    assert run("backup", "b", "-n", namespace, *(["--signing-key-file", str(tmp_path / "signing.pem")] if signed
+                                                 else [])).code == 0  # fmt: skip
     target = unique("dst")
     order = tmp_path / "order.yaml"
     order.write_text(
@@ -256,7 +268,11 @@ KEPT_STEPS: dict[str, tuple[str, Where]] = {  # (the command killed, where)
 def test_keep_paused_then_unpause_killed_at_each_step(run, kube, namespace, instances, proxied, tmp_path, step):
     """--keep-paused leaves the objects paused as asked; `unpause` with the same options releases them."""
     before = snapshot(kube, [instances], namespace)
-    assert run("backup", "b", "-n", namespace).code == 0
+    signed = step.startswith("signed-")
+    if signed:
+        signing.generate(tmp_path / "signing.pem")
+    assert run("backup", "b", "-n", namespace, *(["--signing-key-file", str(tmp_path / "signing.pem")] if signed
+                                                 else [])).code == 0  # fmt: skip
     target = unique("dst")
     proxy, kubeconfig = proxied(0.0)
     options = ["b", "--namespace-mapping", f"{namespace}:{target}", "--pause", "auto", "--parallel", "2"]

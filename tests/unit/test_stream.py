@@ -8,6 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from statusvault.archive import signing
+from statusvault.archive.crypto import Key
+from statusvault.archive.envelope import FileKek, Keyring
 from statusvault.errors import ConfigError
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import Discovery
@@ -16,7 +19,7 @@ from statusvault.restore import runner
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.plan import Action, Category, PlanItem, StatusMode
 from statusvault.restore.planner import _Held
-from statusvault.restore.runner import STREAM_ABOVE, RestoreRequest, run_restore, streamable
+from statusvault.restore.runner import STREAM_ABOVE, RestoreRequest, open_backup, run_restore, streamable
 from statusvault.restore.stream import StreamWriter
 from statusvault.storage.local import LocalStore
 from statusvault.testing.bench import synthetic_backup
@@ -65,19 +68,42 @@ def test_a_streamed_restore_stopped_part_way_is_finished_exactly_by_the_same_com
 
 
 @pytest.mark.parametrize(
-    ("encrypted", "objects", "stream", "streamed"),
+    ("authenticated", "objects", "stream", "streamed"),
     [
-        (True, STREAM_ABOVE + 1, None, True),  # by default an encrypted backup above the threshold streams
+        (True, STREAM_ABOVE + 1, None, True),  # by default an authenticated backup above the threshold streams
         (True, STREAM_ABOVE, None, False),  # ...one at or below it plans first
-        (False, 10**6, None, False),  # a plaintext one plans first whatever it claims: its count is unauthenticated
+        (False, 10**6, None, False),  # an unauthenticated one plans first whatever it claims: its count is too
         (False, 10, True, True),  # --stream at any size
         (True, 10**6, False, False),  # --no-stream plans first at any size
     ],
 )
-def test_by_default_only_a_large_encrypted_backup_streams(tmp_path, encrypted, objects, stream, streamed):
-    summary = {"resources": {}, "totals": {"objects": objects}, **({"encryption": {"v": 1}} if encrypted else {})}
+def test_by_default_only_a_large_authenticated_backup_streams(tmp_path, authenticated, objects, stream, streamed):
+    summary = {"resources": {}, "totals": {"objects": objects}}
     request = RestoreRequest(store=LocalStore(tmp_path), backup="b", stream=stream)
-    assert streamable(request, SimpleNamespace(summary=summary, unread=True)) is streamed  # type: ignore[arg-type]
+    reader = SimpleNamespace(summary=summary, unread=True, authenticated=authenticated)
+    assert streamable(request, reader) is streamed  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("how", "authenticated"),
+    [("encrypted", True), ("signed+verified", True), ("signed", False), ("plain", False)],
+)
+def test_an_encrypted_or_verified_backup_is_opened_unread_and_authenticated(tmp_path, how, authenticated):
+    """The bug: opening an encrypted backup read its whole archive (to check the embedded name), so the default
+    never streamed. An envelope's wrapped data key is bound to the name: the archive stays unread."""
+    public = signing.generate(tmp_path / "s.pem")[1] if how.startswith("signed") else None
+    request: dict = {}
+    if how == "encrypted":
+        request["key"] = Keyring((FileKek(Key(b"e" * 32)),))
+    if public is not None:
+        request["signer"] = signing.FileSigner.from_file(tmp_path / "s.pem")
+    store = LocalStore(tmp_path / "store")
+    synthetic_backup(store, "s", 50, **request)
+    keys = request.get("key") or Keyring()
+    if how == "signed+verified":
+        keys = Keyring((), (public,))
+    with open_backup(store, "s", keys) as reader:
+        assert (reader.unread, reader.authenticated) == (True, authenticated)
 
 
 @pytest.mark.parametrize(("stream", "streamed"), [(None, False), (True, True), (False, False)])
@@ -162,6 +188,6 @@ def test_the_restore_help_and_the_restore_resource_state_the_default_threshold()
 
     assert f"more than {STREAM_ABOVE:,} objects" in DESCRIPTIONS["stream"]
 
-    assert f"encrypted backup of more than {STREAM_ABOVE:,} objects streams" in " ".join(
+    assert f"authenticated backup of more than {STREAM_ABOVE:,} objects streams" in " ".join(
         CliRunner().invoke(cli, ["restore", "--help"]).output.split()
     )
