@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import signal
 import socket
@@ -32,9 +33,12 @@ from statusvault.cli.options import (
 from statusvault.cli.schedule import print_or_apply
 from statusvault.cli.specfields import crds
 from statusvault.controller.install import ControllerSpec, render
+from statusvault.controller.intent import check_storage
 from statusvault.controller.loop import Controller, ControllerConfig
 from statusvault.controller.schedules import JobSettings
 from statusvault.model import split_csv
+from statusvault.storage import S3Options
+from statusvault.storage.base import ObjectStore
 
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -42,6 +46,7 @@ SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ControllerRunArgs(StorageArgs, EncryptionArgs, SigningArgs, VerifyKeysArgs):
     namespace: str
+    allowed_storage: tuple[str, ...]
     image: str
     credentials_secret: str
     encryption_key_secret: str
@@ -103,6 +108,15 @@ def controller() -> None:
     show_default=True,
     help="How long a Lease lasts without renewal before another replica may take an intent over.",
 )
+@click.option(
+    "--allowed-storage",
+    multiple=True,
+    envvar="STATUSVAULT_ALLOWED_STORAGE",
+    metavar="LOCATION",
+    help="The stores a Restore, Backup or intent may name (repeatable; a location or any path under it; the "
+    "controller's --storage is always allowed). Without it any store the controller's credentials reach may be "
+    "named: whoever may create a Restore may point it at a store they write.",
+)
 @state_dir_option
 @encryption_option
 @signing_options
@@ -126,7 +140,7 @@ def run_cmd(app: App, args: ControllerRunArgs) -> None:
     controller = Controller(
         app.client(),
         lambda refresh: app.discovery(refresh=refresh),
-        lambda storage: app.store(storage or args.storage, s3),
+        functools.partial(_store, app, args, s3),
         config,
         keys,
     )
@@ -138,6 +152,13 @@ def run_cmd(app: App, args: ControllerRunArgs) -> None:
     with contextlib.suppress(KeyboardInterrupt):
         controller.run_forever()
     click.echo("controller stopped", err=True)
+
+
+def _store(app: App, args: ControllerRunArgs, s3: S3Options, storage: str | None) -> ObjectStore:
+    """The store a resource names (its own storage, else the controller's), if the administrator allows it."""
+    if storage and args.allowed_storage:
+        check_storage(storage, (*args.allowed_storage, *([str(args.storage)] if args.storage else [])))
+    return app.store(storage or args.storage, s3)
 
 
 def controller_config(app: App, args: ControllerRunArgs) -> ControllerConfig:

@@ -10,6 +10,7 @@ import dataclasses
 import datetime as dt
 import enum
 import hashlib
+import posixpath
 from collections.abc import Mapping
 from typing import Any
 
@@ -158,3 +159,23 @@ def next_step(digest: str, status: Mapping[str, str], now: dt.datetime) -> NextS
 def retry_delay(attempt: int) -> float:
     """Exponential backoff between attempts of one intent: 30 s, 60 s, 120 s, ... capped at an hour."""
     return float(min(RETRY_BASE * 2 ** max(attempt - 1, 0), RETRY_MAX))
+
+
+def check_storage(storage: str, allowed: tuple[str, ...]) -> None:
+    """Refuse a store a Restore, Backup or intent names (`storage`) that is not one of the administrator's
+    --allowed-storage locations or under one (the same location, or a path below it); no list: any store.
+    ConfigError: that one resource's problem, recorded on it; nothing is read or written."""
+    if not allowed or any(_within(storage, a) for a in allowed):
+        return
+    listed = ", ".join(allowed)
+    raise ConfigError(
+        f"storage {storage[:200]!r} is not one the controller may use (--allowed-storage: {listed}): ask its "
+        "administrator"
+    )
+
+
+def _within(storage: str, allowed: str) -> bool:
+    if "://" not in storage and "://" not in allowed:  # directories: compared once . and .. are resolved
+        storage, allowed = posixpath.normpath(storage), posixpath.normpath(allowed)
+    storage, allowed = storage.rstrip("/"), allowed.rstrip("/")
+    return storage == allowed or (storage.startswith(allowed + "/") and "/../" not in f"{storage}/")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -131,8 +132,8 @@ def backed_up(run, kube, make, namespace, count):
 def controller(run):
     started = []
 
-    def _start(ns, kubeconfig=None):
-        proc = run.spawn("controller", "run", "-n", ns, "--interval", "1", kubeconfig=kubeconfig)
+    def _start(ns, kubeconfig=None, *extra):
+        proc = run.spawn("controller", "run", "-n", ns, "--interval", "1", *extra, kubeconfig=kubeconfig)
         started.append(proc)
         return proc
 
@@ -379,3 +380,21 @@ def test_the_installed_controller_reconciles_restores_with_its_own_permissions(
     assert obj["status"]["reason"] == "PartiallyRestored" and obj["status"]["statusWritten"] == 1
     assert "statusvault.dev/status-not-restored" in kube.get(kc, namespace, "k-1")["metadata"]["annotations"]
     assert events_on(kube, ctl_ns, "mine") == {"RestoreStarted": "Normal", "RestoreFailed": "Warning"}
+
+
+def test_a_restore_naming_a_store_the_administrator_did_not_allow_fails_and_writes_nothing(
+    run, kube, crds, make, namespace, restores, ctl_ns, controller, tmp_path
+):
+    """A tenant who may create Restores points one at a store they write (a planted backup there): with
+    --allowed-storage the controller refuses to read it, and says why on the Restore."""
+    backed_up(run, kube, make, namespace, 1)
+    theirs = tmp_path / "mallory"
+    shutil.copytree(run.storage, theirs)  # the same backup, in the tenant's own store
+    kube.create(restores, ctl_ns, restore_body("r-theirs", backup="nightly", storage=str(theirs)))
+    kube.create(restores, ctl_ns, restore_body("r-ours", backup="nightly", storage=str(run.storage / "sub" / "..")))
+    controller(ctl_ns, None, "--allowed-storage", str(run.storage))
+
+    refused = wait_for(restores, kube, ctl_ns, "r-theirs", condition="Ready", status="False")["status"]
+    assert refused["phase"] == "Failed" and "is not one the controller may use (--allowed-storage" in refused["message"]
+    ours = wait_for(restores, kube, ctl_ns, "r-ours")["status"]
+    assert ours["phase"] == "Complete", ours
