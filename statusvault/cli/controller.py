@@ -47,6 +47,8 @@ SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 class ControllerRunArgs(StorageArgs, EncryptionArgs, SigningArgs, VerifyKeysArgs):
     namespace: str
     allowed_storage: tuple[str, ...]
+    default_service_account: str
+    require_service_account: bool
     image: str
     credentials_secret: str
     encryption_key_secret: str
@@ -63,6 +65,7 @@ class ControllerRenderArgs(StorageArgs, ManifestArgs):
     replicas: int
     interval: float
     include_resources: tuple[str, ...]
+    require_service_account: bool
 
 
 def default_namespace() -> str:
@@ -116,6 +119,21 @@ def controller() -> None:
     help="The stores a Restore, Backup or intent may name (repeatable; a location or any path under it; the "
     "controller's --storage is always allowed). Without it any store the controller's credentials reach may be "
     "named: whoever may create a Restore may point it at a store they write.",
+)
+@click.option(
+    "--default-service-account",
+    default="",
+    envvar="STATUSVAULT_DEFAULT_SERVICE_ACCOUNT",
+    metavar="NAME",
+    help="The ServiceAccount (in --namespace) a Restore or Backup that names none runs as: the controller "
+    "impersonates it. Default: the controller's own rights.",
+)
+@click.option(
+    "--require-service-account",
+    is_flag=True,
+    envvar="STATUSVAULT_REQUIRE_SERVICE_ACCOUNT",
+    help="Lockdown: refuse a Restore or Backup that names no spec.serviceAccountName (unless "
+    "--default-service-account gives one); the controller never acts with its own rights on the cluster.",
 )
 @state_dir_option
 @encryption_option
@@ -174,6 +192,8 @@ def controller_config(app: App, args: ControllerRunArgs) -> ControllerConfig:
         log_format=app.log_format,
         debug=app.debug,
         signer=args.signer(),
+        default_service_account=args.default_service_account,
+        require_service_account=args.require_service_account,
         job=JobSettings(
             storage=str(args.storage or ""),
             s3=args.s3(),
@@ -194,6 +214,7 @@ class ControllerInstallArgs(StorageArgs):
     replicas: int
     interval: float
     include_resources: tuple[str, ...]
+    require_service_account: bool
     image: str
     credentials_secret: str
     encryption_key_secret: str
@@ -222,6 +243,12 @@ def controller_options(f: Callable[..., None]) -> Callable[..., None]:
                 multiple=True,
                 metavar="R,...",
                 help="Types the controller may restore. [default: every custom resource the cluster serves]",
+            ),
+            click.option(
+                "--require-service-account",
+                is_flag=True,
+                help="Lockdown: no cluster-wide ClusterRole for the controller; it acts only as the ServiceAccount "
+                "each Restore or Backup names (spec.serviceAccountName), which it may impersonate in its namespace.",
             ),
         ]
     ):
@@ -258,6 +285,7 @@ def _render(app: App, args: ControllerRenderArgs) -> None:
         replicas=args.replicas,
         interval=args.interval,
         encryption_secret=args.encryption_key_secret,
+        require_service_account=args.require_service_account,
     )
     own = crds()
     types = [rt for rt in types if rt.qualified not in {c["metadata"]["name"] for c in own}]

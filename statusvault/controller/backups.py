@@ -12,6 +12,7 @@ from statusvault.archive.envelope import Keys
 from statusvault.archive.signing import Signer
 from statusvault.backup import BackupEngine, BackupRequest
 from statusvault.backup.listers import default_list_processes
+from statusvault.controller import crd
 from statusvault.controller.conditions import Reason
 from statusvault.controller.restores import spec_digest
 from statusvault.controller.runs import Run
@@ -37,6 +38,7 @@ class BackupIntent:
     list_concurrency: int
     processes: int
     digest: str
+    service_account: str = ""  # spec.serviceAccountName: whom the controller acts as ("": its default)
 
 
 def parse_backup(obj: KubeObject) -> BackupIntent:
@@ -68,6 +70,7 @@ def parse_backup(obj: KubeObject) -> BackupIntent:
         concurrency,
         int(spec.get("processes") or 0) or default_list_processes(concurrency),
         spec_digest(obj),
+        str(spec.get(crd.SERVICE_ACCOUNT) or "").strip(),
     )
 
 

@@ -187,16 +187,30 @@ SCHEDULE_COLUMNS = [
 ]
 
 
+SERVICE_ACCOUNT = "serviceAccountName"
+_SERVICE_ACCOUNT_FIELD = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 253,
+    "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+    "description": "A ServiceAccount in this namespace: the controller impersonates it for every read and write on "
+    "the cluster, so the run can do what it may and no more (default: the controller's "
+    "--default-service-account, else the controller's own rights unless it runs with --require-service-account).",
+}
+
+
 def restore_crd(fields: list[SpecField]) -> KubeObject:
     """The Restore CRD, its spec holding `fields` (and `backup`, required), its status kstatus-shaped."""
     backup = {"type": "string", "minLength": 1, "description": "The backup to restore."}
-    return _crd(KIND, PLURAL, fields, {"backup": backup}, ["backup"], COLUMNS)
+    own = {"backup": backup, SERVICE_ACCOUNT: _SERVICE_ACCOUNT_FIELD}
+    return _crd(KIND, PLURAL, fields, own, ["backup"], COLUMNS)
 
 
 def backup_crd(fields: list[SpecField]) -> KubeObject:
     """The Backup CRD: a one-off backup of `fields`' selection, named `backup` (default: the resource's name)."""
     backup = {"type": "string", "minLength": 1, "description": "The backup's name (default: this resource's)."}
-    return _crd(BACKUP_KIND, BACKUP_PLURAL, fields, {"backup": backup}, [], BACKUP_COLUMNS)
+    own = {"backup": backup, SERVICE_ACCOUNT: _SERVICE_ACCOUNT_FIELD}
+    return _crd(BACKUP_KIND, BACKUP_PLURAL, fields, own, [], BACKUP_COLUMNS)
 
 
 def schedule_crd(fields: list[SpecField]) -> KubeObject:

@@ -39,6 +39,7 @@ class ControllerSpec:
     replicas: int = 1
     interval: float = 10.0
     encryption_secret: str = ""  # a Secret whose "key" is the base64 encryption key
+    require_service_account: bool = False  # lockdown: no ClusterRole; it acts only as each resource's ServiceAccount
 
 
 def restore_rules(types: list[ResourceType]) -> list[dict[str, Any]]:
@@ -76,6 +77,8 @@ def own_namespace_rules() -> list[dict[str, Any]]:
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "update"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        # a Restore or Backup names a ServiceAccount of this namespace: the controller acts as it (Impersonate-User)
+        {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]},
     ]
 
 
@@ -126,6 +129,8 @@ def deployment(spec: ControllerSpec) -> KubeObject:
         args += [*KEY_ARGS, "--encryption-key-secret", spec.encryption_secret]
     if spec.credentials_secret:
         args += ["--credentials-secret", spec.credentials_secret]
+    if spec.require_service_account:
+        args += ["--require-service-account"]
     container = secure_container("controller", spec.image, args, spec.credentials_secret)
     container["env"].append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
     container["volumeMounts"].append({"name": "state", "mountPath": STATE_DIR})
@@ -146,11 +151,9 @@ def deployment(spec: ControllerSpec) -> KubeObject:
 
 
 def render(spec: ControllerSpec, types: list[ResourceType], crds: list[KubeObject]) -> list[KubeObject]:
-    """Every manifest of the controller, in apply order: its resources' CRDs first."""
-    return [
-        *crds,
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(spec.namespace)},
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, spec.namespace)},
+    """Every manifest of the controller, in apply order: its resources' CRDs first. Locked down (it acts only as
+    each resource's ServiceAccount), it has no ClusterRole at all."""
+    cluster_rights: list[KubeObject] = [
         {
             "apiVersion": RBAC_API,
             "kind": "ClusterRole",
@@ -158,6 +161,12 @@ def render(spec: ControllerSpec, types: list[ResourceType], crds: list[KubeObjec
             "rules": restore_rules(types),
         },
         _binding("ClusterRole", spec),
+    ]
+    return [
+        *crds,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(spec.namespace)},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, spec.namespace)},
+        *([] if spec.require_service_account else cluster_rights),
         {
             "apiVersion": RBAC_API,
             "kind": "Role",

@@ -49,7 +49,15 @@ RESTORE_KEYS = frozenset(
     }
 )
 # request: free text, change it to re-run; modifiers: a ConfigMap in the controller's namespace holding the file
-INTENT_KEYS = RESTORE_KEYS | {"backup", "storage", "parallel", "processes", "request", "modifiers"}
+INTENT_KEYS = RESTORE_KEYS | {
+    "backup",
+    "storage",
+    "parallel",
+    "processes",
+    "request",
+    "modifiers",
+    "serviceAccountName",
+}
 MAX_INTENT_PROCESSES = 64
 
 RETRY_BASE = 30.0  # seconds before the first retry of a failed restore; doubles per attempt
@@ -76,6 +84,7 @@ class Intent:
     modifiers: str = ""  # name of the ConfigMap holding a modifiers file
     processes: int = 0  # worker processes; 0: as many as the controller's CPUs (cgroup-aware), for large waves
     stream: bool | None = None  # restore --stream / --no-stream; None: by the backup's size (runner.STREAM_ABOVE)
+    service_account: str = ""  # spec.serviceAccountName: whom the controller acts as ("": its default)
 
     @property
     def status_name(self) -> str:
@@ -117,6 +126,7 @@ def parse_intent(cm: Mapping[str, Any]) -> Intent:
         digest_of(data),
         data.get("modifiers", "").strip(),
         processes,
+        service_account=data.get("serviceAccountName", "").strip(),
     )
 
 

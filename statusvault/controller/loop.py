@@ -38,7 +38,7 @@ from statusvault.controller.intent import (
 from statusvault.controller.lease import Lease
 from statusvault.controller.restores import BACKUPS, RESTORES, ResourceTarget, parse_restore, spec_digest
 from statusvault.controller.runs import Run, mark_without_status, outcome_counts, save_report, watching_for_deletion
-from statusvault.controller.schedules import SCHEDULES, JobSettings, reconcile_schedule
+from statusvault.controller.schedules import BACKUP_ACCOUNT, SCHEDULES, JobSettings, reconcile_schedule
 from statusvault.controller.targets import ConfigMapTarget, Target
 from statusvault.errors import ArchiveError, BackupNotFoundError, ConfigError, KubeApiError, StatusVaultError
 from statusvault.kinds import CONFIGMAPS
@@ -55,6 +55,7 @@ from statusvault.restore.workers import MIN_WAVE, default_processes
 from statusvault.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
+RESERVED_ACCOUNTS = ("statusvault-controller", BACKUP_ACCOUNT)  # install.py's: never a run's identity
 OWN_PROBLEMS = (ConfigError, BackupNotFoundError, ArchiveError)  # one intent's failures, not an outage
 REASONS = {  # the Restore's condition reason for each verdict of its run (restore/verdict.py)
     RunOutcome.DONE: Reason.COMPLETED,
@@ -101,6 +102,9 @@ class ControllerConfig:
     debug: bool = False
     job: JobSettings = dataclasses.field(default_factory=JobSettings)  # BackupSchedules' CronJobs
     signer: Signer | None = None  # signs what Backup resources write (archive/signing.py)
+    # whom a resource that names no ServiceAccount runs as ("": the controller itself, unless required)
+    default_service_account: str = ""
+    require_service_account: bool = False  # refuse a resource that names none (and no default is set)
 
 
 class Controller:
@@ -113,6 +117,7 @@ class Controller:
         key: Keys = None,
     ):
         self.key = key  # for encrypted backups, and the keys signed backups must be signed by
+        self._impersonated: dict[str, KubeApi] = {}  # clients acting as a resource's ServiceAccount, by user
         self.client = client
         self.discover = discover
         self.store = store
@@ -252,11 +257,14 @@ class Controller:
             return False
         with watching_for_deletion(target, lost):  # a deleted Backup stops before it lands, as a lost Lease does
             try:
+                client, user = self._acting_as(intent.service_account)
                 store = self.store(intent.storage)
                 run = run_backup(
-                    self.client, self.discover(True), store, self.key, intent, self._workers(0, 1), lost,
+                    client, self.discover(True), store, self.key, intent, self._workers(0, 1, user), lost,
                     self.config.signer,
                 )  # fmt: skip
+            except ConfigError as e:  # this Backup's own problem (no ServiceAccount, a store not allowed)
+                run = Run(False, False, f"backup {intent.backup} failed: {e}", Reason.BACKUP_FAILED)
             except StatusVaultError as e:  # the store could not be opened
                 run = Run(False, True, f"backup {intent.backup} failed: {e}", Reason.BACKUP_FAILED)
         if lost.is_set() and target.gone():  # deleted mid-run: nothing left to record on
@@ -289,19 +297,20 @@ class Controller:
         """The restore itself, its outcome whatever happens (an error is recorded, never raised)."""
         report: RestoreReport | None = None
         try:
+            client, user = self._acting_as(intent.service_account)
             request = RestoreRequest(
                 store=self.store(intent.storage),
                 backup=intent.backup,
                 options=self._with_modifiers(intent),
                 state_dir=self.config.state_dir,
                 parallel=intent.parallel,
-                workers=self._workers(intent.processes, intent.parallel),
+                workers=self._workers(intent.processes, intent.parallel, user),
                 stream=intent.stream,
                 key=self.key,
                 cancel=cancel,  # a lost Lease or a deleted Restore: stop starting objects
             )
-            report = run_restore(self.client, self.discover, request)
-            mark_without_status(self.client, self.discover, report, target.describe())
+            report = run_restore(client, self.discover, request)
+            mark_without_status(client, self.discover, report, target.describe())
             location = save_report(request.store, report, target, intent.digest)
             judged = verdict(report)
             counts = {**outcome_counts(report, intent.options.pause.enabled), "report": location}
@@ -341,10 +350,34 @@ class Controller:
         target.write(outcome)
         target.event("Warning", f"{verb}Failed", f"{run.message}; next attempt at {rfc3339.format_seconds(due)}")
 
-    def _workers(self, processes: int, parallel: int) -> WorkerSpec:
-        """Large waves across processes, as `statusvault restore` does: auto (0) uses the CPUs the pod may use."""
+    def _acting_as(self, service_account: str) -> tuple[KubeApi, str]:
+        """The client a run acts with, and the user it impersonates ("": the controller itself): the ServiceAccount
+        a resource names (spec.serviceAccountName), in the controller's namespace, else the default one. ConfigError
+        when neither is set and one is required (--require-service-account)."""
+        name = service_account or self.config.default_service_account
+        if not name:
+            if self.config.require_service_account:
+                raise ConfigError(
+                    "it names no spec.serviceAccountName, and this controller acts only as a ServiceAccount the "
+                    "resource names (--require-service-account)"
+                )
+            return self.client, ""
+        if name in RESERVED_ACCOUNTS:
+            raise ConfigError(f"spec.serviceAccountName {name!r} is the controller's own: name one made for restores")
+        user = f"system:serviceaccount:{self.config.namespace}:{name}"
+        if user not in self._impersonated:
+            impersonating = getattr(self.client, "impersonating", None)
+            if impersonating is None:
+                raise ConfigError(f"this controller's API client cannot act as {user}")
+            self._impersonated[user] = impersonating(user)  # one connection pool per ServiceAccount, kept
+        return self._impersonated[user], user
+
+    def _workers(self, processes: int, parallel: int, user: str = "") -> WorkerSpec:
+        """Large waves across processes, as `statusvault restore` does: auto (0) uses the CPUs the pod may use;
+        each worker acts as `user` when the parent impersonates one."""
         explicit = processes > 0  # then every wave goes to the processes, small ones too
         return WorkerSpec(
+            impersonate=user,
             kubeconfig=self.config.kubeconfig,
             context=self.config.context,
             processes=processes or default_processes(),

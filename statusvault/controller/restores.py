@@ -24,7 +24,7 @@ from statusvault.storage.base import validate_backup_name
 log = logging.getLogger(__name__)
 RESTORES = ResourceType(crd.GROUP, crd.VERSION, crd.PLURAL, crd.KIND, namespaced=True, has_status=True)
 BACKUPS = ResourceType(crd.GROUP, crd.VERSION, crd.BACKUP_PLURAL, crd.BACKUP_KIND, namespaced=True, has_status=True)
-OWN_FIELDS = ("backup", "storage", "parallel", "processes", "modifiers")  # not options of restore_options
+OWN_FIELDS = ("backup", "storage", "parallel", "processes", "modifiers", crd.SERVICE_ACCOUNT)  # not restore options
 DEFAULT_PARALLEL = 8
 
 
@@ -58,6 +58,7 @@ def parse_restore(obj: KubeObject) -> Intent:
         str(spec.get("modifiers") or "").strip(),
         int(spec.get("processes") or 0),
         spec["stream"] if isinstance(spec.get("stream"), bool) else None,
+        str(spec.get(crd.SERVICE_ACCOUNT) or "").strip(),
     )
 
 

@@ -135,6 +135,10 @@ class KubeClient(ListVerbs):
     def __init__(self, transport: KubeTransport):
         self.transport = transport
 
+    def impersonating(self, user: str) -> KubeClient:
+        """The same client acting as `user` (Impersonate-User): what it may do is that user's to decide."""
+        return KubeClient(self.transport.impersonating(user))
+
     @property
     def server(self) -> str:
         return self.transport.host

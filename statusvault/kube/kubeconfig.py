@@ -31,6 +31,7 @@ class ClientConfig:
     server_hostname: str | None = None
     proxy: str | None = None
     basic_auth: str | None = None  # "user:password"
+    impersonate: str | None = None  # Impersonate-User: act as this user (a kubeconfig user's `as`, the controller)
     credentials: CredentialSource = dataclasses.field(default_factory=lambda: Static("the client configuration"))
 
     def token(self) -> str | None:
@@ -129,6 +130,8 @@ def _user(cfg: ClientConfig, name: str, u: dict[str, Any], base: Path) -> None:
         cfg.key_file = data_file(u["client-key-data"], ".key")
     elif u.get("client-key"):
         cfg.key_file = _rel(base, u["client-key"])
+    if u.get("as"):  # kubectl's impersonation (--as); its groups (`as-groups`) are not sent
+        cfg.impersonate = str(u["as"])
     if u.get("username") and u.get("password"):
         cfg.basic_auth = f"{u['username']}:{u['password']}"
     if u.get("token"):

@@ -127,7 +127,20 @@ class KubeTransport:
             headers["Authorization"] = f"Bearer {credential.token}"
         elif self.config.basic_auth:
             headers["Authorization"] = "Basic " + base64.b64encode(self.config.basic_auth.encode()).decode()
+        if self.config.impersonate:
+            headers["Impersonate-User"] = self.config.impersonate
         return headers
+
+    def impersonating(self, user: str) -> KubeTransport:
+        """A transport with these settings and this budget (its token bucket shared) that acts as `user`: every
+        request is authorized as that user's, the credentials only proving who may impersonate it."""
+        return KubeTransport(
+            dataclasses.replace(self.config, impersonate=user),
+            pool_size=self._pool_size,
+            backoff=self.backoff,
+            timeout=self.read_timeout,
+            bucket=self.bucket,
+        )
 
     def send(self, req: Request, warnings: list[str] | None = None) -> bytes:
         """Send `req`; return the response body, or raise KubeApiError / KubeConnectionError. The texts of the
@@ -265,5 +278,11 @@ def rejected_error(source: CredentialSource, refreshed: bool) -> KubeApiError:
     return KubeApiError(message, 401, "Unauthorized")
 
 
-def load_transport(kubeconfig: str | None = None, context: str | None = None, **kwargs: Any) -> KubeTransport:
-    return KubeTransport(load(kubeconfig, context), **kwargs)
+def load_transport(
+    kubeconfig: str | None = None, context: str | None = None, impersonate: str = "", **kwargs: Any
+) -> KubeTransport:
+    """A transport to the kubeconfig's (or the pod's) cluster; acting as `impersonate` when given."""
+    config = load(kubeconfig, context)
+    if impersonate:
+        config = dataclasses.replace(config, impersonate=impersonate)
+    return KubeTransport(config, **kwargs)

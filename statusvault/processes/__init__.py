@@ -42,6 +42,7 @@ class WorkerSpec:
     min_wave: int = 0  # restore: smaller waves stay in the parent's threads (no process start-up for them)
     log_format: str = ""  # the parent's logging (text|json) and --debug, for the workers' own log lines
     debug: bool = False
+    impersonate: str = ""  # the user the parent acts as (the controller: a Restore's ServiceAccount), as workers do
 
 
 class Job:

@@ -59,7 +59,9 @@ def _setup(spec: WorkerSpec, job: Job, bucket: SharedTokenBucket) -> tuple[KubeT
     from statusvault.kube.client import KubeClient
     from statusvault.kube.transport import load_transport
 
-    transport = load_transport(spec.kubeconfig, spec.context, pool_size=max(4, spec.parallel), bucket=bucket)
+    transport = load_transport(
+        spec.kubeconfig, spec.context, spec.impersonate, pool_size=max(4, spec.parallel), bucket=bucket
+    )
     try:
         return transport, job.open(KubeClient(transport))
     except BaseException:

@@ -14,7 +14,8 @@ import yaml
 
 from statusvault.cli.specfields import crds as restore_crds
 from statusvault.errors import KubeApiError
-from statusvault.kinds import EVENTS, LEASES
+from statusvault.kinds import EVENTS, LEASES, NAMESPACES
+from statusvault.kube.discovery import discover
 from statusvault.kube.transport import APPLY_PATCH, MERGE_PATCH, Request
 from statusvault.rfc3339 import format_micro
 from statusvault.testing.fixtures import ensure_namespace, install_crds
@@ -398,3 +399,77 @@ def test_a_restore_naming_a_store_the_administrator_did_not_allow_fails_and_writ
     assert refused["phase"] == "Failed" and "is not one the controller may use (--allowed-storage" in refused["message"]
     ours = wait_for(restores, kube, ctl_ns, "r-ours")["status"]
     assert ours["phase"] == "Complete", ours
+
+
+def tenant_account(kube, ctl_ns: str, own: str, cleanup) -> None:
+    """ServiceAccount `tenant` in the controller's namespace, which may restore KubernetesClusters (and their
+    status) into namespace `own` only, and read what a restore reads cluster-wide (namespaces, CRDs)."""
+    d = discover(kube)
+    rbac = "rbac.authorization.k8s.io/v1"
+    sa = f"system:serviceaccount:{ctl_ns}:tenant"
+    kube.create(d.resolve("serviceaccounts"), ctl_ns, {"apiVersion": "v1", "kind": "ServiceAccount",
+                                                       "metadata": {"name": "tenant"}})  # fmt: skip
+    write = {"apiGroups": ["xyz.example.com"], "resources": ["kubernetesclusters", "kubernetesclusters/status"],
+             "verbs": ["get", "list", "create", "update", "patch"]}  # fmt: skip
+    read = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list"]},
+            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+             "verbs": ["get", "list"]}]  # fmt: skip
+    subject = [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": sa}]
+    role_ref = {"apiGroup": "rbac.authorization.k8s.io"}
+    kube.create(d.resolve("roles.rbac.authorization.k8s.io"), own,
+                {"apiVersion": rbac, "kind": "Role", "metadata": {"name": "tenant"}, "rules": [write]})  # fmt: skip
+    kube.create(d.resolve("rolebindings.rbac.authorization.k8s.io"), own,
+                {"apiVersion": rbac, "kind": "RoleBinding", "metadata": {"name": "tenant"}, "subjects": subject,
+                 "roleRef": {**role_ref, "kind": "Role", "name": "tenant"}})  # fmt: skip
+    name = f"tenant-{ctl_ns}"
+    clusterroles = d.resolve("clusterroles.rbac.authorization.k8s.io")
+    kube.create(clusterroles, None, {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": name},
+                                     "rules": read})  # fmt: skip
+    bindings = d.resolve("clusterrolebindings.rbac.authorization.k8s.io")
+    binding = {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": name}, "subjects": subject,
+               "roleRef": {**role_ref, "kind": "ClusterRole", "name": name}}  # fmt: skip
+    kube.create(bindings, None, binding)
+    cleanup(clusterroles, name)
+    cleanup(bindings, name)
+
+
+def test_a_restore_acts_as_its_service_account_and_cannot_write_where_that_account_may_not(
+    run, kube, crds, make, namespace, restores, ctl_ns, controller, cleanup
+):
+    """The controller impersonates spec.serviceAccountName (as Flux does): a tenant's Restore into its own
+    namespace completes; the same Restore mapped into another team's namespace is refused by the API server, as
+    the tenant would be, and writes nothing there, though the controller itself could."""
+    kc = crds.resolve("kc")
+    own, other = unique("tenant"), unique("other")
+    for ns in (own, other):
+        ensure_namespace(kube, ns)
+    tenant_account(kube, ctl_ns, own, cleanup)
+    backed_up(run, kube, make, namespace, 2)
+    kube.create(restores, ctl_ns, restore_body("r-own", backup="nightly", serviceAccountName="tenant",
+                                               **{"namespace-mapping": [f"{namespace}:{own}"]}))  # fmt: skip
+    kube.create(restores, ctl_ns, restore_body("r-other", backup="nightly", serviceAccountName="tenant",
+                                               **{"namespace-mapping": [f"{namespace}:{other}"]}))  # fmt: skip
+    controller(ctl_ns)
+
+    done = wait_for(restores, kube, ctl_ns, "r-own")["status"]
+    assert done["phase"] == "Complete", done
+    assert [kube.get(kc, own, f"k-{i}")["status"] for i in range(2)] == [kc_status(0), kc_status(1)]
+    refused = wait_for(restores, kube, ctl_ns, "r-other", condition="Ready", status="False")["status"]
+    assert refused["phase"] == "Failed" and "forbidden" in refused["message"].lower(), refused
+    assert [o for page in kube.list_pages(kc, other) for o in page] == [], "nothing written in the other namespace"
+    for ns in (own, other):
+        delete_namespace(kube, ns)
+
+
+def test_a_locked_down_controller_refuses_a_restore_that_names_no_service_account(
+    run, kube, crds, make, namespace, restores, ctl_ns, controller
+):
+    backed_up(run, kube, make, namespace, 1)
+    kube.create(restores, ctl_ns, restore_body("r-none", backup="nightly"))
+    kube.create(restores, ctl_ns, restore_body("r-own-sa", backup="nightly", serviceAccountName="statusvault-backup"))
+    controller(ctl_ns, None, "--require-service-account")
+
+    for name, says in (("r-none", "names no spec.serviceAccountName"), ("r-own-sa", "is the controller's own")):
+        refused = wait_for(restores, kube, ctl_ns, name, condition="Ready", status="False")["status"]
+        assert refused["phase"] == "Failed" and says in refused["message"], refused
+    assert kube.get(NAMESPACES, None, namespace) is None, "nothing restored"

@@ -14,7 +14,7 @@ from statusvault.controller import loop
 from statusvault.controller.intent import INTENT_LABEL, digest_of
 from statusvault.controller.lease import Lease
 from statusvault.controller.loop import Controller, ControllerConfig
-from statusvault.errors import StorageError
+from statusvault.errors import ConfigError, StorageError
 from statusvault.kinds import CONFIGMAPS, CRDS, EVENTS, LEASES, NAMESPACES
 from statusvault.storage.local import LocalStore
 from tests.builders import cr, crd, resource_type
@@ -232,3 +232,22 @@ def test_intents_are_reconciled_where_restores_may_not_be_listed(target, backed_
     intent(target, namespaces=NS)
     assert controller(target, backed_up, tmp_path).reconcile_all() == 1
     assert status_of(target)["phase"] == "Complete"
+
+
+@pytest.mark.parametrize(
+    ("config", "named", "says"),
+    [
+        ({"require_service_account": True}, "", "names no spec.serviceAccountName"),
+        ({}, "statusvault-backup", "is the controller's own"),
+        ({}, "statusvault-controller", "is the controller's own"),
+        ({"default_service_account": "restorer"}, "", "cannot act as system:serviceaccount:sv:restorer"),
+    ],
+    ids=["required", "backup-account", "controller-account", "default"],
+)
+def test_whom_a_run_acts_as_is_decided_before_anything_is_read(target, tmp_path, config, named, says):
+    """The in-memory server cannot impersonate: a run that must act as a ServiceAccount fails on it, which shows
+    the default is taken; the real-server tests (test_restore_resource.py) show the rest."""
+    cfg = ControllerConfig(namespace=HOME, holder="me", state_dir=tmp_path / "state", **config)
+    ctl = Controller(target, lambda refresh: target.discovery(NAMESPACES), lambda name: None, cfg)
+    with pytest.raises(ConfigError, match=says):
+        ctl._acting_as(named)

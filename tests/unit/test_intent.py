@@ -157,7 +157,9 @@ def test_the_rendered_controller_is_least_privilege_and_non_root():
     assert manifests["Role"]["metadata"]["namespace"] == "sv"
     own = {r: rule["verbs"] for rule in manifests["Role"]["rules"] for r in rule["resources"]}
     assert set(own) == {"restores", "restores/status", "backups", "backups/status", "backupschedules",
-                        "backupschedules/status", "cronjobs", "configmaps", "leases", "events"}  # fmt: skip
+                        "backupschedules/status", "cronjobs", "configmaps", "leases", "events",
+                        "serviceaccounts"}  # fmt: skip
+    assert own["serviceaccounts"] == ["impersonate"], "it acts as a ServiceAccount of its namespace a Restore names"
     for kind in ("restores", "backups", "backupschedules"):
         assert own[kind] == ["get", "list"] and own[f"{kind}/status"] == ["get", "update"], "it never edits a spec"
     assert own["cronjobs"] == ["get", "list", "create", "update"], "owned CronJobs go with their BackupSchedule"
@@ -186,6 +188,19 @@ def test_backup_schedules_run_as_one_read_only_account():
     ]
     assert mine["ClusterRoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": BACKUP_ACCOUNT,
                                                       "namespace": "sv"}]  # fmt: skip
+
+
+def test_a_locked_down_install_has_no_cluster_rights_of_its_own():
+    """--require-service-account: the controller acts only as each resource's ServiceAccount, so it needs (and
+    gets) no ClusterRole; its Deployment refuses resources that name none."""
+    from statusvault.controller.install import NAME, ControllerSpec, render
+
+    rendered = render(ControllerSpec("sv", "s3://b/p", require_service_account=True), [], [])
+    mine = {(m["kind"], m["metadata"]["name"]) for m in rendered}
+    assert ("ClusterRole", f"{NAME}-sv") not in mine and ("ClusterRoleBinding", f"{NAME}-sv") not in mine
+    assert ("Role", NAME) in mine
+    (deployment,) = [m for m in rendered if m["kind"] == "Deployment"]
+    assert "--require-service-account" in deployment["spec"]["template"]["spec"]["containers"][0]["command"]
 
 
 def test_two_installs_never_share_a_cluster_scoped_object():
