@@ -125,7 +125,7 @@ STATUS_INTS = ("observedGeneration", "attempts", "objects", "created", "statusWr
 STATUS_INTS_MORE = ("resumed", "processes", "unpaused", "leftPaused", "withStatus")
 STATUS_STRINGS = (
     "phase", "digest", "appliedDigest", "appliedBackup", "backup", "startedAt", "completedAt", "nextAttemptAt",
-    "holder", "message", "reason", "report",
+    "holder", "message", "reason", "report", "shortfalls",
 )  # fmt: skip
 
 

@@ -50,7 +50,7 @@ from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.runner import RestoreRequest, run_restore
-from statusvault.restore.verdict import RunOutcome, verdict
+from statusvault.restore.verdict import RunOutcome, Verdict, verdict
 from statusvault.restore.workers import MIN_WAVE, default_processes
 from statusvault.storage.base import ObjectStore
 
@@ -317,6 +317,7 @@ class Controller:
             message = _summary(intent.backup, report)
             if judged.outcome is RunOutcome.PARTIAL:
                 message = judged.message(message)
+                counts[SHORTFALLS] = shortfall_list(judged)
             done = judged.outcome is RunOutcome.DONE
             return Run(done, bool(report.aborted), message, REASONS[judged.outcome], report.interrupted, counts)
         except StatusVaultError as e:  # store, archive or API server: nothing or little was done
@@ -338,16 +339,17 @@ class Controller:
         done = dt.datetime.now(dt.UTC)
         outcome = {"completedAt": rfc3339.format_seconds(done), "message": run.message, "reason": run.reason}
         outcome.update(run.counts)
+        stale = () if SHORTFALLS in run.counts else (SHORTFALLS,)  # an earlier attempt's, no longer true
         if run.ok:
             outcome.update(phase=Phase.COMPLETE, appliedDigest=digest, appliedBackup=backup)
-            target.write(outcome, drop=("nextAttemptAt",))
+            target.write(outcome, drop=("nextAttemptAt", *stale))
             target.event("Normal", f"{verb}Completed", run.message)
             return
         if run.interrupted:  # the pod is stopping: the next pass (here or on another replica) resumes at once
             self.stop.set()
         due = done if run.interrupted else done + dt.timedelta(seconds=retry_delay(step.attempt))
         outcome.update(phase=Phase.FAILED, nextAttemptAt=rfc3339.format_seconds(due))
-        target.write(outcome)
+        target.write(outcome, drop=stale)
         target.event("Warning", f"{verb}Failed", f"{run.message}; next attempt at {rfc3339.format_seconds(due)}")
 
     def _acting_as(self, service_account: str) -> tuple[KubeApi, str]:
@@ -386,6 +388,15 @@ class Controller:
             log_format=self.config.log_format,
             debug=self.config.debug,
         )
+
+
+SHORTFALLS = "shortfalls"  # status field: the verdict's reasons, "Reason=count,..."
+
+
+def shortfall_list(judged: Verdict) -> str:
+    """A partial run's reasons as one status field, in the verdict's order ("FailedObjects=2,StillPaused=1"): what
+    `-o json`'s verdict.reasons says, for a health check or `kubectl get -o jsonpath` to read."""
+    return ",".join(f"{f.shortfall}={f.count}" for f in judged.findings)
 
 
 def modifiers_from(cm: KubeObject | None, name: str, namespace: str) -> Modifiers:
