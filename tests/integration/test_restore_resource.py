@@ -198,7 +198,7 @@ def test_a_restore_that_loses_a_race_is_partially_restored_names_the_object_and_
     assert (conds["Reconciling"][0], conds["Stalled"][0]) == ("True", "False"), "retried by itself: progressing"
     assert obj["status"]["nextAttemptAt"] and obj["status"]["attempts"] == 1
     assert (obj["status"]["withoutStatus"], obj["status"]["statusWritten"]) == (1, 1)
-    assert obj["status"]["shortfalls"] == "FailedObjects=1,WithoutSavedStatus=1", "the verdict's reasons, as -o json gives them"
+    assert obj["status"]["shortfalls"] == "FailedObjects=1,WithoutSavedStatus=1", "as -o json names them"
     assert kube.get(kc, namespace, "k-0")["status"] == kc_status(0)
     lost = kube.get(kc, namespace, "k-1")
     assert lost.get("status") != kc_status(1)
