@@ -439,8 +439,9 @@ def test_a_restore_acts_as_its_service_account_and_cannot_write_where_that_accou
     run, kube, crds, make, namespace, restores, ctl_ns, controller, cleanup
 ):
     """The controller impersonates spec.serviceAccountName (as Flux does): a tenant's Restore into its own
-    namespace completes; the same Restore mapped into another team's namespace is refused by the API server, as
-    the tenant would be, and writes nothing there, though the controller itself could."""
+    namespace completes; the same Restore mapped into another team's namespace, or scaling another team's operator
+    down, is refused by the API server, as the tenant would be, and changes nothing there, though the controller
+    itself could."""
     kc = crds.resolve("kc")
     own, other = unique("tenant"), unique("other")
     for ns in (own, other):
@@ -451,6 +452,15 @@ def test_a_restore_acts_as_its_service_account_and_cannot_write_where_that_accou
                                                **{"namespace-mapping": [f"{namespace}:{own}"]}))  # fmt: skip
     kube.create(restores, ctl_ns, restore_body("r-other", backup="nightly", serviceAccountName="tenant",
                                                **{"namespace-mapping": [f"{namespace}:{other}"]}))  # fmt: skip
+    deployments = discover(kube).resolve("deployments.apps")
+    labels = {"app": "op"}
+    kube.create(deployments, other, {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "op"},
+                                     "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+                                         "metadata": {"labels": labels},
+                                         "spec": {"containers": [{"name": "c", "image": "op:1"}]}}}})  # fmt: skip
+    kube.create(restores, ctl_ns, restore_body("r-fence", backup="nightly", serviceAccountName="tenant",
+                                               **{"namespace-mapping": [f"{namespace}:{own}"],
+                                                  "scale-down": [f"{other}/deployment/op"]}))  # fmt: skip
     controller(ctl_ns)
 
     done = wait_for(restores, kube, ctl_ns, "r-own")["status"]
@@ -459,6 +469,10 @@ def test_a_restore_acts_as_its_service_account_and_cannot_write_where_that_accou
     refused = wait_for(restores, kube, ctl_ns, "r-other", condition="Ready", status="False")["status"]
     assert refused["phase"] == "Failed" and "forbidden" in refused["message"].lower(), refused
     assert [o for page in kube.list_pages(kc, other) for o in page] == [], "nothing written in the other namespace"
+    fenced = wait_for(restores, kube, ctl_ns, "r-fence", condition="Ready", status="False")["status"]
+    assert fenced["phase"] == "Failed" and "forbidden" in fenced["message"].lower(), fenced
+    op = kube.get(deployments, other, "op")
+    assert (op["spec"]["replicas"], op["metadata"]["generation"]) == (1, 1), "the other team's operator never scaled"
     for ns in (own, other):
         delete_namespace(kube, ns)
 
