@@ -51,7 +51,7 @@ from statusvault.testing.benchcore import (
 )
 from statusvault.testing.benchgo import go_list, go_write, goref_binary
 from statusvault.testing.benchreport import report
-from statusvault.testing.benchscale import measure_scale
+from statusvault.testing.benchscale import first_write, keys, measure_scale
 from statusvault.testing.benchscale import table as scale_table
 from statusvault.testing.cluster import DEFAULT_VERSION, RELEASES, LocalCluster
 from statusvault.testing.fixtures import install_crds
@@ -163,6 +163,18 @@ def measure_restore(
 
     log("statusvault restore --stream (writes as it reads the archive)")
     results["restore_stream"] = restore_figures(env, n, "streamed", "--processes", str(PROCESSES[0]), "--stream")
+
+    key, signer = keys(work)
+    selection = ["--include-resources", f"{PLURAL}.{GROUP}", "--no-include-crds"]
+    for how, made, given in (
+        ("encrypted", ["--encryption-key-file", str(key)], ["--encryption-key-file", str(key)]),
+        ("signed", ["--signing-key-file", str(signer)], ["--verify-key-file", f"{signer}.pub"]),
+    ):
+        log(f"the seeded objects backed up {how} (a real backup LISTed from the server), restored with the default "
+            "options: time to the first object on the server")  # fmt: skip
+        if not (work / "store" / "backups" / f"bench-{how}").exists():
+            run_cli(["backup", f"bench-{how}", *selection, *made], env)
+        results[f"first_write_{how}"] = first_write(http, env, f"bench-{how}", f"first-{how}", given, "bench")
 
     log("statusvault restore with a 3-rule --modifiers file")
     (work / "modifiers.yaml").write_text(MODIFIERS)

@@ -64,6 +64,17 @@ def measure_size(http: Http, env: dict[str, str], work: Path, n: int) -> dict[st
     return out
 
 
+def keys(work: Path) -> tuple[Path, Path]:
+    """The bench's encryption key file and signing key (made once per work directory)."""
+    key, signer = work / "bench.key", work / "bench-signing.pem"
+    if not key.exists():
+        from statusvault.archive import signing
+
+        key.write_text(base64.b64encode(os.urandom(32)).decode())
+        signing.generate(signer)
+    return key, signer
+
+
 def authenticated_backups(work: Path, name: str) -> list[tuple[str, list[str]]]:
     """The synthetic backup `name` made again encrypted (a key file) and signed (a signing key file), in the same
     store; returns (how, the restore's arguments that open or verify it). Made in this process: not measured."""
@@ -73,21 +84,20 @@ def authenticated_backups(work: Path, name: str) -> list[tuple[str, list[str]]]:
     from statusvault.storage.local import LocalStore
     from statusvault.testing.bench import synthetic_backup
 
-    key, signer = work / "bench.key", work / "bench-signing.pem"
-    if not key.exists():
-        key.write_text(base64.b64encode(os.urandom(32)).decode())
-        signing.generate(signer)
+    key, signer = keys(work)
     store, n = LocalStore(work / "store"), int(name.rsplit("-", 1)[1])
     synthetic_backup(store, f"{name}-encrypted", n, key=Keyring((FileKek(Key.from_file(key)),)))
     synthetic_backup(store, f"{name}-signed", n, signer=signing.FileSigner.from_file(signer))
     return [("encrypted", ["--encryption-key-file", str(key)]), ("signed", ["--verify-key-file", f"{signer}.pub"])]
 
 
-def first_write(http: Http, env: dict[str, str], name: str, prefix: str, extra: list[str]) -> dict[str, Any]:
+def first_write(
+    http: Http, env: dict[str, str], name: str, prefix: str, extra: list[str], source: str = "plan"
+) -> dict[str, Any]:
     """Start a restore (with `extra`: --stream for the plaintext synthetic backup, which streams only when asked;
     a key for an encrypted or signed one, which streams by default), poll the server for the first object it
     wrote; then sample its peak RSS for BENCH_STREAM_SECONDS (default 15) while it writes, and stop it."""
-    mapping = ",".join(f"plan-{k}:{prefix}-{k}" for k in range(NAMESPACES))
+    mapping = ",".join(f"{source}-{k}:{prefix}-{k}" for k in range(NAMESPACES))
     args = ["restore", name, *extra, "--namespace-mapping", mapping, "--parallel", "16", "--processes", "1"]
     started = time.perf_counter()
     proc = subprocess.Popen(

@@ -144,7 +144,8 @@ def test_groups_and_a_gate_make_every_child_ready(run, kube, types, backed_up, o
 
 def test_a_gate_does_not_pass_over_its_own_groups_failures(run, kube, types, namespace, operator, tmp_path, cleanup):
     """Two of five parents are refused by the server: the gate after their group does not pass, whatever the
-    other three do, and no child is created under a parent that does not exist."""
+    other three do, and no child is created under a parent that does not exist. (On 1.36 only: the refusal is a
+    ValidatingAdmissionPolicy, which 1.20 does not serve; the gate's rule is the same on every version.)"""
     d = discover(kube)
     blocked = {1, 3}
     for i in range(5):
@@ -206,6 +207,7 @@ def test_a_gate_that_never_passes_stops_the_run_and_a_rerun_resumes_at_it(
     assert phases(kube, types, backed_up) == ["Ready"] * N
 
 
+@pytest.mark.version_sensitive("issue 42 asks each of its fixes to be shown on both servers")
 def test_on_timeout_continue_goes_on_and_exits_partial(run, kube, types, backed_up, tmp_path):
     path = order_file(tmp_path, "{condition: Ready, timeout: 0.5s, onTimeout: continue}")
     result = run("restore", "b", "--order", str(path))
@@ -218,6 +220,7 @@ def test_on_timeout_continue_goes_on_and_exits_partial(run, kube, types, backed_
     assert kube.get(types[1], backed_up, "c-0") is not None, "the next group was restored"
 
 
+@pytest.mark.version_sensitive("issue 42 asks each of its fixes to be shown on both servers")
 @pytest.mark.parametrize(
     ("text", "error"),
     [
