@@ -165,7 +165,8 @@ def measure_restore(
     results["restore_stream"] = restore_figures(env, n, "streamed", "--processes", str(PROCESSES[0]), "--stream")
 
     key, signer = keys(work)
-    selection = ["--include-resources", f"{PLURAL}.{GROUP}", "--no-include-crds"]
+    seeded = ",".join(f"bench-{k}" for k in range(NAMESPACES))  # not what the restores above wrote elsewhere
+    selection = ["--include-resources", f"{PLURAL}.{GROUP}", "--no-include-crds", "--namespace", seeded]
     for how, made, given in (
         ("encrypted", ["--encryption-key-file", str(key)], ["--encryption-key-file", str(key)]),
         ("signed", ["--signing-key-file", str(signer)], ["--verify-key-file", f"{signer}.pub"]),
