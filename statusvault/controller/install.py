@@ -50,10 +50,11 @@ def restore_rules(types: list[ResourceType]) -> list[dict[str, Any]]:
     rules = [
         {"apiGroups": [g], "resources": sorted(r), "verbs": list(RESTORE_VERBS)} for g, r in sorted(groups.items())
     ]
-    scalable = ["deployments", "deployments/scale", "statefulsets", "statefulsets/scale"]
     return [
         *rules,
-        {"apiGroups": ["apps"], "resources": scalable, "verbs": ["get", "patch"]},  # scale-down
+        # scale-down and fencing write /scale only: the replica count to go back to is the restore's to keep
+        {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets"], "verbs": ["get"]},
+        {"apiGroups": ["apps"], "resources": ["deployments/scale", "statefulsets/scale"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},  # ... and waiting for the pods to be gone
         *FENCE_RULES,
     ]

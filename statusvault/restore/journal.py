@@ -22,10 +22,12 @@ CREATE TABLE uids (old TEXT PRIMARY KEY, new TEXT NOT NULL);  -- owners restored
 CREATE TABLE paused (seq INTEGER PRIMARY KEY);  -- created paused by this restore, not yet unpaused
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS gates (grp INTEGER PRIMARY KEY, outcome TEXT NOT NULL, waited REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS scaled (workload TEXT PRIMARY KEY);  -- scaled to 0 by this restore, not yet back
+CREATE TABLE IF NOT EXISTS scaled (workload TEXT PRIMARY KEY);  -- scaled to 0 by an older release (count on it)
+CREATE TABLE IF NOT EXISTS scale_counts (workload TEXT PRIMARY KEY, replicas INTEGER NOT NULL);  -- scaled to 0
 """
 _GATES = "CREATE TABLE IF NOT EXISTS gates (grp INTEGER PRIMARY KEY, outcome TEXT NOT NULL, waited REAL NOT NULL)"
 _SCALED = "CREATE TABLE IF NOT EXISTS scaled (workload TEXT PRIMARY KEY)"
+_COUNTS = "CREATE TABLE IF NOT EXISTS scale_counts (workload TEXT PRIMARY KEY, replicas INTEGER NOT NULL)"
 
 
 DONE_BATCH = 256
@@ -80,6 +82,7 @@ class Journal:
             db = _connect(path, must_exist=True)
             db.execute(_GATES)  # a journal from before --order
             db.execute(_SCALED)  # a journal from before fencing was journalled
+            db.execute(_COUNTS)  # ... and from before the counts were
             meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
             return cls(path, db, str(meta["manager"]), float(meta["started"]), True, str(meta.get("backup", "")))
         except (sqlite3.DatabaseError, KeyError, TypeError, ValueError) as e:
@@ -142,18 +145,28 @@ class Journal:
         """The gate after `group` is behind this restore (passed, or timed out with onTimeout continue)."""
         self._write("INSERT OR REPLACE INTO gates VALUES (?, ?, ?)", (group, outcome, waited))
 
-    def mark_scaled(self, workload: str) -> None:
-        """Before a workload is scaled to 0 (NAMESPACE/resource.group/NAME): every later run of this restore scales
-        it back at its end, whatever its own options say (a resumed run without --fence)."""
-        self._write("INSERT OR IGNORE INTO scaled VALUES (?)", (workload,))
+    def mark_scaled(self, workload: str, replicas: int) -> None:
+        """Before a workload is scaled to 0 (NAMESPACE/resource.group/NAME), with the replica count to go back to:
+        every later run of this restore scales it back at its end, whatever its own options say (a resumed run
+        without --fence). A count already kept stays (a second fencing would read 0)."""
+        self._write("INSERT OR IGNORE INTO scale_counts VALUES (?, ?)", (workload, replicas))
 
     def mark_scaled_back(self, workload: str) -> None:
+        self._write("DELETE FROM scale_counts WHERE workload = ?", (workload,))
         self._write("DELETE FROM scaled WHERE workload = ?", (workload,))
 
-    def scaled(self) -> list[str]:
-        """The workloads a run of this restore scaled to 0 and has not scaled back yet."""
+    def scale_count(self, workload: str) -> int | None:
+        """The replica count kept for a workload this restore scaled to 0 (None: none kept here)."""
         with self._lock:
-            return [w for (w,) in self._db.execute("SELECT workload FROM scaled ORDER BY workload")]
+            row = self._db.execute("SELECT replicas FROM scale_counts WHERE workload = ?", (workload,)).fetchone()
+        return int(row[0]) if row is not None else None
+
+    def scaled(self) -> list[str]:
+        """The workloads a run of this restore scaled to 0 and has not scaled back yet (an older release's too:
+        it kept their count on the workload)."""
+        with self._lock:
+            rows = self._db.execute("SELECT workload FROM scale_counts UNION SELECT workload FROM scaled ORDER BY 1")
+            return [w for (w,) in rows]
 
     def gates(self) -> dict[int, tuple[str, float]]:
         """The gates an earlier run (or this one) got past: group -> (outcome, seconds waited)."""

@@ -29,7 +29,7 @@ from statusvault.restore.options import RestoreOptions
 from statusvault.restore.plan import RestorePlan
 from statusvault.restore.planner import Sink, build_plan, manifest_types, resolve_resource_options
 from statusvault.restore.results import RestoreReport
-from statusvault.restore.scaledown import Pauser, Workload, resolve_workloads
+from statusvault.restore.scaledown import Pauser, ReplicaLedger, Workload, resolve_workloads
 from statusvault.restore.servedtypes import ServedTypes
 from statusvault.restore.settle import default_settle, look_again
 from statusvault.restore.state import RestoreState, earlier_manager, finish, restore_state, state_key
@@ -101,7 +101,7 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
         with restore_state(req.state_dir, req.backup, key, planner, keep, req.restart, req.unpause, stream) as state:
             earlier: list[Workload] = []
             if keep:
-                pauser.journal = state.journal
+                pauser.ledger = ReplicaLedger(state.journal, req.store, key)
                 workloads, earlier = _with_journalled(workloads, state.journal, discover(False))
             if state.plan is None:
                 engine = _engine(client, discover, req, origin)

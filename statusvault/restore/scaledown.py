@@ -3,8 +3,11 @@
 Between a restore's two writes an object exists without its status; an operator that reconciles it then may
 re-provision what the status pointed at (Velero #6017, #1687). `--scale-down NAMESPACE/KIND/NAME` scales each
 workload to 0 through its /scale subresource before the first write, waits until its pods are gone, and scales
-it back afterwards, even when the restore fails or is interrupted. The replica count to go back to is kept in an
-annotation on the workload, so a crashed run's successor (or the resumed restore) still scales it back.
+it back afterwards, even when the restore fails or is interrupted. Only /scale is written: the replica count to go
+back to is kept by the restore (ReplicaLedger: its journal, and the store beside its backup), never on the
+workload, so a restore needs no right to edit another team's Deployment, and a crashed run's successor (the resumed
+restore, a run with --restart, a controller pod that replaced the one that died) still scales it back. Workloads
+fenced by a release that kept the count in an annotation on the workload are scaled back to it.
 """
 
 from __future__ import annotations
@@ -16,16 +19,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
+import orjson
+
+from statusvault.errors import ConfigError, StatusVaultError
 from statusvault.kinds import PODS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import MERGE_PATCH
 from statusvault.model import ResourceType
+from statusvault.pausepoints import pause_point
 from statusvault.restore.journal import Journal
+from statusvault.storage.base import ObjectStore, fence_key
 
 log = logging.getLogger(__name__)
-ANNOTATION = "statusvault.io/replicas-before-restore"
+ANNOTATION = "statusvault.io/replicas-before-restore"  # where releases before the ledger kept the count: read only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,11 +65,82 @@ def resolve_workloads(specs: tuple[str, ...], discovery: Discovery) -> list[Work
     return out
 
 
+class ReplicaLedger:
+    """Where the replica count of each workload a restore scaled to 0 is kept until it is scaled back: the restore's
+    journal (the local state of this run and its resumptions) and, when the store can be written, `fences/<key>.json`
+    beside the backups (the same restore run again after its local state was lost: `--restart`, another machine, a
+    controller pod that replaced the one that died). Never on the workload."""
+
+    def __init__(self, journal: Journal | None = None, store: ObjectStore | None = None, key: str = ""):
+        self.journal, self.store, self.key = journal, store, key
+        self.kept: dict[str, int] = {}  # this run's own counts (a scratch run has neither journal nor store)
+        self._stored: dict[str, int] | None = None  # the store's document, once read
+        self._store_ok = store is not None and bool(key)
+
+    def count(self, w: Workload) -> int | None:
+        """The count to go back to, kept by this restore (None: it did not scale the workload down)."""
+        if w.spec in self.kept:
+            return self.kept[w.spec]
+        kept = self.journal.scale_count(w.spec) if self.journal is not None else None
+        return kept if kept is not None else self._from_store().get(w.spec)
+
+    def record(self, w: Workload, replicas: int) -> None:
+        """Before the workload is scaled to 0."""
+        self.kept[w.spec] = replicas
+        if self.journal is not None:
+            self.journal.mark_scaled(w.spec, replicas)
+        self._write({**self._from_store(), w.spec: replicas})
+
+    def forget(self, w: Workload) -> None:
+        """Once it is scaled back."""
+        self.kept.pop(w.spec, None)
+        if self.journal is not None:
+            self.journal.mark_scaled_back(w.spec)
+        left = {k: v for k, v in self._from_store().items() if k != w.spec}
+        if left != self._from_store():
+            self._write(left)
+
+    def _from_store(self) -> dict[str, int]:
+        if self._stored is None:
+            self._stored = {}
+            if self._store_ok and self.store is not None:
+                try:
+                    doc = orjson.loads(self.store.get(fence_key(self.key), 1 << 20)) if self._exists() else {}
+                except (StatusVaultError, orjson.JSONDecodeError) as e:
+                    log.warning("cannot read the replica counts kept in the store (%s): the journal's are used", e)
+                    doc = {}
+                counts = doc.get("workloads") if isinstance(doc, dict) else None
+                if isinstance(counts, dict):
+                    self._stored = {str(k): v for k, v in counts.items() if isinstance(v, int) and 0 <= v <= MAX_KEPT}
+        return self._stored
+
+    def _exists(self) -> bool:
+        return self.store is not None and self.store.exists(fence_key(self.key))
+
+    def _write(self, counts: dict[str, int]) -> None:
+        if not self._store_ok or self.store is None:
+            self._stored = counts
+            return
+        try:
+            if counts:
+                body = {"restore": self.key, "workloads": counts}
+                self.store.put(fence_key(self.key), orjson.dumps(body, option=orjson.OPT_INDENT_2))
+            elif self._exists():
+                self.store.delete(fence_key(self.key))
+            self._stored = counts
+        except StatusVaultError as e:  # a read-only store: the local journal still keeps them
+            log.warning("cannot keep replica counts in the store (%s): only this machine's journal keeps them", e)
+            self._store_ok, self._stored = False, counts
+
+
+MAX_KEPT = 10_000  # a count read back from the store beyond this is not believed (a store writer's)
+
+
 class Pauser:
     def __init__(self, client: KubeApi, timeout: float = 120.0):
         self.client = client
         self.timeout = timeout
-        self.journal: Journal | None = None  # the restore's: which workloads it scaled, for its later runs
+        self.ledger = ReplicaLedger()  # the restore's: the counts of the workloads it scaled, for its later runs
         self.failed: list[str] = []  # "<workload>: <why>" of each it could not scale back (left at 0)
 
     @contextmanager
@@ -70,9 +148,7 @@ class Pauser:
         done: list[Workload] = []
         try:
             for w in workloads:
-                done.append(w)  # from the annotation on, it must be scaled back whatever happens next
-                if self.journal is not None:
-                    self.journal.mark_scaled(w.spec)
+                done.append(w)  # from its count kept on, it must be scaled back whatever happens next
                 self.scale_down(w)
             for w in done:
                 self.wait_stopped(w)
@@ -89,29 +165,21 @@ class Pauser:
 
     def scale_down(self, w: Workload) -> None:
         saved = self.remember_replicas(w)
+        pause_point("restore.count-kept")  # kept by the restore, the workload not scaled yet
         self.client.patch(w.rt, w.namespace, w.name, {"spec": {"replicas": 0}}, MERGE_PATCH, sub="scale")
         log.info("scaled %s to 0 for the restore (was %s)", w.display, saved)
 
-    def remember_replicas(self, w: Workload, attempts: int = 5) -> str:
-        """The replica count to go back to, kept in the annotation unless an earlier run that did not scale it back
-        kept it. Guarded by resourceVersion; a 409 (its controller wrote its status meanwhile) re-reads, boundedly."""
-        attempt = 0
-        while True:
-            obj = self.get(w)
-            saved = (obj["metadata"].get("annotations") or {}).get(ANNOTATION)
-            if saved is not None:
-                return str(saved)
+    def remember_replicas(self, w: Workload) -> int:
+        """The replica count to go back to: the one this restore kept when an earlier run of it scaled the workload
+        down (it is at 0 now), or an older release's annotation, else its /scale's now, kept before any write."""
+        kept = self.ledger.count(w)
+        if kept is None:
+            kept = _annotated(self.get(w))
+        if kept is None:
             scale = self.client.get_path(w.rt.path(w.namespace, w.name, "scale"))  # spec.replicas wherever it lives
-            saved = str((scale.get("spec") or {}).get("replicas", 0))
-            rv = obj["metadata"]["resourceVersion"]
-            patch = {"metadata": {"annotations": {ANNOTATION: saved}, "resourceVersion": rv}}
-            try:
-                self.client.patch(w.rt, w.namespace, w.name, patch, MERGE_PATCH)
-                return saved
-            except KubeApiError as e:
-                attempt += 1
-                if e.code != 409 or attempt >= attempts:
-                    raise
+            kept = int((scale.get("spec") or {}).get("replicas", 0) or 0)
+        self.ledger.record(w, kept)
+        return kept
 
     def wait_stopped(self, w: Workload) -> None:
         """Until no pod of the workload is left, terminating ones included (status.replicas leaves those out)."""
@@ -129,20 +197,35 @@ class Pauser:
             time.sleep(0.5)
 
     def scale_back(self, w: Workload) -> None:
-        """To the replica count its annotation kept (a workload deleted since, or never scaled, has nothing to go
-        back to); one that cannot be is counted in the report (exit 3), never only logged."""
+        """To the replica count the restore kept (or an older release's annotation on it); a workload deleted since,
+        or never scaled, has nothing to go back to. One that cannot be is counted in the report (exit 3)."""
         try:
             obj = self.client.get(w.rt, w.namespace, w.name)
-            saved = ((obj or {}).get("metadata", {}).get("annotations") or {}).get(ANNOTATION)
-            if saved is not None:
-                replicas = {"spec": {"replicas": int(saved) if saved.isdigit() else 1}}
-                self.client.patch(w.rt, w.namespace, w.name, replicas, MERGE_PATCH, sub="scale")
-                unmark = {"metadata": {"annotations": {ANNOTATION: None}}}
-                self.client.patch(w.rt, w.namespace, w.name, unmark, MERGE_PATCH)
-                log.info("scaled %s back to %s", w.display, saved)
+            kept = self.ledger.count(w)
+            annotated = _annotated(obj) if obj is not None else None
+            if obj is not None and (kept is not None or annotated is not None):
+                replicas = kept if kept is not None else annotated
+                self.client.patch(w.rt, w.namespace, w.name, {"spec": {"replicas": replicas}}, MERGE_PATCH, sub="scale")
+                log.info("scaled %s back to %s", w.display, replicas)
+                if annotated is not None:
+                    self._unmark(w)
         except StatusVaultError as e:  # the restore goes on to its report, which counts it: exit 3
-            log.error("could not scale %s back (%s): its annotation %s has the replica count", w.display, e, ANNOTATION)
-            self.failed.append(f"{w.display}: {e} (its annotation {ANNOTATION} has the replica count)")
+            kept = self.ledger.count(w)
+            log.error("could not scale %s back to %s replicas (%s)", w.display, kept, e)
+            self.failed.append(f"{w.display}: {e} (it had {kept} replica(s): scale it back to that)")
             return
-        if self.journal is not None:
-            self.journal.mark_scaled_back(w.spec)
+        self.ledger.forget(w)
+
+    def _unmark(self, w: Workload) -> None:
+        """An older release's annotation, taken away once the workload is back (best effort: this release needs no
+        right to edit the workload, only its /scale)."""
+        try:
+            self.client.patch(w.rt, w.namespace, w.name, {"metadata": {"annotations": {ANNOTATION: None}}}, MERGE_PATCH)
+        except StatusVaultError as e:
+            log.warning("%s is back, but its annotation %s stays (%s)", w.display, ANNOTATION, e)
+
+
+def _annotated(obj: dict[str, Any]) -> int | None:
+    """The count an older release kept on the workload (before the ledger), if any."""
+    saved = (obj["metadata"].get("annotations") or {}).get(ANNOTATION)
+    return None if saved is None else int(saved) if str(saved).isdigit() else 1

@@ -120,9 +120,11 @@ def restore_state(
             if not stream:
                 state.plan = planner(journal.manager, plan_path)
         else:
-            manager = _earlier_manager(journal_path) or new_manager()
+            earlier_manager, counts = _earlier(journal_path)
+            manager = earlier_manager or new_manager()
             plan = planner(manager, plan_path)
-            state = RestoreState(plan, Journal.create(journal_path, manager))  # last: it marks the state usable
+            journal = _carried(Journal.create(journal_path, manager), counts)  # with the counts of what it left at 0
+            state = RestoreState(plan, journal)  # last: it marks the state usable
         try:
             yield state
         finally:
@@ -131,7 +133,8 @@ def restore_state(
 
 def _new_journal(path: Path, backup: str) -> Journal:
     """A streamed run's journal, first (its plan is built as it writes), with an earlier attempt's identity."""
-    return Journal.create(path, _earlier_manager(path) or new_manager(), backup)
+    manager, counts = _earlier(path)
+    return _carried(Journal.create(path, manager or new_manager(), backup), counts)
 
 
 def _unsealed(path: Path, backup: str) -> Journal:
@@ -193,14 +196,29 @@ def earlier_manager(state_dir: Path | None, key: str) -> str:
 
 def _earlier_manager(journal: Path) -> str:
     """The identity of the attempt that --restart discards: what it created is still this restore's own."""
+    return _earlier(journal)[0]
+
+
+def _earlier(journal: Path) -> tuple[str, dict[str, int]]:
+    """The identity of the attempt a new journal replaces, and the replica counts of the workloads it left at 0
+    (they are this restore's to scale back, whatever is restarted)."""
     if not journal.exists():
-        return ""
+        return "", {}
     try:
         earlier = Journal.open(journal)
     except StatusVaultError:
-        return ""  # unreadable: its objects count as existing
-    earlier.close()
-    return earlier.manager
+        return "", {}  # unreadable: its objects count as existing
+    try:
+        counts = {w: n for w in earlier.scaled() if (n := earlier.scale_count(w)) is not None}
+    finally:
+        earlier.close()
+    return earlier.manager, counts
+
+
+def _carried(journal: Journal, counts: dict[str, int]) -> Journal:
+    for workload, replicas in counts.items():
+        journal.mark_scaled(workload, replicas)
+    return journal
 
 
 @contextmanager

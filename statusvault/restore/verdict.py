@@ -131,8 +131,8 @@ def verdict(report: RestoreReport, strict: bool = False) -> Verdict:
         _objects(
             Shortfall.STILL_SCALED_DOWN,
             [problem.partition(":")[0] for problem in report.not_scaled_back],
-            "their operators stay stopped: scale them back to the count their annotation "
-            "statusvault.io/replicas-before-restore keeps, or run the same command again",
+            "their operators stay stopped: run the same command again (the restore kept their replica counts), or "
+            "scale each back to the count its line names",
         ),
         _objects(
             Shortfall.STATUS_OVERWRITTEN,

@@ -287,6 +287,12 @@ def report_key(kind: str, namespace: str, name: str, digest: str) -> str:
     return f"{REPORTS_DIR}/{kind}/{namespace}/{name}-{digest}.json"
 
 
+def fence_key(key: str) -> str:
+    """Where a restore keeps the replica counts of the workloads it scaled to 0 (restore/scaledown.py's ledger),
+    under the restore's state key."""
+    return f"fences/{key}.json"
+
+
 def backup_prefix(name: str) -> str:
     return f"{BACKUPS_DIR}/{validate_backup_name(name)}/"
 

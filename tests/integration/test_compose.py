@@ -51,7 +51,7 @@ pytestmark = pytest.mark.version_neutral(
     "the options' combinations: what differs by server is guarded by crs/ on every version"
 )
 TARGETS = {"empty": "all", "existing": "all", "no-crds": "none", "some-crds": "gizmos", "strict": "strict"}  # CRDs
-SCALED = "statusvault.io/replicas-before-restore"  # docs/user-guide.md: where --scale-down keeps the count
+SCALED = "statusvault.io/replicas-before-restore"  # where releases before the restore's ledger kept the count
 
 # Each parameter's values; the first is the default (no option given), which the generator prefers on a tie.
 PARAMS: dict[str, tuple[Any, ...]] = {
@@ -292,8 +292,8 @@ def fixed_and_run_again(row: Row, objects: list, ctx: Context, before, run, kube
 
 
 def deployment(kube: KubeClient, ctx: Context) -> tuple[int, int, str | None]:
-    """The operator's generation (its spec's changes: a scaling), replicas and the annotation --scale-down keeps
-    its count in."""
+    """The operator's generation (its spec's changes: a scaling), replicas and the annotation older releases kept
+    its count in (never written now: only /scale is)."""
     ns, _, name = ctx.operator.split("/")
     obj = kube.get(discover(kube).resolve("deployments.apps"), ns, name)
     annotations = obj["metadata"].get("annotations") or {}
