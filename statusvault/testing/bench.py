@@ -89,7 +89,7 @@ def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
     }
     env = with_bytecode(env)
     results: dict[str, Any] = {"n": n, "parallel": PARALLEL, "list_concurrency": LIST_CONCURRENCY}
-    if only("backup") or only("restore"):
+    if only("backup") or only("restore") or only("firstwrite"):
         log(f"seeding {n} objects over {NAMESPACES} namespaces")
         make_namespaces(http, "bench")
         _, seconds = timed(lambda: write_all(http, objects(n, "bench"), PARALLEL))
@@ -98,6 +98,8 @@ def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
         measure_backup(http, env, n, work, results)
     if only("restore"):
         measure_restore(http, cluster, env, n, work, results)
+    elif only("firstwrite"):  # the first writes of measure_restore alone (the seeded objects at 100k: minutes)
+        results.update(first_writes(http, env, work))
     if only("planning"):
         results["planning"] = measure_planning(env, int(os.environ.get("BENCH_PLAN_N", "100000")), work)
     if only("scale"):
@@ -106,7 +108,8 @@ def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
 
 
 def only(section: str) -> bool:
-    """BENCH_ONLY=backup,restore,planning,scale runs just those sections (all by default)."""
+    """BENCH_ONLY=backup,restore,planning,scale,firstwrite runs just those sections (all by default; firstwrite is
+    part of restore)."""
     chosen = os.environ.get("BENCH_ONLY", "")
     return not chosen or section in chosen.split(",")
 
@@ -164,18 +167,7 @@ def measure_restore(
     log("statusvault restore --stream (writes as it reads the archive)")
     results["restore_stream"] = restore_figures(env, n, "streamed", "--processes", str(PROCESSES[0]), "--stream")
 
-    key, signer = keys(work)
-    seeded = ",".join(f"bench-{k}" for k in range(NAMESPACES))  # not what the restores above wrote elsewhere
-    selection = ["--include-resources", f"{PLURAL}.{GROUP}", "--no-include-crds", "--namespace", seeded]
-    for how, made, given in (
-        ("encrypted", ["--encryption-key-file", str(key)], ["--encryption-key-file", str(key)]),
-        ("signed", ["--signing-key-file", str(signer)], ["--verify-key-file", f"{signer}.pub"]),
-    ):
-        log(f"the seeded objects backed up {how} (a real backup LISTed from the server), restored with the default "
-            "options: time to the first object on the server")  # fmt: skip
-        if not (work / "store" / "backups" / f"bench-{how}").exists():
-            run_cli(["backup", f"bench-{how}", *selection, *made], env)
-        results[f"first_write_{how}"] = first_write(http, env, f"bench-{how}", f"first-{how}", given, "bench")
+    results.update(first_writes(http, env, work))
 
     log("statusvault restore with a 3-rule --modifiers file")
     (work / "modifiers.yaml").write_text(MODIFIERS)
@@ -184,6 +176,25 @@ def measure_restore(
     )
     if go is not None:
         results["cpu_rounds"] = cpu_rounds(http, cluster, env, n, work, go)
+
+
+def first_writes(http: Http, env: dict[str, str], work: Path) -> dict[str, Any]:
+    """The seeded objects backed up from the server encrypted and signed, each restored with the default options
+    and its key: the time from the restore's start to its first object on the server."""
+    key, signer = keys(work)
+    seeded = ",".join(f"bench-{k}" for k in range(NAMESPACES))  # not what restores before this wrote elsewhere
+    selection = ["--include-resources", f"{PLURAL}.{GROUP}", "--no-include-crds", "--namespace", seeded]
+    out = {}
+    for how, made, given in (
+        ("encrypted", ["--encryption-key-file", str(key)], ["--encryption-key-file", str(key)]),
+        ("signed", ["--signing-key-file", str(signer)], ["--verify-key-file", f"{signer}.pub"]),
+    ):
+        log(f"the seeded objects backed up {how} (a real backup LISTed from the server), restored with the default "
+            "options: time to the first object on the server")  # fmt: skip
+        if not (work / "store" / "backups" / f"bench-{how}").exists():
+            run_cli(["backup", f"bench-{how}", *selection, *made], env)
+        out[f"first_write_{how}"] = first_write(http, env, f"bench-{how}", f"first-{how}", given, "bench")
+    return out
 
 
 def cpu_rounds(

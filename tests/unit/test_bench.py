@@ -24,3 +24,15 @@ def test_the_alternated_cpu_rounds_give_their_median_ratio_to_go_and_its_spread(
     row = next(line for line in report(figures).splitlines() if "alternated pairs" in line)
     assert "median of 3 alternated pairs (1.20-1.80x)" in row
     assert row.split()[-1] == "1.75x" and "<= 1.5x" in row  # ratios 1.8, 1.2, 1.75: the median is 1.75
+
+
+def test_the_report_prints_the_first_write_of_an_encrypted_and_a_signed_backup_by_default():
+    from statusvault.testing.benchreport import report
+
+    first = {"first_write_seconds": 0.31, "peak_rss_mib": 80.0, "sampled_seconds": 15.0}
+    text = report({"n": 100_000, "parallel": 16, "first_write_encrypted": first,
+                   "first_write_signed": {**first, "first_write_seconds": 0.52}})  # fmt: skip
+    lines = [line.split() for line in text.splitlines()]
+    assert ["first", "write", "of", "100,000", "objects,", "encrypted", "backup,", "default", "options", "0.31s",
+            "<=", "2s", "80"] in lines  # fmt: skip
+    assert any("signed" in line and "0.52s" in line for line in lines)
