@@ -26,8 +26,8 @@ _RESTORE = (
     "--no-status", "--existing-resource-policy", "--dry-run", "--parallel", "--processes", "--qps", "--burst",
     "--scale-down", "--fence", "--fence-exclude", "--pause", "--pause-annotation", "--pause-field",
     "--pause-resources", "--keep-paused", "--modifiers", "--order", "--state-dir", "--encryption-key-file",
-    "--kms-key-id", "--verify-key-file", "--verify-kms-key-id", "--at", "--restart", "--stream", "--settle-seconds",
-    "--metrics-textfile", "--metrics-pushgateway", "--output", "--strict",
+    "--kms-key-id", "--verify-key-file", "--verify-kms-key-id", "--at", "--from-velero", "--restart", "--stream",
+    "--settle-seconds", "--metrics-textfile", "--metrics-pushgateway", "--output", "--strict",
 )  # fmt: skip
 
 _BACKUP = (
@@ -93,6 +93,7 @@ CONFLICTS = (
     Conflict("--dry-run", "--restart", "--restart discards an unfinished restore's journal, a dry run changes nothing"),
     Conflict("--abort", "--delete-source", "--abort gives the move up, --delete-source finishes it"),
     Conflict("--signing-key-file", "--signing-kms-key-id", "a backup is signed by one key"),
+    Conflict("--at", "--from-velero", "--at names a watch's moment, --from-velero a Velero backup"),
 )
 
 NEEDS = (

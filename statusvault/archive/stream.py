@@ -47,9 +47,10 @@ class Member:
 class _Inflater:
     """A gzip file's decompressed bytes, read in bounded steps; more than `budget` in all is refused."""
 
-    def __init__(self, path: Path, budget: int):
+    def __init__(self, path: Path, budget: int, what: str = "a statusvault archive"):
         self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
         self._label = path.name
+        self._what = what
         self._budget = budget
         self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
         self._buf, self._pos = b"", 0
@@ -79,7 +80,7 @@ class _Inflater:
             try:
                 out = self._z.decompress(data, STEP)
             except zlib.error as e:
-                raise ArchiveError(f"{self._label} is not a statusvault archive (tar.gz): {e}") from None
+                raise ArchiveError(f"{self._label} is not {self._what} (tar.gz): {e}") from None
             if out:
                 self.total += len(out)
                 if self.total > self._budget:
@@ -97,9 +98,9 @@ class _Inflater:
 class TarStream:
     """The regular files of a tar.gz, in order; the caller reads a member's data or leaves it to be skipped."""
 
-    def __init__(self, path: Path, budget: int):
+    def __init__(self, path: Path, budget: int, what: str = "a statusvault archive"):
         self.label = path.name
-        self._z = _Inflater(path, budget)
+        self._z = _Inflater(path, budget, what)
         self._left = 0  # data (and padding) of the current member not yet read
 
     def __enter__(self) -> TarStream:

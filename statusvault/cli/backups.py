@@ -385,4 +385,51 @@ def delete(app: App, args: DeleteArgs) -> None:
     emit({"name": args.name, "deleted": keys}, args.output, f"Deleted backup {args.name}")
 
 
-COMMANDS = (backup, list_cmd, describe, verify, download, delete)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ImportArgs(StorageArgs, KeysArgs, SigningArgs):
+    source: str
+    name: str | None
+    velero_storage: str | None
+    output: str
+
+
+@click.command("import-velero")
+@click.argument("source")
+@click.option("--name", help="The native backup's name. [default: the Velero backup's]")
+@click.option(
+    "--velero-storage",
+    metavar="URL",
+    help="SOURCE names a backup in this Velero backup storage location (its backups/NAME/NAME.tar.gz), reached with "
+    "the --s3-* options; without it SOURCE is a Velero backup tarball on disk.",
+)
+@storage_options
+@keys_options
+@signing_options
+@output_option
+@pass_args(ImportArgs)
+def import_velero(app: App, args: ImportArgs) -> None:
+    """Write a native, verifiable statusvault backup from a Velero backup (a tarball, or a backup in a Velero
+    backup storage location), so it can be locked, encrypted, signed and rotated like any other.
+
+    Every object comes in its preferred API version, status included; other API versions Velero kept are left out
+    and counted. The Velero backup is checked as any archive is (sizes, paths, members, JSON), and refused with one
+    line. Encrypting or signing the result vouches for what the Velero backup held."""
+    from statusvault import velero
+
+    bsl = app.store(args.velero_storage, args.s3()) if args.velero_storage else None
+    store = app.store(args.storage, args.s3())
+    with velero.source_path(args.source, bsl) as path:
+        read = velero.read_tarball(path)
+        name = validate_backup_name(args.name or velero.native_name(path.name))
+        result = velero.import_backup(read, store, name, key=args.keys(), signer=args.signer())
+    totals = result.manifest["totals"]
+    left = f"; {read.left_out} object(s) of other API versions left out" if read.left_out else ""
+    text = (
+        f"Imported Velero backup {args.source} (format {read.format_version}) as {result.name}: "
+        f"{totals['objects']} objects ({totals['withStatus']} with status){left} -> {result.storage}"
+    )
+    data = {**result.to_dict(), "veleroFormat": read.format_version, "otherVersionsLeftOut": read.left_out}
+    emit(data, args.output, text)
+
+
+COMMANDS = (backup, list_cmd, describe, verify, download, delete, import_velero)

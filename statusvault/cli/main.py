@@ -21,7 +21,7 @@ log = logging.getLogger("statusvault")
 # Each command's module, imported when the command runs (or help lists it): a restore does not pay for
 # importing the controller, the watcher and their libraries. tests/unit/test_cli_lazy.py keeps this complete.
 COMMAND_MODULES = {
-    **dict.fromkeys(("backup", "list", "describe", "verify", "download", "delete"), "backups"),
+    **dict.fromkeys(("backup", "list", "describe", "verify", "download", "delete", "import-velero"), "backups"),
     **dict.fromkeys(("restore", "unpause"), "restore"),
     "move": "move",
     **dict.fromkeys(("schedule", "prune"), "schedule"),

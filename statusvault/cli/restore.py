@@ -81,6 +81,7 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, TrustedKeysArgs, MetricsArgs):
     strict: bool
     state_dir: str
     at: str | None
+    from_velero: bool
     restart: bool
     stream: bool | None
     settle_seconds: float
@@ -205,6 +206,13 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, TrustedKeysArgs, MetricsArgs):
 @keys_options
 @verify_options
 @click.option(
+    "--from-velero",
+    is_flag=True,
+    help="BACKUP is a Velero backup: a tarball on disk, or a backup in the --storage location's Velero layout "
+    "(backups/NAME/NAME.tar.gz). Read and checked as any archive, then restored with every option; unauthenticated, "
+    "so the trust rules of a plaintext backup apply.",
+)
+@click.option(
     "--at",
     metavar="RFC3339|latest",
     help="BACKUP names a watch: restore its state at this moment (e.g. 2026-11-22T10:15:00Z), or the latest.",
@@ -233,6 +241,9 @@ def restore_cmd(app: App, args: RestoreArgs) -> None:
 
 def _restore(app: App, args: RestoreArgs, unpause: bool) -> None:
     store = app.store(args.storage, args.s3())
+    if args.from_velero:
+        _restore_velero(app, args, store, unpause)
+        return
     if not args.at:
         _run_restore(app, args, store, args.backup_name, unpause)
         return
@@ -243,6 +254,20 @@ def _restore(app: App, args: RestoreArgs, unpause: bool) -> None:
     with point_in_time(store, args.backup_name, moment_wanted, args.keys()) as (moment_store, name, moment):
         click.echo(f"restoring watch {args.backup_name} as it was at {moment.isoformat()} (as {name})", err=True)
         _run_restore(app, args, moment_store, name, unpause, lineage)
+
+
+def _restore_velero(app: App, args: RestoreArgs, store: ObjectStore, unpause: bool) -> None:
+    """BACKUP is a Velero backup (a tarball, or a backup in the --storage location's Velero layout): read, checked and
+    made a native backup in a temporary directory, then restored as any backup is. Its journal is keyed by the Velero
+    source (a lineage), so the same command run again resumes."""
+    from statusvault import velero
+
+    source = args.backup_name
+    with velero.imported(source, store) as (temp, name, read):
+        left = f"; {read.left_out} object(s) of other API versions left out" if read.left_out else ""
+        click.echo(f"restoring Velero backup {source} (format {read.format_version}, {read.total} objects){left}",
+                   err=True)  # fmt: skip
+        _run_restore(app, args, temp, name, unpause, lineage=f"velero-{name}")
 
 
 def _run_restore(

@@ -338,6 +338,8 @@ GIVEN = {  # a value for each option a conflict names, as a user would give it
     "--delete-source": ["--delete-source", "--yes"],
     "--signing-key-file": ["--signing-key-file", "signing.pem"],
     "--signing-kms-key-id": ["--signing-kms-key-id", "alias/backups"],
+    "--at": ["--at", "latest"],
+    "--from-velero": ["--from-velero"],
 }
 CONFLICTING = [(c, command) for c in CONFLICTS for command in c.commands()]
 

@@ -7,7 +7,7 @@ import dataclasses
 
 import click
 
-from statusvault.cli.backups import BackupArgs, DeleteArgs, DownloadArgs, ListArgs, StoredArgs, VerifyArgs
+from statusvault.cli.backups import BackupArgs, DeleteArgs, DownloadArgs, ImportArgs, ListArgs, StoredArgs, VerifyArgs
 from statusvault.cli.controller import ControllerInstallArgs, ControllerRenderArgs, ControllerRunArgs
 from statusvault.cli.keys import GenerateKeyArgs, HoldArgs, RotateArgs
 from statusvault.cli.main import COMMAND_MODULES, cli, load_commands
@@ -37,6 +37,7 @@ ARGS = {
     "hold release": HoldArgs,
     "keys rotate": RotateArgs,
     "keys generate-signing-key": GenerateKeyArgs,
+    "import-velero": ImportArgs,
 }
 
 

@@ -82,7 +82,7 @@ LAYERS = (
     ("storage", "kube"),
     ("archive", "schedule", "writerlease", "processes"),
     ("backup", "catalog", "kms"),
-    ("restore", "keys"),
+    ("restore", "keys", "velero"),
     ("controller", "move"),
     ("watch",),
     ("cli",),

@@ -1,0 +1,282 @@
+"""Velero backups read as a source (issue 39): a Velero backup tarball holds every object as the API server returned
+it, status included, and statusvault writes it into a native, verifiable backup with the ordinary backup engine,
+so everything after reading (selection, status filters, modifiers, pause, fencing, order, resume, the verdict) is
+the ordinary restore's.
+
+Read (Velero's documented output file format, majors 1: `metadata/version` "1" or "1.1.0"):
+- `resources/<resource>.<group>/namespaces/<ns>/<name>.json` and `resources/<resource>.<group>/cluster/<name>.json`:
+  the classic layout, each object in its resource's preferred version (format 1 and 1.1);
+- `resources/<resource>.<group>/<version>-preferredversion/...` (1.1): the same objects again; used only for a
+  resource that has no classic directory;
+- `resources/<resource>.<group>/<version>/...` (1.1 with EnableAPIGroupVersions): the other versions of the same
+  objects, left out (the preferred version is what the server stores) and counted in the report;
+- anything else outside `resources/` (`metadata/`, newer additions) is passed over.
+A Velero backup storage location keeps `backups/<name>/<name>.tar.gz`; `source_path` fetches it from a store.
+
+A Velero tarball is untrusted input like any archive: regular files only, bounded inflation, at most MAX_OBJECTS
+members, each at most MAX_OBJECT_BYTES with at most MAX_JSON_VALUES values, no path outside the layout, no member
+twice, each object naming the place it is stored at. It is unauthenticated: the imported backup is a plaintext
+backup (unless the importer encrypts or signs it, vouching for it), and a restore's trust rules apply to it."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import tempfile
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from statusvault.archive.format import (
+    MAX_JSON_VALUES,
+    MAX_OBJECT_BYTES,
+    MAX_OBJECTS,
+    MAX_PATH_BYTES,
+    RESOURCES_DIR,
+    check_json_size,
+    parse_member_path,
+    shown,
+    stream_bound,
+)
+from statusvault.archive.stream import TarStream
+from statusvault.backup import BackupEngine, BackupRequest, BackupResult
+from statusvault.errors import ArchiveError, BackupNotFoundError
+from statusvault.kinds import CRDS
+from statusvault.kube.discovery import Discovery
+from statusvault.model import KubeObject, ResourceType, Selection
+from statusvault.storage.base import ObjectStore
+from statusvault.storage.local import LocalStore
+
+log = logging.getLogger(__name__)
+VERSION_MEMBER = "metadata/version"
+PREFERRED = "-preferredversion"
+SUPPORTED_MAJOR = "1"
+
+
+@dataclasses.dataclass
+class VeleroBackup:
+    """What a Velero tarball holds, checked: each resource's objects in its preferred version."""
+
+    label: str
+    format_version: str = ""
+    objects: dict[str, dict[tuple[str, str], KubeObject]] = dataclasses.field(default_factory=dict)
+    namespaced: dict[str, bool] = dataclasses.field(default_factory=dict)
+    other_versions: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # left out, by resource
+    left_out: int = 0  # objects of other API versions
+
+    @property
+    def total(self) -> int:
+        return sum(len(o) for o in self.objects.values())
+
+    def types(self) -> list[ResourceType]:
+        """Each resource's type as its objects and the backup's CRDs describe it (`custom`: a CRD of the backup
+        defines it; `has_status`: its CRD has the status subresource, else an object carries a status)."""
+        defined = {_crd_defines(c): c for c in self.objects.get(CRDS.qualified, {}).values()}
+        out = []
+        for qualified, objects in sorted(self.objects.items()):
+            first = next(iter(objects.values()))
+            group, _, version = str(first["apiVersion"]).rpartition("/")
+            resource = qualified.split(".", 1)[0]
+            crd = defined.get(qualified)
+            has_status = _status_subresource(crd, version) if crd else any("status" in o for o in objects.values())
+            namespaced = self.namespaced[qualified]
+            kind = str(first["kind"])
+            out.append(ResourceType(group, version, resource, kind, namespaced, has_status, crd is not None, ("list",)))
+        return out
+
+
+def read_tarball(path: Path) -> VeleroBackup:
+    """Read and check a Velero backup tarball; ArchiveError (one line naming the member and the rule) otherwise."""
+    backup = VeleroBackup(path.name)
+    classic: dict[str, dict[tuple[str, str], KubeObject]] = {}
+    preferred: dict[str, dict[tuple[str, str], KubeObject]] = {}
+    seen: set[str] = set()
+    try:
+        with TarStream(path, stream_bound({}), "a Velero backup") as tar:
+            for member in tar.members():
+                name = member.name.removeprefix("./")
+                if name in seen:
+                    raise ArchiveError(f"Velero backup {path.name} holds member {shown(name)} twice")
+                seen.add(name)
+                if len(seen) > MAX_OBJECTS + 64:
+                    raise ArchiveError(f"Velero backup {path.name} has more than {MAX_OBJECTS:,} members (the limit)")
+                _check_path(name, path.name)
+                if name == VERSION_MEMBER:
+                    backup.format_version = _version(tar.read(member) if member.size <= 64 else b"", path.name)
+                    continue
+                if not name.startswith(f"{RESOURCES_DIR}/"):
+                    continue  # metadata/ and what a newer minor version adds
+                place, version = _place(name, path.name)
+                if version and not version.endswith(PREFERRED):
+                    backup.other_versions.setdefault(place[0], set()).add(version)
+                    backup.left_out += 1
+                    continue
+                if member.size > MAX_OBJECT_BYTES:
+                    raise ArchiveError(f"member {shown(name)} is larger than {MAX_OBJECT_BYTES:,} bytes (the limit)")
+                obj = _object(tar.read(member), name, place)
+                held = preferred if version else classic
+                held.setdefault(place[0], {})[(place[1], place[2])] = obj
+                backup.namespaced[place[0]] = bool(place[1]) or backup.namespaced.get(place[0], False)
+    except OSError as e:
+        raise ArchiveError(f"cannot read Velero backup {path.name}: {e}") from None
+    if not backup.format_version:
+        raise ArchiveError(f"{path.name} is not a Velero backup: it has no {VERSION_MEMBER}")
+    for qualified in {*classic, *preferred}:
+        backup.objects[qualified] = classic.get(qualified) or preferred[qualified]
+    _check_types(backup)
+    return backup
+
+
+def _check_path(name: str, label: str) -> None:
+    parts = name.split("/")
+    if (
+        not name
+        or name.startswith("/")
+        or any(p in ("", ".", "..") for p in parts)
+        or len(name.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES
+        or any(ord(c) < 0x20 or c == "\x7f" for c in name)
+    ):
+        raise ArchiveError(f"Velero backup {label} has member {shown(name)}: not a safe relative path")
+
+
+def _version(data: bytes, label: str) -> str:
+    text = data.decode("ascii", "replace").strip()
+    if not text or len(text) > 32 or text.split(".")[0] != SUPPORTED_MAJOR:
+        raise ArchiveError(
+            f"Velero backup {label} has format version {shown(text or data)}: statusvault reads Velero's format "
+            f"{SUPPORTED_MAJOR}.x (1 and 1.1.0)"
+        )
+    return text
+
+
+def _place(name: str, label: str) -> tuple[tuple[str, str, str], str]:
+    """((resource.group, namespace, name), version directory or "") of a member under resources/."""
+    parts = name.split("/")
+    version = ""
+    if len(parts) in (5, 6) and parts[2] not in ("namespaces", "cluster"):
+        version = parts[2]
+        parts = [parts[0], parts[1], *parts[3:]]
+    try:
+        key = parse_member_path("/".join(parts))
+    except ArchiveError:
+        raise ArchiveError(f"Velero backup {label} has member {shown(name)} outside Velero's layout") from None
+    return (key.qualified, key.namespace, key.name), version
+
+
+def _object(data: bytes, name: str, place: tuple[str, str, str]) -> KubeObject:
+    check_json_size(f"member {shown(name)}", data, MAX_JSON_VALUES)
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise ArchiveError(f"member {shown(name)} is not valid JSON: {e}") from None
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict) or not isinstance(obj.get("apiVersion"), str) or not isinstance(obj.get("kind"), str):
+        raise ArchiveError(f"member {shown(name)} is not a Kubernetes object (apiVersion, kind, metadata)")
+    qualified, namespace, object_name = place
+    if meta.get("name") != object_name or (meta.get("namespace") or "") != namespace:
+        raise ArchiveError(f"member {shown(name)} holds another object ({shown(str(meta.get('name')))})")
+    group = qualified.split(".", 1)[1] if "." in qualified else ""
+    if str(obj["apiVersion"]).rpartition("/")[0] != group:
+        raise ArchiveError(f"member {shown(name)} is a {shown(obj['apiVersion'])} object, not of group {group!r}")
+    return dict(obj)
+
+
+def _check_types(backup: VeleroBackup) -> None:
+    for qualified, objects in backup.objects.items():
+        kinds = {(o["apiVersion"], o["kind"]) for o in objects.values()}
+        if len(kinds) > 1:
+            raise ArchiveError(f"Velero backup {backup.label} mixes {sorted(kinds)[:2]} under {shown(qualified)}")
+        namespaced = {bool(ns) for ns, _ in objects}
+        if len(namespaced) > 1:
+            raise ArchiveError(f"Velero backup {backup.label} has {shown(qualified)} both namespaced and not")
+
+
+def _crd_defines(crd: KubeObject) -> str:
+    spec = crd.get("spec") or {}
+    return f"{(spec.get('names') or {}).get('plural', '')}.{spec.get('group', '')}"
+
+
+def _status_subresource(crd: KubeObject, version: str) -> bool:
+    spec = crd.get("spec") or {}
+    for v in spec.get("versions") or []:
+        if isinstance(v, dict) and v.get("name") == version:
+            return "status" in (v.get("subresources") or {})
+    return "status" in (spec.get("subresources") or {})  # apiextensions v1beta1: one for every version
+
+
+class TarballLister:
+    """What the backup engine asks of a cluster, answered from a read Velero backup (as the bench's synthetic
+    lister is): LIST pages of each resource, in etcd's order (namespace, then name)."""
+
+    def __init__(self, backup: VeleroBackup):
+        self.backup = backup
+        self.server = f"velero:{backup.label}"
+        self.transport = types.SimpleNamespace(host=self.server)
+
+    def server_version(self) -> dict[str, Any]:
+        return {"gitVersion": f"velero-format-{self.backup.format_version}"}
+
+    def list_pages(
+        self, rt: ResourceType, namespace: str | None, selector: str = "", limit: int = 500
+    ) -> Iterator[Any]:
+        objects = self.backup.objects.get(rt.qualified, {})
+        chosen = [objects[k] for k in sorted(objects) if namespace is None or k[0] == namespace]
+        for start in range(0, len(chosen), limit):
+            yield [dict(o, metadata=dict(o["metadata"])) for o in chosen[start : start + limit]]
+
+
+def import_backup(backup: VeleroBackup, store: ObjectStore, name: str, **request: Any) -> BackupResult:
+    """Write the Velero backup as the native backup `name` (`request`: BackupRequest's key, signer, lock)."""
+    kinds = backup.types()
+    if not kinds:
+        raise ArchiveError(f"Velero backup {backup.label} holds no object")
+    selection = Selection(include_resources=tuple(rt.qualified for rt in kinds), include_cluster_resources=True)
+    req = BackupRequest(store=store, name=name, selection=selection, schedule=f"velero:{backup.label}", **request)
+    lister: Any = TarballLister(backup)
+    return BackupEngine(lister, Discovery(kinds, kinds), req).run()
+
+
+def velero_key(name: str) -> str:
+    """Where a Velero backup storage location keeps a backup's tarball."""
+    return f"backups/{name}/{name}.tar.gz"
+
+
+@contextlib.contextmanager
+def source_path(source: str, store: ObjectStore | None) -> Iterator[Path]:
+    """A Velero backup as a local tarball: `source` a path to one, else the name of a backup in `store`, read as a
+    Velero backup storage location (backups/NAME/NAME.tar.gz)."""
+    path = Path(source).expanduser()
+    if path.is_file():
+        yield path
+        return
+    if store is None or "/" in source:
+        raise BackupNotFoundError(f"Velero backup {source!r} not found: no such tarball")
+    key = velero_key(source)
+    if not store.exists(key):
+        raise BackupNotFoundError(f"Velero backup {source!r} not found in {store.url} (no {key})")
+    with store.local_file(key) as local:
+        yield local
+
+
+@contextlib.contextmanager
+def imported(source: str, store: ObjectStore | None) -> Iterator[tuple[ObjectStore, str, VeleroBackup]]:
+    """The Velero backup as a native backup in a temporary directory (a restore, verify or describe of it)."""
+    with source_path(source, store) as path, tempfile.TemporaryDirectory(prefix="statusvault-velero-") as tmp:
+        backup = read_tarball(path)
+        name = native_name(path.name)
+        temp = LocalStore(Path(tmp))
+        where = path.resolve() if Path(source).expanduser().is_file() or store is None else f"{store.url}#{source}"
+        temp.url = f"velero:{where}"  # the journal's key names the Velero source: the same restore resumes
+        import_backup(backup, temp, name)
+        yield temp, name, backup
+
+
+def native_name(filename: str) -> str:
+    """A native backup name for a Velero tarball's file name (its backup's name, as Velero names the file)."""
+    stem = filename.removesuffix(".gz").removesuffix(".tar").removesuffix(".tgz")
+    cleaned = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "-" for c in stem).strip(".-")
+    return (cleaned or "velero")[:200]

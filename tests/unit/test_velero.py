@@ -1,0 +1,120 @@
+"""Velero backup tarballs read as a source (statusvault/velero.py): the documented layouts of format 1 and 1.1.0
+(classic tree, preferred-version directory, other API versions left out and counted), the types the objects and the
+backup's CRDs describe, the native backup written from it (verified, statuses kept), and hostile tarballs refused
+with one line."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from statusvault import catalog, velero
+from statusvault.archive.crypto import Key
+from statusvault.archive.envelope import FileKek, Keyring
+from statusvault.errors import ArchiveError
+from statusvault.restore.runner import open_backup
+from statusvault.storage.local import LocalStore
+from tests.builders import cr, crd, kc_status
+from tests.hostile import END, entry, gz, special
+from tests.velerotar import member, tarball
+
+KCS = "kubernetesclusters.xyz.example.com"
+CRD_Q = "customresourcedefinitions.apiextensions.k8s.io"
+
+
+def kc(i: int, ns: str = "team-a") -> dict:
+    obj = cr("xyz.example.com/v1", "KubernetesCluster", f"kc-{i}", spec={"n": i}, status=kc_status(i))
+    obj["metadata"].update(namespace=ns, uid=f"uid-{i}", resourceVersion=str(100 + i))
+    return obj
+
+
+def world() -> list[tuple[str, dict]]:
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}, "status": {"phase": "Active"}}
+    return [(CRD_Q, crd("xyz.example.com", "KubernetesCluster")), ("namespaces", ns), *((KCS, kc(i)) for i in range(3))]
+
+
+@pytest.mark.parametrize("version", ["1", "1.1.0"])
+def test_each_format_reads_every_object_once_in_its_preferred_version(tmp_path, version):
+    path = tarball(tmp_path / "nightly.tar.gz", world(), version, other_versions={KCS: "v1alpha1"})
+    read = velero.read_tarball(path)
+
+    assert read.format_version == version and read.total == 5
+    assert sorted(read.objects[KCS]) == [("team-a", f"kc-{i}") for i in range(3)]
+    assert {o["apiVersion"] for o in read.objects[KCS].values()} == {"xyz.example.com/v1"}, "never v1alpha1"
+    assert (read.left_out, read.other_versions) == (3, {KCS: {"v1alpha1"}})
+    types = {rt.qualified: rt for rt in read.types()}
+    assert (types[KCS].version, types[KCS].kind, types[KCS].namespaced) == ("v1", "KubernetesCluster", True)
+    assert (types[KCS].custom, types[KCS].has_status) == (True, True), "its CRD in the backup says so"
+    assert (types["namespaces"].custom, types["namespaces"].namespaced) == (False, False)
+
+
+def test_a_resource_only_in_its_preferred_version_directory_is_read_from_there(tmp_path):
+    extra = [member(kc(7), KCS, "v1-preferredversion")]
+    path = tarball(tmp_path / "b.tar.gz", [], "1.1.0", extra=extra)
+    assert list(velero.read_tarball(path).objects[KCS]) == [("team-a", "kc-7")]
+
+
+def test_the_native_backup_verifies_and_keeps_every_status(tmp_path):
+    path = tarball(tmp_path / "nightly-20261127.tar.gz", world(), other_versions={KCS: "v1alpha1"})
+    store = LocalStore(tmp_path / "store")
+    key = Keyring((FileKek(Key(b"v" * 32)),))
+    result = velero.import_backup(velero.read_tarball(path), store, "nightly", key=key)
+
+    assert catalog.verify(store, "nightly", key).ok
+    manifest = catalog.read_manifest(store, "nightly")
+    assert manifest["schedule"] == "velero:nightly-20261127.tar.gz" and result.manifest["totals"]["objects"] == 5
+    with open_backup(store, "nightly", key) as reader:
+        objects = [orjson.loads(data) for _, data in reader.objects()]
+    assert {o["metadata"]["name"]: o["status"] for o in objects if o["kind"] == "KubernetesCluster"} == {
+        f"kc-{i}": kc_status(i) for i in range(3)
+    }
+
+
+def raw(path, members: list[bytes]):
+    path.write_bytes(gz(b"".join(members) + END))
+    return path
+
+
+VERSION = entry("metadata/version", b"1.1.0\n")
+GOOD = entry(*member(kc(0), KCS))
+
+
+@pytest.mark.parametrize(
+    ("members", "says"),
+    [
+        ([GOOD], "is not a Velero backup: it has no metadata/version"),
+        ([entry("metadata/version", b"2.0.0\n"), GOOD], "format version '2.0.0': statusvault reads Velero's format 1"),
+        ([VERSION, entry("resources/../../etc/x.json", b"{}")], "not a safe relative path"),
+        ([VERSION, entry("/resources/a/cluster/x.json", b"{}")], "not a safe relative path"),
+        ([VERSION, GOOD, GOOD], "holds member 'resources/kubernetesclusters.xyz.example.com/namespaces/team-a/kc-0"),
+        ([VERSION, entry("resources/kcs/x.json", b"{}")], "outside Velero's layout"),
+        ([VERSION, special("resources/kcs/cluster/x.json", b"2", "/etc/passwd")], "is a symbolic link"),
+        ([VERSION, entry(member(kc(0), KCS)[0], orjson.dumps(kc(1)))], "holds another object ('kc-1')"),
+        ([VERSION, entry("resources/secrets/namespaces/team-a/kc-0.json", orjson.dumps(kc(0)))], "not of group ''"),
+        ([VERSION, entry(member(kc(0), KCS)[0], b"[" * 10 + b"]" * 10)], "not a Kubernetes object"),
+        ([VERSION, entry(member(kc(0), KCS)[0], b"{" + b'"a":1,' * 1_100_000 + b'"b":2}')], "values"),
+        ([VERSION, entry(member(kc(0), KCS)[0], b"{not json")], "is not valid JSON"),
+    ],
+    ids=["no-version", "major-2", "traversal", "absolute", "duplicate", "layout", "symlink", "other-object",
+         "wrong-group", "not-an-object", "too-many-values", "bad-json"],
+)  # fmt: skip
+def test_a_hostile_tarball_is_refused_in_one_line(tmp_path, members, says):
+    path = raw(tmp_path / "hostile.tar.gz", members)
+    with pytest.raises(ArchiveError) as refused:
+        velero.read_tarball(path)
+    message = str(refused.value)
+    assert says in message and "\n" not in message, message
+
+
+def test_a_member_larger_than_an_object_may_be_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(velero, "MAX_OBJECT_BYTES", 1000)
+    path = raw(tmp_path / "big.tar.gz", [VERSION, entry(member(kc(0), KCS)[0], b" " * 2000)])
+    with pytest.raises(ArchiveError, match="is larger than 1,000 bytes"):
+        velero.read_tarball(path)
+
+
+def test_a_tarball_that_is_not_gzip_is_one_line(tmp_path):
+    path = tmp_path / "x.tar.gz"
+    path.write_bytes(b"not gzip at all")
+    with pytest.raises(ArchiveError, match=r"^x.tar.gz is not a Velero backup \(tar.gz\): "):
+        velero.read_tarball(path)
