@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import re
 import tempfile
 import types
 from collections.abc import Iterator
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 VERSION_MEMBER = "metadata/version"
 PREFERRED = "-preferredversion"
 SUPPORTED_MAJOR = "1"
+_VERSION_DIR = re.compile(r"v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?(-preferredversion)?")  # an API version's directory
 
 
 @dataclasses.dataclass
@@ -159,6 +161,8 @@ def _place(name: str, label: str) -> tuple[tuple[str, str, str], str]:
     version = ""
     if len(parts) in (5, 6) and parts[2] not in ("namespaces", "cluster"):
         version = parts[2]
+        if not _VERSION_DIR.fullmatch(version):
+            raise ArchiveError(f"Velero backup {label} has member {shown(name)} outside Velero's layout")
         parts = [parts[0], parts[1], *parts[3:]]
     try:
         key = parse_member_path("/".join(parts))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from statusvault.archive.envelope import Keyring
 from statusvault.cli.app import App
 from statusvault.cli.options import (
     MetricsArgs,
@@ -297,6 +298,16 @@ def _run_restore(
     _check_outcome(report, backup_name, options.dry_run, args.strict)
 
 
+def _keys_of(args: RestoreArgs) -> Keyring | None:
+    """The keys a restore reads its backup with: none for a watch's moment (rebuilt unencrypted); for a Velero
+    backup (imported unencrypted, unsigned) only the verification keys, which refuse it as any unsigned backup."""
+    if args.at:
+        return None
+    if args.from_velero:
+        return Keyring((), args.verifiers())
+    return args.keys()
+
+
 def restore_request(
     app: App,
     args: RestoreArgs,
@@ -316,7 +327,7 @@ def restore_request(
         state_dir=Path(args.state_dir),
         restart=args.restart,
         stream=args.stream,
-        key=None if args.at else args.keys(),
+        key=_keys_of(args),
         parallel=args.parallel,
         workers=worker_spec(app, args),
         progress=app.progress(),

@@ -94,3 +94,18 @@ def test_a_backup_in_a_velero_storage_location_is_read_by_name(run, kube, crds, 
     assert kube.get(crds.resolve("kc"), namespace, "k-2")["status"] == kc_status(2)
     missing = run("restore", "daily-2", "--from-velero", "--storage", str(bsl))
     assert missing.code != 0 and "Velero backup 'daily-2' not found" in missing.err
+
+
+def test_a_velero_backup_is_refused_where_backups_must_be_signed(run, kube, namespace, velero_objects, tmp_path):
+    """A Velero backup is unauthenticated: a restore configured with a verification key refuses it, as it does any
+    unsigned backup, before anything is written."""
+    from statusvault.archive import signing
+
+    public, _ = signing.generate(tmp_path / "signing.pem")
+    path = tarball(tmp_path / "nightly.tar.gz", velero_objects)
+
+    refused = run("restore", str(path), "--from-velero", "--verify-key-file", str(public))
+
+    assert refused.code == ExitStatus.ERROR, refused.out + refused.err
+    assert "is not signed, and a verification key was given" in refused.err
+    assert kube.get(NAMESPACES, None, namespace) is None, "nothing written"

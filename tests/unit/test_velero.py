@@ -88,6 +88,7 @@ GOOD = entry(*member(kc(0), KCS))
         ([VERSION, entry("/resources/a/cluster/x.json", b"{}")], "not a safe relative path"),
         ([VERSION, GOOD, GOOD], "holds member 'resources/kubernetesclusters.xyz.example.com/namespaces/team-a/kc-0"),
         ([VERSION, entry("resources/kcs/x.json", b"{}")], "outside Velero's layout"),
+        ([VERSION, entry("resources/kcs/evil/cluster/x.json", b"{}")], "outside Velero's layout"),
         ([VERSION, special("resources/kcs/cluster/x.json", b"2", "/etc/passwd")], "is a symbolic link"),
         ([VERSION, entry(member(kc(0), KCS)[0], orjson.dumps(kc(1)))], "holds another object ('kc-1')"),
         ([VERSION, entry("resources/secrets/namespaces/team-a/kc-0.json", orjson.dumps(kc(0)))], "not of group ''"),
@@ -95,7 +96,8 @@ GOOD = entry(*member(kc(0), KCS))
         ([VERSION, entry(member(kc(0), KCS)[0], b"{" + b'"a":1,' * 1_100_000 + b'"b":2}')], "values"),
         ([VERSION, entry(member(kc(0), KCS)[0], b"{not json")], "is not valid JSON"),
     ],
-    ids=["no-version", "major-2", "traversal", "absolute", "duplicate", "layout", "symlink", "other-object",
+    ids=["no-version", "major-2", "traversal", "absolute", "duplicate", "layout", "version-dir", "symlink",
+         "other-object",
          "wrong-group", "not-an-object", "too-many-values", "bad-json"],
 )  # fmt: skip
 def test_a_hostile_tarball_is_refused_in_one_line(tmp_path, members, says):
