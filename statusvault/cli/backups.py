@@ -73,7 +73,20 @@ class StoredArgs(StorageArgs):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class VerifyArgs(StoredArgs, TrustedKeysArgs):
-    pass
+    from_velero: bool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DescribeArgs(StoredArgs):
+    from_velero: bool
+
+
+FROM_VELERO = click.option(
+    "--from-velero",
+    is_flag=True,
+    help="NAME is a Velero backup: a tarball on disk, or a backup in the --storage location's Velero layout "
+    "(backups/NAME/NAME.tar.gz).",
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -248,12 +261,20 @@ def list_cmd(app: App, args: ListArgs) -> None:
 @click.command()
 @click.argument("name")
 @storage_options
+@FROM_VELERO
 @output_option
-@pass_args(StoredArgs)
-def describe(app: App, args: StoredArgs) -> None:
+@pass_args(DescribeArgs)
+def describe(app: App, args: DescribeArgs) -> None:
     """Show a backup's per-resource counts, how many objects carry status, and its size."""
     store = app.store(args.storage, args.s3())
-    data = catalog.describe(store, args.name)
+    if args.from_velero:
+        from statusvault import velero
+
+        with velero.imported(args.name, store) as (temp, native, read):
+            data = {**catalog.describe(temp, native), "storage": f"Velero backup {args.name}"}
+            data["veleroFormat"], data["otherVersionsLeftOut"] = read.format_version, read.left_out
+    else:
+        data = catalog.describe(store, args.name)
     rows = [
         (q, r["kind"], "yes" if r.get("hasStatusSubresource") else "no", r.get("count", "-"), r.get("withStatus", "-"))
         for q, r in (data["resources"] or {}).items()
@@ -299,6 +320,7 @@ def _protection(data: dict[str, Any]) -> list[str]:
 @storage_options
 @keys_options
 @verify_options
+@FROM_VELERO
 @output_option
 @pass_args(VerifyArgs)
 def verify(app: App, args: VerifyArgs) -> None:
@@ -309,6 +331,9 @@ def verify(app: App, args: VerifyArgs) -> None:
     keys = args.keys()
     store = app.store(args.storage, args.s3())
     name = args.name
+    if args.from_velero:
+        _verify_velero(store, name, args.output)
+        return
     if is_watch(store, name):
         verify_watch(store, name, keys, args.output)
         return
@@ -344,6 +369,21 @@ def verify(app: App, args: VerifyArgs) -> None:
     emit(data, args.output, text)
     if not report.ok or unlocked:
         raise ArchiveError(f"backup {name!r} failed verification")
+
+
+def _verify_velero(store: ObjectStore, source: str, output: str) -> None:
+    """A Velero backup read whole and checked as any archive (a problem is one line and exit 1), then the native
+    backup made of it verified."""
+    from statusvault import velero
+
+    with velero.imported(source, store) as (temp, native, read):
+        report = catalog.verify(temp, native)
+    left = f"; {read.left_out} object(s) of other API versions left out" if read.left_out else ""
+    data = {"name": source, "ok": report.ok, "veleroFormat": read.format_version, "objects": read.total,
+            "otherVersionsLeftOut": read.left_out}  # fmt: skip
+    emit(data, output, f"Velero backup {source}: OK (format {read.format_version}, {read.total} objects checked{left})")
+    if not report.ok:
+        raise ArchiveError(f"Velero backup {source!r} failed verification: {catalog.describe_problems(report)}")
 
 
 @click.command()

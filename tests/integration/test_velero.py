@@ -57,7 +57,11 @@ def test_a_velero_tarball_restores_every_status_exactly(run, kube, crds, namespa
 
 def test_an_imported_velero_backup_verifies_and_restores_like_any_other(run, kube, crds, namespace, velero_objects,
                                                                         tmp_path):  # fmt: skip
-    path = tarball(tmp_path / "nightly.tar.gz", velero_objects)
+    path = tarball(tmp_path / "nightly.tar.gz", velero_objects, other_versions={KCS: "v1alpha1"})
+    checked = run("verify", str(path), "--from-velero")
+    assert checked.code == 0 and "OK (format 1.1.0, 5 objects checked; 3 object(s) of other" in checked.out, checked
+    described = run("describe", str(path), "--from-velero", "-o", "json")
+    assert described.code == 0 and json.loads(described.out)["resources"][KCS]["withStatus"] == 3, described.err
     imported = run("import-velero", str(path), "--name", "from-velero", "-o", "json")
     assert imported.code == 0, imported.err
     assert json.loads(imported.out)["totals"]["withStatus"] == 4, "the clusters and their Namespace"
@@ -81,6 +85,9 @@ def test_a_hostile_velero_tarball_is_refused_with_nothing_written(run, kube, nam
     ), refused.err
     assert len(refused.err.strip().splitlines()) == 1 and "Traceback" not in refused.err
     assert kube.get(NAMESPACES, None, namespace) is None, "nothing written"
+    for command in ("verify", "describe", "import-velero"):
+        also = run(command, str(path), *(["--from-velero"] if command != "import-velero" else []))
+        assert also.code == ExitStatus.ERROR and len(also.err.strip().splitlines()) == 1, (command, also.err)
 
 
 def test_a_backup_in_a_velero_storage_location_is_read_by_name(run, kube, crds, namespace, velero_objects, tmp_path):

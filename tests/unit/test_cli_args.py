@@ -7,7 +7,7 @@ import dataclasses
 
 import click
 
-from statusvault.cli.backups import BackupArgs, DeleteArgs, DownloadArgs, ImportArgs, ListArgs, StoredArgs, VerifyArgs
+from statusvault.cli.backups import BackupArgs, DeleteArgs, DescribeArgs, DownloadArgs, ImportArgs, ListArgs, VerifyArgs
 from statusvault.cli.controller import ControllerInstallArgs, ControllerRenderArgs, ControllerRunArgs
 from statusvault.cli.keys import GenerateKeyArgs, HoldArgs, RotateArgs
 from statusvault.cli.main import COMMAND_MODULES, cli, load_commands
@@ -19,7 +19,7 @@ from statusvault.cli.watch import WatchRenderArgs, WatchRunArgs
 ARGS = {
     "backup": BackupArgs,
     "list": ListArgs,
-    "describe": StoredArgs,
+    "describe": DescribeArgs,
     "verify": VerifyArgs,
     "download": DownloadArgs,
     "delete": DeleteArgs,
