@@ -39,28 +39,35 @@ def measure_scale(http: Http, env: dict[str, str], work: Path) -> dict[str, Any]
 
 
 def measure_size(http: Http, env: dict[str, str], work: Path, n: int) -> dict[str, Any]:
+    """Each measurement BENCH_SCALE_PARTS names (default: all of backup,s3,verify,planning,stream,authenticated)."""
     name = f"scale-{n}"
+    parts = set(os.environ.get("BENCH_SCALE_PARTS", "backup,s3,verify,planning,stream,authenticated").split(","))
     log(f"synthetic backup of {n} objects (the backup engine over a generated read side)")
     built = run_measured(
         [sys.executable, "-m", "statusvault.testing.benchscale", str(work / "store"), name, str(n)], env
     )
     out: dict[str, Any] = {"objects": n, "backup_dir": cli_figures(built, n)}
-    log(f"synthetic backup of {n} objects to S3 (moto server over HTTP)")
-    with moto_bucket(env) as (endpoint, s3env):
-        command = [sys.executable, "-m", "statusvault.testing.benchscale", "s3://bench/sv", name, str(n)]
-        out["backup_s3"] = cli_figures(run_measured(command, {**s3env, "BENCH_S3_ENDPOINT": endpoint}), n)
-    log(f"verify of {n} objects")
-    out["verify"] = cli_figures(run_cli(["verify", name], env), n)
-    log(f"planning a restore of {n} objects (client dry run)")
-    mapping = ",".join(f"plan-{k}:planned{n}-{k}" for k in range(NAMESPACES))
-    run = run_cli(["restore", name, "--namespace-mapping", mapping, "--dry-run", "client", "-o", "json"], env)
-    head = json.loads(run.out[: run.out.index('"items": [')].rstrip().rstrip(",") + "}")
-    out["planning"] = {**cli_figures(run, n), "planned_seconds": head["timings"]["planned"]}
-    log(f"streamed restore of {n} objects: time to the first object on the server")
-    out["stream"] = first_write(http, env, name, f"streamed{n}", ["--stream"])
-    for how, args in authenticated_backups(work, name):
-        log(f"restore of {n} objects, {how}, default options: time to the first object on the server")
-        out[f"default_{how}"] = first_write(http, env, f"{name}-{how}", f"{how}{n}", args)
+    if "s3" in parts:
+        log(f"synthetic backup of {n} objects to S3 (moto server over HTTP)")
+        with moto_bucket(env) as (endpoint, s3env):
+            command = [sys.executable, "-m", "statusvault.testing.benchscale", "s3://bench/sv", name, str(n)]
+            out["backup_s3"] = cli_figures(run_measured(command, {**s3env, "BENCH_S3_ENDPOINT": endpoint}), n)
+    if "verify" in parts:
+        log(f"verify of {n} objects")
+        out["verify"] = cli_figures(run_cli(["verify", name], env), n)
+    if "planning" in parts:
+        log(f"planning a restore of {n} objects (client dry run)")
+        mapping = ",".join(f"plan-{k}:planned{n}-{k}" for k in range(NAMESPACES))
+        run = run_cli(["restore", name, "--namespace-mapping", mapping, "--dry-run", "client", "-o", "json"], env)
+        head = json.loads(run.out[: run.out.index('"items": [')].rstrip().rstrip(",") + "}")
+        out["planning"] = {**cli_figures(run, n), "planned_seconds": head["timings"]["planned"]}
+    if "stream" in parts:
+        log(f"streamed restore of {n} objects: time to the first object on the server")
+        out["stream"] = first_write(http, env, name, f"streamed{n}", ["--stream"])
+    if "authenticated" in parts:
+        for how, args in authenticated_backups(work, name):
+            log(f"restore of {n} objects, {how}, default options: time to the first object on the server")
+            out[f"default_{how}"] = first_write(http, env, f"{name}-{how}", f"{how}{n}", args)
     return out
 
 
@@ -135,15 +142,20 @@ def table(results: dict[str, Any]) -> str:
         "stream first write   RSS   default first write: encrypted  signed"
     ]
     for n, r in results.items():
-        b, b3, v, p, s = r["backup_dir"], r["backup_s3"], r["verify"], r["planning"], r["stream"]
-        lines.append(
-            f"{n:<10} {b['cpu_ms_per_object']:<14.3f} {b['peak_rss_mib']:<5.0f} {b3['cpu_ms_per_object']:<17.3f} "
-            f"{b3['peak_rss_mib']:<5.0f} {v['cpu_ms_per_object']:<14.3f} {v['peak_rss_mib']:<5.0f} "
-            f"{p['planned_seconds']:<11.1f} {p['cpu_ms_per_object']:<7.3f} {p['peak_rss_mib']:<5.0f} "
-            f"{s['first_write_seconds']:<20.2f} {s['peak_rss_mib']:<5.0f} "
-            f"{_first(r, 'default_encrypted'):<30} {_first(r, 'default_signed')}"
-        )
+        cells = [f"{n:<10}", _cpu(r, "backup_dir", 14), _cpu(r, "backup_s3", 17), _cpu(r, "verify", 14)]
+        p = r.get("planning")
+        cells.append(f"{p['planned_seconds']:<11.1f} {p['cpu_ms_per_object']:<7.3f} {p['peak_rss_mib']:<5.0f}" if p
+                     else f"{'-':<11} {'-':<7} {'-':<5}")  # fmt: skip
+        s = r.get("stream")
+        cells.append(f"{s['first_write_seconds']:<20.2f} {s['peak_rss_mib']:<5.0f}" if s else f"{'-':<20} {'-':<5}")
+        cells.append(f"{_first(r, 'default_encrypted'):<30} {_first(r, 'default_signed')}")
+        lines.append(" ".join(cells))
     return "\n".join(lines)
+
+
+def _cpu(r: dict[str, Any], key: str, width: int) -> str:
+    fig = r.get(key)
+    return f"{fig['cpu_ms_per_object']:<{width}.3f} {fig['peak_rss_mib']:<5.0f}" if fig else f"{'-':<{width}} {'-':<5}"
 
 
 if __name__ == "__main__":  # the synthetic backup, in a process of its own so that it is measured alone

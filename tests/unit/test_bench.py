@@ -36,3 +36,14 @@ def test_the_report_prints_the_first_write_of_an_encrypted_and_a_signed_backup_b
     assert ["first", "write", "of", "100,000", "objects,", "encrypted", "backup,", "default", "options", "0.31s",
             "<=", "2s", "80"] in lines  # fmt: skip
     assert any("signed" in line and "0.52s" in line for line in lines)
+
+
+def test_the_scale_table_shows_the_parts_that_ran_and_a_dash_for_the_others():
+    from statusvault.testing.benchscale import table
+
+    fig = {"cpu_ms_per_object": 0.021, "peak_rss_mib": 40.0}
+    first = {"first_write_seconds": 0.31, "peak_rss_mib": 50.0}
+    text = table({"1000000": {"objects": 1_000_000, "backup_dir": fig, "default_encrypted": first,
+                              "default_signed": {**first, "first_write_seconds": 0.52}}})  # fmt: skip
+    row = text.splitlines()[1].split()
+    assert row[:3] == ["1000000", "0.021", "40"] and row[-2:] == ["0.31s", "0.52s"] and row.count("-") == 10
