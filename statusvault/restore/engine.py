@@ -4,6 +4,7 @@ what is done goes to the journal, every result to the report."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -112,10 +113,13 @@ class RestoreEngine:
         report.gates, report.groups = gates.results, _groups(plan, opts)
         for wave in plan.waves():
             gates.before(wave.group)
-            if run.processes is None and self._wants_processes(wave.size, run.opts):
-                run.processes = self._processes(run.journal, run.opts, run)
-            pool = run.processes if run.processes is not None and self._wants_processes(wave.size, run.opts) else None
-            run.waves.run((self.served.target(item) for item in plan.items(wave, run.journal.path)), pool)
+            items = (self.served.target(item) for item in plan.items(wave, run.journal.path))
+            if not self._wants_processes(wave.size, run.opts):
+                run.waves.run(items)
+            elif self._explicit():  # --processes N: every wave goes to the processes
+                run.waves.run(items, self._pool(run))
+            else:  # by default: in threads, moved to processes only once this process is CPU-bound (waves.ScaleUp)
+                run.waves.run(items, scale_up=functools.partial(self._pool, run))
             run.journal.flush()
             if wave.category == Category.CRD and run.opts.dry_run == "none":
                 self._after_crds(run, plan.resources(exclude=Category.CRD))
@@ -154,12 +158,20 @@ class RestoreEngine:
         usable = spec is not None and spec.processes > 1 and opts.dry_run != "client"
         return usable and spec is not None and size >= spec.min_wave
 
-    def _processes(self, journal: Journal, opts: RestoreOptions, run: _Run) -> WaveWorkers:
+    def _explicit(self) -> bool:
+        """Whether --processes was given (every wave goes to them), rather than the default."""
         spec = self.settings.workers
-        assert spec is not None
-        log.info("restoring waves of %d+ objects in %d worker processes", spec.min_wave, spec.processes)
-        run.report.processes = spec.processes
-        return WaveWorkers(spec, journal.path, opts, run.record)
+        return spec is not None and spec.min_wave == 0
+
+    def _pool(self, run: _Run) -> WaveWorkers:
+        """The run's worker processes, started the first time a wave needs them."""
+        if run.processes is None:
+            spec = self.settings.workers
+            assert spec is not None
+            log.info("restoring in %d worker processes", spec.processes)
+            run.report.processes = spec.processes
+            run.processes = WaveWorkers(spec, run.journal.path, run.opts, run.record)
+        return run.processes
 
     def _unpause(
         self, plan: RestorePlan, journal: Journal, opts: RestoreOptions, report: RestoreReport, group: int | None = None

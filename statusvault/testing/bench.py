@@ -200,16 +200,23 @@ def first_writes(http: Http, env: dict[str, str], work: Path) -> dict[str, Any]:
 def cpu_rounds(
     http: Http, cluster: LocalCluster, env: dict[str, str], n: int, work: Path, go: Path
 ) -> dict[str, list[float]]:
-    """The restore's CPU per object against the Go writer's, measured in BENCH_CPU_ROUNDS (default 3) alternated
-    pairs: on a shared VM one pair of rows can differ by 20 % from the next, and the server's state drifts as it
-    fills, so a ratio from pairs taken side by side, and its spread, says more than one row against another."""
+    """The restore's CPU per object against the Go writer's, with the default options (what users run) and with
+    --processes 1, in BENCH_CPU_ROUNDS (default 3) alternated rounds: on a shared VM one row can differ by 20 % from
+    the next, and the server's state drifts as it fills, so ratios from rows taken side by side, and their spread,
+    say more than one row against another."""
     rounds = int(os.environ.get("BENCH_CPU_ROUNDS", "3"))
-    figures: dict[str, list[float]] = {"restore": [], "go": []}
+    figures: dict[str, list[float]] = {"default": [], "restore": [], "go": [], "default_rate": [], "go_rate": []}
     for r in range(rounds):
-        log(f"CPU round {r + 1}/{rounds}: statusvault restore --processes 1, then the Go writer")
+        log(f"CPU round {r + 1}/{rounds}: statusvault restore with the default options, then --processes 1, "
+            "then the Go writer")  # fmt: skip
+        default = restore_figures(env, n, f"cpud{r}")  # what users run: no --processes
+        figures["default"].append(default["cpu_ms_per_object"])
+        figures["default_rate"].append(default["objects_per_s"])
         figures["restore"].append(restore_figures(env, n, f"cpu{r}", "--processes", "1")["cpu_ms_per_object"])
         make_namespaces(http, f"gocpu{r}")
-        figures["go"].append(go_write(go, cluster.server, n, f"gocpu{r}", work)["cpu_ms_per_object"])
+        go_figures = go_write(go, cluster.server, n, f"gocpu{r}", work)
+        figures["go"].append(go_figures["cpu_ms_per_object"])
+        figures["go_rate"].append(go_figures["objects_per_s"])
     return figures
 
 

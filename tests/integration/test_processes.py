@@ -173,3 +173,31 @@ def test_ctrl_c_mid_wave_starts_no_new_object_and_the_rerun_ends_exact(run, kube
     assert again.code == ExitStatus.SUCCESS, again.out + again.err
     assert_exact(before, snapshot(kube, [crds.resolve(r) for r in FAULT_RESOURCES], target))
     kube.delete(NAMESPACES, None, target)
+
+
+@pytest.mark.parametrize(("cpu_bound", "processes"), [(True, 2), (False, 0)], ids=["cpu-bound", "server-bound"])
+def test_by_default_a_wave_moves_to_worker_processes_only_once_this_process_is_cpu_bound(
+    run, kube, crds, source, monkeypatch, cpu_bound, processes
+):
+    """Issue 41: the default (no --processes) starts each large wave in this process's threads and hands the rest
+    to worker processes only when this process is CPU-bound; when the server is the limit it never starts them.
+    Both end exact. (The machine's CPU use is made certain by the threshold: 0 always, 2 cores never.)"""
+    from statusvault.cli import restore as cli_restore
+    from statusvault.restore import waves
+
+    monkeypatch.setattr(cli_restore, "MIN_WAVE", 8)
+    monkeypatch.setattr(cli_restore, "default_processes", lambda: 2)
+    monkeypatch.setattr(waves, "PROBE", 16)
+    monkeypatch.setattr(waves, "CPU_BOUND", 0.0 if cpu_bound else 2.0)
+    ns, before = source
+    assert run("backup", "p", "-n", ns).code == 0
+    target = unique("to")
+
+    result = run("restore", "p", "--namespace-mapping", f"{ns}:{target}", "--parallel", "4", "-o", "json")
+
+    assert result.code == ExitStatus.SUCCESS, result.err
+    report = json.loads(result.out)
+    assert report["processes"] == processes, "worker processes only when they would raise the rate"
+    assert report["withoutSavedStatus"] == 0
+    assert_exact(before, snapshot(kube, [crds.resolve(r) for r in FAULT_RESOURCES], target))
+    kube.delete(NAMESPACES, None, target)

@@ -22,7 +22,7 @@ def test_the_alternated_cpu_rounds_give_their_median_ratio_to_go_and_its_spread(
 
     figures = {"parallel": 16, "cpu_rounds": {"restore": [0.9, 0.6, 0.7], "go": [0.5, 0.5, 0.4]}}
     row = next(line for line in report(figures).splitlines() if "alternated pairs" in line)
-    assert "median of 3 alternated pairs (1.20-1.80x)" in row
+    assert "restore (--processes 1) vs Go, median of 3 alternated pairs (1.20-1.80x)" in row
     assert row.split()[-1] == "1.75x" and "<= 1.5x" in row  # ratios 1.8, 1.2, 1.75: the median is 1.75
 
 
@@ -47,3 +47,15 @@ def test_the_scale_table_shows_the_parts_that_ran_and_a_dash_for_the_others():
                               "default_signed": {**first, "first_write_seconds": 0.52}}})  # fmt: skip
     row = text.splitlines()[1].split()
     assert row[:3] == ["1000000", "0.021", "40"] and row[-2:] == ["0.31s", "0.52s"] and row.count("-") == 9
+
+
+def test_the_default_options_get_their_own_ratio_to_go_and_rate():
+    from statusvault.testing.benchreport import report
+
+    rounds = {"default": [0.8, 0.7, 0.9], "restore": [0.7, 0.7, 0.8], "go": [0.6, 0.6, 0.6],
+              "default_rate": [240.0, 230.0, 220.0], "go_rate": [240.0, 240.0, 240.0]}  # fmt: skip
+    row = next(
+        line for line in report({"parallel": 16, "cpu_rounds": rounds}).splitlines() if "default options" in line
+    )
+    assert "median of 3 alternated pairs (1.17-1.50x)" in row and "<= 1.2x" in row
+    assert row.split()[-1] == "1.33x" and " 0.96 " in row, row  # rates 1.0, 0.958, 0.917: the median 0.958
