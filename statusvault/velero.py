@@ -249,6 +249,79 @@ def velero_key(name: str) -> str:
     return f"backups/{name}/{name}.tar.gz"
 
 
+def velero_json_key(name: str) -> str:
+    """... and its Backup resource as Velero kept it (status.phase, formatVersion, errors)."""
+    return f"backups/{name}/velero-backup.json"
+
+
+USABLE_PHASES = ("Completed", "PartiallyFailed")  # the tarball is whole; PartiallyFailed: some items were not taken
+MAX_BACKUP_JSON = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredVelero:
+    """A backup in a Velero backup storage location, as its velero-backup.json describes it."""
+
+    name: str
+    size: int
+    phase: str = ""  # "" when it has no readable velero-backup.json
+    format_version: str = ""
+    started: str = ""
+    errors: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "phase": self.phase or None, "formatVersion": self.format_version or None,
+                "started": self.started or None, "errors": self.errors, "sizeBytes": self.size}  # fmt: skip
+
+
+def stored(store: ObjectStore) -> list[StoredVelero]:
+    """The backups of a Velero backup storage location (each `backups/NAME/NAME.tar.gz`), oldest first."""
+    found = []
+    for obj in store.list("backups/"):
+        parts = obj.key.split("/")
+        if len(parts) == 3 and parts[2] == f"{parts[1]}.tar.gz":
+            found.append(_described(store, parts[1], obj.size))
+    return sorted(found, key=lambda b: (b.started, b.name))
+
+
+def _described(store: ObjectStore, name: str, size: int) -> StoredVelero:
+    found = velero_json(store, name).get("status")
+    status: dict[str, Any] = found if isinstance(found, dict) else {}
+    errors = status.get("errors")
+    return StoredVelero(
+        name, size, str(status.get("phase") or "")[:32], str(status.get("formatVersion") or "")[:32],
+        str(status.get("startTimestamp") or "")[:40], errors if isinstance(errors, int) else 0,
+    )  # fmt: skip
+
+
+def velero_json(store: ObjectStore, name: str) -> dict[str, Any]:
+    """The backup's velero-backup.json ({} when it has none, or it is not a bounded JSON object)."""
+    key = velero_json_key(name)
+    if not store.exists(key):
+        return {}
+    data = store.get(key, MAX_BACKUP_JSON + 1)
+    try:
+        check_json_size(f"velero-backup.json of {name}", data)
+        value = orjson.loads(data) if len(data) <= MAX_BACKUP_JSON else {}
+    except (ArchiveError, orjson.JSONDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def check_phase(store: ObjectStore, name: str) -> StoredVelero:
+    """A backup Velero did not complete (Failed, InProgress ...) is refused: its tarball may be partial. One it
+    marked PartiallyFailed is read, with a warning: some of its items were not taken."""
+    described = _described(store, name, 0)
+    if described.phase and described.phase not in USABLE_PHASES:
+        raise ArchiveError(
+            f"Velero backup {name!r} is {described.phase}, not Completed: its tarball may not hold every object"
+        )
+    if described.phase == "PartiallyFailed":
+        log.warning("Velero marked backup %s PartiallyFailed (%d error(s)): what it could not take is not in it",
+                    name, described.errors)  # fmt: skip
+    return described
+
+
 @contextlib.contextmanager
 def source_path(source: str, store: ObjectStore | None) -> Iterator[Path]:
     """A Velero backup as a local tarball: `source` a path to one, else the name of a backup in `store`, read as a
@@ -262,6 +335,7 @@ def source_path(source: str, store: ObjectStore | None) -> Iterator[Path]:
     key = velero_key(source)
     if not store.exists(key):
         raise BackupNotFoundError(f"Velero backup {source!r} not found in {store.url} (no {key})")
+    check_phase(store, source)
     with store.local_file(key) as local:
         yield local
 

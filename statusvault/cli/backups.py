@@ -60,6 +60,7 @@ class BackupArgs(StorageArgs, SelectionArgs, KeysArgs, SigningArgs, LockArgs, Me
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ListArgs(StorageArgs):
     timeline: bool
+    from_velero: bool
     output: str
 
 
@@ -223,6 +224,7 @@ def backup_request(app: App, args: BackupArgs, name: str, store: ObjectStore) ->
 @click.command("list")
 @storage_options
 @click.option("--timeline", is_flag=True, help="List watches and the ranges `restore WATCH --at` can restore.")
+@click.option("--from-velero", is_flag=True, help="--storage is a Velero backup storage location: list its backups.")
 @output_option
 @pass_args(ListArgs)
 def list_cmd(app: App, args: ListArgs) -> None:
@@ -233,6 +235,9 @@ def list_cmd(app: App, args: ListArgs) -> None:
         from statusvault.cli.watchviews import show_timeline
 
         show_timeline(store, args.output)
+        return
+    if args.from_velero:
+        _list_velero(store, args.output)
         return
     infos = catalog.list_backups(store)
     locked = any(b.lock for b in infos)  # a LOCK column only where some backup has one
@@ -369,6 +374,20 @@ def verify(app: App, args: VerifyArgs) -> None:
     emit(data, args.output, text)
     if not report.ok or unlocked:
         raise ArchiveError(f"backup {name!r} failed verification")
+
+
+def _list_velero(store: ObjectStore, output: str) -> None:
+    from statusvault import velero
+
+    found = velero.stored(store)
+    rows = [(b.name, b.phase or "-", b.format_version or "-", b.started or "-", b.errors, human_size(b.size))
+            for b in found]  # fmt: skip
+    text = (
+        table(["NAME", "PHASE", "FORMAT", "STARTED", "ERRORS", "SIZE"], rows)
+        if found
+        else (f"No Velero backups in {store.url}")
+    )
+    emit([b.to_dict() for b in found], output, text)
 
 
 def _verify_velero(store: ObjectStore, source: str, output: str) -> None:

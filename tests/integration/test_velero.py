@@ -92,8 +92,18 @@ def test_a_hostile_velero_tarball_is_refused_with_nothing_written(run, kube, nam
 
 def test_a_backup_in_a_velero_storage_location_is_read_by_name(run, kube, crds, namespace, velero_objects, tmp_path):
     bsl = tmp_path / "velero-bucket"
-    (bsl / "backups" / "daily-1").mkdir(parents=True)
-    tarball(bsl / "backups" / "daily-1" / "daily-1.tar.gz", velero_objects)
+    for name, phase in (("daily-1", "Completed"), ("daily-0", "Failed")):
+        (bsl / "backups" / name).mkdir(parents=True)
+        tarball(bsl / "backups" / name / f"{name}.tar.gz", velero_objects)
+        status = {"phase": phase, "formatVersion": "1.1.0", "startTimestamp": "2026-11-27T02:00:00Z"}
+        (bsl / "backups" / name / "velero-backup.json").write_text(json.dumps({"kind": "Backup", "status": status}))
+
+    listed = run("list", "--from-velero", "--storage", str(bsl), "-o", "json")
+    assert listed.code == 0 and {(b["name"], b["phase"]) for b in json.loads(listed.out)} == {
+        ("daily-0", "Failed"), ("daily-1", "Completed")}  # fmt: skip
+    failed = run("restore", "daily-0", "--from-velero", "--storage", str(bsl))
+    assert failed.code == ExitStatus.ERROR and "is Failed, not Completed" in failed.err, failed.err
+    assert kube.get(NAMESPACES, None, namespace) is None, "nothing written"
 
     restored = run("restore", "daily-1", "--from-velero", "--storage", str(bsl))
 

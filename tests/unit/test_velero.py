@@ -120,3 +120,44 @@ def test_a_tarball_that_is_not_gzip_is_one_line(tmp_path):
     path.write_bytes(b"not gzip at all")
     with pytest.raises(ArchiveError, match=r"^x.tar.gz is not a Velero backup \(tar.gz\): "):
         velero.read_tarball(path)
+
+
+def bsl_backup(store: LocalStore, name: str, phase: str | None, tmp_path) -> None:
+    """A backup as a Velero backup storage location keeps it: the tarball, and velero-backup.json (unless None)."""
+    path = tarball(tmp_path / f"{name}.tar.gz", world())
+    store.put(velero.velero_key(name), path.read_bytes())
+    if phase is not None:
+        status = {"phase": phase, "formatVersion": "1.1.0", "startTimestamp": f"2026-11-2{len(name) % 9}T02:00:00Z",
+                  "errors": 2 if phase == "PartiallyFailed" else 0}  # fmt: skip
+        store.put(velero.velero_json_key(name), orjson.dumps({"kind": "Backup", "status": status}))
+
+
+def test_a_storage_location_lists_its_backups_with_the_phase_velero_gave_them(tmp_path):
+    store = LocalStore(tmp_path / "bsl")
+    for name, phase in (("daily-1", "Completed"), ("daily-22", "PartiallyFailed"), ("old", None)):
+        bsl_backup(store, name, phase, tmp_path)
+    store.put("backups/daily-1/daily-1-logs.gz", b"logs")  # what else Velero keeps there is passed over
+
+    listed = {b.name: (b.phase, b.format_version, b.errors) for b in velero.stored(store)}
+
+    assert listed == {"daily-1": ("Completed", "1.1.0", 0), "daily-22": ("PartiallyFailed", "1.1.0", 2),
+                      "old": ("", "", 0)}  # fmt: skip
+
+
+@pytest.mark.parametrize("phase", ["Failed", "InProgress", "FailedValidation"])
+def test_a_backup_velero_did_not_complete_is_refused(tmp_path, phase):
+    store = LocalStore(tmp_path / "bsl")
+    bsl_backup(store, "daily-1", phase, tmp_path)
+    refused = pytest.raises(ArchiveError, match=f"Velero backup 'daily-1' is {phase}, not Completed")
+    with refused, velero.source_path("daily-1", store):
+        pass
+
+
+def test_a_partially_failed_backup_is_read_with_a_warning_and_a_bad_velero_json_is_ignored(tmp_path, caplog):
+    store = LocalStore(tmp_path / "bsl")
+    bsl_backup(store, "daily-1", "PartiallyFailed", tmp_path)
+    with velero.source_path("daily-1", store) as path:
+        assert velero.read_tarball(path).total == 5
+    assert "PartiallyFailed (2 error(s))" in caplog.text
+    store.put(velero.velero_json_key("daily-1"), b"[not json")
+    assert velero.velero_json(store, "daily-1") == {}
