@@ -43,7 +43,6 @@ NOT_IN_SPEC = {
     "--burst": "the controller's API client is shared by every restore",
     "--strict": "not honoured by the controller yet",
     "--at": "not honoured by the controller yet",
-    "--from-velero": "not honoured by the controller yet (import it: `statusvault import-velero`)",
     "--allow-privileged-resources": "a Restore writes no privileged type: whoever may create one would write it "
     "with the controller's rights (docs/security.md)",
     "--settle-seconds": "the controller's own (its STATUSVAULT_SETTLE_SECONDS)",

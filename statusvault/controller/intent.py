@@ -85,6 +85,7 @@ class Intent:
     processes: int = 0  # worker processes; 0: as many as the controller's CPUs (cgroup-aware), for large waves
     stream: bool | None = None  # restore --stream / --no-stream; None: by the backup's size (runner.STREAM_ABOVE)
     service_account: str = ""  # spec.serviceAccountName: whom the controller acts as ("": its default)
+    from_velero: bool = False  # `backup` is a Velero backup in `storage` (a Velero backup storage location)
 
     @property
     def status_name(self) -> str:

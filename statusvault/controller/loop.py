@@ -9,6 +9,7 @@ outcome, and emits Events on the intent. Failures back off exponentially per int
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -18,8 +19,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from statusvault import rfc3339
-from statusvault.archive.envelope import Keys
+from statusvault import rfc3339, velero
+from statusvault.archive.envelope import Keyring, Keys
 from statusvault.archive.signing import Signer
 from statusvault.controller.backups import BackupIntent, parse_backup, run_backup
 from statusvault.controller.conditions import PENDING, Reason
@@ -298,20 +299,23 @@ class Controller:
         report: RestoreReport | None = None
         try:
             client, user = self._acting_as(intent.service_account)
-            request = RestoreRequest(
-                store=self.store(intent.storage),
-                backup=intent.backup,
-                options=self._with_modifiers(intent),
-                state_dir=self.config.state_dir,
-                parallel=intent.parallel,
-                workers=self._workers(intent.processes, intent.parallel, user),
-                stream=intent.stream,
-                key=self.key,
-                cancel=cancel,  # a lost Lease or a deleted Restore: stop starting objects
-            )
-            report = run_restore(client, self.discover, request)
+            store = self.store(intent.storage)
+            with self._source(intent, store) as (source, backup, lineage):
+                request = RestoreRequest(
+                    store=source,
+                    backup=backup,
+                    options=self._with_modifiers(intent),
+                    state_dir=self.config.state_dir,
+                    parallel=intent.parallel,
+                    workers=self._workers(intent.processes, intent.parallel, user),
+                    stream=intent.stream,
+                    key=Keyring((), Keyring.of(self.key).verifiers) if intent.from_velero else self.key,
+                    cancel=cancel,  # a lost Lease or a deleted Restore: stop starting objects
+                    lineage=lineage,
+                )
+                report = run_restore(client, self.discover, request)
             mark_without_status(client, self.discover, report, target.describe())
-            location = save_report(request.store, report, target, intent.digest)
+            location = save_report(self.store(None) if intent.from_velero else store, report, target, intent.digest)
             judged = verdict(report)
             counts = {**outcome_counts(report, intent.options.pause.enabled), "report": location}
             message = _summary(intent.backup, report)
@@ -351,6 +355,16 @@ class Controller:
         outcome.update(phase=Phase.FAILED, nextAttemptAt=rfc3339.format_seconds(due))
         target.write(outcome, drop=stale)
         target.event("Warning", f"{verb}Failed", f"{run.message}; next attempt at {rfc3339.format_seconds(due)}")
+
+    @contextlib.contextmanager
+    def _source(self, intent: Intent, store: ObjectStore) -> Iterator[tuple[ObjectStore, str, str]]:
+        """(store, backup, lineage) a restore reads: the backup itself, or a Velero backup of the storage location
+        made a native backup in a temporary directory (its journal keyed by the Velero source, as the CLI's)."""
+        if not intent.from_velero:
+            yield store, intent.backup, ""
+            return
+        with velero.imported(intent.backup, store) as (temp, name, _):
+            yield temp, name, f"velero-{name}"
 
     def _acting_as(self, service_account: str) -> tuple[KubeApi, str]:
         """The client a run acts with, and the user it impersonates ("": the controller itself): the ServiceAccount

@@ -59,6 +59,7 @@ def parse_restore(obj: KubeObject) -> Intent:
         int(spec.get("processes") or 0),
         spec["stream"] if isinstance(spec.get("stream"), bool) else None,
         str(spec.get(crd.SERVICE_ACCOUNT) or "").strip(),
+        spec.get("from-velero") is True,
     )
 
 

@@ -489,3 +489,27 @@ def test_a_locked_down_controller_refuses_a_restore_that_names_no_service_accoun
         refused = wait_for(restores, kube, ctl_ns, name, condition="Ready", status="False")["status"]
         assert refused["phase"] == "Failed" and says in refused["message"], refused
     assert kube.get(NAMESPACES, None, namespace) is None, "nothing restored"
+
+
+def test_a_restore_reads_a_velero_backup_of_a_storage_location(run, kube, crds, make, namespace, restores, ctl_ns,
+                                                                controller, tmp_path):  # fmt: skip
+    """spec.from-velero: the backup is a Velero backup of the storage the Restore names (its Velero layout); every
+    status comes back, as from a native backup."""
+    from tests.velerotar import tarball
+
+    kc = crds.resolve("kc")
+    for i in range(2):
+        make(cr(KC, "KubernetesCluster", f"k-{i}", status=kc_status(i)), namespace)
+    objects = [("kubernetesclusters.xyz.example.com", kube.get(kc, namespace, f"k-{i}")) for i in range(2)]
+    objects.append(("namespaces", kube.get(NAMESPACES, None, namespace)))
+    delete_namespace(kube, namespace)
+    bsl = tmp_path / "velero-bucket"
+    (bsl / "backups" / "daily-1").mkdir(parents=True)
+    tarball(bsl / "backups" / "daily-1" / "daily-1.tar.gz", objects)
+    kube.create(restores, ctl_ns, restore_body("r-velero", backup="daily-1", storage=str(bsl),
+                                               **{"from-velero": True}))  # fmt: skip
+    controller(ctl_ns)
+
+    done = wait_for(restores, kube, ctl_ns, "r-velero")["status"]
+    assert done["phase"] == "Complete", done
+    assert [kube.get(kc, namespace, f"k-{i}")["status"] for i in range(2)] == [kc_status(0), kc_status(1)]
