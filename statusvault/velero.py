@@ -45,6 +45,7 @@ from statusvault.archive.format import (
 )
 from statusvault.archive.stream import TarStream
 from statusvault.backup import BackupEngine, BackupRequest, BackupResult
+from statusvault.backup.engine import crd_defines
 from statusvault.errors import ArchiveError, BackupNotFoundError
 from statusvault.kinds import CRDS
 from statusvault.kube.discovery import Discovery
@@ -66,7 +67,6 @@ class VeleroBackup:
     label: str
     format_version: str = ""
     objects: dict[str, dict[tuple[str, str], KubeObject]] = dataclasses.field(default_factory=dict)
-    namespaced: dict[str, bool] = dataclasses.field(default_factory=dict)
     other_versions: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # left out, by resource
     left_out: int = 0  # objects of other API versions
 
@@ -74,10 +74,17 @@ class VeleroBackup:
     def total(self) -> int:
         return sum(len(o) for o in self.objects.values())
 
+    def left_out_note(self) -> str:
+        """What a command's line adds about the other API versions left out ("" when there were none)."""
+        return f"; {self.left_out} object(s) of other API versions left out" if self.left_out else ""
+
     def types(self) -> list[ResourceType]:
         """Each resource's type as its objects and the backup's CRDs describe it (`custom`: a CRD of the backup
         defines it; `has_status`: its CRD has the status subresource, else an object carries a status)."""
-        defined = {_crd_defines(c): c for c in self.objects.get(CRDS.qualified, {}).values()}
+        defined: dict[str, KubeObject] = {}
+        for definition in self.objects.get(CRDS.qualified, {}).values():
+            group, plural = crd_defines(definition)
+            defined[f"{plural}.{group}"] = definition
         out = []
         for qualified, objects in sorted(self.objects.items()):
             first = next(iter(objects.values()))
@@ -85,7 +92,7 @@ class VeleroBackup:
             resource = qualified.split(".", 1)[0]
             crd = defined.get(qualified)
             has_status = _status_subresource(crd, version) if crd else any("status" in o for o in objects.values())
-            namespaced = self.namespaced[qualified]
+            namespaced = bool(next(iter(objects))[0])  # one scope per resource (_check_types)
             kind = str(first["kind"])
             out.append(ResourceType(group, version, resource, kind, namespaced, has_status, crd is not None, ("list",)))
         return out
@@ -122,7 +129,6 @@ def read_tarball(path: Path) -> VeleroBackup:
                 obj = _object(tar.read(member), name, place)
                 held = preferred if version else classic
                 held.setdefault(place[0], {})[(place[1], place[2])] = obj
-                backup.namespaced[place[0]] = bool(place[1]) or backup.namespaced.get(place[0], False)
     except OSError as e:
         raise ArchiveError(f"cannot read Velero backup {path.name}: {e}") from None
     if not backup.format_version:
@@ -197,11 +203,6 @@ def _check_types(backup: VeleroBackup) -> None:
         namespaced = {bool(ns) for ns, _ in objects}
         if len(namespaced) > 1:
             raise ArchiveError(f"Velero backup {backup.label} has {shown(qualified)} both namespaced and not")
-
-
-def _crd_defines(crd: KubeObject) -> str:
-    spec = crd.get("spec") or {}
-    return f"{(spec.get('names') or {}).get('plural', '')}.{spec.get('group', '')}"
 
 
 def _status_subresource(crd: KubeObject, version: str) -> bool:

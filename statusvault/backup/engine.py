@@ -360,7 +360,7 @@ def _records(stream: _Stream, page: list[KubeObject]) -> list[Record]:
     rt, sel = stream.rt, stream.selection
     records = []
     for obj in page:
-        if stream.crd_filter is not None and _crd_defines(obj) not in stream.crd_filter:
+        if stream.crd_filter is not None and crd_defines(obj) not in stream.crd_filter:
             continue
         if not rt.is_crd and not name_matches(obj["metadata"].get("name", ""), sel.names):
             continue
@@ -400,6 +400,7 @@ def split_by_namespace(client: KubeApi, rt: ResourceType, selector: str) -> list
     return list(namespaces)
 
 
-def _crd_defines(crd: KubeObject) -> tuple[str, str]:
+def crd_defines(crd: KubeObject) -> tuple[str, str]:
+    """(group, plural) of the resource a CRD defines."""
     spec = crd.get("spec") or {}
     return spec.get("group", ""), (spec.get("names") or {}).get("plural", "")

@@ -397,7 +397,7 @@ def _verify_velero(store: ObjectStore, source: str, output: str) -> None:
 
     with velero.imported(source, store) as (temp, native, read):
         report = catalog.verify(temp, native)
-    left = f"; {read.left_out} object(s) of other API versions left out" if read.left_out else ""
+    left = read.left_out_note()
     data = {"name": source, "ok": report.ok, "veleroFormat": read.format_version, "objects": read.total,
             "otherVersionsLeftOut": read.left_out}  # fmt: skip
     emit(data, output, f"Velero backup {source}: OK (format {read.format_version}, {read.total} objects checked{left})")
@@ -482,7 +482,7 @@ def import_velero(app: App, args: ImportArgs) -> None:
         name = validate_backup_name(args.name or velero.native_name(path.name))
         result = velero.import_backup(read, store, name, key=args.keys(), signer=args.signer())
     totals = result.manifest["totals"]
-    left = f"; {read.left_out} object(s) of other API versions left out" if read.left_out else ""
+    left = read.left_out_note()
     text = (
         f"Imported Velero backup {args.source} (format {read.format_version}) as {result.name}: "
         f"{totals['objects']} objects ({totals['withStatus']} with status){left} -> {result.storage}"

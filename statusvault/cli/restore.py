@@ -265,7 +265,7 @@ def _restore_velero(app: App, args: RestoreArgs, store: ObjectStore, unpause: bo
 
     source = args.backup_name
     with velero.imported(source, store) as (temp, name, read):
-        left = f"; {read.left_out} object(s) of other API versions left out" if read.left_out else ""
+        left = read.left_out_note()
         click.echo(f"restoring Velero backup {source} (format {read.format_version}, {read.total} objects){left}",
                    err=True)  # fmt: skip
         _run_restore(app, args, temp, name, unpause, lineage=f"velero-{name}")
