@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -36,8 +38,31 @@ def store(request, tmp_path) -> ObjectStore:
 
 @pytest.fixture(params=["local", "s3", "memory+cas"])
 def conditional_store(request, tmp_path) -> ObjectStore:
-    """Each kind of store that writes conditionally (put_if): all but the bare protocol in memory."""
-    return _store(request, tmp_path)
+    """Each kind of store that writes conditionally (put_if): all but the bare protocol in memory. moto's
+    in-process S3 checks If-None-Match and then stores, unlocked, so two threads can both pass the check; S3
+    decides each conditional write atomically, so here every call is made one at a time, as S3 would order them."""
+    store = _store(request, tmp_path)
+    if isinstance(store, S3Store):
+        store.client = _OneAtATime(store.client)
+    return store
+
+
+class _OneAtATime:
+    """A boto3 client whose calls are served one at a time (see conditional_store)."""
+
+    def __init__(self, client: Any):
+        self._client, self._lock = client, threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def serialised(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attr(*args, **kwargs)
+
+        return serialised
 
 
 def _store(request, tmp_path) -> ObjectStore:
