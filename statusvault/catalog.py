@@ -173,6 +173,7 @@ def describe(store: ObjectStore, name: str) -> dict[str, Any]:
         "lock": lock.to_dict() if lock else None,
         "encryption": _keys_of(encryption) if encryption else None,
         "signature": signing.describe(manifest),
+        "dependencies": manifest.get("dependencies"),
     }
 
 

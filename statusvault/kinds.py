@@ -7,6 +7,8 @@ from statusvault.model import CRD_GROUP, CRD_RESOURCE, ResourceType
 NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, has_status=True)
 PODS = ResourceType("", "v1", "pods", "Pod", namespaced=True, has_status=True)
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", namespaced=True)
+SECRETS = ResourceType("", "v1", "secrets", "Secret", namespaced=True)
+SERVICES = ResourceType("", "v1", "services", "Service", namespaced=True, has_status=True)
 EVENTS = ResourceType("", "v1", "events", "Event", namespaced=True)
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 CRDS = ResourceType(

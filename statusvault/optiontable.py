@@ -33,7 +33,7 @@ _RESTORE = (
 _BACKUP = (
     *_STORAGE, *_SELECTION, "--all-namespaces", "--include-crds", "--page-size", "--list-concurrency", "--processes",
     "--output", "--schedule", "--encryption-key-file", "--kms-key-id", "--signing-key-file", "--signing-kms-key-id",
-    "--lock-mode", "--lock-for", "--legal-hold",
+    "--lock-mode", "--lock-for", "--legal-hold", "--with-dependencies", "--allow-plaintext-secrets",
     "--metrics-textfile", "--metrics-pushgateway",
 )  # fmt: skip
 _MOVE = (

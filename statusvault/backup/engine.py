@@ -20,11 +20,13 @@ from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import Keyring, Keys, context, sealed_field
 from statusvault.archive.format import ENVELOPE_FORMAT_VERSION
 from statusvault.archive.signing import Signer
+from statusvault.backup.closure import DependencyCollector
 from statusvault.backup.listers import ListJob, list_in_worker
 from statusvault.backup.selection import select_resources
 from statusvault.backup.spools import InOrder, Record, Spool
+from statusvault.dependencies import PROJECT_RULES, default_on
 from statusvault.errors import BackupStoppedError, ConfigError, KubeApiError, LeaseLostError
-from statusvault.kinds import NAMESPACES
+from statusvault.kinds import NAMESPACES, SECRETS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import Request
@@ -148,6 +150,9 @@ class BackupRequest:
     listers: WorkerSpec | None = None  # worker processes that list; None (or one process): this process's threads
     progress: Progress = dataclasses.field(default_factory=NullProgress)
     compresslevel: int = 3
+    # what the selected objects need comes with them (backup/closure.py); None: where a project's rules say so
+    with_dependencies: bool | None = None
+    allow_plaintext_secrets: bool = False  # Secret data may be archived without encryption
     # set to stop the backup before it lands (the controller: its Backup resource was deleted); nothing is kept
     cancel: threading.Event | None = None
 
@@ -172,6 +177,8 @@ class BackupEngine:
         started = time.monotonic()
         created_at = dt.datetime.now(dt.UTC)
         types = select_resources(self.discovery, selection)  # unknown names fail here, before any write
+        if any(rt.qualified == SECRETS.qualified for rt in types) and self.plaintext_secrets:
+            raise ConfigError(f"--include-resources names secrets, and {self.plaintext_secrets}")
         _check_namespaces(self.client, self.discovery, selection.namespaces)
         for kek in self.keyring.keks:
             kek.ref()  # a KMS key that cannot be found or read fails here, before any write
@@ -214,12 +221,15 @@ class BackupEngine:
             for ns in self._scopes(rt, selection)
         ]
         data_key = Key.generate() if self.keyring else None
+        collector = self._collector(types)
         with target.open_write(archive_key(name)) as sink:
             writer = ArchiveWriter(sink, self.request.compresslevel, mtime=created_at.timestamp(), key=data_key)
             try:
-                summaries = self._write(writer, streams, lease)
+                summaries = self._write(writer, streams, lease, collector)
                 manifest = self._manifest(name, selection, summaries, writer, created_at)
                 manifest["schedule"] = schedule
+                if collector is not None:
+                    manifest["dependencies"] = collector.closure.to_dict()
                 if data_key is not None:
                     manifest["formatVersion"] = ENVELOPE_FORMAT_VERSION
                     manifest["encryption"] = data_key.describe()  # the archive's own copy: no wrappings
@@ -236,6 +246,31 @@ class BackupEngine:
             manifest[signing.FIELD] = signing.sign(manifest, signing.BACKUP, self.request.signer)
         return manifest
 
+    @property
+    def plaintext_secrets(self) -> str:
+        """Why Secret data may not be archived ("": it may): a backup in clear is read by whoever reads the store."""
+        if self.keyring or self.request.allow_plaintext_secrets:
+            return ""
+        return (
+            "the backup is not encrypted: encrypt it (--encryption-key-file or --kms-key-id), or say it may be "
+            "stored in clear with --allow-plaintext-secrets"
+        )
+
+    def _collector(self, types: list[ResourceType]) -> DependencyCollector | None:
+        """What follows the selected objects' dependencies, when asked, or when a project's rules say so."""
+        projects = tuple(default_on(types))
+        wanted = self.request.with_dependencies
+        if wanted is False or (wanted is None and not projects):
+            return None
+        if wanted is None:
+            log.info(
+                "following dependencies, as the rules of %s say (--no-with-dependencies: not)", ", ".join(projects)
+            )
+        selected = {rt.qualified for rt in types}
+        return DependencyCollector(
+            self.client, self.discovery, selected, PROJECT_RULES, self.plaintext_secrets, projects
+        )
+
     def _scopes(self, rt: ResourceType, sel: Selection) -> list[str | None]:
         """The LIST streams of one type, in archive order: each -n namespace, or the whole cluster; a large
         cluster-wide type is split by namespace when LISTs run in parallel (the same order: etcd's key order)."""
@@ -245,9 +280,12 @@ class BackupEngine:
             return [None]
         return split_by_namespace(self.client, rt, "" if rt.is_crd else sel.label_selector)
 
-    def _write(self, writer: ArchiveWriter, streams: list[_Stream], lease: WriterLease) -> list[ResourceSummary]:
+    def _write(
+        self, writer: ArchiveWriter, streams: list[_Stream], lease: WriterLease, deps: DependencyCollector | None
+    ) -> list[ResourceSummary]:
         """Every stream's objects into the archive, in order, while later streams are listed ahead (in this
-        process's threads, or in worker processes); stops once another run has taken the name over."""
+        process's threads, or in worker processes), then their dependencies; stops once another run has taken the
+        name over."""
         summaries: dict[str, ResourceSummary] = {}
         with contextlib.ExitStack() as stack:
             produce: Callable[[_Stream, int, Spool], None] = self._list
@@ -268,6 +306,8 @@ class BackupEngine:
                         raise lease.lost_error()
                     self._check_cancel()
                     writer.add(path, data)
+                    if deps is not None:
+                        deps.see(rt, data)
                     summary.count += 1
                     summary.with_status += flags & WITH_STATUS
                     summary.terminating += (flags & TERMINATING) >> 1
@@ -278,7 +318,36 @@ class BackupEngine:
                     self.progress.finish()
                     log.info("backed up %d %s", summary.count, rt.qualified)
                     pause_point("backup.type-archived")
+        if deps is not None:
+            self._write_dependencies(writer, deps, summaries, lease)
         return list(summaries.values())
+
+    def _write_dependencies(
+        self,
+        writer: ArchiveWriter,
+        deps: DependencyCollector,
+        summaries: dict[str, ResourceSummary],
+        lease: WriterLease,
+    ) -> None:
+        """The dependencies after the selected objects: each type's objects together, as the archive keeps them."""
+
+        def write(rt: ResourceType, path: str, obj: KubeObject) -> None:
+            if lease.lost.is_set():
+                raise lease.lost_error()
+            self._check_cancel()
+            summary = summaries.get(rt.qualified)
+            if summary is None:
+                summary = summaries[rt.qualified] = ResourceSummary(rt)
+            terminating = "deletionTimestamp" in (obj.get("metadata") or {})
+            summary.with_status += bool(obj.get("status")) and not rt.is_crd
+            writer.add(path, prepare_object(obj))
+            summary.count += 1
+            summary.terminating += terminating
+
+        closure = deps.write(write)
+        log.info("backed up %d dependencies (%d references to objects that do not exist)",
+                 sum(closure.written.values()), len(closure.missing))  # fmt: skip
+        pause_point("backup.dependencies-archived")
 
     def _check_cancel(self) -> None:
         cancel = self.request.cancel

@@ -15,6 +15,7 @@ from statusvault.backup import LIST_CONCURRENCY, BackupEngine, BackupRequest, de
 from statusvault.backup.listers import default_list_processes
 from statusvault.cli.app import App
 from statusvault.cli.options import (
+    DependencyArgs,
     KeysArgs,
     LockArgs,
     MetricsArgs,
@@ -23,6 +24,7 @@ from statusvault.cli.options import (
     StorageArgs,
     TrustedKeysArgs,
     cluster_resources_option,
+    dependency_options,
     keys_options,
     lock_options,
     metrics_options,
@@ -35,6 +37,7 @@ from statusvault.cli.options import (
 )
 from statusvault.cli.output import emit, human_size, table
 from statusvault.cli.watchviews import is_watch, verify_watch
+from statusvault.dependencies import Reference
 from statusvault.errors import ArchiveError, BackupExistsError
 from statusvault.processes import WorkerSpec
 from statusvault.storage.base import (
@@ -48,7 +51,7 @@ from statusvault.storage.base import (
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class BackupArgs(StorageArgs, SelectionArgs, KeysArgs, SigningArgs, LockArgs, MetricsArgs):
+class BackupArgs(StorageArgs, SelectionArgs, KeysArgs, SigningArgs, LockArgs, MetricsArgs, DependencyArgs):
     name: str | None
     page_size: int
     list_concurrency: int
@@ -144,6 +147,7 @@ class DeleteArgs(StoredArgs):
     envvar="STATUSVAULT_SCHEDULE",
     help="Name of the schedule this run belongs to (names the backup, labels metrics).",
 )
+@dependency_options
 @keys_options
 @signing_options
 @lock_options
@@ -211,6 +215,8 @@ def backup_request(app: App, args: BackupArgs, name: str, store: ObjectStore) ->
         lock=args.lock(dt.datetime.now(dt.UTC)),
         page_size=args.page_size,
         list_concurrency=args.list_concurrency,
+        with_dependencies=args.with_dependencies,
+        allow_plaintext_secrets=args.allow_plaintext_secrets,
         listers=WorkerSpec(
             kubeconfig=app.kubeconfig,
             context=app.worker_context(),
@@ -298,9 +304,29 @@ def describe(app: App, args: DescribeArgs) -> None:
             *_protection(data),
             "",
             table(["RESOURCE", "KIND", "STATUS-SUBRESOURCE", "OBJECTS", "WITH STATUS"], rows),
+            *dependency_graph(data.get("dependencies")),
         ]
     )
     emit(data, args.output, text)
+
+
+def dependency_graph(deps: Any, limit: int = 200) -> list[str]:
+    """describe's and a dry run's view of the dependencies: each object, what brought it and how."""
+    if not isinstance(deps, dict) or not isinstance(deps.get("edges"), list):
+        return []
+    rows = []
+    for edge in deps["edges"][:limit]:
+        e = Reference.from_list(edge)
+        rows.append((str(e.target), str(e.source), e.via))
+    more = len(deps["edges"]) - len(rows)
+    missing = [Reference.from_list(m) for m in deps.get("missing") or ()]
+    return [
+        "",
+        f"Dependencies: {deps.get('objects', 0)} object(s)",
+        table(["DEPENDENCY", "NEEDED BY", "REFERENCE"], rows) if rows else "(none)",
+        *([f"... and {more} more reference(s) (-o json lists them all)"] if more > 0 else []),
+        *(f"missing: {m.target} ({m.via} of {m.source}) does not exist" for m in missing[:20]),
+    ]
 
 
 def _protection(data: dict[str, Any]) -> list[str]:

@@ -233,6 +233,30 @@ def lock_options(f: F) -> F:
     )
 
 
+def dependency_options(f: F) -> F:
+    return _apply(
+        f,
+        [
+            click.option(
+                "--with-dependencies/--no-with-dependencies",
+                default=None,
+                envvar="STATUSVAULT_WITH_DEPENDENCIES",
+                help="Also back up what the selected custom resources need: the objects they own (any depth), the "
+                "Secrets and ConfigMaps their spec names (as their CRD's schema says), and what a project's rules tie "
+                "to them (docs/dependencies.md), each recorded with the reference that brought it. [default: on for "
+                "Cluster API and CloudNativePG objects, whose rules say so; else off]",
+            ),
+            click.option(
+                "--allow-plaintext-secrets",
+                is_flag=True,
+                envvar="STATUSVAULT_ALLOW_PLAINTEXT_SECRETS",
+                help="Let an unencrypted backup hold Secret data (refused by default: whoever reads the store reads "
+                "them).",
+            ),
+        ],
+    )
+
+
 def output_option(f: F) -> F:
     return click.option(
         "-o",
@@ -523,6 +547,14 @@ class LockArgs:
         if until is None and not self.legal_hold:
             return None
         return ObjectLock(mode.upper() if mode and until is not None else "", until, self.legal_hold)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DependencyArgs:
+    """--with-dependencies and --allow-plaintext-secrets (dependency_options)."""
+
+    with_dependencies: bool | None
+    allow_plaintext_secrets: bool
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

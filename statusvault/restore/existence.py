@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 from statusvault.errors import KubeApiError
-from statusvault.kinds import NAMESPACES
+from statusvault.kinds import CONFIGMAPS, NAMESPACES, SECRETS
 from statusvault.kube.api import KubeApi
 from statusvault.model import ResourceType
 from statusvault.restore.writes import abandoned, status_written, written_by
@@ -46,6 +47,20 @@ class ExistenceIndex:
         managedFields say (an object without managedFields says nothing: not counted)."""
         return name in self._statusless.get((rt.group, rt.resource, namespace), set())
 
+    def differs(self, rt: ResourceType, namespace: str, name: str, saved: dict[str, Any]) -> bool:
+        """Whether an existing object's content differs from the backup's (a Secret's or ConfigMap's data and type,
+        else its spec): one GET; neither side is ever printed."""
+        try:
+            live = self.client.get(rt, namespace or None, name)
+        except KubeApiError as e:
+            if e.code != 403:
+                raise
+            return False  # may not read it: nothing to compare
+        if live is None:
+            return False
+        fields = CONTENT if rt.qualified in (SECRETS.qualified, CONFIGMAPS.qualified) else ("spec",)
+        return any(live.get(f) != saved.get(f) for f in fields)
+
     def _list(self, rt: ResourceType, namespace: str) -> set[str]:
         if not rt.version:
             return set()
@@ -76,3 +91,4 @@ class ExistenceIndex:
 
 
 _UNLISTABLE: set[str] = set()
+CONTENT = ("data", "binaryData", "type")  # a Secret's or ConfigMap's content, as compared

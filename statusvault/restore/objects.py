@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from statusvault.dependencies import move_reference
 from statusvault.errors import KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH, MERGE_PATCH
@@ -237,6 +238,8 @@ class ObjectRestorer:
         body["apiVersion"] = rt.api_version
         if rt.namespaced:
             body["metadata"]["namespace"] = item.namespace
+        for path in self.opts.references.get((item.rt.qualified, item.source_namespace, item.name), ()):
+            move_reference(body, path, self.opts.mapping)  # a dependency it names in a mapped namespace moved too
         return body
 
     def _request_type(self, item: PlanItem, obj: KubeObject) -> ResourceType:

@@ -30,6 +30,11 @@ class RestoreOptions:
     modifiers: Modifiers | None = None  # restore-time patches (only their digest is in the repr, the state key)
     order: Order | None = None  # --order: groups and gates (only the groups' digest is in the repr)
     allow_privileged: tuple[str, ...] = ()  # privileged types the restore may write when named (restore/trust.py)
+    # fields of objects (as archived: resource.group, namespace, name) that name a dependency in another namespace:
+    # moved with --namespace-mapping (dependencies.py); the backup's, not the user's: not part of the state key
+    references: Mapping[tuple[str, str, str], tuple[str, ...]] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @property
     def mapping(self) -> dict[str, str]:

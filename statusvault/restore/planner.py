@@ -14,6 +14,7 @@ import orjson
 
 from statusvault.archive import ArchiveReader, parse_member_path
 from statusvault.archive.format import checked_object
+from statusvault.dependencies import OWNED_BUILTINS, SECRET, DependencyIndex, taken_secret
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.kinds import CRD_QUALIFIED, NAMESPACES
 from statusvault.kube.discovery import Discovery
@@ -30,6 +31,19 @@ BARE_SEQ = 1 << 40  # a streamed plan numbers the namespaces it adds from here: 
 
 HELD_STEP = "restore.stream-held"  # pause point (statusvault/pausepoints.py): a selection's first match, held items
 Sink = Callable[[PlanItem, "dict[str, Any] | None"], None]  # a streamed restore's writer: each item as decided
+
+
+def dependency_index(manifest: dict[str, Any]) -> DependencyIndex | None:
+    """The backup's dependency graph (None: it has none); a malformed one is refused as the manifest is."""
+    try:
+        return DependencyIndex.of(manifest)
+    except ValueError as e:
+        raise ArchiveError(f"the backup's manifest is malformed: {e}") from e
+
+
+# Built-in types a dependency may be of and be restored unnamed, from an authenticated backup (a Secret: not a
+# service account token): what a rule brings; anything else needs --include-resources, as without the graph.
+DEPENDENCY_TYPES = frozenset(rt.qualified for rt in OWNED_BUILTINS)
 
 
 def manifest_types(manifest: dict[str, Any]) -> list[ResourceType]:
@@ -272,6 +286,8 @@ def build_plan(
         crds = {parse_member_path(p).name for p, _ in reader.file_entries() if p.startswith(prefix)}
     planner = _Planner(RestorePlan(backup, head, path), options, _Decider(options, types, live, crds), exists, single)
     planner.sink = sink
+    planner.deps = dependency_index(head)
+    planner.authenticated = bool(getattr(reader, "authenticated", False))
     try:
         if not reader.walk_first(planner.add):
             for member, data in reader.objects():  # checks every hash, and that nothing is missing or extra
@@ -309,6 +325,12 @@ class _Planner:
         self.left_out: Counter[str] = Counter()  # objects of built-in types the restore was not asked for
         self.privileged: dict[str, int] = {}  # privileged types written as allowed: objects
         self.crds_kept: list[str] = []  # existing CRDs not replaced (policy update without the allowance)
+        self.deps: DependencyIndex | None = None  # the backup's dependency graph
+        self.authenticated = False  # whether the archive is authenticated (encrypted, or signed and verified)
+        self.planned: set[tuple[str, str, str]] = set()  # with a graph: what the plan takes, as archived
+        self.deps_taken: Counter[str] = Counter()  # objects restored as dependencies, by type
+        self.deps_left_out: Counter[str] = Counter()  # dependencies not restored, by why
+        self.deps_differ: list[str] = []  # existing dependencies kept as they are although the backup's differ
 
     def add(self, path: str, key: ObjectKey, obj: dict[str, Any]) -> None:
         decider, sel = self.decider, self.opts.selection
@@ -318,10 +340,11 @@ class _Planner:
         cat = _category(rt)
         if cat == Category.CRD and self.learn_crds:
             decider.crds_in_backup.add(key.name)
+        dependency = False
         if cat != Category.CRD and not decider.resource_selected(key.qualified):
-            if not decider.include and key.qualified not in decider.exclude:
-                self.left_out[key.qualified] += 1
-            return
+            dependency = self._dependency(key, obj)
+            if not dependency:
+                return
         if not decider.in_scope(cat, key):
             return
         if obj.get("kind") != rt.kind:
@@ -336,7 +359,14 @@ class _Planner:
                     return
                 self.named.update(matched)
         item = _plan_item(key.qualified, obj, cat, decider, self.exists)
-        self._trusted(item)
+        if self.deps is not None:
+            self.planned.add((key.qualified, key.namespace, key.name))
+            if dependency:
+                self._dependency_item(item, obj)
+        if dependency:
+            self.deps_taken[key.qualified] += 1
+        else:
+            self._trusted(item)
         if self.opts.order is not None and cat not in (Category.CRD, Category.NAMESPACE):
             item.group = self.opts.order.group_of(key.qualified, meta.get("labels") or {})
         self.matched += cat != Category.CRD or CRD_QUALIFIED in decider.include
@@ -348,6 +378,40 @@ class _Planner:
             self.plan.add(item, owners)
             return
         self._stream(item, obj, owners)
+
+    def _dependency(self, key: ObjectKey, obj: dict[str, Any]) -> bool:
+        """Whether an object of a type the restore was not asked for comes as a dependency of what it restores: the
+        backup's graph says an object in the plan brought it; it is custom, or of a type a rule brings (restore/
+        trust.py: only from an authenticated backup). Else it is counted as left out, and why."""
+        decider = self.decider
+        brought = self.deps.brought_by((key.qualified, key.namespace, key.name)) if self.deps is not None else []
+        if key.qualified in decider.exclude:
+            return False
+        if not brought or not any(source in self.planned for source in brought):
+            if not decider.include:
+                self.left_out[key.qualified] += 1
+            return False
+        if decider.custom(key.qualified):
+            return True
+        if key.qualified not in DEPENDENCY_TYPES:
+            why = f"{key.qualified}: not a type a dependency is restored as unnamed"
+        elif not self.authenticated:
+            why = f"{key.qualified}: the backup is not authenticated (encrypt or sign it)"
+        elif key.qualified == SECRET and not taken_secret(obj):
+            why = f"{key.qualified}: a service account token"
+        else:
+            return True
+        self.deps_left_out[why] += 1
+        return False
+
+    def _dependency_item(self, item: PlanItem, obj: dict[str, Any]) -> None:
+        """A dependency is written before what refers to it (depth -1: the first wave of its category; one owned
+        by an object in the plan still follows its owner); an existing one that differs is reported, kept."""
+        item.depth = -1
+        if item.action == Action.SKIP_EXISTS:
+            differs = getattr(self.exists, "differs", None)  # restore/existence.py: one GET, data never printed
+            if differs is not None and differs(item.rt, item.namespace, item.name, obj):
+                self.deps_differ.append(item.display)
 
     def _trusted(self, item: PlanItem) -> None:
         """An existing CRD or Namespace is updated only when allowed (a CRD's schema decides every object of its
@@ -416,6 +480,18 @@ class _Planner:
         for qualified, n in sorted(self.privileged.items()):
             why = trust.PRIVILEGED.get(qualified, "cluster-scoped built-in")
             out.append(f"privileged: {n} object(s) of {qualified} ({why}), as --allow-privileged-resources allows")
+        if self.deps_left_out:
+            whys = "; ".join(f"{why} ({n})" for why, n in sorted(self.deps_left_out.items()))
+            out.append(
+                f"left out {sum(self.deps_left_out.values())} dependency object(s): {whys}; name their types with "
+                "--include-resources (and --allow-privileged-resources) to restore them"
+            )
+        if self.deps_differ:
+            shown = ", ".join(self.deps_differ[:5]) + (" ..." if len(self.deps_differ) > 5 else "")
+            out.append(
+                f"kept {len(self.deps_differ)} existing dependency object(s) that differ from the backup: {shown}; "
+                "--existing-resource-policy update replaces them"
+            )
         if self.crds_kept:
             out.append(
                 f"kept {len(self.crds_kept)} existing CRD(s) and Namespace(s) as they are (policy update): "

@@ -27,7 +27,7 @@ from statusvault.restore.fencing import Action, FencePlan
 from statusvault.restore.journal import Journal
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.plan import RestorePlan
-from statusvault.restore.planner import Sink, build_plan, manifest_types, resolve_resource_options
+from statusvault.restore.planner import Sink, build_plan, dependency_index, manifest_types, resolve_resource_options
 from statusvault.restore.results import RestoreReport
 from statusvault.restore.scaledown import Pauser, ReplicaLedger, Workload, resolve_workloads
 from statusvault.restore.servedtypes import ServedTypes
@@ -172,6 +172,7 @@ def streamable(req: RestoreRequest, reader: ArchiveReader) -> bool:
     one that matches nothing still fails before any write.)"""
     opts, summary = req.options, reader.summary or {}
     needs_plan = opts.dry_run != "none" or opts.fence != "none" or opts.order is not None or req.unpause
+    needs_plan |= bool(summary.get("dependencies"))  # a dependency is written before what refers to it
     by_default = reader.authenticated and summary_objects(summary) > STREAM_ABOVE
     wanted = req.stream if req.stream is not None else by_default
     planned_first = not wanted or needs_plan
@@ -265,9 +266,14 @@ def _resolved(
 ) -> tuple[RestoreRequest, str]:
     """The request with its resource options read against the backup and the cluster, and its state's key."""
     summary = reader.summary if isinstance((reader.summary or {}).get("resources"), dict) else None
-    opts = resolve_resource_options(req.options, manifest_types(summary or reader.head()), discovery)
+    head = summary or reader.head()
+    opts = resolve_resource_options(req.options, manifest_types(head), discovery)
     content = () if req.lineage else (reader.sha256,)
     key = state_key(req.lineage or req.backup, (req.store.url, *content, client.server), opts)
+    if opts.mapping:
+        deps = dependency_index(head)
+        if deps is not None and deps.fields:
+            opts = dataclasses.replace(opts, references={k: tuple(v) for k, v in deps.fields.items()})
     return dataclasses.replace(req, options=opts), key
 
 

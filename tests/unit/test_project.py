@@ -80,7 +80,7 @@ LAYERS = (
     ("__version__", "errors", "model", "rfc3339", "progress", "metrics", "throttle", "pausepoints"),
     ("kinds", "labels", "transforms", "logs", "optiontable", "retention"),
     ("storage", "kube"),
-    ("archive", "schedule", "writerlease", "processes"),
+    ("archive", "schedule", "writerlease", "processes", "dependencies"),
     ("backup", "catalog", "kms"),
     ("restore", "keys", "velero"),
     ("controller", "move"),
