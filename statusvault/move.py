@@ -6,10 +6,12 @@ leave the source paused (or delete what was moved). The same command resumes a m
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import hashlib
 import logging
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,10 @@ from typing import Any
 import orjson
 
 from statusvault import catalog
+from statusvault.archive.crypto import Key
 from statusvault.backup import BackupEngine, BackupRequest
 from statusvault.backup.selection import select_resources
+from statusvault.dependencies import default_on
 from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
@@ -57,6 +61,9 @@ class MoveRequest:
     state_dir: Path | None = None
     parallel: int = 8
     delete_source: bool = False
+    # what the moved objects need moves with them (backup/closure.py); None: where a project's rules say so
+    with_dependencies: bool | None = None
+    key: Key | None = None  # the record's own key, when it holds dependencies (record_key)
 
 
 @dataclasses.dataclass
@@ -97,6 +104,7 @@ def run_move(req: MoveRequest) -> MoveReport:
     """Run the move, or resume it: its backup (the record) exists only from a run that got past the backup
     phase and was not aborted since."""
     name = request_name(req)
+    req = dataclasses.replace(req, key=record_key(req, name))
     report = MoveReport(name)
     restore = _target_restore(req, name)
     options = restore.options
@@ -107,9 +115,9 @@ def run_move(req: MoveRequest) -> MoveReport:
         _backup(req, name)
     report.restore = run_restore(req.target.client, req.target.discover, restore)
     if report.restore.succeeded:
-        report.verify_problems = verify(req.target.client, req.target.discover(True), req.store, name, options)
+        report.verify_problems = verify(req.target.client, req.target.discover(True), req.store, name, options, req.key)
     if report.succeeded and req.delete_source:
-        report.source_deleted, report.source_kept = delete_source(req.source, req.store, name)
+        report.source_deleted, report.source_kept = delete_source(req.source, req.store, name, req.key)
     return report
 
 
@@ -131,7 +139,34 @@ def _target_restore(req: MoveRequest, name: str) -> RestoreRequest:
     """The restore into the target: the backup is the selection already, so it takes all of it (the CRDs it took
     among them), each object created paused with the marker the source was paused with."""
     options = dataclasses.replace(req.options, pause=_source_pause(req), selection=Selection())
-    return RestoreRequest(store=req.store, backup=name, options=options, state_dir=req.state_dir, parallel=req.parallel)
+    return RestoreRequest(
+        store=req.store, backup=name, options=options, state_dir=req.state_dir, parallel=req.parallel, key=req.key
+    )
+
+
+KEYS_DIR = "move-keys"
+
+
+def record_key(req: MoveRequest, name: str) -> Key | None:
+    """The key of a move's record when it holds the moved objects' dependencies (None: it holds none): made for the
+    move and kept in its state directory (0600), so that a resumed or aborted move reads it. Encrypted with it, the
+    record is authenticated: its Secrets, ConfigMaps and Services come as dependencies (docs/dependencies.md)."""
+    wanted = req.with_dependencies
+    if wanted is None:
+        wanted = bool(default_on(select_resources(req.source.discover(False), req.selection)))
+    if not wanted:
+        return None
+    if req.state_dir is None:
+        return Key.generate()  # no state kept: a re-run starts a fresh move
+    path = req.state_dir / KEYS_DIR / f"{name}.key"
+    if path.exists():
+        return Key.from_file(path)
+    secret = os.urandom(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(base64.b64encode(secret))
+    return Key(secret)
 
 
 def _source_pause(req: MoveRequest) -> PauseOptions:
@@ -161,6 +196,7 @@ def abort_move(req: MoveRequest) -> AbortReport:
     starts a fresh move, never resumes a stale backup), then unpause the source. Refused once an object of the
     move is live in the target: the source's operator would manage it too."""
     report = AbortReport(request_name(req))
+    req = dataclasses.replace(req, key=record_key(req, report.name))
     if req.store.exists(manifest_key(report.name)):
         restore = _target_restore(req, report.name)
         manager = unfinished_manager(req.target.client, req.target.discover, restore)
@@ -230,14 +266,18 @@ def _backup(req: MoveRequest, name: str) -> None:
     """The move's record; what a killed run's backup left is replaced, one a live run is writing refused (the
     engine's writer lease)."""
     selection = dataclasses.replace(req.selection, include_crds=True)  # the target may not have them
-    record = BackupRequest(store=req.store, name=name, selection=selection)
+    record = BackupRequest(
+        store=req.store, name=name, selection=selection, key=req.key, with_dependencies=req.key is not None
+    )
     BackupEngine(req.source.client, req.source.discover(False), record).run()
 
 
-def verify(client: KubeApi, discovery: Discovery, store: ObjectStore, name: str, opts: RestoreOptions) -> list[str]:
+def verify(
+    client: KubeApi, discovery: Discovery, store: ObjectStore, name: str, opts: RestoreOptions, key: Key | None = None
+) -> list[str]:
     """Read back every object of the backup from the target: it must exist, and carry its saved status."""
     problems = []
-    with open_backup(store, name) as reader:
+    with open_backup(store, name, key) as reader:
         for _, data in reader.objects():
             problem = _check(client, discovery, data, opts)
             if problem:
@@ -265,11 +305,11 @@ def _check(client: KubeApi, discovery: Discovery, data: bytes, opts: RestoreOpti
     return ""
 
 
-def delete_source(source: Cluster, store: ObjectStore, name: str) -> tuple[int, list[str]]:
+def delete_source(source: Cluster, store: ObjectStore, name: str, key: Key | None = None) -> tuple[int, list[str]]:
     """Delete in the source exactly the objects the move backed up (by UID): never one created or replaced
     there since. Returns how many were deleted and the objects left alone."""
     deleted, kept = 0, []
-    for rt, obj in _backed_up(source.discover(False), store, name):
+    for rt, obj in _backed_up(source.discover(False), store, name, key):
         meta = obj["metadata"]
         live = source.client.get(rt, meta.get("namespace"), meta["name"])
         if live is None:
@@ -298,9 +338,11 @@ def _delete_exact(cluster: Cluster, obj: KubeObject) -> int:
     return 1
 
 
-def _backed_up(discovery: Discovery, store: ObjectStore, name: str) -> Iterator[tuple[ResourceType, KubeObject]]:
+def _backed_up(
+    discovery: Discovery, store: ObjectStore, name: str, key: Key | None
+) -> Iterator[tuple[ResourceType, KubeObject]]:
     """The custom resources (CRDs aside) of the move's backup, as they were in the source."""
-    with open_backup(store, name) as reader:
+    with open_backup(store, name, key) as reader:
         for _, data in reader.objects():
             obj = orjson.loads(data)
             group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
@@ -316,7 +358,7 @@ def _target_copies(req: MoveRequest, name: str, manager: str) -> tuple[list[Kube
     discovery = req.target.discover(True)
     pause = _source_pause(req)
     ours, live = [], []
-    for rt, obj in _backed_up(discovery, req.store, name):
+    for rt, obj in _backed_up(discovery, req.store, name, req.key):
         meta = obj["metadata"]
         ns = map_namespace(meta.get("namespace", ""), req.options.mapping) if rt.namespaced else ""
         copy = req.target.client.get(rt, ns or None, meta["name"])

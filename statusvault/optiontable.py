@@ -40,7 +40,7 @@ _MOVE = (
     "--from-kubeconfig", "--from-context", "--to-kubeconfig", "--to-context", *_STORAGE, *_SELECTION,
     "--namespace-mapping", "--allow-privileged-resources", "--pause", "--pause-annotation", "--pause-field",
     "--pause-resources", "--fence", "--fence-exclude", "--modifiers", "--backup-name", "--parallel",
-    "--delete-source", "--yes", "--abort", "--state-dir", "--output", "--strict",
+    "--delete-source", "--yes", "--abort", "--state-dir", "--output", "--strict", "--with-dependencies",
 )  # fmt: skip
 _WATCH = (
     *_STORAGE, *_SELECTION, "--all-namespaces", "--include-crds", "--base-interval", "--flush-interval",

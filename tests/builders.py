@@ -113,8 +113,9 @@ def resource_type(
     )
 
 
-def write_archive(path, entries, *, format_version: str = "1.0"):
-    """Write an archive of (ResourceType, object) pairs the way a backup does; return the path."""
+def write_archive(path, entries, *, format_version: str = "1.0", manifest: dict[str, Any] | None = None):
+    """Write an archive of (ResourceType, object) pairs the way a backup does, its manifest with `manifest`'s
+    fields too; return the path."""
     import orjson
 
     from statusvault.archive import ArchiveWriter, member_path
@@ -134,6 +135,7 @@ def write_archive(path, entries, *, format_version: str = "1.0"):
                 "name": "t",
                 "resources": {q: s.to_dict() for q, s in summaries.items()},
                 "totals": {"objects": sum(s.count for s in summaries.values())},
+                **(manifest or {}),
             }
         )
     return path

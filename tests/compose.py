@@ -4,6 +4,7 @@ model (tests/refmodel.py), and what a row does to a cluster: reset it, read it b
 
 from __future__ import annotations
 
+import base64
 import copy
 import dataclasses
 import json
@@ -12,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from statusvault.errors import KubeApiError
-from statusvault.kinds import CRDS
+from statusvault.kinds import CRDS, SECRETS
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, install_crds
@@ -72,8 +73,10 @@ class World:
         v, a, b = f"{self.group}/v1", self.a, self.b
         ready, pending, gold, silver = {"phase": "Ready"}, {"phase": "Pending"}, {"tier": "gold"}, {"tier": "silver"}
         provider = {"forProvider": {"region": "eu-west-1"}}
+        creds, conn = self.secret_names  # what g-a1 and p-1 name (p-1 is cluster-scoped: its reference says where)
         out = [
-            (a, cr(v, "Gizmo", "g-a1", spec={"size": 1, **provider}, status={**ready, "id": "ga1"}, labels=gold)),
+            (a, cr(v, "Gizmo", "g-a1", spec={"size": 1, **provider, "credentialsSecretRef": {"name": creds}},
+                   status={**ready, "id": "ga1"}, labels=gold)),
             (a, cr(v, "Gizmo", "g-a2", spec={"size": 2}, status={**ready, "id": "ga2"}, labels=silver,
                    annotations={"statusvault.io/restore-status": "false"})),
             (a, cr(v, "Gizmo", "g-a3", spec={"size": 3}, labels=gold)),
@@ -85,7 +88,8 @@ class World:
             (b, cr(v, "Gizmo", "g-b2", spec={"size": 6, **provider}, status={**ready, "id": "gb2"}, labels=silver)),
             (b, cr(v, "Relic", "r-b1", spec={"era": 3}, status={**ready, "id": "rb1"},
                    annotations={"statusvault.io/restore-status": "true"})),
-            ("", cr(v, "Pool", "p-1", spec={"cap": 1}, status={**ready, "id": "p1"}, labels=gold)),
+            ("", cr(v, "Pool", "p-1", spec={"cap": 1, "connectionSecretRef": {"name": conn, "namespace": b}},
+                    status={**ready, "id": "p1"}, labels=gold)),
             ("", cr(v, "Pool", "p-2", spec={"cap": 2}, status={**pending, "id": "p2"}, labels=silver)),
             ("", cr(v, "Pool", "p-3", spec={"cap": 3, **provider})),
         ]  # fmt: skip
@@ -93,6 +97,23 @@ class World:
             if ns:
                 obj["metadata"]["namespace"] = ns
         return [obj for _, obj in out]
+
+    @property
+    def secret_names(self) -> tuple[str, str]:
+        """The Secrets the world's objects name (a backup --with-dependencies takes them): g-a1's, in a, and p-1's
+        (cluster-scoped: its reference names namespace b)."""
+        return f"{self.a}-creds", f"{self.b}-conn"
+
+    def secrets(self) -> list[tuple[dict[str, Any], refmodel.Key]]:
+        """Each Secret, with the object (as archived) whose reference brings it."""
+
+        def secret(name: str, ns: str) -> dict[str, Any]:
+            data = {"password": base64.b64encode(name.encode()).decode()}
+            return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}, "data": data}
+
+        creds, conn = self.secret_names
+        return [(secret(creds, self.a), (f"gizmos.{self.group}", self.a, "g-a1")),
+                (secret(conn, self.b), (f"pools.{self.group}", "", "p-1"))]  # fmt: skip
 
     def existing(self, mapping: dict[str, str]) -> list[dict[str, Any]]:
         """Objects already in the target, where the restore would put theirs: four drifted from the backup and
@@ -183,7 +204,15 @@ def observe(kube: KubeClient, world: World) -> refmodel.Target:
             for obj in page:
                 meta = obj["metadata"]
                 objects[(q, meta.get("namespace", ""), meta["name"])] = _live(obj)
+    for secret in _secrets(kube, world):
+        meta = secret["metadata"]
+        objects[(SECRETS.qualified, meta["namespace"], meta["name"])] = refmodel.secret_live(secret)
     return refmodel.Target(served, objects)
+
+
+def _secrets(kube: KubeClient, world: World) -> list[dict[str, Any]]:
+    """The world's Secrets, wherever a restore put them."""
+    return [o for page in kube.list_pages(SECRETS) for o in page if o["metadata"]["name"] in world.secret_names]
 
 
 def _live(obj: dict[str, Any]) -> refmodel.Live:
@@ -222,6 +251,8 @@ def reset(kube: KubeClient, world: World, crds: str = "all") -> None:
         for page in kube.list_pages(rt):
             for obj in page:
                 kube.delete(rt, obj["metadata"].get("namespace"), obj["metadata"]["name"])
+    for secret in _secrets(kube, world):
+        kube.delete(SECRETS, secret["metadata"]["namespace"], secret["metadata"]["name"])
     _wait(lambda: not observe(kube, world).objects, "objects gone")
 
 

@@ -104,8 +104,27 @@ class Expected:
     left_paused: int = 0  # ... and left paused (--keep-paused, or the run failed)
 
 
-def restore(backup: list[dict[str, Any]], types: list[Type], opts: Options, before: Target) -> Expected:
-    """What restoring `backup` (custom objects only; every type's CRD is in it) with `opts` into `before` must do."""
+SECRETS = "secrets"
+Dependency = tuple[dict[str, Any], Key]  # a Secret the backup took, and the object (as archived) that named it
+
+
+def secret_live(secret: dict[str, Any]) -> Live:
+    """A Secret as the model sees it: its data and labels."""
+    return Live(secret.get("data"), None, secret["metadata"].get("labels") or {}, {})
+
+
+def restore(
+    backup: list[dict[str, Any]],
+    types: list[Type],
+    opts: Options,
+    before: Target,
+    dependencies: list[Dependency] = (),  # type: ignore[assignment]
+    authenticated: bool = False,
+) -> Expected:
+    """What restoring `backup` (custom objects only; every type's CRD is in it) with `opts` into `before` must do;
+    with the Secrets the backup took as dependencies (docs/dependencies.md): each comes, before what names it,
+    when the object that named it is restored from an authenticated backup (encrypted, or signed and verified), and
+    a reference that names a mapped namespace moves with it."""
     by_kind = {t.kind: t for t in types}
     chosen = [(by_kind[o["kind"]], o) for o in backup if selected(types, o, opts)]
     user_selection = opts.namespaces or opts.include or opts.selector or opts.names
@@ -120,6 +139,8 @@ def restore(backup: list[dict[str, Any]], types: list[Type], opts: Options, befo
     for t, obj in chosen:
         key = (t.qualified, opts.mapping.get(_ns(obj), _ns(obj)) if t.namespaced else "", obj["metadata"]["name"])
         desired = opts.modify(copy.deepcopy(obj), _ns(obj)) if opts.modify else copy.deepcopy(obj)
+        if dependencies:
+            _move_references(desired.get("spec"), opts.mapping)
         saved = desired.get("status") or None
         wanted = saved is not None and _wants_status(t, obj, opts)
         crd_updated = opts.policy == "update" and opts.replace_crds and _crd_comes(t, opts) and not opts.dry_run
@@ -142,6 +163,12 @@ def restore(backup: list[dict[str, Any]], types: list[Type], opts: Options, befo
             after.objects[key] = _live(desired, saved if wanted and not rejected else None, marker)
             paused += [key] if marker else []
         lacking |= {key} if rejected and results[key] != "skipped" else set()
+    if authenticated and not opts.dry_run:
+        restored = {(t.qualified, _ns(o), o["metadata"]["name"]) for t, o in chosen}
+        for secret, source in dependencies:
+            ns, name = secret["metadata"]["namespace"], secret["metadata"]["name"]
+            if source in restored and (not opts.namespaces or ns in opts.namespaces):
+                after.objects[(SECRETS, opts.mapping.get(ns, ns), name)] = secret_live(secret)
     if opts.gated and not opts.dry_run and any(k[0] in opts.gated and (r == "failed" or k in lacking)
                                                for k, r in results.items()):  # fmt: skip
         return _stopped_at_gate(before, after, results, lacking, paused, wants, opts)
@@ -190,6 +217,13 @@ def move(
         if obj not in moved or not (delete_source and restored.code == 0):
             after.objects[key] = _live(obj, obj.get("status") or None, marker)
     return Moved(restored.code, after, restored.target, restored.results, paused)
+
+
+def _move_references(spec: Any, mapping: Mapping[str, str]) -> None:
+    """A `...SecretRef` that names a namespace names its mapped one."""
+    for key, value in (spec or {}).items() if isinstance(spec, dict) else ():
+        if key.endswith("SecretRef") and isinstance(value, dict) and value.get("namespace") in mapping:
+            value["namespace"] = mapping[value["namespace"]]
 
 
 def _type_taken(t: Type, opts: Options) -> bool:

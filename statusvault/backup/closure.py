@@ -70,6 +70,7 @@ class DependencyCollector:
         rules: tuple[LabelRule, ...],
         secrets_allowed: str,
         projects: tuple[str, ...] = (),
+        with_crds: bool = False,
     ):
         self.client, self.discovery, self.selected, self.rules = client, discovery, selected, rules
         self.secrets_allowed = secrets_allowed  # "" when Secret data may be archived; else why not (the refusal)
@@ -78,12 +79,18 @@ class DependencyCollector:
         self.labelled: dict[tuple[str, str, str], Reference] = {}  # (namespace, label, value or "") -> edge proto
         self.namespaces: set[str] = set()  # where selected objects and referenced objects live
         self._fields: dict[str, list[RefField] | None] = {}
+        self.with_crds = with_crds  # the CRDs of the custom types taken come too (as the selected types' do)
+        self.crds: set[str] = set()  # CRDs archived
+        self.refused: set[tuple[str, str, str]] = set()  # found, never taken (service account tokens)
         self.closure = Closure(projects=projects)
 
     def see(self, rt: ResourceType, data: bytes) -> None:
         """A selected object, in its archived form (parsed again: the archive's writer has only its bytes)."""
         obj = orjson.loads(data)
         key = object_key(rt, obj)
+        if rt.is_crd:
+            self.crds.add(key.name)
+            return
         meta = obj.get("metadata") or {}
         uid = meta.get("uid")
         if isinstance(uid, str) and uid:
@@ -118,6 +125,7 @@ class DependencyCollector:
         Secrets, ConfigMaps and Services they own, name or a project's rule ties to them."""
         owned = self._owned_custom()
         for rt in sorted(owned, key=lambda t: t.qualified):
+            self._write_crd(rt, write)
             self._write_type(rt, functools.partial(_owned_by, owned[rt]), write)
         for rt in OWNED_BUILTINS:
             served = self.discovery.by_qualified(rt.qualified)
@@ -125,12 +133,22 @@ class DependencyCollector:
                 self._write_type(served, self._builtin_reason(served), write)
         taken = {_triple(e.target) for e in self.closure.edges}
         for target, refs in sorted(self.named.items()):
-            if target not in taken:
+            if target not in taken and target not in self.refused:
                 self.closure.missing += refs[:1]
         if self.closure.missing:
             log.warning("%d referenced object(s) do not exist: %s", len(self.closure.missing),
                         ", ".join(str(r.target) for r in self.closure.missing[:5]))  # fmt: skip
         return self.closure
+
+    def _write_crd(self, rt: ResourceType, write: Write) -> None:
+        """The CRD of a custom type taken as a dependency, before its objects, unless archived already."""
+        crd_type = self.discovery.by_qualified(CRDS.qualified)
+        if not self.with_crds or crd_type is None or rt.qualified in self.crds:
+            return
+        crd = self.client.get(CRDS, None, rt.qualified)
+        if crd is not None:
+            self.crds.add(rt.qualified)
+            write(crd_type, member_path(ObjectKey(crd_type.qualified, "", rt.qualified)), crd)
 
     def _owned_custom(self) -> dict[ResourceType, dict[str, Reference]]:
         """The unselected custom resources that selected objects own, at any depth (from metadata-only LISTs):
@@ -227,6 +245,7 @@ class DependencyCollector:
         if rt.qualified == SECRET:
             if not taken_secret(obj):
                 log.info("left out %s: a service account token is never taken as a dependency", edge.target)
+                self.refused.add(_triple(edge.target))
                 return
             if self.secrets_allowed:
                 raise ConfigError(

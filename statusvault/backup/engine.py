@@ -267,8 +267,9 @@ class BackupEngine:
                 "following dependencies, as the rules of %s say (--no-with-dependencies: not)", ", ".join(projects)
             )
         selected = {rt.qualified for rt in types}
+        crds = self.request.selection.include_crds
         return DependencyCollector(
-            self.client, self.discovery, selected, PROJECT_RULES, self.plaintext_secrets, projects
+            self.client, self.discovery, selected, PROJECT_RULES, self.plaintext_secrets, projects, with_crds=crds
         )
 
     def _scopes(self, rt: ResourceType, sel: Selection) -> list[str | None]:

@@ -54,6 +54,7 @@ class MoveArgs(StorageArgs, RestoreOptionArgs):
     strict: bool
     state_dir: str
     output: str
+    with_dependencies: bool | None
 
 
 @click.command("move")
@@ -70,6 +71,13 @@ class MoveArgs(StorageArgs, RestoreOptionArgs):
 @cluster_resources_option
 @click.option("--namespace-mapping", multiple=True, metavar="OLD:NEW,...", help="Move into other namespaces.")
 @allow_privileged_option
+@click.option(
+    "--with-dependencies/--no-with-dependencies",
+    default=None,
+    help="Move what the moved custom resources need too (owned objects, the Secrets and ConfigMaps they name, "
+    "project rules: docs/dependencies.md); the move's record is then encrypted with a key of its own, kept in "
+    "--state-dir. [default: on for Cluster API and CloudNativePG objects; else off]",
+)
 @click.option("--pause", type=click.Choice(["auto"]), default="auto", show_default=True, help="Pause markers.")
 @click.option(
     "--pause-annotation", default="", metavar="KEY=VALUE", help="Pause --pause-resources with this annotation."
@@ -133,6 +141,7 @@ def move_request(app: App, args: MoveArgs, source: Cluster, target: Cluster) -> 
         state_dir=Path(args.state_dir),
         parallel=args.parallel,
         delete_source=args.delete_source,
+        with_dependencies=args.with_dependencies,
     )
 
 

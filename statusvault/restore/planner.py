@@ -340,17 +340,20 @@ class _Planner:
         cat = _category(rt)
         if cat == Category.CRD and self.learn_crds:
             decider.crds_in_backup.add(key.name)
-        dependency = False
+        dependency = self._brought(key)  # the dependency of an object the restore takes: its selection is theirs
         if cat != Category.CRD and not decider.resource_selected(key.qualified):
-            dependency = self._dependency(key, obj)
             if not dependency:
+                if not decider.include and key.qualified not in decider.exclude:
+                    self.left_out[key.qualified] += 1
+                return
+            if not self._dependency_allowed(key, obj):
                 return
         if not decider.in_scope(cat, key):
             return
         if obj.get("kind") != rt.kind:
             raise ArchiveError(f"{path} holds an object whose kind, namespace or name does not match its path")
         meta = obj["metadata"]
-        if cat not in (Category.CRD, Category.NAMESPACE):
+        if cat not in (Category.CRD, Category.NAMESPACE) and not dependency:
             if not decider.selector(meta.get("labels") or {}):
                 return
             if sel.names:
@@ -379,19 +382,18 @@ class _Planner:
             return
         self._stream(item, obj, owners)
 
-    def _dependency(self, key: ObjectKey, obj: dict[str, Any]) -> bool:
-        """Whether an object of a type the restore was not asked for comes as a dependency of what it restores: the
-        backup's graph says an object in the plan brought it; it is custom, or of a type a rule brings (restore/
-        trust.py: only from an authenticated backup). Else it is counted as left out, and why."""
-        decider = self.decider
-        brought = self.deps.brought_by((key.qualified, key.namespace, key.name)) if self.deps is not None else []
-        if key.qualified in decider.exclude:
+    def _brought(self, key: ObjectKey) -> bool:
+        """Whether the backup's graph says an object this restore takes brought this one (an excluded type never
+        comes)."""
+        if self.deps is None or key.qualified in self.decider.exclude:
             return False
-        if not brought or not any(source in self.planned for source in brought):
-            if not decider.include:
-                self.left_out[key.qualified] += 1
-            return False
-        if decider.custom(key.qualified):
+        return any(source in self.planned for source in self.deps.brought_by((key.qualified, key.namespace, key.name)))
+
+    def _dependency_allowed(self, key: ObjectKey, obj: dict[str, Any]) -> bool:
+        """Whether a dependency of a type the restore was not asked for may come: custom, or of a type a rule brings
+        from an authenticated backup (restore/trust.py), never a service account token. Else it is counted as left
+        out, and why."""
+        if self.decider.custom(key.qualified):
             return True
         if key.qualified not in DEPENDENCY_TYPES:
             why = f"{key.qualified}: not a type a dependency is restored as unnamed"

@@ -49,6 +49,8 @@ from statusvault.testing.benchcore import (
     with_bytecode,
     write_all,
 )
+from statusvault.testing.benchdeps import measure_dependencies
+from statusvault.testing.benchdeps import table as deps_table
 from statusvault.testing.benchgo import go_list, go_write, goref_binary
 from statusvault.testing.benchreport import report
 from statusvault.testing.benchscale import first_write, keys, measure_scale
@@ -104,12 +106,14 @@ def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
         results["planning"] = measure_planning(env, int(os.environ.get("BENCH_PLAN_N", "100000")), work)
     if only("scale"):
         results["scale"] = measure_scale(http, env, work)
+    if only("dependencies"):
+        results["dependencies"] = measure_dependencies(http, env, n, work)
     return results
 
 
 def only(section: str) -> bool:
-    """BENCH_ONLY=backup,restore,planning,scale,firstwrite runs just those sections (all by default; firstwrite is
-    part of restore)."""
+    """BENCH_ONLY=backup,restore,planning,scale,firstwrite,dependencies runs just those sections (all by default;
+    firstwrite is part of restore)."""
     chosen = os.environ.get("BENCH_ONLY", "")
     return not chosen or section in chosen.split(",")
 
@@ -348,6 +352,8 @@ def main() -> int:
     table = report(results)
     if "scale" in results:
         table += "\n\n" + scale_table(results["scale"])
+    if "dependencies" in results:
+        table += "\n\n" + deps_table(results["dependencies"])
     print(table)
     out.parent.mkdir(parents=True, exist_ok=True)
     previous = json.loads(out.read_text()) if out.exists() else {}

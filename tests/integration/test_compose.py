@@ -33,7 +33,7 @@ import pytest
 from statusvault.archive import signing
 from statusvault.cli.main import main
 from statusvault.errors import ExitStatus
-from statusvault.kinds import CRDS, NAMESPACES
+from statusvault.kinds import CRDS, NAMESPACES, SECRETS
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.optiontable import CONFLICTS
@@ -134,6 +134,14 @@ def record_watch(cluster: Any, storage: str, name: str, lease_ns: str, include: 
 class Backed:
     ctx: Context
     objects: list[dict[str, Any]]  # as the server held them when backed up
+    dependencies: list[refmodel.Dependency]  # the Secrets the backups (not the watches) took with the objects
+
+    def expected(self, row: Row, ctx: Context, before: refmodel.Target) -> refmodel.Expected:
+        """What the model says the row's restore must do: a backup's dependencies come from an authenticated one
+        (encrypted, or signed and verified); a watch has none."""
+        deps = [] if row["at"] else self.dependencies
+        authenticated = bool(row["encryption"]) or bool(row["signed"])
+        return refmodel.restore(self.objects, ctx.world.types, model_options(row, ctx), before, deps, authenticated)
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +152,8 @@ def backed(cluster, kube: KubeClient, tmp_path_factory: pytest.TempPathFactory, 
     for ns in (world.a, world.b):
         ensure_namespace(kube, ns)
     create_all(kube, world.objects())
+    for secret, _ in world.secrets():
+        kube.create(SECRETS, secret["metadata"]["namespace"], secret)
     objects = [o for ns in (world.a, world.b, None) for o in _listed(kube, world, ns)]
     ops = _operator(kube, world.group)
     key, other, modifiers = tmp / "key", tmp / "other-key", tmp / "modifiers.yaml"
@@ -158,12 +168,13 @@ def backed(cluster, kube: KubeClient, tmp_path_factory: pytest.TempPathFactory, 
     include = ",".join(world.qualified)
     for name, sealed in (("plain", ()), ("sealed", ("--encryption-key-file", str(key)))):
         sealed = (*sealed, "--signing-key-file", str(tmp / "signing.pem"))
+        deps = ("--with-dependencies", *(("--allow-plaintext-secrets",) if name == "plain" else ()))
         code, _, err = cli(cluster.kubeconfig, "backup", name, "--include-resources", include, "--storage", ctx.store,
-                           *sealed)  # fmt: skip
+                           *sealed, *deps)  # fmt: skip
         assert code == 0, err
         record_watch(cluster, ctx.store, f"w-{name}", world.a, include, *sealed)
     reset(kube, world)
-    yield Backed(ctx, objects)
+    yield Backed(ctx, objects, world.secrets())
     for ns in (world.a, world.b, ops):
         kube.delete(NAMESPACES, None, ns)
     d = discover(kube)
@@ -234,7 +245,7 @@ def test_a_restore_with_each_pair_of_option_values_leaves_what_the_model_says(ro
 
     result = run("restore", name, "--storage", ctx.store, "-o", "json", *args)
 
-    expected = refmodel.restore(backed.objects, world.types, model_options(row, ctx), before)
+    expected = backed.expected(row, ctx, before)
     where = f"row: {describe(row)}\nstderr: {result.err}"
     assert result.code == expected.code, where
     after = observe(kube, world)
@@ -258,7 +269,7 @@ def test_a_restore_with_each_pair_of_option_values_leaves_what_the_model_says(ro
         written = [i for i in report["items"] if i["status"] in ("written", "in-body", "mismatch")]
         assert report["statusesOverwritten"]["checked"] == len(written), where
     if expected.code == ExitStatus.PARTIAL_FAILURE and not row["dry_run"]:
-        fixed_and_run_again(row, backed.objects, ctx, before, run, kube, args, name)
+        fixed_and_run_again(row, backed, ctx, before, run, kube, args, name)
     elif expected.left_paused and expected.code == ExitStatus.SUCCESS:  # kept paused as asked
         unpaused(expected.target, run("unpause", name, "--storage", ctx.store, *args), kube, ctx, where)
 
@@ -279,13 +290,13 @@ def unpaused(target: refmodel.Target, result: Any, kube: KubeClient, ctx: Contex
     assert differences(released, observe(kube, ctx.world).objects) == {}, where
 
 
-def fixed_and_run_again(row: Row, objects: list, ctx: Context, before, run, kube, args: list[str], name: str) -> None:
+def fixed_and_run_again(row: Row, backed: Backed, ctx: Context, before, run, kube, args: list[str], name: str) -> None:
     """docs/user-guide.md: fix the cause and run the same command again; it finishes what is left (statuses the
     server refused, objects whose CRD was missing), and the cluster ends as if it had been right the first time."""
     fix(kube, ctx.world)
     result = run("restore", name, "--storage", ctx.store, "-o", "json", *args)
     right = dataclasses.replace(before, served=set(ctx.world.qualified), phases={})
-    expected = refmodel.restore(objects, ctx.world.types, model_options(row, ctx), right)
+    expected = backed.expected(row, ctx, right)
     where = f"run again after the fix: {describe(row)}\nstderr: {result.err}"
     assert result.code == expected.code == ExitStatus.SUCCESS, where
     assert differences(expected.target.objects, observe(kube, ctx.world).objects) == {}, where

@@ -10,18 +10,24 @@ a plaintext backup; from an unauthenticated one, dependencies of built-in types 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from statusvault.errors import ExitStatus
+from statusvault.errors import ExitStatus, KubeApiError
 from statusvault.kinds import CONFIGMAPS, NAMESPACES, SECRETS
+from statusvault.kube.client import KubeClient
+from statusvault.kube.discovery import discover
+from statusvault.kube.transport import load_transport
 from statusvault.testing.fixtures import create_with_status, install_crds
 from tests.builders import unique
 from tests.integration.crs.servers import delete_namespace, wait_gone
+from tests.killsteps import Pause, Request, kill_at
 
 pytestmark = pytest.mark.version_sensitive(
     "the projects' CRDs (CEL rules, defaults, pruning) are judged differently by each version"
@@ -173,8 +179,11 @@ class World:
 
 
 @pytest.fixture
-def world(kube, served, namespace) -> World:
-    return World(kube, served, namespace)
+def world(kube, served, namespace) -> Iterator[World]:
+    made = World(kube, served, namespace)
+    yield made
+    with contextlib.suppress(KubeApiError):  # cluster-scoped: gone with no namespace
+        kube.delete(made.rt(ROOTS[3]), None, made.role)
 
 
 def test_a_backup_with_dependencies_restores_what_each_resource_needs_and_nothing_else(run, kube, world, key_file):
@@ -257,3 +266,74 @@ def test_an_existing_dependency_is_kept_and_its_difference_reported(run, kube, w
     warnings = json.loads(restored.out)["warnings"]
     assert any("differ from the backup" in w and "web-tls" in w for w in warnings), warnings
     assert "bmV3" not in restored.out and "Y3J0" not in restored.out
+
+
+def test_a_move_takes_the_same_closure_and_keeps_its_record_encrypted(run, kube, cluster, target, world):
+    args = ["move", "--from-kubeconfig", str(cluster.kubeconfig), "--to-kubeconfig", str(target.kubeconfig)]
+    moved = run(*args, "-n", world.ns, "--include-resources", ",".join(ROOTS), "--include-cluster-resources",
+                "--with-dependencies", "-o", "json")  # fmt: skip
+
+    assert moved.code == ExitStatus.SUCCESS, moved.out + moved.err
+    target_kube = KubeClient(load_transport(str(target.kubeconfig)))
+    for name, saved in world.taken.items():
+        live = target_kube.get(SECRETS, world.ns, name)
+        assert live is not None and live["data"] == saved["data"], name
+    assert all(target_kube.get(SECRETS, world.ns, n) is None for n in world.not_taken)
+    status = target_kube.get(discover(target_kube).by_qualified(KCP), world.ns, "c1-cp")["status"]
+    assert status == world.statuses["kcp"]
+    record = json.loads(moved.out)["backup"]
+    described = run("describe", record, "-o", "json")
+    assert json.loads(described.out)["encryption"] is not None, "the record holds Secrets: encrypted with its own key"
+    assert (run.state / "move-keys" / f"{record}.key").stat().st_mode & 0o077 == 0, "its key is the user's alone"
+
+
+BACKUP_STEPS = {
+    "listing-dependencies": Request("GET", "/secrets"),  # the selected objects archived, their Secrets being listed
+    "dependencies-archived": Pause("backup.dependencies-archived"),  # every dependency archived, no manifest yet
+}
+
+
+def edges_of(run, name: str, world: World) -> set[tuple[str, ...]]:
+    """The backup's edges from or to the world's objects (the cluster holds other tests' Roles, cluster-scoped)."""
+    described = run("describe", name, "-o", "json")
+    assert described.code == 0, described.err
+    ours = (world.ns, world.role)
+    return {tuple(e) for e in json.loads(described.out)["dependencies"]["edges"] if e[1] in ours or e[5] in ours}
+
+
+@pytest.mark.parametrize("step", list(BACKUP_STEPS))
+def test_a_backup_killed_while_following_dependencies_ends_exact_with_the_same_command(
+    run, kube, world, key_file, proxied, tmp_path, step
+):
+    assert world.backup(run, "clean", "--with-dependencies", "--encryption-key-file", key_file).code == 0
+    proxy, kubeconfig = proxied(0.0)
+    args = ["--kubeconfig", str(kubeconfig), "backup", "b", "-n", world.ns, "--include-resources", ",".join(ROOTS),
+            "--include-cluster-resources", "--with-dependencies", "--encryption-key-file", key_file]  # fmt: skip
+    env = {"STATUSVAULT_STORAGE": str(run.storage), "STATUSVAULT_STATE_DIR": str(run.state)}
+
+    kill_at(BACKUP_STEPS[step], args, env, {"source": proxy}, tmp_path)
+    assert [b["name"] for b in json.loads(run("list", "-o", "json").out) if b["phase"] == "Completed"] == ["clean"]
+
+    again = run(*args[2:], kubeconfig=kubeconfig)
+    assert again.code == 0, again.err
+    assert run("verify", "b", "--encryption-key-file", key_file).code == 0
+    assert edges_of(run, "b", world) == edges_of(run, "clean", world)
+
+
+def test_a_restore_killed_among_the_dependencies_ends_exact_with_the_same_command(
+    run, kube, world, key_file, proxied, tmp_path
+):
+    assert world.backup(run, "deps", "--with-dependencies", "--encryption-key-file", key_file).code == 0
+    world.destroy()
+    proxy, kubeconfig = proxied(0.0)
+    args = ["--kubeconfig", str(kubeconfig), "restore", "deps", "--encryption-key-file", key_file, "--parallel", "2"]
+    env = {"STATUSVAULT_STORAGE": str(run.storage), "STATUSVAULT_STATE_DIR": str(run.state)}
+
+    kill_at(Request("POST", "/secrets", nth=3), args, env, {"source": proxy}, tmp_path)
+    assert kube.get(world.rt(ROOTS[0]), world.ns, "c1") is None, "dependencies are written first"
+
+    again = run(*args[2:], "-o", "json", kubeconfig=kubeconfig)
+    assert again.code == ExitStatus.SUCCESS, again.err
+    for name, saved in world.taken.items():
+        assert kube.get(SECRETS, world.ns, name)["data"] == saved["data"], name
+    assert world.read_statuses() == world.statuses
