@@ -22,7 +22,6 @@ from statusvault import catalog
 from statusvault.archive.crypto import Key
 from statusvault.backup import BackupEngine, BackupRequest
 from statusvault.backup.selection import select_resources
-from statusvault.dependencies import default_on
 from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
@@ -148,13 +147,10 @@ KEYS_DIR = "move-keys"
 
 
 def record_key(req: MoveRequest, name: str) -> Key | None:
-    """The key of a move's record when it holds the moved objects' dependencies (None: it holds none): made for the
-    move and kept in its state directory (0600), so that a resumed or aborted move reads it. Encrypted with it, the
-    record is authenticated: its Secrets, ConfigMaps and Services come as dependencies (docs/dependencies.md)."""
-    wanted = req.with_dependencies
-    if wanted is None:
-        wanted = bool(default_on(select_resources(req.source.discover(False), req.selection)))
-    if not wanted:
+    """The key of a move's record when it is asked to hold the moved objects' dependencies (None: not asked): made
+    for the move and kept in its state directory (0600), so that a resumed or aborted move reads it. Encrypted with
+    it, the record is authenticated: its Secrets, ConfigMaps and Services come as dependencies (dependencies.md)."""
+    if not req.with_dependencies:  # on by default (a project's rules): the record leaves their Secrets out
         return None
     if req.state_dir is None:
         return Key.generate()  # no state kept: a re-run starts a fresh move
@@ -267,7 +263,7 @@ def _backup(req: MoveRequest, name: str) -> None:
     engine's writer lease)."""
     selection = dataclasses.replace(req.selection, include_crds=True)  # the target may not have them
     record = BackupRequest(
-        store=req.store, name=name, selection=selection, key=req.key, with_dependencies=req.key is not None
+        store=req.store, name=name, selection=selection, key=req.key, with_dependencies=req.with_dependencies
     )
     BackupEngine(req.source.client, req.source.discover(False), record).run()
 

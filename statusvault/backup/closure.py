@@ -49,11 +49,13 @@ class Closure:
     missing: list[Reference] = dataclasses.field(default_factory=list)
     written: dict[str, int] = dataclasses.field(default_factory=dict)
     projects: tuple[str, ...] = ()
+    left_out: dict[str, int] = dataclasses.field(default_factory=dict)  # why -> objects not taken (default mode)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "objects": sum(self.written.values()),
             "projects": list(self.projects),
+            "leftOut": dict(self.left_out),
             "edges": [e.to_list() for e in self.edges],
             "missing": [e.to_list() for e in self.missing],
         }
@@ -69,7 +71,7 @@ class DependencyCollector:
         selected: set[str],
         rules: tuple[LabelRule, ...],
         secrets_allowed: str,
-        projects: tuple[str, ...] = (),
+        explicit: bool = True,
         with_crds: bool = False,
     ):
         self.client, self.discovery, self.selected, self.rules = client, discovery, selected, rules
@@ -82,7 +84,11 @@ class DependencyCollector:
         self.with_crds = with_crds  # the CRDs of the custom types taken come too (as the selected types' do)
         self.crds: set[str] = set()  # CRDs archived
         self.refused: set[tuple[str, str, str]] = set()  # found, never taken (service account tokens)
-        self.closure = Closure(projects=projects)
+        # asked for (--with-dependencies), or on by default: then only from the objects of projects whose rules say
+        # so, and what may not be listed or archived in clear is left out with a warning instead of failing the backup
+        self.explicit = explicit
+        self.projects: set[str] = set()  # on by default: the projects whose objects were seen
+        self.closure = Closure()
 
     def see(self, rt: ResourceType, data: bytes) -> None:
         """A selected object, in its archived form (parsed again: the archive's writer has only its bytes)."""
@@ -91,6 +97,11 @@ class DependencyCollector:
         if rt.is_crd:
             self.crds.add(key.name)
             return
+        if not self.explicit:
+            projects = {r.project for r in self.rules if r.on_by_default and r.applies(rt)}
+            if not projects:
+                return
+            self.projects |= projects
         meta = obj.get("metadata") or {}
         uid = meta.get("uid")
         if isinstance(uid, str) and uid:
@@ -120,9 +131,15 @@ class DependencyCollector:
             self._fields[rt.qualified] = schema_fields(crd_schema(crd, rt.version))
         return self._fields[rt.qualified]
 
+    @property
+    def following(self) -> bool:
+        """Whether dependencies are followed: asked for, or on by default and objects of such a project were seen."""
+        return self.explicit or bool(self.projects)
+
     def write(self, write: Write) -> Closure:
         """List and write the dependencies: the custom resources the selected ones own (any depth), then the
         Secrets, ConfigMaps and Services they own, name or a project's rule ties to them."""
+        self.closure.projects = tuple(sorted(self.projects))
         owned = self._owned_custom()
         for rt in sorted(owned, key=lambda t: t.qualified):
             self._write_crd(rt, write)
@@ -223,6 +240,12 @@ class DependencyCollector:
             except KubeApiError as e:
                 if e.code != 403:
                     raise
+                if not self.explicit:
+                    why = f"may not list {rt.qualified}"
+                    log.warning("dependencies in %s not followed: %s (%s); grant list on it, or give "
+                                "--no-with-dependencies", rt.qualified, why, e.reason)  # fmt: skip
+                    self.closure.left_out[why] = self.closure.left_out.get(why, 0) + 1
+                    return
                 raise ConfigError(
                     f"cannot back up the dependencies in {rt.qualified}: the API server refused to list it "
                     f"({e.code} {e.reason}); grant list on it, or leave out --with-dependencies"
@@ -245,6 +268,14 @@ class DependencyCollector:
         if rt.qualified == SECRET:
             if not taken_secret(obj):
                 log.info("left out %s: a service account token is never taken as a dependency", edge.target)
+                self.refused.add(_triple(edge.target))
+                return
+            if self.secrets_allowed and not self.explicit:
+                why = "Secret data in a backup not encrypted"
+                if not self.closure.left_out.get(why):
+                    log.warning("left out the Secrets the rules of %s bring: %s", ", ".join(sorted(self.projects)),
+                                self.secrets_allowed)  # fmt: skip
+                self.closure.left_out[why] = self.closure.left_out.get(why, 0) + 1
                 self.refused.add(_triple(edge.target))
                 return
             if self.secrets_allowed:

@@ -228,7 +228,7 @@ class BackupEngine:
                 summaries = self._write(writer, streams, lease, collector)
                 manifest = self._manifest(name, selection, summaries, writer, created_at)
                 manifest["schedule"] = schedule
-                if collector is not None:
+                if collector is not None and collector.following:
                     manifest["dependencies"] = collector.closure.to_dict()
                 if data_key is not None:
                     manifest["formatVersion"] = ENVELOPE_FORMAT_VERSION
@@ -257,19 +257,15 @@ class BackupEngine:
         )
 
     def _collector(self, types: list[ResourceType]) -> DependencyCollector | None:
-        """What follows the selected objects' dependencies, when asked, or when a project's rules say so."""
-        projects = tuple(default_on(types))
+        """What follows the selected objects' dependencies: when asked, or when a project's rules say so for the
+        objects of that project the backup meets."""
         wanted = self.request.with_dependencies
-        if wanted is False or (wanted is None and not projects):
+        if wanted is False or (wanted is None and not default_on(types)):
             return None
-        if wanted is None:
-            log.info(
-                "following dependencies, as the rules of %s say (--no-with-dependencies: not)", ", ".join(projects)
-            )
         selected = {rt.qualified for rt in types}
         crds = self.request.selection.include_crds
         return DependencyCollector(
-            self.client, self.discovery, selected, PROJECT_RULES, self.plaintext_secrets, projects, with_crds=crds
+            self.client, self.discovery, selected, PROJECT_RULES, self.plaintext_secrets, wanted is True, crds
         )
 
     def _scopes(self, rt: ResourceType, sel: Selection) -> list[str | None]:
@@ -345,6 +341,11 @@ class BackupEngine:
             summary.count += 1
             summary.terminating += terminating
 
+        if not deps.following:
+            return
+        if not deps.explicit:
+            log.info("following the dependencies of %s objects, as their rules say (--no-with-dependencies: not)",
+                     ", ".join(sorted(deps.projects)))  # fmt: skip
         closure = deps.write(write)
         log.info("backed up %d dependencies (%d references to objects that do not exist)",
                  sum(closure.written.values()), len(closure.missing))  # fmt: skip

@@ -76,7 +76,8 @@ class MoveArgs(StorageArgs, RestoreOptionArgs):
     default=None,
     help="Move what the moved custom resources need too (owned objects, the Secrets and ConfigMaps they name, "
     "project rules: docs/dependencies.md); the move's record is then encrypted with a key of its own, kept in "
-    "--state-dir. [default: on for Cluster API and CloudNativePG objects; else off]",
+    "--state-dir. [default: on for Cluster API and CloudNativePG objects, without their Secrets (the record is "
+    "not encrypted); else off]",
 )
 @click.option("--pause", type=click.Choice(["auto"]), default="auto", show_default=True, help="Pause markers.")
 @click.option(

@@ -244,7 +244,8 @@ def dependency_options(f: F) -> F:
                 help="Also back up what the selected custom resources need: the objects they own (any depth), the "
                 "Secrets and ConfigMaps their spec names (as their CRD's schema says), and what a project's rules tie "
                 "to them (docs/dependencies.md), each recorded with the reference that brought it. [default: on for "
-                "Cluster API and CloudNativePG objects, whose rules say so; else off]",
+                "the Cluster API and CloudNativePG objects met, whose rules say so, leaving out what may not be listed "
+                "or archived in clear with a warning; else off]",
             ),
             click.option(
                 "--allow-plaintext-secrets",

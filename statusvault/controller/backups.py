@@ -39,6 +39,8 @@ class BackupIntent:
     processes: int
     digest: str
     service_account: str = ""  # spec.serviceAccountName: whom the controller acts as ("": its default)
+    with_dependencies: bool | None = None  # spec.with-dependencies (None: where a project's rules say so)
+    allow_plaintext_secrets: bool = False  # spec.allow-plaintext-secrets
 
 
 def parse_backup(obj: KubeObject) -> BackupIntent:
@@ -71,7 +73,19 @@ def parse_backup(obj: KubeObject) -> BackupIntent:
         int(spec.get("processes") or 0) or default_list_processes(concurrency),
         spec_digest(obj),
         str(spec.get(crd.SERVICE_ACCOUNT) or "").strip(),
+        _flag(spec, "with-dependencies"),
+        bool(_flag(spec, "allow-plaintext-secrets")),
     )
+
+
+def _flag(spec: dict[str, Any], field: str) -> bool | None:
+    """A boolean field of the spec (true/false, or the strings); None when absent."""
+    value = spec.get(field)
+    if value is None or isinstance(value, bool):
+        return value
+    if str(value).lower() not in ("true", "false"):
+        raise ConfigError(f"spec.{field} must be true or false, not {value!r}")
+    return str(value).lower() == "true"
 
 
 def run_backup(
@@ -96,6 +110,8 @@ def run_backup(
         page_size=intent.page_size,
         list_concurrency=intent.list_concurrency,
         listers=dataclasses.replace(workers, processes=intent.processes),
+        with_dependencies=intent.with_dependencies,
+        allow_plaintext_secrets=intent.allow_plaintext_secrets,
         cancel=cancel,
     )
     try:

@@ -337,3 +337,22 @@ def test_a_restore_killed_among_the_dependencies_ends_exact_with_the_same_comman
     for name, saved in world.taken.items():
         assert kube.get(SECRETS, world.ns, name)["data"] == saved["data"], name
     assert world.read_statuses() == world.statuses
+
+
+def test_cluster_api_objects_bring_their_dependencies_unasked_but_never_secrets_in_clear(run, kube, world, key_file):
+    capi = ("-n", world.ns, "--include-resources", ROOTS[0])
+    sealed = run("backup", "sealed", *capi, "--encryption-key-file", key_file)
+    assert sealed.code == 0, sealed.err
+    taken = {e[2] for e in json.loads(run("describe", "sealed", "-o", "json").out)["dependencies"]["edges"]}
+    assert taken == {"c1-cp", "c1-ca", "c1-kubeconfig", "c1-etcd", "c1-files", "capi-extra"}, taken
+
+    plain = run("backup", "plain", *capi)
+    assert plain.code == 0 and "left out the Secrets the rules of cluster-api bring" in plain.err, plain.err
+    deps = json.loads(run("describe", "plain", "-o", "json").out)["dependencies"]
+    assert {e[2] for e in deps["edges"]} == {"c1-cp", "capi-extra"} and deps["projects"] == ["cluster-api"]
+    assert deps["leftOut"] == {"Secret data in a backup not encrypted": 4}, deps  # c1-ca, -kubeconfig, -etcd, -files
+
+    off = run("backup", "off", *capi, "--no-with-dependencies")
+    assert off.code == 0 and json.loads(run("describe", "off", "-o", "json").out)["dependencies"] is None
+    other = run("backup", "other", "-n", world.ns, "--include-resources", ROOTS[1])  # cert-manager: off by default
+    assert other.code == 0 and json.loads(run("describe", "other", "-o", "json").out)["dependencies"] is None
