@@ -83,7 +83,7 @@ LAYERS = (
     ("archive", "schedule", "writerlease", "processes", "dependencies"),
     ("backup", "catalog", "kms"),
     ("restore", "keys", "velero"),
-    ("controller", "move"),
+    ("controller", "move", "api"),
     ("watch",),
     ("cli",),
     ("testing",),

@@ -1,0 +1,57 @@
+"""The library face (docs/api.md) on the real server: its example runs as written; the verdict and errors are the
+CLI's."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from statusvault import api
+from statusvault.errors import ConfigError, ExitStatus
+from tests.builders import cr, kc_status, unique
+
+pytestmark = pytest.mark.version_neutral("the API calls the engines the CLI calls; crs/ guards them on every version")
+DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
+
+
+def example() -> str:
+    return re.search(r"```python\n(.*?)```", DOC.read_text(), re.S).group(1)
+
+
+def test_the_documented_example_runs_as_written(kube, crds, make, namespace, cluster, tmp_path):
+    for i in range(3):
+        make(cr("xyz.example.com/v1", "KubernetesCluster", f"k-{i}", status=kc_status(i)), namespace)
+    key_file = tmp_path / "key"
+    key_file.write_text(base64.b64encode(os.urandom(32)).decode())
+    target = unique("api")
+    names = {"kubeconfig": str(cluster.kubeconfig), "storage": str(tmp_path / "store"), "namespace": namespace,
+             "key_file": str(key_file), "target": target}  # fmt: skip
+
+    exec(example(), names)
+
+    kc = crds.resolve("kc")
+    assert [kube.get(kc, target, f"k-{i}")["status"] for i in range(3)] == [kc_status(i) for i in range(3)]
+    restored = names["restored"]
+    assert restored.report.counts()["results"]["created"] == 4 and restored.verdict.outcome == "done", (
+        "and its namespace"
+    )
+
+
+def test_the_verdict_and_errors_are_the_clis(kube, crds, make, namespace, cluster, tmp_path):
+    make(cr("xyz.example.com/v1", "KubernetesCluster", "k-0", status=kc_status(0)), namespace)
+    where = {"storage": str(tmp_path / "store"), "cluster": api.Cluster(str(cluster.kubeconfig))}
+    assert api.backup("b", namespace=namespace, **where).objects == 1
+    dry = api.restore("b", dry_run="client", **where)
+    assert dry.succeeded and dry.exit_status == ExitStatus.SUCCESS and dry.report.dry_run == "client"
+    with pytest.raises(ConfigError, match="--no-status and --status-include-resources cannot be combined") as e:
+        api.restore("b", no_status=True, status_include_resources="kc", **where)
+    assert e.value.exit_status == ExitStatus.USAGE
+    with pytest.raises(TypeError, match="unexpected option 'namespaces_typo'"):
+        api.restore("b", namespaces_typo="x", **where)
+    with pytest.raises(TypeError, match="unexpected option 'page_size'"):
+        api.backup("c", page_size=10, **where)  # a backup option the API does not offer
+    assert [b.name for b in api.list_backups_in(where["storage"])] == ["b"]
