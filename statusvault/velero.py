@@ -350,7 +350,7 @@ def imported(source: str, store: ObjectStore | None) -> Iterator[tuple[ObjectSto
         temp = LocalStore(Path(tmp))
         where = path.resolve() if Path(source).expanduser().is_file() or store is None else f"{store.url}#{source}"
         temp.url = f"velero:{where}"  # the journal's key names the Velero source: the same restore resumes
-        import_backup(backup, temp, name)
+        import_backup(backup, temp, name, allow_plaintext_secrets=True)  # as the Velero backup holds them: read once
         yield temp, name, backup
 
 

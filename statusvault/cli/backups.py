@@ -475,6 +475,7 @@ class ImportArgs(StorageArgs, KeysArgs, SigningArgs):
     source: str
     name: str | None
     velero_storage: str | None
+    allow_plaintext_secrets: bool
     output: str
 
 
@@ -490,6 +491,11 @@ class ImportArgs(StorageArgs, KeysArgs, SigningArgs):
 @storage_options
 @keys_options
 @signing_options
+@click.option(
+    "--allow-plaintext-secrets",
+    is_flag=True,
+    help="Let the native backup hold the Velero backup's Secrets without encryption (refused by default).",
+)
 @output_option
 @pass_args(ImportArgs)
 def import_velero(app: App, args: ImportArgs) -> None:
@@ -506,7 +512,14 @@ def import_velero(app: App, args: ImportArgs) -> None:
     with velero.source_path(args.source, bsl) as path:
         read = velero.read_tarball(path)
         name = validate_backup_name(args.name or velero.native_name(path.name))
-        result = velero.import_backup(read, store, name, key=args.keys(), signer=args.signer())
+        result = velero.import_backup(
+            read,
+            store,
+            name,
+            key=args.keys(),
+            signer=args.signer(),
+            allow_plaintext_secrets=args.allow_plaintext_secrets,
+        )
     totals = result.manifest["totals"]
     left = read.left_out_note()
     text = (

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from statusvault.errors import ExitStatus, KubeApiError
-from statusvault.kinds import CONFIGMAPS, NAMESPACES, SECRETS
+from statusvault.kinds import CONFIGMAPS, CRDS, NAMESPACES, SECRETS
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import load_transport
@@ -45,12 +45,18 @@ def condition(kind: str = "Ready") -> dict:
     return {"type": kind, "status": "True", "reason": "Available", "message": "ready", "lastTransitionTime": WHEN}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def served(kube, kube_version):
+    """The projects' CRDs, for this module only: 730 KB of schemas make every OpenAPI rebuild of the server (each CRD
+    another test creates) that much slower, so they are deleted at the end."""
     crds = [yaml.safe_load(p.read_text()) for p in sorted(VENDORED.glob("*.yaml"))]
     if kube_version == "1.20":  # 1.20 reads `default: ""` as null and refuses it; Cluster API itself needs >= 1.28
         crds = [without_empty_defaults(crd) for crd in crds]
-    return install_crds(kube, crds)
+    yield install_crds(kube, crds)
+    for crd in crds:
+        kube.delete(CRDS, None, crd["metadata"]["name"])
+    for crd in crds:
+        wait_gone(kube, CRDS, None, crd["metadata"]["name"])
 
 
 def without_empty_defaults(schema):
