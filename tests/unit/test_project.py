@@ -137,6 +137,26 @@ def test_cli_reference_is_current():
     assert (ROOT / "docs" / "cli.md").read_text() == render(), "run `make docs`"
 
 
+def test_the_architecture_places_every_module():
+    """Every module of the package is named in docs/architecture.md: by its path, or by its file name within its
+    package's entry of the module map (a package's name, then its modules' file names)."""
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    unplaced = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG)
+        if rel.name == "__init__.py":
+            continue
+        if rel.as_posix() in text:
+            continue
+        package = rel.parts[-2] + "/" if len(rel.parts) > 1 else ""
+        entry = text.find(package) if package else 0
+        if entry < 0 or not re.search(rf"\b{re.escape(rel.name)}\b", text[entry:]):
+            unplaced.append(rel.as_posix())
+    assert unplaced == [], "name them in docs/architecture.md's module map"
+
+
 def test_every_module_the_architecture_names_exists():
     """docs/architecture.md names modules as `dir/name.py` or `name.py` (within its module map's dir)."""
     import re
