@@ -57,6 +57,7 @@ INTENT_KEYS = RESTORE_KEYS | {
     "request",
     "modifiers",
     "serviceAccountName",
+    "from-velero",  # "true": `backup` is a Velero backup of `storage` (a Velero backup storage location)
 }
 MAX_INTENT_PROCESSES = 64
 
@@ -128,7 +129,15 @@ def parse_intent(cm: Mapping[str, Any]) -> Intent:
         data.get("modifiers", "").strip(),
         processes,
         service_account=data.get("serviceAccountName", "").strip(),
+        from_velero=_true_or_false(data, "from-velero"),
     )
+
+
+def _true_or_false(data: Mapping[str, str], key: str) -> bool:
+    value = data.get(key, "false").strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"{key} must be true or false, not {data[key]!r}")
+    return value == "true"
 
 
 def _processes(value: str) -> int:

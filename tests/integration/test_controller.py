@@ -198,3 +198,25 @@ def test_a_fence_auto_intent_fences_a_racing_operator_with_the_controllers_own_p
         op.stop()
         world.cleanup()
         kube.delete(NAMESPACES, None, ctl_ns)
+
+
+def test_an_intent_restores_a_velero_backup_of_a_storage_location(run, kube, crds, make, namespace, ctl_ns, tmp_path):
+    """data.from-velero: "true": the backup is a Velero backup of the storage the intent names (issue 39)."""
+    from tests.velerotar import tarball
+
+    kc = crds.resolve("kc")
+    make(cr(KC, "KubernetesCluster", "prod", status=kc_status(3)), namespace)
+    objects = [("kubernetesclusters.xyz.example.com", kube.get(kc, namespace, "prod")),
+               ("namespaces", kube.get(NAMESPACES, None, namespace))]  # fmt: skip
+    delete_namespace(kube, namespace)
+    bsl = tmp_path / "velero-bucket"
+    (bsl / "backups" / "daily-1").mkdir(parents=True)
+    tarball(bsl / "backups" / "daily-1" / "daily-1.tar.gz", objects)
+    intent(kube, ctl_ns, "from-velero", backup="daily-1", storage=str(bsl), **{"from-velero": "true"})
+    intent(kube, ctl_ns, "bad-flag", backup="daily-1", storage=str(bsl), **{"from-velero": "yes"})
+
+    assert once(run, ctl_ns) == 1, "the invalid one is reported, not run"
+    assert status_of(kube, ctl_ns, "from-velero")["phase"] == "Complete"
+    assert kube.get(kc, namespace, "prod")["status"] == kc_status(3)
+    bad = status_of(kube, ctl_ns, "bad-flag")
+    assert bad["phase"] == "Invalid" and "from-velero must be true or false" in bad["message"], bad
