@@ -57,6 +57,70 @@ class KubeApiError(StatusVaultError):
         except (TypeError, ValueError):
             return None
 
+    @classmethod
+    def of(
+        cls,
+        message: str,
+        code: int = 0,
+        reason: str = "",
+        status: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ) -> KubeApiError:
+        """The error of an answer, typed by its code (NotFound, Conflict, ...), as lightkube and client-go type
+        them: callers catch the outcome they handle instead of comparing numbers."""
+        kind = _BY_CODE.get(code, KubeApiError)
+        if kind is Conflict and reason == "AlreadyExists":
+            kind = AlreadyExists
+        return kind(message, code, reason, status, retry_after)
+
+
+class Unauthorized(KubeApiError):
+    """401: the credentials were rejected."""
+
+
+class Forbidden(KubeApiError):
+    """403: RBAC (or an admission policy) refused the request."""
+
+
+class NotFound(KubeApiError):
+    """404: no such object, or the resource is not served."""
+
+
+class Conflict(KubeApiError):
+    """409: a resourceVersion or precondition conflict, or the name is taken (AlreadyExists)."""
+
+
+class AlreadyExists(Conflict):
+    """409 AlreadyExists: a create met an object of that name."""
+
+
+class Gone(KubeApiError):
+    """410: the resourceVersion (a continue token, a WATCH position) was compacted away."""
+
+
+class Invalid(KubeApiError):
+    """422: the object (or a JSON patch's test) was refused by validation."""
+
+
+class TooManyRequests(KubeApiError):
+    """429: throttled (API Priority and Fairness); retry_after says how long to wait."""
+
+
+class Unavailable(KubeApiError):
+    """503: the server (or an aggregated API) cannot answer now."""
+
+
+_BY_CODE: dict[int, type[KubeApiError]] = {
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    410: Gone,
+    422: Invalid,
+    429: TooManyRequests,
+    503: Unavailable,
+}
+
 
 class KubeConnectionError(StatusVaultError):
     """The API server could not be reached (refused, timeout, TLS)."""

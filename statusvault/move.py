@@ -22,7 +22,7 @@ from statusvault import catalog
 from statusvault.archive.crypto import Key
 from statusvault.backup import BackupEngine, BackupRequest
 from statusvault.backup.selection import select_resources
-from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
+from statusvault.errors import ConfigError, Conflict, Invalid, NotFound, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import JSON_PATCH, Request
@@ -251,9 +251,8 @@ def _patch(client: KubeApi, rt: ResourceType, obj: KubeObject, make: Callable[[K
         try:
             client.patch(rt, meta.get("namespace"), meta["name"], patch, JSON_PATCH)
             return True
-        except KubeApiError as e:
-            if e.code not in (409, 422):
-                raise
+        except (Conflict, Invalid):  # the object changed since it was read (the patch's test failed): again
+            pass
         live = client.get(rt, meta.get("namespace"), meta["name"])
     raise StatusVaultError(f"{_display(rt, obj)} kept changing under other writers")
 
@@ -327,10 +326,8 @@ def _delete_exact(cluster: Cluster, obj: KubeObject) -> int:
     body = orjson.dumps({"preconditions": {"uid": meta["uid"]}})
     try:
         cluster.client.request_json(Request("DELETE", rt.path(meta.get("namespace"), meta["name"]), body=body))
-    except KubeApiError as e:
-        if e.code in (404, 409):  # gone, or another object by that name now
-            return 0
-        raise
+    except (NotFound, Conflict):  # gone, or another object by that name now
+        return 0
     return 1
 
 

@@ -28,7 +28,7 @@ from statusvault.dependencies import (
     schema_fields,
     taken_secret,
 )
-from statusvault.errors import ConfigError, KubeApiError
+from statusvault.errors import ConfigError, Forbidden, NotFound
 from statusvault.kinds import CRDS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
@@ -123,9 +123,7 @@ class DependencyCollector:
         if rt.qualified not in self._fields:
             try:
                 crd = self.client.get(CRDS, None, rt.qualified)
-            except KubeApiError as e:
-                if e.code != 403:
-                    raise
+            except Forbidden:
                 log.warning("may not read the CRD of %s: its references are found by field names alone", rt.qualified)
                 crd = None
             self._fields[rt.qualified] = schema_fields(crd_schema(crd, rt.version))
@@ -198,9 +196,7 @@ class DependencyCollector:
                 for meta in self.client.list_metadata(rt, ns):
                     if ns is not None or meta.get("namespace") in self.namespaces:
                         yield meta
-            except KubeApiError as e:
-                if e.code not in (403, 404):
-                    raise
+            except (Forbidden, NotFound) as e:
                 log.warning("cannot list %s for dependencies (%s): objects it owns are not followed", rt.qualified, e)
                 return
 
@@ -237,9 +233,7 @@ class DependencyCollector:
                 for page in pages:
                     for obj in page:
                         self._take(rt, obj, reason, write, ns)
-            except KubeApiError as e:
-                if e.code != 403:
-                    raise
+            except Forbidden as e:
                 if not self.explicit:
                     why = f"may not list {rt.qualified}"
                     log.warning("dependencies in %s not followed: %s (%s); grant list on it, or give "

@@ -25,7 +25,7 @@ from statusvault.backup.listers import ListJob, list_in_worker
 from statusvault.backup.selection import select_resources
 from statusvault.backup.spools import InOrder, Record, Spool
 from statusvault.dependencies import PROJECT_RULES, default_on
-from statusvault.errors import BackupStoppedError, ConfigError, KubeApiError, LeaseLostError
+from statusvault.errors import BackupStoppedError, ConfigError, Forbidden, KubeApiError, LeaseLostError, NotFound
 from statusvault.kinds import NAMESPACES, SECRETS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
@@ -126,9 +126,8 @@ def _check_namespaces(client: KubeApi, discovery: Discovery, namespaces: tuple[s
         try:
             if client.get(NAMESPACES, None, ns) is None:
                 raise ConfigError(f"namespace {ns!r} does not exist")
-        except KubeApiError as e:
-            if e.code != 403:  # a namespaced ServiceAccount may not read Namespaces: the LIST will tell
-                raise
+        except Forbidden:  # a namespaced ServiceAccount may not read Namespaces: the LIST will tell
+            pass
 
 
 STALE_WRITE_AFTER = 6 * 3600.0  # a write older than this is no backup in progress (the CronJob's deadline)
@@ -417,11 +416,9 @@ def stream_pages(client: KubeApi, stream: _Stream, page_size: int) -> Iterator[l
             records = _records(stream, page)
             listed += len(records)
             yield records
-    except KubeApiError as e:
-        if e.code == 403:
-            raise _refused(stream, e) from e
-        if e.code != 404:
-            raise
+    except Forbidden as e:
+        raise _refused(stream, e) from e
+    except NotFound:
         held = f"the {listed} object(s) listed before" if listed else "none of it"
         log.warning("%s is no longer served (its CRD was deleted during the backup?): the backup holds %s",
                     stream.label, held)  # fmt: skip
@@ -449,7 +446,7 @@ def _refused(stream: _Stream, e: KubeApiError) -> KubeApiError:
         f"cannot back up {stream.label}: the API server refused to list it ({e.code} {e.reason}: {said}); "
         f"grant list on it, or leave it out with --exclude-resources {stream.rt.qualified}"
     )
-    return KubeApiError(message, e.code, e.reason, e.status)
+    return KubeApiError.of(message, e.code, e.reason, e.status)
 
 
 def split_by_namespace(client: KubeApi, rt: ResourceType, selector: str) -> list[str | None]:
@@ -462,10 +459,8 @@ def split_by_namespace(client: KubeApi, rt: ResourceType, selector: str) -> list
         if total < SPLIT_MIN:
             return [None]
         namespaces = sorted(client.list_names(NAMESPACES, None), key=lambda ns: ns + "/")
-    except KubeApiError as e:
-        if e.code in (403, 404):  # may not list namespaces (or the type): one cluster-wide LIST
-            return [None]
-        raise
+    except (Forbidden, NotFound):  # may not list namespaces (or the type): one cluster-wide LIST
+        return [None]
     if not namespaces or len(namespaces) * SPLIT_PER_NAMESPACE > total:
         return [None]
     return list(namespaces)

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from statusvault import rfc3339
-from statusvault.errors import KubeApiError
+from statusvault.errors import Conflict, KubeApiError
 from statusvault.kinds import LEASES
 from statusvault.kube.api import KubeApi
 from statusvault.model import KubeObject
@@ -62,10 +62,8 @@ class Lease:
                 self.client.create(LEASES, self.namespace, {**body, "spec": spec})
             else:
                 self.client.replace(LEASES, self.namespace, self.name, {**live, "spec": spec})
-        except KubeApiError as e:
-            if e.code == 409:  # another replica got there first
-                return False
-            raise
+        except Conflict:  # another replica got there first
+            return False
         self._start_renewing()
         return True
 
@@ -101,9 +99,8 @@ class Lease:
             try:
                 self.client.replace(LEASES, self.namespace, self.name, live)
                 return True
-            except KubeApiError as e:
-                if e.code != 409:
-                    raise
+            except Conflict:
+                pass
         return False
 
     def release(self) -> None:

@@ -41,7 +41,14 @@ from statusvault.controller.restores import BACKUPS, RESTORES, ResourceTarget, p
 from statusvault.controller.runs import Run, mark_without_status, outcome_counts, save_report, watching_for_deletion
 from statusvault.controller.schedules import BACKUP_ACCOUNT, SCHEDULES, JobSettings, reconcile_schedule
 from statusvault.controller.targets import ConfigMapTarget, Target
-from statusvault.errors import ArchiveError, BackupNotFoundError, ConfigError, KubeApiError, StatusVaultError
+from statusvault.errors import (
+    ArchiveError,
+    BackupNotFoundError,
+    ConfigError,
+    Forbidden,
+    NotFound,
+    StatusVaultError,
+)
 from statusvault.kinds import CONFIGMAPS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
@@ -160,10 +167,10 @@ class Controller:
         try:
             for page in self.client.list_pages(rt, self.config.namespace, selector):
                 yield from page
-        except KubeApiError as e:
-            if e.code not in (403, 404) or rt is CONFIGMAPS:
+        except (Forbidden, NotFound) as e:
+            if rt is CONFIGMAPS:
                 raise
-            if e.code == 404:
+            if isinstance(e, NotFound):
                 log.debug("the %s CRD is not installed: none is reconciled", rt.kind)
             else:  # installed before the resources existed: intents keep working
                 log.warning("may not list %s (re-run `controller install`): none is reconciled", rt.resource)

@@ -14,7 +14,7 @@ from statusvault.controller import crd
 from statusvault.controller.conditions import conditions, retrying
 from statusvault.controller.intent import Intent, digest_of
 from statusvault.controller.targets import record_event
-from statusvault.errors import ConfigError, KubeApiError
+from statusvault.errors import ConfigError, Conflict, NotFound
 from statusvault.kube.api import KubeApi
 from statusvault.model import KubeObject, ResourceType
 from statusvault.optiontable import value_key
@@ -104,11 +104,9 @@ class ResourceTarget:
             self.obj = self.client.replace(
                 self.rt, self.namespace, self.name, {**self.obj, "status": status}, sub="status"
             )
-        except KubeApiError as e:
-            if e.code in (404, 409):  # changed, or deleted: the next pass sees what is there
-                log.warning("%s changed under us (%s); will look again next pass", self.describe(), e)
-                return False
-            raise
+        except (NotFound, Conflict) as e:  # changed, or deleted: the next pass sees what is there
+            log.warning("%s changed under us (%s); will look again next pass", self.describe(), e)
+            return False
         self.status = flat
         return True
 

@@ -4,6 +4,7 @@ read-only ServiceAccount `controller install` renders. The CronJob keeps running
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -17,7 +18,7 @@ from statusvault.controller import crd
 from statusvault.controller.backups import parse_backup
 from statusvault.controller.conditions import conditions
 from statusvault.controller.intent import Phase, digest_of
-from statusvault.errors import ConfigError, KubeApiError
+from statusvault.errors import ConfigError, Conflict, Invalid, NotFound
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject, ResourceType
@@ -140,17 +141,12 @@ def reconcile_schedule(
         live = ensure_cronjob(client, cronjobs, desired(obj, spec, select_resources(discovery, spec.selection)))
     except ConfigError as e:
         error = str(e)
-    except KubeApiError as e:
-        if e.code != 422:  # the server refused the CronJob (a bad cron expression): the spec's fault
-            raise
+    except Invalid as e:  # the server refused the CronJob (a bad cron expression): the spec's fault
         error = f"the CronJob was refused: {e}"
     status = schedule_status(obj, live, error)
     if status == obj.get("status"):
         return
     if error:
         log.error("BackupSchedule %s/%s: %s", namespace, obj["metadata"]["name"], error)
-    try:
+    with contextlib.suppress(NotFound, Conflict):  # changed or deleted: the next pass sees what is there
         client.replace(SCHEDULES, namespace, obj["metadata"]["name"], {**obj, "status": status}, sub="status")
-    except KubeApiError as e:
-        if e.code not in (404, 409):  # changed or deleted: the next pass sees what is there
-            raise

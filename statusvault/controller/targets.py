@@ -9,7 +9,7 @@ from typing import Protocol
 
 from statusvault import rfc3339
 from statusvault.controller.intent import STATUS_LABEL, STATUS_SUFFIX
-from statusvault.errors import KubeApiError, StatusVaultError
+from statusvault.errors import Conflict, StatusVaultError
 from statusvault.kinds import CONFIGMAPS, EVENTS
 from statusvault.kube.api import KubeApi
 from statusvault.model import KubeObject
@@ -89,11 +89,9 @@ class ConfigMapTarget:
             else:
                 body = {**self.current, "data": data}
                 self.current = self.client.replace(CONFIGMAPS, self.namespace, self.current["metadata"]["name"], body)
-        except KubeApiError as e:
-            if e.code == 409:
-                log.warning("status of intent %s changed under us; will look again next pass", self.name)
-                return False
-            raise
+        except Conflict:
+            log.warning("status of intent %s changed under us; will look again next pass", self.name)
+            return False
         self.status = data
         return True
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import orjson
 
-from statusvault.errors import KubeApiError
+from statusvault.errors import Gone, NotFound
 from statusvault.kube.transport import JSON, METADATA_LIST, KubeTransport, Request
 from statusvault.kube.watch import WatchEvent, watch_events
 from statusvault.model import KubeObject, ResourceType
@@ -49,12 +50,12 @@ def paginate(
         while True:
             try:
                 page = pending.result()
-            except KubeApiError as e:
-                if e.code == 410 and token:  # restart from a fresh snapshot
-                    token = ""
-                    pending = fetch(token)
-                    continue
-                raise
+            except Gone:
+                if not token:
+                    raise
+                token = ""  # restart from a fresh snapshot
+                pending = fetch(token)
+                continue
             token = (page.get("metadata") or {}).get("continue") or ""
             if token:
                 pending = fetch(token)
@@ -90,9 +91,8 @@ def metadata_of(pages: Iterator[list[KubeObject]]) -> Iterator[dict[str, Any]]:
     try:
         for page in pages:
             yield from ((o.get("metadata") or {}) for o in page)
-    except KubeApiError as e:
-        if e.code != 404:
-            raise
+    except NotFound:
+        pass
 
 
 def _sort_key(obj: KubeObject) -> str:
@@ -162,10 +162,8 @@ class KubeClient(ListVerbs):
         """GET one object; None when it does not exist."""
         try:
             obj: KubeObject = self.get_path(rt.path(namespace, name))
-        except KubeApiError as e:
-            if e.code == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         return obj
 
     def create(
@@ -216,8 +214,5 @@ class KubeClient(ListVerbs):
         return patched
 
     def delete(self, rt: ResourceType, namespace: str | None, name: str) -> None:
-        try:
+        with contextlib.suppress(NotFound):  # gone already
             self.transport.send(Request("DELETE", rt.path(namespace, name), body=b"{}", content_type=JSON))
-        except KubeApiError as e:
-            if e.code != 404:
-                raise

@@ -7,7 +7,7 @@ import fnmatch
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from statusvault.errors import ConfigError, KubeApiError
+from statusvault.errors import ConfigError, Forbidden, NotFound, Unavailable
 from statusvault.kinds import CRDS
 from statusvault.kube.client import KubeClient
 from statusvault.model import ResourceType
@@ -120,10 +120,8 @@ def _custom_resources(client: KubeClient) -> frozenset[tuple[str, str]] | None:
     """(group, plural) of every CRD; None when this identity may not list CRDs (a namespaced Role)."""
     try:
         body = client.get_path(CRDS.path())
-    except KubeApiError as e:
-        if e.code == 403:
-            return None
-        raise
+    except Forbidden:
+        return None
     return frozenset((c["spec"]["group"], c["spec"]["names"]["plural"]) for c in body.get("items") or [])
 
 
@@ -143,10 +141,8 @@ def discover(client: KubeClient, workers: int = 8) -> Discovery:
         path = f"/apis/{group}/{version}" if group else f"/api/{version}"
         try:
             body = client.get_path(path)
-        except KubeApiError as e:
-            if e.code in (404, 503):  # an aggregated API that is down: skip it, as kubectl does
-                return []
-            raise
+        except (NotFound, Unavailable):  # an aggregated API that is down: skip it, as kubectl does
+            return []
         if crds is None:  # cannot read CRDs: every resource of a non-Kubernetes group counts as custom
             custom = frozenset((group, r["name"]) for r in body.get("resources") or [] if not builtin_group(group))
         else:

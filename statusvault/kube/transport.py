@@ -268,14 +268,14 @@ def api_error(req: Request, code: int, data: bytes, retry_after: str | None = No
     reason = str(status.get("reason") or "")
     message = str(status.get("message") or data[:200].decode("utf-8", "replace").strip() or f"HTTP {code}")
     text = f"{req.method} {req.path}: {message} ({code} {reason})".rstrip()
-    return KubeApiError(text, code, reason, status, _retry_after(retry_after))
+    return KubeApiError.of(text, code, reason, status, _retry_after(retry_after))
 
 
 def rejected_error(source: CredentialSource, refreshed: bool) -> KubeApiError:
     """The one-line error for credentials the API server rejects (after refreshing them, if it could)."""
     after = f" even after {source.refresh_action}" if refreshed else ""
     message = f"the API server rejected the credentials from {source.description} (401 Unauthorized){after}"
-    return KubeApiError(message, 401, "Unauthorized")
+    return KubeApiError.of(message, 401, "Unauthorized")
 
 
 def load_transport(

@@ -57,7 +57,9 @@ def watch_events(
             kind, obj = event.get("type"), event.get("object") or {}
             if kind == "ERROR":
                 code = int(obj.get("code") or 0)
-                raise KubeApiError(f"WATCH {req.path}: {obj.get('message', '')} ({code})", code, obj.get("reason", ""))
+                raise KubeApiError.of(
+                    f"WATCH {req.path}: {obj.get('message', '')} ({code})", code, obj.get("reason", "")
+                )
             obj.setdefault("kind", rt.kind)
             obj.setdefault("apiVersion", rt.api_version)
             yield WatchEvent(str(kind), obj)

@@ -6,7 +6,7 @@ import logging
 import threading
 from typing import Any
 
-from statusvault.errors import KubeApiError
+from statusvault.errors import Forbidden
 from statusvault.kinds import CONFIGMAPS, NAMESPACES, SECRETS
 from statusvault.kube.api import KubeApi
 from statusvault.model import ResourceType
@@ -52,9 +52,7 @@ class ExistenceIndex:
         else its spec): one GET; neither side is ever printed."""
         try:
             live = self.client.get(rt, namespace or None, name)
-        except KubeApiError as e:
-            if e.code != 403:
-                raise
+        except Forbidden:
             return False  # may not read it: nothing to compare
         if live is None:
             return False
@@ -74,8 +72,8 @@ class ExistenceIndex:
             return {
                 m.get("name", "") for m in metas if not (written_by(m, self.manager) or (finishes and abandoned(m)))
             }
-        except KubeApiError as e:
-            if e.code != 403 or rt.path(None) != NAMESPACES.path(None):
+        except Forbidden:
+            if rt.path(None) != NAMESPACES.path(None):
                 raise
             return _UNLISTABLE  # a namespace admin may not list namespaces: ask for each one
 
@@ -83,9 +81,7 @@ class ExistenceIndex:
         """One GET; a user not allowed even that cannot create the namespace either, so it is taken as there."""
         try:
             return self.client.get(NAMESPACES, None, name) is not None
-        except KubeApiError as e:
-            if e.code != 403:
-                raise
+        except Forbidden:
             log.info("not allowed to read namespace %s: assuming it exists", name)
             return True
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import orjson
 
 from statusvault.archive import ArchiveReader
-from statusvault.errors import KubeApiError, StatusVaultError
+from statusvault.errors import KubeApiError, NotFound, StatusVaultError
 from statusvault.kinds import (
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
@@ -143,9 +143,9 @@ def _managers(client: KubeApi, targets: list[Target]) -> tuple[Managers, list[tu
     for t in targets:
         try:
             page = next(iter(client.list_pages(t.rt, None, limit=MANAGER_SAMPLE)), [])
+        except NotFound:  # not served yet: its CRD comes with the restore, no object has a manager here
+            continue
         except KubeApiError as e:
-            if e.code == 404:  # not served yet: its CRD comes with the restore, no object has a manager here
-                continue
             unread.append((t.rt.qualified, str(e)))
             continue
         out[t.rt.qualified] = status_managers(page)

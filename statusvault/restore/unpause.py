@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 
-from statusvault.errors import KubeApiError, StatusVaultError
+from statusvault.errors import Conflict, Invalid, KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH
 from statusvault.restore.journal import Journal
@@ -73,7 +73,8 @@ def _unpause(client: KubeApi, item: PlanItem, manager: str) -> None:
         try:
             client.patch(item.rt, ns, item.name, patch, JSON_PATCH, manager=manager)
             return
+        except (Conflict, Invalid):  # changed since it was read: read it again
+            continue
         except KubeApiError as e:
-            if e.code not in (409, 422):
-                raise StatusVaultError(f"could not unpause: {e}") from e
+            raise StatusVaultError(f"could not unpause: {e}") from e
     raise StatusVaultError("could not unpause: it kept changing under other writers")

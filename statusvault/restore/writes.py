@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from statusvault import rfc3339
-from statusvault.errors import KubeApiError, StatusVaultError
+from statusvault.errors import AlreadyExists, Conflict, Invalid, KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH
 from statusvault.model import KubeObject, ResourceType, writes_status
@@ -99,9 +99,7 @@ class ObjectWriter:
             created = self.client.create(
                 rt, item.namespace or None, body, self.server_dry, self.manager, self._heard(reply)
             )
-        except KubeApiError as e:
-            if e.code != 409 or e.reason != "AlreadyExists":
-                raise
+        except AlreadyExists:
             live = self.client.get(rt, item.namespace or None, item.name)
             if live is not None and (self.wrote(live, body) or self.created_before(item) or self._adopts(live, item)):
                 return live, Outcome.CREATED  # a resent POST whose first attempt succeeded, or a resumed run's
@@ -150,8 +148,8 @@ class ObjectWriter:
                     rt, ns, item.name, patch, JSON_PATCH, self.server_dry, manager=self.manager,
                     warnings=self._heard(reply),
                 )  # fmt: skip
-            except KubeApiError as e:
-                if e.code not in (409, 422) or not self._changed_since(rt, ns, item.name, live):
+            except (Conflict, Invalid):
+                if not self._changed_since(rt, ns, item.name, live):
                     raise  # a real rejection, not a lost race
                 continue
             if not self.server_dry:  # the patch leaves the status to the status write
@@ -207,9 +205,7 @@ class ObjectWriter:
                 out = self.client.replace(
                     rt, ns, item.name, body, self.server_dry, sub, self.manager, self._heard(reply)
                 )
-            except KubeApiError as e:
-                if e.code != 409:
-                    raise StatusVaultError(f"status write failed: {e}") from e
+            except Conflict as e:
                 fresh = self.client.get(rt, ns, item.name)
                 if fresh is None:
                     raise StatusVaultError("status write failed: the object was deleted") from e
@@ -217,6 +213,8 @@ class ObjectWriter:
                     note = RACED  # not our own lost write: someone acted on the object without its status
                 live = fresh
                 continue
+            except KubeApiError as e:
+                raise StatusVaultError(f"status write failed: {e}") from e
             if self.server_dry:
                 return StatusOutcome.WOULD_WRITE, note
             reply.changes += status_changes(saved, out)

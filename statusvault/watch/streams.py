@@ -9,8 +9,9 @@ import queue
 import threading
 from typing import Any
 
+from statusvault import errors
 from statusvault.backup import prepare_object
-from statusvault.errors import KubeApiError, StatusVaultError
+from statusvault.errors import Forbidden, KubeApiError, NotFound, StatusVaultError, Unauthorized
 from statusvault.kube.api import KubeApi
 from statusvault.kube.watch import collection_version
 from statusvault.model import ResourceType, Selection, name_matches
@@ -118,11 +119,11 @@ class StreamSet:
                         self.out.put(Change(s.key, op, rv, s.rt.qualified, prepare_object(ev.object)))
                     if self.stop.is_set():
                         return
+            except errors.Gone:  # the position was compacted away (410): re-list from now
+                gone = True
+                continue
             except KubeApiError as e:
-                if e.code == 410:
-                    gone = True
-                    continue
-                if e.code in (401, 403, 404):
+                if isinstance(e, Unauthorized | Forbidden | NotFound):
                     self.failed = e
                     self.stop.set()
                     return

@@ -89,7 +89,7 @@ class ChangeLog:
 
     def _check(self, qualified: str, position: int, path: str) -> None:
         if position < self.compacted:
-            raise KubeApiError(
+            raise KubeApiError.of(
                 f"WATCH {path}: too old resource version: {position} ({self.compacted}) (410)", 410, "Expired"
             )
         if self._breaks.get(qualified) == 0:

@@ -30,12 +30,12 @@ class PagedTransport:
     def send(self, req: Request, warnings: list[str] | None = None) -> bytes:
         self.requests.append(req)
         if self.missing:
-            raise KubeApiError("not found", 404, "NotFound")
+            raise KubeApiError.of("not found", 404, "NotFound")
         params = dict(req.params)
         limit, start = int(params["limit"]), int(params.get("continue") or 0)
         if start and start == self.expire_at:
             self.expire_at = None
-            raise KubeApiError("the continue token has expired", 410, "Expired")
+            raise KubeApiError.of("the continue token has expired", 410, "Expired")
         page = self.names[start : start + limit]
         body: dict[str, Any] = {"items": [{"metadata": {"name": n, "namespace": "ns"}} for n in page]}
         if start + limit < len(self.names):
@@ -66,7 +66,7 @@ def test_metadata_listing_asks_for_partial_objects_and_treats_unserved_as_empty(
 
 def test_a_first_page_410_is_not_retried_forever():
     transport = PagedTransport(["a"])
-    transport.send = lambda req, warnings=None: (_ for _ in ()).throw(KubeApiError("gone", 410, "Expired"))  # type: ignore[method-assign]
+    transport.send = lambda req, warnings=None: (_ for _ in ()).throw(KubeApiError.of("gone", 410, "Expired"))  # type: ignore[method-assign]
     with pytest.raises(KubeApiError):
         list(KubeClient(transport).list_pages(KC, "ns"))  # type: ignore[arg-type]
 

@@ -225,7 +225,7 @@ def test_intents_are_reconciled_where_restores_may_not_be_listed(target, backed_
 
     def list_pages(rt, *args, **kwargs):
         if rt in (RESTORES, BACKUPS):
-            raise KubeApiError(f"{rt.resource} answered {code}", code)
+            raise KubeApiError.of(f"{rt.resource} answered {code}", code)
         return listed(rt, *args, **kwargs)
 
     monkeypatch.setattr(target, "list_pages", list_pages)

@@ -47,7 +47,7 @@ def fake_lister(client, stream: FakeStream, page_size: int) -> Iterator[list[Rec
     while stream.endless or page < stream.pages:
         if page == stream.fail_at:
             if stream.error == "kube":
-                raise KubeApiError(f"{stream.label}: forbidden", 403, "Forbidden")
+                raise KubeApiError.of(f"{stream.label}: forbidden", 403, "Forbidden")
             raise Unpicklable(f"{stream.label}: odd", 1)
         if page == stream.die_at:
             os.kill(os.getpid(), signal.SIGKILL)

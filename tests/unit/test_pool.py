@@ -55,7 +55,7 @@ class ProbeJob(Job):
             return task[1]
         if what == "raise":
             if task[1] == "kube":
-                raise KubeApiError("widgets.example.com ns/w: forbidden", 403, "Forbidden")
+                raise KubeApiError.of("widgets.example.com ns/w: forbidden", 403, "Forbidden")
             raise Unpicklable("odd", 1)
         if what == "die" or (what == "die-once" and not Path(task[1]).exists()):
             Path(task[-1]).touch()

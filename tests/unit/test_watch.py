@@ -177,7 +177,7 @@ class _Waits(threading.Event):
 def test_a_watch_turned_away_waits_the_servers_retry_after_and_else_its_own_backoff():
     streams = StreamSet(None, [], queue.Queue())  # type: ignore[arg-type]
     streams.stop = waits = _Waits()
-    throttled = KubeApiError("GET /apis/x: too many requests (429 TooManyRequests)", 429, retry_after=4.0)
+    throttled = KubeApiError.of("GET /apis/x: too many requests (429 TooManyRequests)", 429, retry_after=4.0)
     assert streams._pause(Backoff(), 0, throttled) == 1
     assert streams._pause(Backoff(), 5, KubeConnectionError("cannot reach the API server")) == 6
     assert 4.0 <= waits.asked[0] <= 5.0, "the server's Retry-After, spread by at most a quarter"
