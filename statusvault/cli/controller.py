@@ -21,6 +21,7 @@ from statusvault.cli.options import (
     SigningArgs,
     StorageArgs,
     VerifyKeysArgs,
+    dry_run_option,
     encryption_option,
     manifest_options,
     pass_args,
@@ -218,7 +219,7 @@ class ControllerInstallArgs(StorageArgs):
     image: str
     credentials_secret: str
     encryption_key_secret: str
-    dry_run: bool
+    dry_run: str  # none | client | server
 
 
 def controller_options(f: Callable[..., None]) -> Callable[..., None]:
@@ -295,16 +296,16 @@ def _render(app: App, args: ControllerRenderArgs) -> None:
 @controller.command("install")
 @controller_options
 @pod_options
-@click.option("--dry-run", is_flag=True, help="Print the manifests instead of applying them.")
+@dry_run_option("client: print the manifests, apply nothing; server: send every write with dryRun=All.")
 @storage_options
 @pass_args(ControllerInstallArgs)
 def install_cmd(app: App, args: ControllerInstallArgs) -> None:
     """Install the controller: its CRDs (Restore), least-privilege RBAC and Deployment (server-side apply).
 
-    The same manifests as `controller render`; with --dry-run they are printed and nothing is applied.
+    The same manifests as `controller render`; with --dry-run=client they are printed and nothing is applied.
     """
     values = {k: v for k, v in dataclasses.asdict(args).items() if k != "dry_run"}
-    render_args = ControllerRenderArgs(**values, apply_=not args.dry_run, dry_run="none")
+    render_args = ControllerRenderArgs(**values, apply_=True, dry_run=args.dry_run)
     _render(app, render_args)
 
 

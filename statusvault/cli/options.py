@@ -106,15 +106,50 @@ def manifest_options(f: F) -> F:
                     is_flag=True,
                     help="Apply the manifests (server-side apply) instead of printing.",
                 ),
-                click.option(
-                    "--dry-run",
-                    type=click.Choice(["none", "server"]),
-                    default="none",
-                    show_default=True,
-                    help="With --apply: server sends every write with dryRun=All.",
+                dry_run_option(
+                    "client: print the manifests, apply nothing (as without --apply); server: with --apply, send "
+                    "every write with dryRun=All."
                 ),
             ],
         )
+    )
+
+
+DRY_RUNS = ("none", "client", "server")  # kubectl's --dry-run values, the one shape every command's takes
+_BARE = "\0bare"  # --dry-run given without a value
+
+
+class DryRunMode(click.ParamType[str]):
+    """--dry-run=none|client|server as kubectl spells it (the modes a command has); a bare --dry-run, the old
+    spelling, still means client, with a deprecation line."""
+
+    name = "dry-run"
+
+    def __init__(self, modes: tuple[str, ...]):
+        self.modes = modes
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "[" + "|".join(self.modes) + "]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if value == _BARE:
+            click.echo("warning: --dry-run without a value is deprecated: give --dry-run=client", err=True)
+            value = "client"
+        if value not in self.modes:
+            self.fail(f"{value!r} is not one of {', '.join(self.modes)}", param, ctx)
+        return str(value)
+
+
+def dry_run_option(help: str, modes: tuple[str, ...] = DRY_RUNS) -> Callable[[F], F]:
+    """--dry-run, the same shape for every command that has one."""
+    return click.option(
+        "--dry-run",
+        type=DryRunMode(modes),
+        is_flag=False,
+        flag_value=_BARE,
+        default="none",
+        show_default=True,
+        help=help,
     )
 
 

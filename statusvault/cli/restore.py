@@ -17,6 +17,7 @@ from statusvault.cli.options import (
     TrustedKeysArgs,
     allow_privileged_option,
     cluster_resources_option,
+    dry_run_option,
     keys_options,
     metrics_options,
     output_option,
@@ -111,13 +112,7 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, TrustedKeysArgs, MetricsArgs):
     show_default=True,
     help="What to do with objects that already exist.",
 )
-@click.option(
-    "--dry-run",
-    type=click.Choice(["none", "client", "server"]),
-    default="none",
-    show_default=True,
-    help="client: print the plan, change nothing; server: send every write with dryRun=All.",
-)
+@dry_run_option("client: print the plan, change nothing; server: send every write with dryRun=All.")
 @click.option(
     "--parallel",
     type=click.IntRange(1, 128),

@@ -19,6 +19,7 @@ from statusvault.cli.options import (
     SelectionArgs,
     StorageArgs,
     cluster_resources_option,
+    dry_run_option,
     lock_options,
     manifest_options,
     metrics_options,
@@ -63,7 +64,7 @@ class PruneArgs(StorageArgs, RetentionArgs, MetricsArgs):
     schedule: str
     watch: str
     incomplete_grace: str
-    dry_run: bool
+    dry_run: str  # none | client
     output: str
 
     def policy(self) -> RetentionPolicy:
@@ -169,7 +170,7 @@ def _cronjob_api(kube_version: str, discovery: Discovery | None) -> str:
 
 def print_or_apply(app: App, discovery: Discovery | None, manifests: list[dict[str, Any]], args: ManifestArgs) -> None:
     """Print the manifests, or (--apply) apply them, one line per object applied."""
-    if not args.apply_:
+    if not args.apply_ or args.dry_run == "client":
         emit_manifests(manifests)
         return
     if discovery is None:
@@ -190,7 +191,7 @@ def print_or_apply(app: App, discovery: Discovery | None, manifests: list[dict[s
     show_default=True,
     help="Delete incomplete backups older than this (a younger one may still be running).",
 )
-@click.option("--dry-run", is_flag=True, help="Show what would be deleted; delete nothing.")
+@dry_run_option("client: show what would be deleted; delete nothing.", ("none", "client"))
 @metrics_options
 @output_option
 @pass_args(PruneArgs)
@@ -198,17 +199,17 @@ def prune(app: App, args: PruneArgs) -> None:
     """Apply retention: keep-last/daily/weekly and TTL; never deletes the newest complete backup, nor one S3 Object
     Lock holds (reported as held, and until when)."""
     store = app.store(args.storage, args.s3())
-    policy = args.policy()
+    policy, dry = args.policy(), args.dry_run == "client"
     if args.watch:
         from statusvault.cli.watchviews import prune_watch_cmd
 
-        prune_watch_cmd(store, args.watch, policy, args.dry_run, args.output)
+        prune_watch_cmd(store, args.watch, policy, dry, args.output)
         return
     with args.recorded("prune", args.schedule) as run:
-        decisions = catalog.prune(store, policy, args.schedule, args.dry_run)
+        decisions = catalog.prune(store, policy, args.schedule, dry)
         deleted = [d for d in decisions if d.delete]
         run.success, run.objects = True, len(deleted)
-    verb = "would delete" if args.dry_run else "deleted"
+    verb = "would delete" if dry else "deleted"
     rows = [(d.name, (verb if d.delete else "keep"), d.reason) for d in decisions]
     text = (
         table(["BACKUP", "ACTION", "REASON"], rows) + "\n\n" if rows else ""
@@ -216,7 +217,7 @@ def prune(app: App, args: PruneArgs) -> None:
     emit(
         {
             "policy": policy.to_dict(),
-            "dryRun": args.dry_run,
+            "dryRun": dry,
             "decisions": [
                 {"name": d.name, "delete": d.delete, "reason": d.reason, "held": d.held, "heldUntil": _at(d.held_until)}
                 for d in decisions

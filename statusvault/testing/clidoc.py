@@ -18,6 +18,10 @@ HEADER = """# CLI reference
 
 Generated from `statusvault --help` by `make docs`; a test fails when it is out of date.
 
+`--dry-run` has one shape in every command that has one, kubectl's: `--dry-run=none|client|server` (the modes the
+command has; `client` changes nothing, `server` sends every write with dryRun=All). A bare `--dry-run`, the old
+spelling of prune and controller install, still means `client` and says it is deprecated.
+
 ## Exit codes
 
 | code | meaning |
