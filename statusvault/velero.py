@@ -240,7 +240,14 @@ def import_backup(backup: VeleroBackup, store: ObjectStore, name: str, **request
     if not kinds:
         raise ArchiveError(f"Velero backup {backup.label} holds no object")
     selection = Selection(include_resources=tuple(rt.qualified for rt in kinds), include_cluster_resources=True)
-    req = BackupRequest(store=store, name=name, selection=selection, schedule=f"velero:{backup.label}", **request)
+    req = BackupRequest(
+        store=store,
+        name=name,
+        selection=selection,
+        schedule=f"velero:{backup.label}",
+        with_dependencies=False,  # the Velero backup holds what it holds: no cluster to follow references in
+        **request,
+    )
     lister: Any = TarballLister(backup)
     return BackupEngine(lister, Discovery(kinds, kinds), req).run()
 

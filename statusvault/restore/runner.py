@@ -172,7 +172,8 @@ def streamable(req: RestoreRequest, reader: ArchiveReader) -> bool:
     one that matches nothing still fails before any write.)"""
     opts, summary = req.options, reader.summary or {}
     needs_plan = opts.dry_run != "none" or opts.fence != "none" or opts.order is not None or req.unpause
-    needs_plan |= bool(summary.get("dependencies"))  # a dependency is written before what refers to it
+    deps = summary.get("dependencies")  # written before what refers to them (a malformed one: refused in planning)
+    needs_plan |= isinstance(deps, dict) and bool(deps.get("edges"))
     by_default = reader.authenticated and summary_objects(summary) > STREAM_ABOVE
     wanted = req.stream if req.stream is not None else by_default
     planned_first = not wanted or needs_plan

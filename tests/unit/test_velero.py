@@ -70,6 +70,18 @@ def test_the_native_backup_verifies_and_keeps_every_status(tmp_path):
     }
 
 
+def test_objects_of_a_project_whose_dependencies_are_followed_by_default_import_as_they_are(tmp_path):
+    """A Velero backup has no cluster to follow references in: Cluster API objects import without dependencies."""
+    capi = cr("cluster.x-k8s.io/v1beta1", "Cluster", "c1", status={"phase": "Provisioned"})
+    capi["metadata"]["namespace"] = "team-a"
+    path = tarball(tmp_path / "capi.tar.gz", [("clusters.cluster.x-k8s.io", capi)])
+    store = LocalStore(tmp_path / "store")
+
+    result = velero.import_backup(velero.read_tarball(path), store, "capi", allow_plaintext_secrets=True)
+
+    assert result.objects == 1 and "dependencies" not in result.manifest
+
+
 def raw(path, members: list[bytes]):
     path.write_bytes(gz(b"".join(members) + END))
     return path
