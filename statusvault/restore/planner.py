@@ -482,6 +482,12 @@ class _Planner:
         for qualified, n in sorted(self.privileged.items()):
             why = trust.PRIVILEGED.get(qualified, "cluster-scoped built-in")
             out.append(f"privileged: {n} object(s) of {qualified} ({why}), as --allow-privileged-resources allows")
+        if self.deps_taken:
+            kinds = ", ".join(f"{q} ({n})" for q, n in sorted(self.deps_taken.items()))
+            out.append(
+                f"with {sum(self.deps_taken.values())} dependency object(s) the backup's graph brings: {kinds}; "
+                "`describe` shows which object needs each, and by which reference"
+            )
         if self.deps_left_out:
             whys = "; ".join(f"{why} ({n})" for why, n in sorted(self.deps_left_out.items()))
             out.append(
