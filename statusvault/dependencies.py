@@ -317,9 +317,11 @@ class DependencyIndex:
     def __init__(self, edges: list[Reference]):
         self.sources: dict[Triple, list[Triple]] = {}
         self.fields: dict[Triple, list[str]] = {}
+        self.edges: dict[Triple, list[Reference]] = {}
         for e in edges:
             target, source = _key(e.target), _key(e.source)
             self.sources.setdefault(target, []).append(source)
+            self.edges.setdefault(target, []).append(e)
             if e.via != "ownerReferences" and not e.via.startswith("label "):
                 self.fields.setdefault(source, []).append(e.via)
 

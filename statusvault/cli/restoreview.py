@@ -35,6 +35,9 @@ def _diff_line(d: dict[str, Any]) -> str:
     return f"- {d['path']}: {show(d['live'])}"
 
 
+DEPENDENCIES_SHOWN = 200
+
+
 def render(report: RestoreReport) -> str:
     lines = []
     if report.dry_run == "client":
@@ -44,6 +47,12 @@ def render(report: RestoreReport) -> str:
             lines.append(f"  {entry['result']:<13} {shown}  status: {entry['status']}{_rules(entry)}")
             lines += [f"      {_diff_line(d)}" for d in entry.get("diff", ())]
         lines.append("")
+        if report.dependencies:  # the backup's graph, for what this restore takes (docs/dependencies.md)
+            deps = report.dependencies[:DEPENDENCIES_SHOWN]
+            lines += [table(["DEPENDENCY", "NEEDED BY", "REFERENCE"], [tuple(d) for d in deps])]
+            more = len(report.dependencies) - len(deps)
+            lines += [f"... and {more} more (-o json lists them all)"] if more > 0 else []
+            lines.append("")
     rows = []
     for resource, c in report.by_resource():
         done = c["created"] + c["would-create"]

@@ -111,6 +111,7 @@ class RestoreEngine:
         gates = GroupGates(plan, journal, opts.order, waiter, opts.dry_run)
         gates.unpause = lambda group: self._unpause(plan, journal, opts, report, group)
         report.gates, report.groups = gates.results, _groups(plan, opts)
+        report.dependencies = plan.dependencies
         for wave in plan.waves():
             gates.before(wave.group)
             items = (self.served.target(item) for item in plan.items(wave, run.journal.path))

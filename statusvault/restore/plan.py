@@ -141,6 +141,7 @@ class RestorePlan:
         self.backup = backup
         self.manifest = manifest
         self.warnings: list[str] = []
+        self.dependencies: list[list[str]] = []  # [object, needed by, reference] of each dependency it takes
         self.types: dict[str, ResourceType] = {}
         self.path: Path = path
         self.kept = kept  # False: a scratch plan, removed on close
@@ -160,6 +161,7 @@ class RestorePlan:
             plan._db = _read_only(path)
             meta = {k: json.loads(v) for k, v in plan._db.execute("SELECT key, value FROM meta")}
             plan.backup, plan.manifest, plan.warnings = meta["backup"], meta["manifest"], meta["warnings"]
+            plan.dependencies = meta.get("dependencies", [])  # a plan made before dependencies has none
             plan.types = {q: _type(t) for q, t in meta["types"].items()}
             if "grp" not in {row[1] for row in plan._db.execute("PRAGMA table_info(items)")}:
                 raise ValueError("made by an earlier statusvault, without --order's groups")
@@ -239,6 +241,7 @@ class RestorePlan:
             "backup": self.backup,
             "manifest": self.manifest,
             "warnings": self.warnings,
+            "dependencies": self.dependencies,
             "types": {q: dataclasses.asdict(rt) for q, rt in self.types.items()},
         }
         self._db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])

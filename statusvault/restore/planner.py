@@ -410,6 +410,10 @@ class _Planner:
         """A dependency is written before what refers to it (depth -1: the first wave of its category; one owned
         by an object in the plan still follows its owner); an existing one that differs is reported, kept."""
         item.depth = -1
+        edges = self.deps.edges if self.deps is not None else {}
+        for e in edges.get((item.rt.qualified, item.source_namespace, item.name), ()):
+            if (e.source.qualified, e.source.namespace, e.source.name) in self.planned:  # what brought it, and how
+                self.plan.dependencies.append([item.display, str(e.source), e.via])
         if item.action == Action.SKIP_EXISTS:
             differs = getattr(self.exists, "differs", None)  # restore/existence.py: one GET, data never printed
             if differs is not None and differs(item.rt, item.namespace, item.name, obj):

@@ -129,6 +129,7 @@ class RestoreReport:
         self.backup = backup
         self.dry_run = dry_run
         self.warnings = warnings or []
+        self.dependencies: list[list[str]] = []  # [object, needed by, reference] of each dependency restored
         self.duration = 0.0
         self.interrupted = False
         self.aborted = ""  # why the run stopped early, if it did
@@ -310,6 +311,7 @@ class RestoreReport:
             ],
             "serverNotNamed": self.unnamed,
             "warnings": self.warnings,
+            "dependencies": self.dependencies,
             "fence": self.fence,
             "processes": self.processes,
             "groups": self.groups,

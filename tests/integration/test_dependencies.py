@@ -13,6 +13,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -207,10 +208,16 @@ def test_a_backup_with_dependencies_restores_what_each_resource_needs_and_nothin
     taken = {e[2] for e in described["dependencies"]["edges"]}
     assert not taken & {"other-ca", "unrelated", "builder-token", "noise"}, taken
     world.destroy()
+    planned = run("restore", "deps", "--encryption-key-file", key_file, "--dry-run", "client")
+    assert planned.code == 0 and "DEPENDENCY" in planned.out, planned.err
+    assert re.search(rf"secrets {world.ns}/web-tls +certificates.cert-manager.io {world.ns}/web +spec.secretName",
+                     planned.out), planned.out  # fmt: skip
 
     restored = run("restore", "deps", "--encryption-key-file", key_file, "-o", "json")
 
     assert restored.code == ExitStatus.SUCCESS, restored.err
+    graph = json.loads(restored.out)["dependencies"]
+    assert [f"secrets {world.ns}/r1-conn", f"{ROOTS[3]} {world.role}", "spec.writeConnectionSecretToRef"] in graph
     for name, saved in world.taken.items():
         live = kube.get(SECRETS, world.ns, name)
         assert live is not None and (live["data"], live["type"]) == (saved["data"], saved["type"]), name

@@ -178,6 +178,7 @@ def test_an_authenticated_backup_brings_the_dependencies_of_what_is_restored_fir
     got = taken(plan)
     assert got == {"kubernetesclusters/k1": 0, "controlplanes/cp": -1, "secrets/creds": -1, "configmaps/cfg": -1}, got
     assert any("a service account token (1)" in w for w in plan.warnings), plan.warnings
+    assert ["secrets team-a/creds", f"{KC.qualified} team-a/k1", "spec.credentialsRef"] in plan.dependencies
     assert any(w.startswith("with 3 dependency object(s) the backup's graph brings: configmaps (1), controlplanes")
                for w in plan.warnings), plan.warnings  # fmt: skip
     assert any("clusterrolebindings.rbac.authorization.k8s.io: not a type" in w for w in plan.warnings)
