@@ -133,16 +133,7 @@ def backup(
     values = _values("backup", selection, (*_BACKUP_OWN, *(f for f in COMMAND_OPTIONS["backup"]
                                                          if f not in SELECTION_FLAGS)))  # fmt: skip
     check_options("backup", values)
-    chosen = Selection.from_options(
-        namespaces=values.get("namespaces") or (),
-        include_resources=values.get("include_resources") or (),
-        exclude_resources=values.get("exclude_resources") or (),
-        selector=str(values.get("selector") or ""),
-        names=values.get("names") or (),
-        include_cluster_resources=values.get("include_cluster_resources"),
-        include_crds=values.get("include_crds"),
-        all_namespaces=bool(values.get("all_namespaces")),
-    )
+    chosen = Selection.from_values(values)
     keys = _keys(encryption_key_file)
     request = BackupRequest(
         store=_store(storage, s3),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 KubeObject = dict[str, Any]
@@ -108,6 +108,21 @@ class Selection:
             include_cluster_resources=include_cluster_resources,
             include_crds=not taken if include_crds is None else include_crds,
             names=split_csv(names),
+        )
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any], include_crds: bool | None = None) -> Selection:
+        """from_options over option values by their value keys (optiontable.value_key: `namespaces`, `names`,
+        ...), as the API and a Backup's spec hold them; `include_crds` when the values do not say."""
+        return cls.from_options(
+            namespaces=values.get("namespaces") or (),
+            include_resources=values.get("include_resources") or (),
+            exclude_resources=values.get("exclude_resources") or (),
+            selector=str(values.get("selector") or ""),
+            names=values.get("names") or (),
+            include_cluster_resources=values.get("include_cluster_resources"),
+            include_crds=values.get("include_crds", include_crds),
+            all_namespaces=bool(values.get("all_namespaces")),
         )
 
     @property

@@ -160,6 +160,16 @@ def markdown() -> str:
     )
 
 
+def flag_value(raw: Any, name: str) -> bool | None:
+    """A boolean option's value as the CLI, an intent or a spec gives it: a bool, "true"/"false" (any case), or None
+    when absent; anything else is a ConfigError naming `name`."""
+    if raw is None or isinstance(raw, bool):
+        return raw
+    if str(raw).lower() not in ("true", "false"):
+        raise ConfigError(f"{name} must be true or false, not {raw!r}")
+    return str(raw).lower() == "true"
+
+
 def value_key(flag: str) -> str:
     """The name an option's value goes by in click's values, restore_options and the like."""
     return _key(flag)

@@ -20,7 +20,7 @@ from statusvault.errors import BackupStoppedError, ConfigError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject, Selection
-from statusvault.optiontable import check_options, value_key
+from statusvault.optiontable import check_options, flag_value, value_key
 from statusvault.processes import WorkerSpec
 from statusvault.storage.base import ObjectStore, validate_backup_name
 
@@ -52,16 +52,7 @@ def parse_backup(obj: KubeObject) -> BackupIntent:
     schedule = str(spec.get("schedule") or "")
     if schedule:
         validate_backup_name(schedule)
-    selection = Selection.from_options(
-        namespaces=values.get("namespaces") or (),
-        include_resources=values.get("include_resources") or (),
-        exclude_resources=values.get("exclude_resources") or (),
-        selector=str(values.get("selector") or ""),
-        names=values.get("names") or (),
-        include_cluster_resources=values.get("include_cluster_resources"),
-        include_crds=values.get("include_crds", True),
-        all_namespaces=bool(values.get("all_namespaces")),
-    )
+    selection = Selection.from_values(values, include_crds=True)
     concurrency = int(spec.get("list-concurrency") or DEFAULT_LIST_CONCURRENCY)
     return BackupIntent(
         backup,
@@ -73,19 +64,9 @@ def parse_backup(obj: KubeObject) -> BackupIntent:
         int(spec.get("processes") or 0) or default_list_processes(concurrency),
         spec_digest(obj),
         str(spec.get(crd.SERVICE_ACCOUNT) or "").strip(),
-        _flag(spec, "with-dependencies"),
-        bool(_flag(spec, "allow-plaintext-secrets")),
+        flag_value(spec.get("with-dependencies"), "spec.with-dependencies"),
+        bool(flag_value(spec.get("allow-plaintext-secrets"), "spec.allow-plaintext-secrets")),
     )
-
-
-def _flag(spec: dict[str, Any], field: str) -> bool | None:
-    """A boolean field of the spec (true/false, or the strings); None when absent."""
-    value = spec.get(field)
-    if value is None or isinstance(value, bool):
-        return value
-    if str(value).lower() not in ("true", "false"):
-        raise ConfigError(f"spec.{field} must be true or false, not {value!r}")
-    return str(value).lower() == "true"
 
 
 def run_backup(

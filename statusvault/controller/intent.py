@@ -16,6 +16,7 @@ from typing import Any
 
 from statusvault import rfc3339
 from statusvault.errors import ConfigError
+from statusvault.optiontable import flag_value
 from statusvault.restore.options import RestoreOptions, restore_options
 from statusvault.storage.base import validate_backup_name
 
@@ -129,15 +130,8 @@ def parse_intent(cm: Mapping[str, Any]) -> Intent:
         data.get("modifiers", "").strip(),
         processes,
         service_account=data.get("serviceAccountName", "").strip(),
-        from_velero=_true_or_false(data, "from-velero"),
+        from_velero=bool(flag_value(data.get("from-velero"), "from-velero")),
     )
-
-
-def _true_or_false(data: Mapping[str, str], key: str) -> bool:
-    value = data.get(key, "false").strip().lower()
-    if value not in ("true", "false"):
-        raise ConfigError(f"{key} must be true or false, not {data[key]!r}")
-    return value == "true"
 
 
 def _processes(value: str) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 
 from statusvault.errors import ConfigError
 from statusvault.model import Selection, split_csv
-from statusvault.optiontable import check_options
+from statusvault.optiontable import check_options, flag_value
 from statusvault.restore.modifiers import Modifiers
 from statusvault.restore.order import Order, read_order
 from statusvault.restore.pausemarkers import PauseOptions, pause_options
@@ -55,12 +55,7 @@ def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
         return split_csv(values.get(key) or ())
 
     def flag(key: str) -> bool | None:
-        raw = values.get(key)
-        if raw is None or isinstance(raw, bool):
-            return raw
-        if str(raw).lower() not in ("true", "false"):
-            raise ConfigError(f"{key.replace('_', '-')} must be true or false, not {raw!r}")
-        return str(raw).lower() == "true"
+        return flag_value(values.get(key), key.replace("_", "-"))
 
     def choice(key: str, allowed: tuple[str, ...]) -> str:
         raw = str(values.get(key) or allowed[0])
