@@ -13,7 +13,6 @@ from statusvault.archive.check import FirstRead, VerifyReport, Visit, first_read
 from statusvault.archive.format import (
     MANIFEST_MEMBER,
     MAX_OBJECT_BYTES,
-    parse_member_path,
     shown,
     stream_bound,
 )
@@ -106,12 +105,11 @@ def _objects(
                 raise ArchiveError(f"archive member {shown(member.name)} follows manifest.json (the last)")
             ended = True
             continue
-        parse_member_path(member.name)
+        listed, expected = next(entries, ("", ""))
+        if listed != member.name:  # a listed path is one the first read checked (parse_member_path)
+            raise ArchiveError(f"archive member {shown(member.name)} is not listed in the manifest at its place")
         if member.size > MAX_OBJECT_BYTES:
             raise ArchiveError(f"archive member {shown(member.name)} has {member.size:,} bytes, above the limit")
-        listed, expected = next(entries, ("", ""))
-        if listed != member.name:
-            raise ArchiveError(f"archive member {shown(member.name)} is not listed in the manifest at its place")
         if want is not None and not want(member.name):
             continue
         data = tar.read(member)

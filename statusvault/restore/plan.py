@@ -12,7 +12,7 @@ import sqlite3
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from statusvault.archive import member_path
 from statusvault.errors import StatusVaultError
@@ -50,6 +50,21 @@ class StatusMode(enum.StrEnum):
     def wanted(self) -> bool:
         """Whether the run must write a saved status for this object."""
         return self in (StatusMode.SUBRESOURCE, StatusMode.IN_BODY)
+
+
+# A row's values to members: a dict lookup, where calling the enum (its metaclass's __call__, __new__) costs a few
+# microseconds for every object of a restore.
+_CATEGORIES = {int(c): c for c in Category}
+_ACTIONS = {str(a): a for a in Action}
+_MODES = {str(m): m for m in StatusMode}
+_MEMBERS: dict[type[enum.Enum], dict[Any, Any]] = {Category: _CATEGORIES, Action: _ACTIONS, StatusMode: _MODES}
+E = TypeVar("E", bound=enum.Enum)
+
+
+def _member(kind: type[E], value: Any) -> E:
+    """The member of `kind` with that value (ValueError for another value, as calling the enum raises)."""
+    found = _MEMBERS[kind].get(value)
+    return found if found is not None else kind(value)
 
 
 @dataclasses.dataclass(slots=True)
@@ -326,7 +341,18 @@ class RestorePlan:
         q, src, ns, name, uid, cat, action, mode, depth, stored, grp, seq = row
         rt = self.types[q]
         return PlanItem(
-            rt, src, ns, name, uid, Category(cat), Action(action), StatusMode(mode), depth, bool(stored), seq, grp
+            rt,
+            src,
+            ns,
+            name,
+            uid,
+            _member(Category, cat),
+            _member(Action, action),
+            _member(StatusMode, mode),
+            depth,
+            bool(stored),
+            seq,
+            grp,
         )
 
     def group_counts(self) -> dict[int, int]:

@@ -52,6 +52,7 @@ from statusvault.testing.benchcore import (
 from statusvault.testing.benchdeps import measure_dependencies
 from statusvault.testing.benchdeps import table as deps_table
 from statusvault.testing.benchgo import go_list, go_write, goref_binary
+from statusvault.testing.benchown import own_work
 from statusvault.testing.benchreport import report
 from statusvault.testing.benchscale import first_write, keys, measure_scale
 from statusvault.testing.benchscale import table as scale_table
@@ -178,6 +179,9 @@ def measure_restore(
     results["restore_modifiers"] = restore_figures(
         env, n, "modified", "--processes", str(PROCESSES[0]), "--modifiers", str(work / "modifiers.yaml")
     )
+    for parallel in (1, PARALLEL):
+        log(f"the restore's own work: its writes answered in-process, {parallel} writer thread(s)")
+        results[f"own_work_{parallel}"] = own_work(env, n, NAMESPACES, parallel)
     if go is not None:
         results["cpu_rounds"] = cpu_rounds(http, cluster, env, n, work, go)
 

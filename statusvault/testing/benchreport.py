@@ -53,6 +53,9 @@ def _restore_rows(r: dict[str, Any]) -> list[Row]:
         rows.append(_row(label, r["restore_stream"], wb, "~ restore"))
     if "restore_modifiers" in r:
         rows.append(_row("statusvault restore, 3 modifier rules", r["restore_modifiers"], wb, "~ restore"))
+    for key in sorted((k for k in r if k.startswith("own_work_")), key=lambda k: int(k[9:])):
+        label = f"  its own work: writes answered in-process, {key[9:]} writer thread(s)"
+        rows.append((label, "", "", "", f"{r[key]['cpu_ms_per_object']:.3f}", f"{r[key]['peak_rss_mib']:.0f}"))
     return rows
 
 
