@@ -174,6 +174,7 @@ def describe(store: ObjectStore, name: str) -> dict[str, Any]:
         "encryption": _keys_of(encryption) if encryption else None,
         "signature": signing.describe(manifest),
         "dependencies": manifest.get("dependencies"),
+        "importedFrom": manifest.get("importedFrom"),
     }
 
 

@@ -24,7 +24,9 @@ import contextlib
 import dataclasses
 import logging
 import re
+import sqlite3
 import tempfile
+import threading
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +45,7 @@ from statusvault.archive.format import (
     shown,
     stream_bound,
 )
+from statusvault.archive.reader import file_sha256
 from statusvault.archive.stream import TarStream
 from statusvault.backup import BackupEngine, BackupRequest, BackupResult
 from statusvault.backup.engine import crd_defines
@@ -61,82 +64,178 @@ _VERSION_DIR = re.compile(r"v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?(-preferredver
 
 
 @dataclasses.dataclass
-class VeleroBackup:
-    """What a Velero tarball holds, checked: each resource's objects in its preferred version."""
+class _Resource:
+    """What is known of one resource's objects in one of its directories without holding them: checked as they
+    are read (one kind and one scope per resource), counted, and whether any carries a status."""
 
-    label: str
-    format_version: str = ""
-    objects: dict[str, dict[tuple[str, str], KubeObject]] = dataclasses.field(default_factory=dict)
-    other_versions: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # left out, by resource
-    left_out: int = 0  # objects of other API versions
+    kinds: set[tuple[str, str]] = dataclasses.field(default_factory=set)  # (apiVersion, kind)
+    scopes: set[bool] = dataclasses.field(default_factory=set)  # namespaced or not
+    count: int = 0
+    any_status: bool = False
+
+
+class VeleroBackup:
+    """What a Velero tarball holds, checked: each resource's objects in its preferred version.
+
+    The objects are spooled, not held: a private SQLite database on disk (deleted when closed), one row per
+    object, read back a LIST page at a time in etcd's order; in memory stay a few facts per resource. Close it
+    (or use it in a `with` block) when done."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.format_version = ""
+        self.other_versions: dict[str, set[str]] = {}  # left out, by resource
+        self.left_out = 0  # objects of other API versions
+        self.sha256 = ""  # of the tarball as read
+        self._db = sqlite3.connect("", check_same_thread=False)  # "": on disk, private, deleted on close
+        self._db.executescript(_SPOOL)
+        self._lock = threading.Lock()  # the backup engine lists resources from several threads
+        self._resources: dict[tuple[str, bool], _Resource] = {}  # (resource.group, in a preferredversion dir)
+
+    def __enter__(self) -> VeleroBackup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _add_member(self, name: str) -> None:
+        """A member's path, once: a path met twice refuses the tarball."""
+        try:
+            self._db.execute("INSERT INTO members VALUES (?)", (name,))
+        except sqlite3.IntegrityError:
+            raise ArchiveError(f"Velero backup {self.label} holds member {shown(name)} twice") from None
+
+    def _add(self, place: tuple[str, str, str], preferred: bool, obj: KubeObject, data: bytes) -> None:
+        qualified, namespace, name = place
+        seen = self._resources.setdefault((qualified, preferred), _Resource())
+        seen.kinds.add((str(obj["apiVersion"]), str(obj["kind"])))
+        seen.scopes.add(bool(namespace))
+        seen.count += 1
+        seen.any_status = seen.any_status or "status" in obj
+        row = (qualified, int(preferred), namespace, name, data)
+        self._db.execute("INSERT INTO objects VALUES (?, ?, ?, ?, ?)", row)
+
+    def _chosen(self) -> dict[str, tuple[bool, _Resource]]:
+        """Each resource's directory read: the classic tree, else its preferredversion directory."""
+        out: dict[str, tuple[bool, _Resource]] = {}
+        for (qualified, preferred), seen in sorted(self._resources.items()):
+            if qualified not in out:  # False (classic) sorts first
+                out[qualified] = (preferred, seen)
+        return out
+
+    def resources(self) -> list[str]:
+        return sorted(self._chosen())
 
     @property
     def total(self) -> int:
-        return sum(len(o) for o in self.objects.values())
+        return sum(seen.count for _, seen in self._chosen().values())
 
     def left_out_note(self) -> str:
         """What a command's line adds about the other API versions left out ("" when there were none)."""
         return f"; {self.left_out} object(s) of other API versions left out" if self.left_out else ""
 
+    def pages(self, qualified: str, namespace: str | None = None, limit: int = 500) -> Iterator[list[KubeObject]]:
+        """The resource's objects (in `namespace` when given) in etcd's order (namespace, then name), `limit` a
+        page; each page one query, so no cursor stays open between pages."""
+        chosen = self._chosen().get(qualified)
+        if chosen is None:
+            return
+        where = "qualified = ? AND preferred = ?" + (" AND namespace = ?" if namespace is not None else "")
+        args: tuple[Any, ...] = (qualified, int(chosen[0]), *(() if namespace is None else (namespace,)))
+        after = ("", "")
+        while True:
+            with self._lock:
+                rows = self._db.execute(
+                    f"SELECT namespace, name, data FROM objects WHERE {where} AND (namespace, name) > (?, ?) "
+                    "ORDER BY namespace, name LIMIT ?",
+                    (*args, *after, limit),
+                ).fetchall()
+            if not rows:
+                return
+            yield [orjson.loads(data) for _, _, data in rows]
+            after = (rows[-1][0], rows[-1][1])
+
+    def objects(self, qualified: str) -> dict[tuple[str, str], KubeObject]:
+        """One resource's objects by (namespace, name): for a resource of a few objects (its CRDs, a test)."""
+        return {
+            (o["metadata"].get("namespace") or "", o["metadata"]["name"]): o for p in self.pages(qualified) for o in p
+        }
+
     def types(self) -> list[ResourceType]:
         """Each resource's type as its objects and the backup's CRDs describe it (`custom`: a CRD of the backup
         defines it; `has_status`: its CRD has the status subresource, else an object carries a status)."""
         defined: dict[str, KubeObject] = {}
-        for definition in self.objects.get(CRDS.qualified, {}).values():
+        for definition in self.objects(CRDS.qualified).values():
             group, plural = crd_defines(definition)
             defined[f"{plural}.{group}"] = definition
         out = []
-        for qualified, objects in sorted(self.objects.items()):
-            first = next(iter(objects.values()))
-            group, _, version = str(first["apiVersion"]).rpartition("/")
+        for qualified, (_, seen) in self._chosen().items():
+            api_version, kind = next(iter(seen.kinds))  # one per resource (_check_types)
+            group, _, version = api_version.rpartition("/")
             resource = qualified.split(".", 1)[0]
             crd = defined.get(qualified)
-            has_status = _status_subresource(crd, version) if crd else any("status" in o for o in objects.values())
-            namespaced = bool(next(iter(objects))[0])  # one scope per resource (_check_types)
-            kind = str(first["kind"])
+            has_status = _status_subresource(crd, version) if crd else seen.any_status
+            namespaced = next(iter(seen.scopes))
             out.append(ResourceType(group, version, resource, kind, namespaced, has_status, crd is not None, ("list",)))
         return out
 
 
+_SPOOL = """
+PRAGMA journal_mode = OFF;
+PRAGMA synchronous = OFF;
+CREATE TABLE members (name TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE objects (qualified TEXT, preferred INTEGER, namespace TEXT, name TEXT, data BLOB,
+                      PRIMARY KEY (qualified, preferred, namespace, name));
+"""
+
+
 def read_tarball(path: Path) -> VeleroBackup:
-    """Read and check a Velero backup tarball; ArchiveError (one line naming the member and the rule) otherwise."""
+    """Read and check a Velero backup tarball (close what it returns); ArchiveError (one line naming the member and
+    the rule) otherwise."""
     backup = VeleroBackup(path.name)
-    classic: dict[str, dict[tuple[str, str], KubeObject]] = {}
-    preferred: dict[str, dict[tuple[str, str], KubeObject]] = {}
-    seen: set[str] = set()
     try:
-        with TarStream(path, stream_bound({}), "a Velero backup") as tar:
-            for member in tar.members():
-                name = member.name.removeprefix("./")
-                if name in seen:
-                    raise ArchiveError(f"Velero backup {path.name} holds member {shown(name)} twice")
-                seen.add(name)
-                if len(seen) > MAX_OBJECTS + 64:
-                    raise ArchiveError(f"Velero backup {path.name} has more than {MAX_OBJECTS:,} members (the limit)")
-                _check_path(name, path.name)
-                if name == VERSION_MEMBER:
-                    backup.format_version = _version(tar.read(member) if member.size <= 64 else b"", path.name)
-                    continue
-                if not name.startswith(f"{RESOURCES_DIR}/"):
-                    continue  # metadata/ and what a newer minor version adds
-                place, version = _place(name, path.name)
-                if version and not version.endswith(PREFERRED):
-                    backup.other_versions.setdefault(place[0], set()).add(version)
-                    backup.left_out += 1
-                    continue
-                if member.size > MAX_OBJECT_BYTES:
-                    raise ArchiveError(f"member {shown(name)} is larger than {MAX_OBJECT_BYTES:,} bytes (the limit)")
-                obj = _object(tar.read(member), name, place)
-                held = preferred if version else classic
-                held.setdefault(place[0], {})[(place[1], place[2])] = obj
+        backup.sha256 = file_sha256(path)
+        _read(path, backup)
+        if not backup.format_version:
+            raise ArchiveError(f"{path.name} is not a Velero backup: it has no {VERSION_MEMBER}")
+        _check_types(backup)
     except OSError as e:
+        backup.close()
         raise ArchiveError(f"cannot read Velero backup {path.name}: {e}") from None
-    if not backup.format_version:
-        raise ArchiveError(f"{path.name} is not a Velero backup: it has no {VERSION_MEMBER}")
-    for qualified in {*classic, *preferred}:
-        backup.objects[qualified] = classic.get(qualified) or preferred[qualified]
-    _check_types(backup)
+    except BaseException:
+        backup.close()
+        raise
     return backup
+
+
+def _read(path: Path, backup: VeleroBackup) -> None:
+    members = 0
+    with TarStream(path, stream_bound({}), "a Velero backup") as tar:
+        for member in tar.members():
+            name = member.name.removeprefix("./")
+            members += 1
+            if members > MAX_OBJECTS + 64:
+                raise ArchiveError(f"Velero backup {path.name} has more than {MAX_OBJECTS:,} members (the limit)")
+            _check_path(name, path.name)
+            backup._add_member(name)
+            if name == VERSION_MEMBER:
+                backup.format_version = _version(tar.read(member) if member.size <= 64 else b"", path.name)
+                continue
+            if not name.startswith(f"{RESOURCES_DIR}/"):
+                continue  # metadata/ and what a newer minor version adds
+            place, version = _place(name, path.name)
+            if version and not version.endswith(PREFERRED):
+                backup.other_versions.setdefault(place[0], set()).add(version)
+                backup.left_out += 1
+                continue
+            if member.size > MAX_OBJECT_BYTES:
+                raise ArchiveError(f"member {shown(name)} is larger than {MAX_OBJECT_BYTES:,} bytes (the limit)")
+            data = tar.read(member)
+            obj = _object(data, name, place)
+            backup._add(place, bool(version), obj, data)
 
 
 def _check_path(name: str, label: str) -> None:
@@ -196,19 +295,17 @@ def _object(data: bytes, name: str, place: tuple[str, str, str]) -> KubeObject:
 
 
 def _check_types(backup: VeleroBackup) -> None:
-    for qualified, objects in backup.objects.items():
-        kinds = {(o["apiVersion"], o["kind"]) for o in objects.values()}
-        if len(kinds) > 1:
-            raise ArchiveError(f"Velero backup {backup.label} mixes {sorted(kinds)[:2]} under {shown(qualified)}")
-        namespaced = {bool(ns) for ns, _ in objects}
-        if len(namespaced) > 1:
+    for (qualified, _), seen in backup._resources.items():
+        if len(seen.kinds) > 1:
+            raise ArchiveError(f"Velero backup {backup.label} mixes {sorted(seen.kinds)[:2]} under {shown(qualified)}")
+        if len(seen.scopes) > 1:
             raise ArchiveError(f"Velero backup {backup.label} has {shown(qualified)} both namespaced and not")
 
 
 def _status_subresource(crd: KubeObject, version: str) -> bool:
     spec = crd.get("spec") or {}
     for v in spec.get("versions") or []:
-        if isinstance(v, dict) and v.get("name") == version:
+        if isinstance(v, dict) and v.get("name") == version and "subresources" in v:
             return "status" in (v.get("subresources") or {})
     return "status" in (spec.get("subresources") or {})  # apiextensions v1beta1: one for every version
 
@@ -228,10 +325,7 @@ class TarballLister:
     def list_pages(
         self, rt: ResourceType, namespace: str | None, selector: str = "", limit: int = 500
     ) -> Iterator[Any]:
-        objects = self.backup.objects.get(rt.qualified, {})
-        chosen = [objects[k] for k in sorted(objects) if namespace is None or k[0] == namespace]
-        for start in range(0, len(chosen), limit):
-            yield [dict(o, metadata=dict(o["metadata"])) for o in chosen[start : start + limit]]
+        return self.backup.pages(rt.qualified, namespace, limit)
 
 
 def import_backup(backup: VeleroBackup, store: ObjectStore, name: str, **request: Any) -> BackupResult:
@@ -245,6 +339,14 @@ def import_backup(backup: VeleroBackup, store: ObjectStore, name: str, **request
         name=name,
         selection=selection,
         schedule=f"velero:{backup.label}",
+        imported_from={
+            "velero": {
+                "tarball": backup.label,
+                "sha256": backup.sha256,
+                "formatVersion": backup.format_version,
+                "otherVersionsLeftOut": backup.left_out,
+            }
+        },
         with_dependencies=False,  # the Velero backup holds what it holds: no cluster to follow references in
         **request,
     )
@@ -352,12 +454,12 @@ def source_path(source: str, store: ObjectStore | None) -> Iterator[Path]:
 def imported(source: str, store: ObjectStore | None) -> Iterator[tuple[ObjectStore, str, VeleroBackup]]:
     """The Velero backup as a native backup in a temporary directory (a restore, verify or describe of it)."""
     with source_path(source, store) as path, tempfile.TemporaryDirectory(prefix="statusvault-velero-") as tmp:
-        backup = read_tarball(path)
         name = native_name(path.name)
         temp = LocalStore(Path(tmp))
         where = path.resolve() if Path(source).expanduser().is_file() or store is None else f"{store.url}#{source}"
         temp.url = f"velero:{where}"  # the journal's key names the Velero source: the same restore resumes
-        import_backup(backup, temp, name, allow_plaintext_secrets=True)  # as the Velero backup holds them: read once
+        with read_tarball(path) as backup:  # spooled until imported; its counts stay
+            import_backup(backup, temp, name, allow_plaintext_secrets=True)  # as the Velero backup holds them
         yield temp, name, backup
 
 

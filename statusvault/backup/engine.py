@@ -141,6 +141,8 @@ class BackupRequest:
     name: str
     selection: Selection = dataclasses.field(default_factory=Selection)
     schedule: str = ""  # the schedule (or watch:NAME) the backup belongs to, recorded in its manifest
+    # where an imported backup's objects came from (a Velero backup: velero.py), recorded as its importedFrom
+    imported_from: dict[str, Any] | None = None
     key: Keys = None  # client-side encryption: a data key of the backup's own, wrapped by each of these keys
     signer: Signer | None = None  # signs the summary manifest (archive/signing.py)
     lock: ObjectLock | None = None  # S3 Object Lock on the archive and the manifest (not on the writer lease)
@@ -227,6 +229,8 @@ class BackupEngine:
                 summaries = self._write(writer, streams, lease, collector)
                 manifest = self._manifest(name, selection, summaries, writer, created_at)
                 manifest["schedule"] = schedule
+                if self.request.imported_from:
+                    manifest["importedFrom"] = dict(self.request.imported_from)
                 if collector is not None and collector.following:
                     manifest["dependencies"] = collector.closure.to_dict()
                 if data_key is not None:

@@ -302,12 +302,26 @@ def describe(app: App, args: DescribeArgs) -> None:
             f"Size:       {human_size(archive.get('size'))} compressed, "
             f"{human_size(totals.get('uncompressedBytes'))} uncompressed",
             *_protection(data),
+            *_origin(data.get("importedFrom")),
             "",
             table(["RESOURCE", "KIND", "STATUS-SUBRESOURCE", "OBJECTS", "WITH STATUS"], rows),
             *dependency_graph(data.get("dependencies")),
         ]
     )
     emit(data, args.output, text)
+
+
+def _origin(imported: Any) -> list[str]:
+    """Where an imported backup came from, as its manifest records it (a store writer's claim, like the rest of an
+    unsigned manifest)."""
+    source = imported.get("velero") if isinstance(imported, dict) else None
+    if not isinstance(source, dict):
+        return []
+    left = source.get("otherVersionsLeftOut") or 0
+    return [
+        f"Imported:   from Velero backup {source.get('tarball')} (format {source.get('formatVersion')}, sha256 "
+        f"{str(source.get('sha256'))[:16]}...{f', {left} object(s) of other API versions left out' if left else ''})"
+    ]
 
 
 def dependency_graph(deps: Any, limit: int = 200) -> list[str]:
@@ -509,8 +523,7 @@ def import_velero(app: App, args: ImportArgs) -> None:
 
     bsl = app.store(args.velero_storage, args.s3()) if args.velero_storage else None
     store = app.store(args.storage, args.s3())
-    with velero.source_path(args.source, bsl) as path:
-        read = velero.read_tarball(path)
+    with velero.source_path(args.source, bsl) as path, velero.read_tarball(path) as read:
         name = validate_backup_name(args.name or velero.native_name(path.name))
         result = velero.import_backup(
             read,

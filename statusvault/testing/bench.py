@@ -56,6 +56,8 @@ from statusvault.testing.benchown import own_work
 from statusvault.testing.benchreport import report
 from statusvault.testing.benchscale import first_write, keys, measure_scale
 from statusvault.testing.benchscale import table as scale_table
+from statusvault.testing.benchvelero import measure_velero
+from statusvault.testing.benchvelero import table as velero_table
 from statusvault.testing.cluster import DEFAULT_VERSION, RELEASES, LocalCluster
 from statusvault.testing.fixtures import install_crds
 
@@ -109,12 +111,14 @@ def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
         results["scale"] = measure_scale(http, env, work)
     if only("dependencies"):
         results["dependencies"] = measure_dependencies(http, env, n, work)
+    if only("velero"):
+        results["velero"] = measure_velero(env, work)
     return results
 
 
 def only(section: str) -> bool:
-    """BENCH_ONLY=backup,restore,planning,scale,firstwrite,dependencies runs just those sections (all by default;
-    firstwrite is part of restore)."""
+    """BENCH_ONLY=backup,restore,planning,scale,firstwrite,dependencies,velero runs just those sections (all by
+    default; firstwrite is part of restore)."""
     chosen = os.environ.get("BENCH_ONLY", "")
     return not chosen or section in chosen.split(",")
 
@@ -358,6 +362,8 @@ def main() -> int:
         table += "\n\n" + scale_table(results["scale"])
     if "dependencies" in results:
         table += "\n\n" + deps_table(results["dependencies"])
+    if "velero" in results:
+        table += "\n\n" + velero_table(results["velero"])
     print(table)
     out.parent.mkdir(parents=True, exist_ok=True)
     previous = json.loads(out.read_text()) if out.exists() else {}

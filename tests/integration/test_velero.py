@@ -69,6 +69,9 @@ def test_an_imported_velero_backup_verifies_and_restores_like_any_other(run, kub
     assert json.loads(imported.out)["totals"]["withStatus"] == 4, "the clusters and their Namespace"
 
     assert run("verify", "from-velero").code == 0
+    origin = run("describe", "from-velero")
+    assert "Imported:   from Velero backup nightly.tar.gz (format 1.1.0, sha256 " in origin.out, origin.out
+    assert "3 object(s) of other API versions left out" in origin.out
     restored = run("restore", "from-velero")
     assert restored.code == ExitStatus.SUCCESS, restored.err
     kc = crds.resolve("kc")

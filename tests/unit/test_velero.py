@@ -5,6 +5,8 @@ with one line."""
 
 from __future__ import annotations
 
+import hashlib
+
 import orjson
 import pytest
 
@@ -39,8 +41,8 @@ def test_each_format_reads_every_object_once_in_its_preferred_version(tmp_path, 
     read = velero.read_tarball(path)
 
     assert read.format_version == version and read.total == 5
-    assert sorted(read.objects[KCS]) == [("team-a", f"kc-{i}") for i in range(3)]
-    assert {o["apiVersion"] for o in read.objects[KCS].values()} == {"xyz.example.com/v1"}, "never v1alpha1"
+    assert sorted(read.objects(KCS)) == [("team-a", f"kc-{i}") for i in range(3)]
+    assert {o["apiVersion"] for o in read.objects(KCS).values()} == {"xyz.example.com/v1"}, "never v1alpha1"
     assert (read.left_out, read.other_versions) == (3, {KCS: {"v1alpha1"}})
     types = {rt.qualified: rt for rt in read.types()}
     assert (types[KCS].version, types[KCS].kind, types[KCS].namespaced) == ("v1", "KubernetesCluster", True)
@@ -51,7 +53,36 @@ def test_each_format_reads_every_object_once_in_its_preferred_version(tmp_path, 
 def test_a_resource_only_in_its_preferred_version_directory_is_read_from_there(tmp_path):
     extra = [member(kc(7), KCS, "v1-preferredversion")]
     path = tarball(tmp_path / "b.tar.gz", [], "1.1.0", extra=extra)
-    assert list(velero.read_tarball(path).objects[KCS]) == [("team-a", "kc-7")]
+    assert list(velero.read_tarball(path).objects(KCS)) == [("team-a", "kc-7")]
+
+
+def v1beta1_crd(group: str, kind: str, status: bool) -> dict:
+    """A CRD as an old cluster's Velero backup holds it (apiextensions.k8s.io/v1beta1, served until 1.22): one
+    `subresources` and one `validation` for every version, not per version."""
+    plural = kind.lower() + "s"
+    spec = {
+        "group": group,
+        "version": "v1",
+        "versions": [{"name": "v1", "served": True, "storage": True}],
+        "scope": "Namespaced",
+        "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+        "validation": {"openAPIV3Schema": {"type": "object"}},
+        **({"subresources": {"status": {}}} if status else {}),
+    }
+    return {"apiVersion": "apiextensions.k8s.io/v1beta1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"}, "spec": spec}  # fmt: skip
+
+
+def test_a_v1beta1_crd_of_an_old_cluster_says_which_of_its_types_have_the_status_subresource(tmp_path):
+    with_sub, without = v1beta1_crd("xyz.example.com", "KubernetesCluster", True), v1beta1_crd("b.io", "Pool", False)
+    pool = cr("b.io/v1", "Pool", "p1", status={"free": 3})
+    pool["metadata"]["namespace"] = "team-a"
+    objects = [(CRD_Q, with_sub), (CRD_Q, without), (KCS, kc(1)), ("pools.b.io", pool)]
+    with velero.read_tarball(tarball(tmp_path / "old.tar.gz", objects, "1")) as read:
+        types = {rt.qualified: rt for rt in read.types()}
+    assert (types[KCS].custom, types[KCS].has_status) == (True, True), "spec.subresources: every version's"
+    assert (types["pools.b.io"].custom, types["pools.b.io"].has_status) == (True, False), "its status: in the body"
+    assert types[CRD_Q].version == "v1beta1", "the CRDs themselves as the backup holds them"
 
 
 def test_the_native_backup_verifies_and_keeps_every_status(tmp_path):
@@ -63,6 +94,15 @@ def test_the_native_backup_verifies_and_keeps_every_status(tmp_path):
     assert catalog.verify(store, "nightly", key).ok
     manifest = catalog.read_manifest(store, "nightly")
     assert manifest["schedule"] == "velero:nightly-20261127.tar.gz" and result.manifest["totals"]["objects"] == 5
+    assert manifest["importedFrom"] == {
+        "velero": {
+            "tarball": "nightly-20261127.tar.gz",
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "formatVersion": "1.1.0",
+            "otherVersionsLeftOut": 3,
+        }
+    }, "where it came from, in the manifest (the signed summary of a signed import)"
+    assert catalog.describe(store, "nightly")["importedFrom"] == manifest["importedFrom"]
     with open_backup(store, "nightly", key) as reader:
         objects = [orjson.loads(data) for _, data in reader.objects()]
     assert {o["metadata"]["name"]: o["status"] for o in objects if o["kind"] == "KubernetesCluster"} == {
