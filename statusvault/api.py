@@ -33,9 +33,9 @@ from statusvault.kube.transport import load_transport
 from statusvault.model import Selection, split_csv
 from statusvault.optiontable import COMMAND_OPTIONS, check_options, value_key
 from statusvault.restore.options import restore_options
-from statusvault.restore.results import RestoreReport
+from statusvault.restore.results.report import RestoreReport
+from statusvault.restore.results.verdict import RunOutcome, Verdict, verdict
 from statusvault.restore.runner import RestoreRequest, run_restore
-from statusvault.restore.verdict import RunOutcome, Verdict, verdict
 from statusvault.storage import ObjectStore, open_store
 from statusvault.storage.base import S3Options, validate_backup_name
 
@@ -72,7 +72,7 @@ class Cluster:
 
 @dataclasses.dataclass(frozen=True)
 class RestoreResult:
-    """A restore's report and its one verdict (restore/verdict.py), as the CLI's exit status reads it."""
+    """A restore's report and its one verdict (restore/results/verdict.py), as the CLI's exit status reads it."""
 
     report: RestoreReport
     verdict: Verdict

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import fnmatch
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -11,6 +12,15 @@ KubeObject = dict[str, Any]
 
 CRD_GROUP = "apiextensions.k8s.io"
 CRD_RESOURCE = "customresourcedefinitions"
+
+
+class DryRun(enum.StrEnum):
+    """kubectl's --dry-run modes, the one shape of every command that has one: none writes; client sends nothing
+    and shows what would happen; server sends every write with dryRun=All, so admission runs and nothing persists."""
+
+    NONE = "none"
+    CLIENT = "client"
+    SERVER = "server"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -27,14 +27,14 @@ from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import JSON_PATCH, Request
 from statusvault.model import KubeObject, ResourceType, Selection, display, name_matches
-from statusvault.restore.fenceread import read_fence
-from statusvault.restore.fencing import FencePlan, Target, status_managers
-from statusvault.restore.options import RestoreOptions
-from statusvault.restore.pausemarkers import RECORD, PauseOptions, pause_patch, unpause_patch
-from statusvault.restore.results import RestoreReport
+from statusvault.restore.options import FenceMode, RestoreOptions
+from statusvault.restore.quiet.fenceread import read_fence
+from statusvault.restore.quiet.fencing import FencePlan, FenceTarget, status_managers
+from statusvault.restore.quiet.pausemarkers import RECORD, PauseOptions, pause_patch, unpause_patch
+from statusvault.restore.results.report import RestoreReport
+from statusvault.restore.results.verdict import RunOutcome, verdict
 from statusvault.restore.runner import RestoreRequest, open_backup, run_restore, unfinished_manager
-from statusvault.restore.verdict import RunOutcome, verdict
-from statusvault.restore.writes import written_by
+from statusvault.restore.running.writes import written_by
 from statusvault.storage.base import ObjectStore, backup_prefix, manifest_key
 from statusvault.transforms import contains, map_namespace, status_annotation
 
@@ -108,7 +108,7 @@ def run_move(req: MoveRequest) -> MoveReport:
     restore = _target_restore(req, name)
     options = restore.options
     if not req.store.exists(manifest_key(name)):  # else a re-run: the source is paused and backed up already
-        if options.fence == "auto":
+        if options.fence == FenceMode.AUTO:
             fence_report(req)  # RBAC of the target that cannot be read fails here, before the source is paused
         report.source_paused, report.source_unpausable = _pause_source(req.source, req.selection, options.pause)
         _backup(req, name)
@@ -130,7 +130,7 @@ def fence_report(req: MoveRequest) -> FencePlan:
         ns = map_namespace(obj["metadata"].get("namespace", ""), req.options.mapping) if rt.namespaced else ""
         namespaces.setdefault(rt.qualified, (rt, set()))[1].add(ns)
         managers.setdefault(rt.qualified, set()).update(status_managers([obj]))
-    targets = [Target(rt, frozenset(ns for ns in found if ns)) for _, (rt, found) in sorted(namespaces.items())]
+    targets = [FenceTarget(rt, frozenset(ns for ns in found if ns)) for _, (rt, found) in sorted(namespaces.items())]
     return read_fence(req.target.client, targets, req.options, managers, "source cluster")
 
 

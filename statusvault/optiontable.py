@@ -9,6 +9,7 @@ refused with one line before anything is read or written.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Mapping
 from typing import Any
 
@@ -122,6 +123,8 @@ def _given(values: Mapping[str, Any], flag: str) -> bool:
     value = values.get(_key(flag))
     if isinstance(value, (tuple, list)):
         return any(v for v in value)
+    if isinstance(value, enum.Enum):  # a mode (DryRun, ...): its value says whether it is off
+        value = value.value
     return not any(value is u or (type(value) is type(u) and value == u) for u in _UNSET)
 
 

@@ -23,7 +23,7 @@ SERVER_SET_METADATA = (
 )
 RESTORE_STATUS_ANNOTATION = "statusvault.io/restore-status"
 # on an object a declarative restore left without its saved status (controller/runs.py); a restore that writes the
-# status takes it away again (restore/objects.py)
+# status takes it away again (restore/running/objects.py)
 NOT_RESTORED_ANNOTATION = "statusvault.dev/status-not-restored"
 # Top-level fields that are not user-owned content: never patched on update.
 NOT_CONTENT = ("apiVersion", "kind", "metadata", "status")

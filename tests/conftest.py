@@ -98,7 +98,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     faulthandler.dump_traceback_later(60, exit=True)
 
 
-# Restores in the suite do not wait before looking again at what they restored (restore/settle.py): the tests of
+# Restores in the suite do not wait before looking again at what they restored (restore/results/settle.py): the tests of
 # that look (tests/integration/test_settle.py) ask for it with --settle-seconds. Subprocesses inherit it.
 os.environ["STATUSVAULT_SETTLE_SECONDS"] = "0"
 

@@ -24,7 +24,7 @@ import orjson
 from statusvault import __version__
 from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.restore.runner import RestoreRequest, run_restore
-from statusvault.restore.state import KEY_VERSION
+from statusvault.restore.running.state import KEY_VERSION
 from statusvault.storage.local import LocalStore
 from tests.builders import kc_status
 from tests.fake import FakeKube

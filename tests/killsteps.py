@@ -1,6 +1,6 @@
 """Kill a CLI process at one named step, deterministically (tests/integration/test_killsteps.py): at a request it
-sends, before or just after the server sees it (a FaultProxy's `before` hook), or at a pause point it reaches
-(statusvault/pausepoints.py)."""
+sends, before or just after the server sees it (a FaultProxy's `before` hook), or at a kill point it reaches
+(statusvault/killpoints.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from statusvault.pausepoints import ENV
+from statusvault.killpoints import ENV
 from tests.faultproxy import FaultProxy
 
 
@@ -37,7 +37,7 @@ class Request:
 
 @dataclasses.dataclass(frozen=True)
 class Pause:
-    """A pause point the process reaches (statusvault/pausepoints.py)."""
+    """A kill point the process reaches (statusvault/killpoints.py)."""
 
     step: str
 
@@ -95,7 +95,7 @@ def kill_at(
     meanwhile: Callable[[], None] = lambda: None,
 ) -> None:
     """Run the CLI with args and kill -9 it at `where`; fails if it ended any other way. meanwhile: called every
-    half second until a pause point is reached (changes for a watcher to record)."""
+    half second until a kill point is reached (changes for a watcher to record)."""
     if isinstance(where, Pause):
         _kill_at_pause(where, args, env, tmp, timeout, meanwhile)
         return

@@ -26,12 +26,12 @@ from statusvault.backup.selection import select_resources
 from statusvault.backup.spools import InOrder, Record, Spool
 from statusvault.dependencies import PROJECT_RULES, default_on
 from statusvault.errors import BackupStoppedError, ConfigError, Forbidden, KubeApiError, LeaseLostError, NotFound
+from statusvault.killpoints import kill_point
 from statusvault.kinds import NAMESPACES, SECRETS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import Request
 from statusvault.model import KubeObject, ResourceType, Selection, name_matches, object_key, writes_status
-from statusvault.pausepoints import pause_point
 from statusvault.processes import WorkerSpec
 from statusvault.processes.pool import WorkerPool
 from statusvault.progress import NullProgress, Progress
@@ -317,7 +317,7 @@ class BackupEngine:
                     self.progress.advance(summary.count % 500)
                     self.progress.finish()
                     log.info("backed up %d %s", summary.count, rt.qualified)
-                    pause_point("backup.type-archived")
+                    kill_point("backup.type-archived")
         if deps is not None:
             self._write_dependencies(writer, deps, summaries, lease)
         return list(summaries.values())
@@ -352,7 +352,7 @@ class BackupEngine:
         closure = deps.write(write)
         log.info("backed up %d dependencies (%d references to objects that do not exist)",
                  sum(closure.written.values()), len(closure.missing))  # fmt: skip
-        pause_point("backup.dependencies-archived")
+        kill_point("backup.dependencies-archived")
 
     def _check_cancel(self) -> None:
         cancel = self.request.cancel

@@ -37,7 +37,7 @@ from statusvault.controller.install import ControllerSpec, render
 from statusvault.controller.intent import check_storage
 from statusvault.controller.loop import Controller, ControllerConfig
 from statusvault.controller.schedules import JobSettings
-from statusvault.model import split_csv
+from statusvault.model import DryRun, split_csv
 from statusvault.storage import S3Options
 from statusvault.storage.base import ObjectStore
 
@@ -219,7 +219,7 @@ class ControllerInstallArgs(StorageArgs):
     image: str
     credentials_secret: str
     encryption_key_secret: str
-    dry_run: str  # none | client | server
+    dry_run: DryRun
 
 
 def controller_options(f: Callable[..., None]) -> Callable[..., None]:

@@ -35,7 +35,8 @@ from statusvault.move import (
     request_name,
     run_move,
 )
-from statusvault.restore.verdict import RunOutcome, verdict
+from statusvault.restore.options import FenceMode
+from statusvault.restore.results.verdict import RunOutcome, verdict
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -114,7 +115,7 @@ def move_cmd(app: App, args: MoveArgs) -> None:
     target = _cluster(app, args.to_kubeconfig or app.kubeconfig, args.to_context or app.context)
     check_distinct(source.client.server, target.client.server)
     request = move_request(app, args, source, target)
-    if request.options.fence == "report" and not args.abort:
+    if request.options.fence == FenceMode.REPORT and not args.abort:
         fence = fence_report(request)
         text = "\n".join([f"Fencing the target for move {request_name(request)} would do (nothing written):",
                           *fence.lines()])  # fmt: skip

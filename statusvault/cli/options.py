@@ -21,7 +21,7 @@ from statusvault.cli.app import App
 from statusvault.cli.output import FORMATS
 from statusvault.errors import ConfigError
 from statusvault.metrics import RunMetrics, recorded
-from statusvault.model import Selection
+from statusvault.model import DryRun, Selection
 from statusvault.optiontable import check_options
 from statusvault.retention import parse_duration
 from statusvault.schedule import DEFAULT_IMAGE
@@ -115,11 +115,11 @@ def manifest_options(f: F) -> F:
     )
 
 
-DRY_RUNS = ("none", "client", "server")  # kubectl's --dry-run values, the one shape every command's takes
+DRY_RUNS = tuple(str(mode) for mode in DryRun)  # kubectl's --dry-run values, the one shape every command's takes
 _BARE = "\0bare"  # --dry-run given without a value
 
 
-class DryRunMode(click.ParamType[str]):
+class DryRunMode(click.ParamType[DryRun]):
     """--dry-run=none|client|server as kubectl spells it (the modes a command has); a bare --dry-run, the old
     spelling, still means client, with a deprecation line."""
 
@@ -131,13 +131,13 @@ class DryRunMode(click.ParamType[str]):
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return "[" + "|".join(self.modes) + "]"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> DryRun:
         if value == _BARE:
             click.echo("warning: --dry-run without a value is deprecated: give --dry-run=client", err=True)
-            value = "client"
+            value = DryRun.CLIENT
         if value not in self.modes:
             self.fail(f"{value!r} is not one of {', '.join(self.modes)}", param, ctx)
-        return str(value)
+        return DryRun(value)
 
 
 def dry_run_option(help: str, modes: tuple[str, ...] = DRY_RUNS) -> Callable[[F], F]:
@@ -613,4 +613,4 @@ class ManifestArgs:
     credentials_secret: str
     encryption_key_secret: str
     apply_: bool
-    dry_run: str
+    dry_run: DryRun

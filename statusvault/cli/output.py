@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import sys
@@ -21,12 +22,19 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
 
+class _Dumper(yaml.SafeDumper):
+    """The safe YAML dumper, writing an enum member (a StrEnum's: outcomes, modes) as its value."""
+
+
+_Dumper.add_multi_representer(enum.Enum, lambda dumper, member: dumper.represent_data(member.value))
+
+
 def emit(data: Any, fmt: str, text: str) -> None:
     """Print `data` as JSON/YAML, or the prepared `text`."""
     if fmt == "json":
         click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
     elif fmt == "yaml":
-        click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
+        click.echo(yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False).rstrip())
     else:
         click.echo(text)
 
@@ -47,7 +55,7 @@ def emit_items(head: dict[str, Any], items: Iterable[Any], fmt: str, text: Calla
 
 def emit_manifests(manifests: list[dict[str, Any]]) -> None:
     """Rendered Kubernetes objects as one multi-document YAML stream."""
-    click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
+    click.echo(yaml.dump_all(manifests, Dumper=_Dumper, sort_keys=False), nl=False)
 
 
 def human_size(n: int | None) -> str:

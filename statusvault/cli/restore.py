@@ -31,15 +31,16 @@ from statusvault.cli.options import (
 from statusvault.cli.output import emit, emit_items
 from statusvault.cli.restoreview import render
 from statusvault.errors import PartialFailure, StatusVaultError
+from statusvault.model import DryRun
 from statusvault.processes import WorkerSpec
 from statusvault.restore.configfile import read_config
 from statusvault.restore.modifiers import Modifiers, load_modifiers
-from statusvault.restore.options import RestoreOptions, restore_options
-from statusvault.restore.results import RestoreReport
+from statusvault.restore.options import FenceMode, RestoreOptions, restore_options
+from statusvault.restore.results.report import RestoreReport
+from statusvault.restore.results.settle import SETTLE_ENV, SETTLE_SECONDS
+from statusvault.restore.results.verdict import RunOutcome, verdict
 from statusvault.restore.runner import RestoreRequest, fence_report, run_restore
-from statusvault.restore.settle import SETTLE_ENV, SETTLE_SECONDS
-from statusvault.restore.verdict import RunOutcome, verdict
-from statusvault.restore.workers import MIN_WAVE, default_processes
+from statusvault.restore.running.workers import MIN_WAVE, default_processes
 from statusvault.storage.base import ObjectStore
 
 
@@ -70,7 +71,7 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, TrustedKeysArgs, MetricsArgs):
     status_exclude_resources: tuple[str, ...]
     no_status: bool
     existing_resource_policy: str
-    dry_run: str
+    dry_run: DryRun
     parallel: int
     processes: int | None
     qps: float
@@ -271,7 +272,7 @@ def _run_restore(
 ) -> None:
     options = args.options()
     client = app.client(pool_size=args.parallel + 4, qps=args.qps, burst=args.burst)
-    if options.fence == "report":
+    if options.fence == FenceMode.REPORT:
         request = restore_request(app, args, options=options, store=store, backup=backup_name, unpause=unpause)
         fence = fence_report(client, lambda refresh: app.discovery(refresh=refresh), request)
         text = "\n".join([f"Fencing a restore of {backup_name} would do (nothing written):", *fence.lines()])
@@ -332,16 +333,16 @@ def restore_request(
     )
 
 
-def _check_outcome(report: RestoreReport, backup_name: str, dry_run: str, strict: bool) -> None:
-    """The exit status of a reported restore, from its one verdict (restore/verdict.py)."""
+def _check_outcome(report: RestoreReport, backup_name: str, dry_run: DryRun, strict: bool) -> None:
+    """The exit status of a reported restore, from its one verdict (restore/results/verdict.py)."""
     judged = verdict(report, strict)
     what = f"restore of {backup_name}"
     if judged.outcome is RunOutcome.INTERRUPTED:
-        if dry_run == "none":
+        if dry_run == DryRun.NONE:
             click.echo(f"{what} interrupted: run the same command again to resume", err=True)
         raise KeyboardInterrupt
     if judged.outcome is RunOutcome.FAILED:
-        again = "; run the same command again to resume" if dry_run == "none" else ""
+        again = "; run the same command again to resume" if dry_run == DryRun.NONE else ""
         raise StatusVaultError(judged.message(what) + again)
     if judged.outcome is RunOutcome.PARTIAL:
         raise PartialFailure(judged.message(what))

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from statusvault.cli.output import table
-from statusvault.model import display
-from statusvault.restore.results import GENERATION_NOTE, RestoreReport, StatusOutcome
+from statusvault.model import DryRun, display
+from statusvault.restore.results.report import GENERATION_NOTE, RestoreReport, StatusOutcome
 
 
 def _rules(entry: dict[str, Any]) -> str:
@@ -40,7 +40,7 @@ DEPENDENCIES_SHOWN = 200
 
 def render(report: RestoreReport) -> str:
     lines = []
-    if report.dry_run == "client":
+    if report.dry_run == DryRun.CLIENT:
         lines.append(f"Plan for restoring {report.backup} (dry run, nothing changed):")
         for entry in report.results():
             shown = display(entry["resource"], entry["namespace"], entry["name"])
@@ -77,7 +77,7 @@ def render(report: RestoreReport) -> str:
         table(["RESOURCE", "CREATED", "UPDATED", "SKIPPED", "FAILED", "STATUS RESTORED", "STATUS FAILED"], rows)
     )
     problems = sorted(report.attention, key=lambda r: (r.resource, r.namespace, r.name))
-    if problems and report.dry_run != "client":
+    if problems and report.dry_run != DryRun.CLIENT:
         lines.append("")
         for r in problems:
             notes = [n for n in r.notes if not n.startswith(GENERATION_NOTE)]
@@ -97,11 +97,11 @@ def render(report: RestoreReport) -> str:
     lines += _status_notes(report)
     lines += _order_lines(report)
     if report.fence:
-        unfenced = " (a dry run: nothing was fenced)" if report.dry_run != "none" else ""
+        unfenced = " (a dry run: nothing was fenced)" if report.dry_run != DryRun.NONE else ""
         lines += ["", f"Fencing{unfenced}:", *report.fence]
-    if report.warnings and report.dry_run != "client":
+    if report.warnings and report.dry_run != DryRun.CLIENT:
         lines += ["", *(f"warning: {w}" for w in report.warnings)]
-    verb = "Dry run of restore" if report.dry_run != "none" else "Restore"
+    verb = "Dry run of restore" if report.dry_run != DryRun.NONE else "Restore"
     lines.append("")
     if report.resumed:
         lines.append(f"Resumed: {report.resumed} objects were restored by an earlier run and left alone.")
@@ -109,7 +109,7 @@ def render(report: RestoreReport) -> str:
     by_server += f", {report.server_warned} with server warnings" if report.server_warned else ""
     lines.append(
         f"{verb} of {report.backup}: {report.total} objects, {len(report.failures)} failed, "
-        f"{report.lacking} without their saved status{by_server}, in {report.duration:.1f}s"
+        f"{report.lacking_status_count} without their saved status{by_server}, in {report.duration:.1f}s"
     )
     return "\n".join(lines)
 
@@ -185,10 +185,10 @@ def _status_notes(report: RestoreReport) -> list[str]:
             f"note: {report.left_paused} object(s) stay paused as asked (--keep-paused): release them with "
             f"`statusvault unpause {report.backup}` and the same options"
         )
-    elif report.left_paused and report.lacking:
+    elif report.left_paused and report.lacking_status_count:
         notes.append(
             f"note: {report.left_paused} object(s) stay paused until every object has its status "
-            f"({report.lacking} lack theirs)"
+            f"({report.lacking_status_count} lack theirs)"
         )
     elif report.left_paused:
         notes.append(

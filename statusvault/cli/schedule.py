@@ -32,6 +32,7 @@ from statusvault.cli.output import emit, emit_manifests, table
 from statusvault.errors import ConfigError, KubeConnectionError
 from statusvault.kube.apply import apply_manifests
 from statusvault.kube.discovery import Discovery
+from statusvault.model import DryRun
 from statusvault.retention import RetentionPolicy, parse_duration
 from statusvault.schedule import ScheduleSpec, cronjob_api_for, offline_types, render
 from statusvault.storage.base import validate_backup_name
@@ -64,7 +65,7 @@ class PruneArgs(StorageArgs, RetentionArgs, MetricsArgs):
     schedule: str
     watch: str
     incomplete_grace: str
-    dry_run: str  # none | client
+    dry_run: DryRun  # none | client
     output: str
 
     def policy(self) -> RetentionPolicy:
@@ -170,12 +171,12 @@ def _cronjob_api(kube_version: str, discovery: Discovery | None) -> str:
 
 def print_or_apply(app: App, discovery: Discovery | None, manifests: list[dict[str, Any]], args: ManifestArgs) -> None:
     """Print the manifests, or (--apply) apply them, one line per object applied."""
-    if not args.apply_ or args.dry_run == "client":
+    if not args.apply_ or args.dry_run == DryRun.CLIENT:
         emit_manifests(manifests)
         return
     if discovery is None:
         raise ConfigError("--apply needs a reachable cluster")
-    dry_run = args.dry_run == "server"
+    dry_run = args.dry_run == DryRun.SERVER
     for applied in apply_manifests(app.client(), discovery, manifests, dry_run):
         click.echo(f"{applied} applied" + (" (server dry run)" if dry_run else ""))
 
@@ -199,7 +200,7 @@ def prune(app: App, args: PruneArgs) -> None:
     """Apply retention: keep-last/daily/weekly and TTL; never deletes the newest complete backup, nor one S3 Object
     Lock holds (reported as held, and until when)."""
     store = app.store(args.storage, args.s3())
-    policy, dry = args.policy(), args.dry_run == "client"
+    policy, dry = args.policy(), args.dry_run == DryRun.CLIENT
     if args.watch:
         from statusvault.cli.watchviews import prune_watch_cmd
 

@@ -56,16 +56,16 @@ from statusvault.model import KubeObject, ResourceType
 from statusvault.processes import WorkerSpec
 from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.results import RestoreReport
+from statusvault.restore.results.report import RestoreReport
+from statusvault.restore.results.verdict import RunOutcome, Verdict, verdict
 from statusvault.restore.runner import RestoreRequest, run_restore
-from statusvault.restore.verdict import RunOutcome, Verdict, verdict
-from statusvault.restore.workers import MIN_WAVE, default_processes
+from statusvault.restore.running.workers import MIN_WAVE, default_processes
 from statusvault.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
 RESERVED_ACCOUNTS = ("statusvault-controller", BACKUP_ACCOUNT)  # install.py's: never a run's identity
 OWN_PROBLEMS = (ConfigError, BackupNotFoundError, ArchiveError)  # one intent's failures, not an outage
-REASONS = {  # the Restore's condition reason for each verdict of its run (restore/verdict.py)
+REASONS = {  # the Restore's condition reason for each verdict of its run (restore/results/verdict.py)
     RunOutcome.DONE: Reason.COMPLETED,
     RunOutcome.PARTIAL: Reason.PARTIALLY_RESTORED,
     RunOutcome.FAILED: Reason.FAILED,
@@ -446,5 +446,5 @@ def _summary(backup: str, report: RestoreReport) -> str:
     )
     return (
         f"restore of {backup}: {report.total} objects{resumed}, {len(report.failures)} failed, "
-        f"{report.lacking} without their saved status{kept}"
+        f"{report.lacking_status_count} without their saved status{kept}"
     )

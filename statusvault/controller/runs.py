@@ -16,7 +16,7 @@ from statusvault.errors import StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import MERGE_PATCH
-from statusvault.restore.results import RestoreReport, StatusOutcome
+from statusvault.restore.results.report import RestoreReport, StatusOutcome
 from statusvault.storage.base import ObjectStore, report_key
 from statusvault.transforms import NOT_RESTORED_ANNOTATION as NOT_RESTORED
 
@@ -42,7 +42,7 @@ def outcome_counts(report: RestoreReport, paused: bool) -> dict[str, str]:
         "created": report.counts()["results"].get("created", 0),
         "statusWritten": report.count_status(StatusOutcome.WRITTEN) + report.count_status(StatusOutcome.IN_BODY),
         "failed": len(report.failures),
-        "withoutStatus": report.lacking,
+        "withoutStatus": report.lacking_status_count,
         "resumed": report.resumed,
         "processes": report.processes,
     }
@@ -91,7 +91,7 @@ def mark_without_status(
 ) -> int:
     """Annotate each object the restore reached but left without its saved status, naming the restore and the
     reason, where the object's owner looks; returns how many were marked."""
-    lacking = report.missing_status[:MARKED]
+    lacking = report.lacking_status[:MARKED]
     if not lacking:
         return 0
     discovery = discover(False)

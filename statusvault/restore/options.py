@@ -3,15 +3,32 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from statusvault.errors import ConfigError
-from statusvault.model import Selection, split_csv
+from statusvault.model import DryRun, Selection, split_csv
 from statusvault.optiontable import check_options, flag_value
 from statusvault.restore.modifiers import Modifiers
-from statusvault.restore.order import Order, read_order
-from statusvault.restore.pausemarkers import PauseOptions, pause_options
+from statusvault.restore.ordering.order import Order, read_order
+from statusvault.restore.quiet.pausemarkers import PauseOptions, pause_options
+
+
+class ExistingPolicy(enum.StrEnum):
+    """--existing-resource-policy: what becomes of an object the cluster has already."""
+
+    NONE = "none"  # kept as it is (its status too), counted
+    UPDATE = "update"  # patched to the backup's content, then its status written
+
+
+class FenceMode(enum.StrEnum):
+    """--fence: the controllers that may write the restored statuses, found from RBAC, and what is done to them."""
+
+    NONE = "none"  # not looked for
+    AUTO = "auto"  # each fenced: its objects paused, or it is scaled to 0 and back
+    REPORT = "report"  # the fence plan printed, nothing written
+    BEST_EFFORT = "best-effort"  # as auto, going on without fencing when RBAC cannot be read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,15 +38,17 @@ class RestoreOptions:
     status_include: tuple[str, ...] = ()  # empty: every custom resource; ("*",): everything
     status_exclude: tuple[str, ...] = ()
     no_status: bool = False
-    existing_policy: str = "none"  # none | update
-    dry_run: str = "none"  # none | client | server
+    existing_policy: ExistingPolicy = ExistingPolicy.NONE
+    dry_run: DryRun = DryRun.NONE
     scale_down: tuple[str, ...] = ()  # NAMESPACE/KIND/NAME of operators to stop while restoring
     pause: PauseOptions = dataclasses.field(default_factory=PauseOptions)  # objects created paused
-    fence: str = "none"  # none | auto | report | best-effort: find the controllers to fence from RBAC
+    fence: FenceMode = FenceMode.NONE
     fence_exclude: tuple[str, ...] = ()  # NAMESPACE/NAME of workloads never fenced
     modifiers: Modifiers | None = None  # restore-time patches (only their digest is in the repr, the state key)
     order: Order | None = None  # --order: groups and gates (only the groups' digest is in the repr)
-    allow_privileged: tuple[str, ...] = ()  # privileged types the restore may write when named (restore/trust.py)
+    allow_privileged: tuple[
+        str, ...
+    ] = ()  # privileged types the restore may write when named (restore/planning/trust.py)
     # fields of objects (as archived: resource.group, namespace, name) that name a dependency in another namespace:
     # moved with --namespace-mapping (dependencies.py); the backup's, not the user's: not part of the state key
     references: Mapping[tuple[str, str, str], tuple[str, ...]] = dataclasses.field(
@@ -41,9 +60,7 @@ class RestoreOptions:
         return dict(self.namespace_mapping)
 
 
-POLICIES = ("none", "update")
-DRY_RUNS = ("none", "client", "server")
-FENCES = ("none", "auto", "report", "best-effort")
+E = TypeVar("E", bound=enum.StrEnum)
 
 
 def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
@@ -57,11 +74,12 @@ def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
     def flag(key: str) -> bool | None:
         return flag_value(values.get(key), key.replace("_", "-"))
 
-    def choice(key: str, allowed: tuple[str, ...]) -> str:
+    def choice(key: str, kind: type[E]) -> E:
+        allowed = [str(m) for m in kind]
         raw = str(values.get(key) or allowed[0])
         if raw not in allowed:
             raise ConfigError(f"{key.replace('_', '-')} must be one of {', '.join(allowed)}, not {raw!r}")
-        return raw
+        return kind(raw)
 
     check_options("restore", {**values, "no_status": flag("no_status"), "restart": flag("restart")})
     mapping = []
@@ -83,10 +101,10 @@ def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
         status_include=csv("status_include_resources"),
         status_exclude=csv("status_exclude_resources"),
         no_status=bool(flag("no_status")),
-        existing_policy=choice("existing_resource_policy", POLICIES),
-        dry_run=choice("dry_run", DRY_RUNS),
+        existing_policy=choice("existing_resource_policy", ExistingPolicy),
+        dry_run=choice("dry_run", DryRun),
         scale_down=csv("scale_down"),
-        fence=choice("fence", FENCES),
+        fence=choice("fence", FenceMode),
         fence_exclude=_fence_exclude(csv("fence_exclude")),
         pause=pause_options(
             str(values.get("pause") or "none"),

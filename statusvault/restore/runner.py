@@ -15,24 +15,31 @@ from statusvault.archive.envelope import WRAPPINGS, Keyring, Keys
 from statusvault.archive.format import summary_objects
 from statusvault.catalog import read_manifest, readable_archive
 from statusvault.errors import ArchiveError, ConfigError
+from statusvault.killpoints import kill_point
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
-from statusvault.pausepoints import pause_point
+from statusvault.model import DryRun
 from statusvault.processes import WorkerSpec
 from statusvault.progress import NullProgress, Progress
-from statusvault.restore.engine import EngineSettings, RestoreEngine
-from statusvault.restore.existence import ExistenceIndex
-from statusvault.restore.fenceread import read_fence_plan
-from statusvault.restore.fencing import Action, FencePlan
-from statusvault.restore.journal import Journal
-from statusvault.restore.options import RestoreOptions
-from statusvault.restore.plan import RestorePlan
-from statusvault.restore.planner import Sink, build_plan, dependency_index, manifest_types, resolve_resource_options
-from statusvault.restore.results import RestoreReport
-from statusvault.restore.scaledown import Pauser, ReplicaLedger, Workload, resolve_workloads
-from statusvault.restore.servedtypes import ServedTypes
-from statusvault.restore.settle import default_settle, look_again
-from statusvault.restore.state import RestoreState, earlier_manager, finish, restore_state, state_key
+from statusvault.restore.options import FenceMode, RestoreOptions
+from statusvault.restore.planning.build import (
+    Sink,
+    build_plan,
+    dependency_index,
+    manifest_types,
+    resolve_resource_options,
+)
+from statusvault.restore.planning.existence import ExistenceIndex
+from statusvault.restore.planning.plan import RestorePlan
+from statusvault.restore.planning.servedtypes import ServedTypes
+from statusvault.restore.quiet.fenceread import read_fence_plan
+from statusvault.restore.quiet.fencing import FenceAction, FencePlan
+from statusvault.restore.quiet.scaledown import ReplicaLedger, ScaleDown, Workload, resolve_workloads
+from statusvault.restore.results.report import RestoreReport
+from statusvault.restore.results.settle import default_settle, look_again
+from statusvault.restore.running.engine import EngineSettings, RestoreEngine
+from statusvault.restore.running.journal import Journal
+from statusvault.restore.running.state import RestoreState, earlier_manager, finish, restore_state, state_key
 from statusvault.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -47,7 +54,7 @@ class RestoreRequest:
     options: RestoreOptions = dataclasses.field(default_factory=RestoreOptions)
     state_dir: Path | None = None  # None: no journal, the restore cannot be resumed
     restart: bool = False  # discard an unfinished earlier run's state
-    # write as the archive is read (restore/stream.py) when nothing needs the plan first; None: when the backup
+    # write as the archive is read (running/streamed.py) when nothing needs the plan first; None: when the backup
     # is authenticated (encrypted, or signed and verified) and holds more than STREAM_ABOVE objects (streamable())
     stream: bool | None = None
     key: Keys = None  # key files and KMS keys, to decrypt an encrypted backup; verification keys, for a signed one
@@ -59,7 +66,9 @@ class RestoreRequest:
     # Runs sharing a lineage share their state whatever the backup: restore WATCH --at latest, whose moment (and so
     # its backup) moves on between a killed run and its re-run. See restore_state.
     lineage: str = ""
-    settle: float = dataclasses.field(default_factory=default_settle)  # restore/settle.py: wait, then look; 0: never
+    settle: float = dataclasses.field(
+        default_factory=default_settle
+    )  # restore/results/settle.py: wait, then look; 0: never
 
 
 @contextmanager
@@ -89,19 +98,21 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
     opts = req.options
     origin = time.monotonic()
     workloads = resolve_workloads(opts.scale_down, discover(False))  # a bad name fails before anything
-    pauser = Pauser(client)
+    scaler = ScaleDown(client)
     for w in workloads:
-        pauser.get(w)
+        scaler.get(w)
     with open_backup(req.store, req.backup, req.key) as reader:
-        req, key = _resolved(client, discover(False), reader, req)
+        req, state_id = _resolved(client, discover(False), reader, req)
         opts = req.options
         planner = _planner(client, discover(False), reader, req)
-        keep = opts.dry_run == "none"
+        keep = opts.dry_run == DryRun.NONE
         stream = streamable(req, reader)
-        with restore_state(req.state_dir, req.backup, key, planner, keep, req.restart, req.unpause, stream) as state:
+        with restore_state(
+            req.state_dir, req.backup, state_id, planner, keep, req.restart, req.unpause, stream
+        ) as state:
             earlier: list[Workload] = []
             if keep:
-                pauser.ledger = ReplicaLedger(state.journal, req.store, key)
+                scaler.ledger = ReplicaLedger(state.journal, req.store, state_id)
                 workloads, earlier = _with_journalled(workloads, state.journal, discover(False))
             if state.plan is None:
                 engine = _engine(client, discover, req, origin)
@@ -110,7 +121,7 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
                     "restoring as the archive is read (streamed%s): owned objects follow in depth waves",
                     "" if req.stream else f", {summary_objects(reader.summary or {})} objects; --no-stream plans first",
                 )
-                with pauser.paused(workloads):
+                with scaler.scaled_down(workloads):
                     try:
                         report, state.plan = engine.stream(
                             reader, _streamed(planner, state), state.journal, opts, req.backup
@@ -120,31 +131,31 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
                             finish(state)  # no journal left behind, as when planning first
                         raise
                 report.timings["planned"] = planned
-                _scaled_back(report, pauser, earlier)
+                _scaled_back(report, scaler, earlier)
                 _look_again(client, discover, req, report, state.journal.manager)
                 if report.succeeded and not report.left_paused and state.plan is not None:
                     finish(state)
                 return report
-            fence = read_fence_plan(client, state.plan, opts, reader) if opts.fence != "none" else None
+            fence = read_fence_plan(client, state.plan, opts, reader) if opts.fence != FenceMode.NONE else None
             if fence is not None:
-                pause_point("restore.fence-planned")
+                kill_point("restore.fence-planned")
             opts, workloads = _fenced(opts, workloads, fence, discover(False))
             planned = time.monotonic() - origin
             engine = _engine(client, discover, req, origin)
-            if opts.dry_run != "none" or not workloads:
+            if opts.dry_run != DryRun.NONE or not workloads:
                 report = engine.run(reader, state.plan, state.journal, opts)
             elif not state.plan.pending(state.journal.path):  # all restored; the run died before scaling back
                 for w in workloads:
-                    pauser.scale_back(w)
+                    scaler.scale_back(w)
                 report = engine.run(reader, state.plan, state.journal, opts)
             else:
-                with pauser.paused(workloads):
+                with scaler.scaled_down(workloads):
                     report = engine.run(reader, state.plan, state.journal, opts)
             report.timings["planned"] = planned
             report.fence = fence.lines() if fence is not None else []
-            _scaled_back(report, pauser, earlier)
+            _scaled_back(report, scaler, earlier)
             _look_again(client, discover, req, report, state.journal.manager)
-            if opts.dry_run == "none" and report.succeeded and not report.left_paused:
+            if opts.dry_run == DryRun.NONE and report.succeeded and not report.left_paused:
                 finish(state)
             return report
 
@@ -157,7 +168,7 @@ STREAM_ABOVE = 20_000
 
 
 def streamable(req: RestoreRequest, reader: ArchiveReader) -> bool:
-    """Whether the restore writes as it reads the archive (restore/stream.py) instead of planning first.
+    """Whether the restore writes as it reads the archive (restore/running/streamed.py) instead of planning first.
 
     Asked for (--stream); or by default when the backup is authenticated and its summary manifest counts more than
     STREAM_ABOVE objects. Only an authenticated archive is streamed unasked: one encrypted and opened by a key given
@@ -171,7 +182,7 @@ def streamable(req: RestoreRequest, reader: ArchiveReader) -> bool:
     groups and gates order every object. (A selection streams: what comes before its first match is held, so
     one that matches nothing still fails before any write.)"""
     opts, summary = req.options, reader.summary or {}
-    needs_plan = opts.dry_run != "none" or opts.fence != "none" or opts.order is not None or req.unpause
+    needs_plan = opts.dry_run != DryRun.NONE or opts.fence != FenceMode.NONE or opts.order is not None or req.unpause
     deps = summary.get("dependencies")  # written before what refers to them (a malformed one: refused in planning)
     needs_plan |= isinstance(deps, dict) and bool(deps.get("edges"))
     by_default = reader.authenticated and summary_objects(summary) > STREAM_ABOVE
@@ -190,9 +201,9 @@ def _streamed(planner: Callable[..., RestorePlan], state: RestoreState) -> Calla
 def fence_report(client: KubeApi, discover: Callable[[bool], Discovery], req: RestoreRequest) -> FencePlan:
     """The fencing a restore would do (--fence report): planned from scratch, nothing kept or written."""
     with open_backup(req.store, req.backup, req.key) as reader:
-        req, key = _resolved(client, discover(False), reader, req)
+        req, state_id = _resolved(client, discover(False), reader, req)
         planner = _planner(client, discover(False), reader, req)
-        with restore_state(None, req.backup, key, planner, keep=False) as state:
+        with restore_state(None, req.backup, state_id, planner, keep=False) as state:
             assert state.plan is not None  # planned first: nothing streams
             return read_fence_plan(client, state.plan, req.options, reader)
 
@@ -212,21 +223,21 @@ def _look_again(
     client: KubeApi, discover: Callable[[bool], Discovery], req: RestoreRequest, report: RestoreReport, manager: str
 ) -> None:
     """Once the cluster settles, every status this run wrote that another writer has written since is counted
-    (restore/settle.py); not after a dry run or a run that stopped early."""
-    if req.settle <= 0 or report.dry_run != "none" or report.interrupted or report.aborted:
+    (restore/results/settle.py); not after a dry run or a run that stopped early."""
+    if req.settle <= 0 or report.dry_run != DryRun.NONE or report.interrupted or report.aborted:
         return
-    pause_point("restore.looking-again")  # every write done and journalled, the state not finished yet
+    kill_point("restore.looking-again")  # every write done and journalled, the state not finished yet
     report.overwritten = look_again(
         client, discover(True), report.written, manager, req.settle, req.cancel, report.written_unrecorded
     )
 
 
-def _scaled_back(report: RestoreReport, pauser: Pauser, earlier: list[Workload]) -> None:
+def _scaled_back(report: RestoreReport, scaler: ScaleDown, earlier: list[Workload]) -> None:
     """The report names the workloads an earlier run fenced and this one scaled back, and counts any it could
     not scale back."""
-    back = [w for w in earlier if not any(f.startswith(f"{w.display}:") for f in pauser.failed)]
+    back = [w for w in earlier if not any(f.startswith(f"{w.display}:") for f in scaler.failed)]
     report.fence += [f"scaled back (fenced by an earlier run of this restore): {w.display}" for w in back]
-    report.not_scaled_back = list(pauser.failed)
+    report.not_scaled_back = list(scaler.failed)
 
 
 def _fenced(
@@ -236,7 +247,7 @@ def _fenced(
     profile's marker, its scaled workloads join --scale-down's (each once)."""
     if fence is None:
         return opts, workloads
-    profiled = tuple(sorted({r for c in fence.acting(Action.PAUSE) for r in c.resources}))
+    profiled = tuple(sorted({r for c in fence.acting(FenceAction.PAUSE) for r in c.resources}))
     if profiled:
         opts = dataclasses.replace(opts, pause=dataclasses.replace(opts.pause, profiled=profiled))
     seen = {(w.rt.qualified, w.namespace, w.name) for w in workloads}
@@ -270,19 +281,19 @@ def _resolved(
     head = summary or reader.head()
     opts = resolve_resource_options(req.options, manifest_types(head), discovery)
     content = () if req.lineage else (reader.sha256,)
-    key = state_key(req.lineage or req.backup, (req.store.url, *content, client.server), opts)
+    state_id = state_key(req.lineage or req.backup, (req.store.url, *content, client.server), opts)
     if opts.mapping:
         deps = dependency_index(head)
         if deps is not None and deps.fields:
             opts = dataclasses.replace(opts, references={k: tuple(v) for k, v in deps.fields.items()})
-    return dataclasses.replace(req, options=opts), key
+    return dataclasses.replace(req, options=opts), state_id
 
 
 def unfinished_manager(client: KubeApi, discover: Callable[[bool], Discovery], req: RestoreRequest) -> str:
     """The field manager of an unfinished run of this restore ("" when there is none): what it created is its own."""
     with open_backup(req.store, req.backup, req.key) as reader:
-        _, key = _resolved(client, discover(False), reader, req)
-    return earlier_manager(req.state_dir, key)
+        _, state_id = _resolved(client, discover(False), reader, req)
+    return earlier_manager(req.state_dir, state_id)
 
 
 def _planner(

@@ -288,7 +288,7 @@ def report_key(kind: str, namespace: str, name: str, digest: str) -> str:
 
 
 def fence_key(key: str) -> str:
-    """Where a restore keeps the replica counts of the workloads it scaled to 0 (restore/scaledown.py's ledger),
+    """Where a restore keeps the replica counts of the workloads it scaled to 0 (restore/quiet/scaledown.py's ledger),
     under the restore's state key."""
     return f"fences/{key}.json"
 

@@ -88,7 +88,7 @@ def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
         "KUBECONFIG": str(cluster.kubeconfig),
         "STATUSVAULT_STORAGE": str(work / "store"),
         "STATUSVAULT_STATE_DIR": str(work / "state"),  # restore journals (removed once a restore finishes)
-        # the writes are measured against Go's, which does not look again afterwards (restore/settle.py: a wait,
+        # the writes are measured against Go's, which does not look again afterwards (restore/results/settle.py: a wait,
         # then a metadata-only LIST per namespace)
         "STATUSVAULT_SETTLE_SECONDS": "0",
     }

@@ -22,10 +22,10 @@ from statusvault.backup import BackupEngine, BackupRequest
 from statusvault.backup.selection import select_resources
 from statusvault.controller.lease import Lease
 from statusvault.errors import ArchiveError, StatusVaultError
+from statusvault.killpoints import kill_point
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
-from statusvault.pausepoints import pause_point
 from statusvault.storage.base import ObjectStore, validate_backup_name
 from statusvault.watch.chains import read_head, why_not_continued
 from statusvault.watch.metrics import WatchMetrics
@@ -239,11 +239,11 @@ class _Loop:
             self._start_base(pending.writer.positions)
             return
         result = pending.future.result()
-        pause_point("watch.base-landed")
+        kill_point("watch.base-landed")
         start = dt.datetime.now(dt.UTC)  # the base's LIST has ended: restorable from now on
         pending.writer.open(result.manifest["archive"]["sha256"], start, self.e.config.selection.to_dict())
         if self.current is not None:
-            pause_point("watch.next-chain-opened")
+            kill_point("watch.next-chain-opened")
             self._flush()
             self.current.discard()
         self.current = pending.writer

@@ -14,7 +14,7 @@ from statusvault.archive import signing
 from statusvault.archive.crypto import Key
 from statusvault.archive.signing import Signer
 from statusvault.errors import ArchiveError, StatusVaultError
-from statusvault.pausepoints import pause_point
+from statusvault.killpoints import kill_point
 from statusvault.storage.base import ObjectStore, chain_key, segment_key, segment_manifest_key, watch_head_key
 from statusvault.watch.segments import (
     CHAIN_KIND,
@@ -101,7 +101,7 @@ class ChainWriter:
         manifest = None
         if self.buffer.records:
             manifest = self._segment(now)
-            pause_point("watch.segment-recorded")
+            kill_point("watch.segment-recorded")
         else:
             self.buffer.close()
         self.buffer = SegmentBuffer()
@@ -128,7 +128,7 @@ class ChainWriter:
         size, sha = buf.upload(
             self.store, segment_key(self.watch, self.base, seq), self.key, segment_context(self.watch, self.base, seq)
         )
-        pause_point("watch.segment-stored")
+        kill_point("watch.segment-stored")
         manifest: dict[str, Any] = {
             "formatVersion": SEGMENT_FORMAT,
             "kind": SEGMENT_KIND,

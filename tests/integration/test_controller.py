@@ -164,7 +164,7 @@ def test_a_fence_auto_intent_fences_a_racing_operator_with_the_controllers_own_p
 ):
     """The rendered ClusterRole lets the controller read RBAC and workloads, and scale the operator it finds to 0
     and back: the operator (status writes made slow, so it would race) provisions nothing."""
-    from statusvault.restore.scaledown import ANNOTATION
+    from statusvault.restore.quiet.scaledown import ANNOTATION
     from tests.integration.test_fence import Cluster, N, an_operator_of, backed_up_widgets, saved, slow_status
     from tests.integration.test_pause import Operator
     from tests.integration.test_schedule import _service_account_kubeconfig

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from statusvault.kinds import CONFIGMAPS, EVENTS, NAMESPACES
-from statusvault.restore.pausemarkers import RECORD
+from statusvault.restore.quiet.pausemarkers import RECORD
 from statusvault.testing.fixtures import ensure_namespace, install_crds
 from tests.builders import REGION_URL, cr, crd, kc_status, region_move, unique
 

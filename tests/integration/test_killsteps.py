@@ -15,9 +15,9 @@ from statusvault.archive import signing
 from statusvault.errors import ExitStatus
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import discover
-from statusvault.restore.pausemarkers import RECORD
+from statusvault.restore.quiet.pausemarkers import RECORD
+from statusvault.restore.quiet.scaledown import ANNOTATION
 from statusvault.restore.runner import open_backup
-from statusvault.restore.scaledown import ANNOTATION
 from statusvault.storage.local import LocalStore
 from statusvault.testing.fixtures import create_with_status, install_crds
 from tests.builders import cr, crd, unique

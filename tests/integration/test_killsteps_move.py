@@ -16,7 +16,7 @@ from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import load_transport
-from statusvault.restore.scaledown import ANNOTATION
+from statusvault.restore.quiet.scaledown import ANNOTATION
 from statusvault.testing.cluster import ADMIN_TOKEN, kubeconfig_yaml
 from tests.builders import unique
 from tests.faultproxy import FaultProxy, self_signed

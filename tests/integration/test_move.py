@@ -20,7 +20,7 @@ from statusvault.kube.transport import load_transport
 from statusvault.model import Selection
 from statusvault.move import Cluster, MoveRequest, run_move
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.pausemarkers import RECORD
+from statusvault.restore.quiet.pausemarkers import RECORD
 from statusvault.storage.local import LocalStore
 from statusvault.testing.cluster import ADMIN_TOKEN, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, install_crds

@@ -13,7 +13,7 @@ from statusvault.errors import ExitStatus, KubeApiError
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import discover
 from statusvault.kube.watch import collection_version
-from statusvault.restore.pausemarkers import RECORD
+from statusvault.restore.quiet.pausemarkers import RECORD
 from statusvault.testing.fixtures import create_with_status, install_crds
 from tests.builders import cr, crd
 from tests.integration.crs.servers import wait_gone
@@ -133,7 +133,9 @@ def test_a_copied_profile_and_a_provider_config_usage_restore_as_they_are(run, k
     kube.delete(NAMESPACES, None, namespace)
     wait_gone(kube, NAMESPACES, None, namespace)
     copied = tmp_path / "my-order.yaml"
-    copied.write_text(resources.files("statusvault.restore").joinpath("profiles", "crossplane.yaml").read_text())
+    copied.write_text(
+        resources.files("statusvault.restore.ordering").joinpath("profiles", "crossplane.yaml").read_text()
+    )
 
     result = run("restore", "b", "--order", str(copied), "-o", "json")
 

@@ -183,7 +183,7 @@ def test_by_default_a_wave_moves_to_worker_processes_only_once_this_process_is_c
     to worker processes only when this process is CPU-bound; when the server is the limit it never starts them.
     Both end exact. (The machine's CPU use is made certain by the threshold: 0 always, 2 cores never.)"""
     from statusvault.cli import restore as cli_restore
-    from statusvault.restore import waves
+    from statusvault.restore.running import waves
 
     monkeypatch.setattr(cli_restore, "MIN_WAVE", 8)
     monkeypatch.setattr(cli_restore, "default_processes", lambda: 2)

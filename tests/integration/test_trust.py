@@ -1,7 +1,7 @@
 """Attacks by whoever can write the store, on the real API server (docs/security.md): a plaintext backup's digests
 can be recomputed, so a bucket writer can add any member. A restore creates only what it was asked for: custom
 resources, their CRDs and namespaces; built-in types when named; privileged ones when also allowed. Each test
-fails without restore/trust.py (the restore created every smuggled object and exited 0)."""
+fails without restore/planning/trust.py (the restore created every smuggled object and exited 0)."""
 
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ def test_a_decrypted_archive_a_killed_run_left_is_swept_and_a_running_ones_kept(
 
 
 def test_the_restore_state_directory_is_private(tmp_path):
-    from statusvault.restore.state import _state_dir
+    from statusvault.restore.running.state import _state_dir
 
     where = _state_dir(tmp_path / "state")
     assert where is not None and where.stat().st_mode & 0o777 == 0o700

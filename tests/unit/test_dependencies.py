@@ -24,8 +24,8 @@ from statusvault.kinds import CLUSTER_ROLE_BINDINGS, CONFIGMAPS, NAMESPACES, SEC
 from statusvault.kube.discovery import Discovery
 from statusvault.model import ObjectKey
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.plan import Action
-from statusvault.restore.planner import build_plan
+from statusvault.restore.planning.build import build_plan
+from statusvault.restore.planning.plan import Action
 from tests.builders import cr, resource_type, with_meta, write_archive
 
 VENDORED = Path(__file__).resolve().parents[2] / "fixtures" / "crds" / "vendored"

@@ -13,12 +13,12 @@ import pytest
 
 from statusvault.archive import ArchiveReader
 from statusvault.kube.discovery import Discovery
-from statusvault.restore.engine import EngineSettings, RestoreEngine
-from statusvault.restore.existence import ExistenceIndex
-from statusvault.restore.journal import Journal
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.planner import build_plan
-from statusvault.restore.servedtypes import ServedTypes
+from statusvault.restore.planning.build import build_plan
+from statusvault.restore.planning.existence import ExistenceIndex
+from statusvault.restore.planning.servedtypes import ServedTypes
+from statusvault.restore.running.engine import EngineSettings, RestoreEngine
+from statusvault.restore.running.journal import Journal
 from tests.builders import cr, owner_ref, resource_type, with_meta, write_archive
 from tests.fake import FakeKube
 
@@ -73,7 +73,7 @@ def live_status(fake: FakeKube, name: str, rt=KC):
 def test_two_passes_status_dropped_on_create_then_written(fake, backup):
     legacy = with_meta(cr("legacy.example.com/v1", "LegacyApp", "l", spec={"n": 1}, status={"ref": 1}), NS)
     report, journal, _ = restore(fake, backup(kc("a", {"id": "a"}, {"n": 1}), legacy))
-    assert report.succeeded and report.lacking == 0
+    assert report.succeeded and report.lacking_status_count == 0
     assert live_status(fake, "a") == {"id": "a"}
     assert live_status(fake, "l", LEGACY) == {"ref": 1}, "no /status subresource: it travels in the body"
     assert ("replace/status", "a") in fake.calls and ("replace/status", "l") not in fake.calls
@@ -112,9 +112,9 @@ def test_an_object_another_writer_creates_during_the_run_is_counted_and_not_done
 
     fake.before("create", gitops)
     report, journal, pending = restore(fake, backup(kc("a", {"id": "a"}, {"n": 1}), kc("b", {"id": "b"})))
-    assert not report.succeeded and report.lacking == 1 and not report.failures
-    assert [r.name for r in report.missing_status] == ["a"]
-    assert "created by another writer" in report.missing_status[0].message
+    assert not report.succeeded and report.lacking_status_count == 1 and not report.failures
+    assert [r.name for r in report.lacking_status] == ["a"]
+    assert "created by another writer" in report.lacking_status[0].message
     assert live_status(fake, "a") is None and fake.get(KC, NS, "a")["spec"] == {"from": "git"}
     assert pending == 1, "not marked done: the re-run tries it again"
     report.close()
@@ -255,8 +255,12 @@ def test_losing_the_lease_mid_run_starts_no_new_object_and_counts_the_rest(fake,
     created = [n for verb, n in fake.calls if verb == "create"]
     assert report.aborted.startswith("cancelled")
     assert len(created) <= 6 + 4, "after k05 only objects already started by a worker (4), none merely queued"
-    assert report.lacking == pending == sum(1 for o in objs if live_status(fake, o["metadata"]["name"]) is None)
-    assert report.lacking >= 40 - len(created)
+    assert (
+        report.lacking_status_count
+        == pending
+        == sum(1 for o in objs if live_status(fake, o["metadata"]["name"]) is None)
+    )
+    assert report.lacking_status_count >= 40 - len(created)
     assert not report.succeeded
     report.close()
     journal.close()

@@ -9,15 +9,15 @@ import pytest
 
 from statusvault.errors import ConfigError
 from statusvault.model import ResourceType
-from statusvault.restore.fencing import Action, Rbac, Target, allows, plan_fencing, status_managers
 from statusvault.restore.options import RestoreOptions, restore_options
-from statusvault.restore.pausemarkers import PauseOptions
-from statusvault.restore.state import state_key
+from statusvault.restore.quiet.fencing import FenceAction, FenceTarget, Rbac, allows, plan_fencing, status_managers
+from statusvault.restore.quiet.pausemarkers import PauseOptions
+from statusvault.restore.running.state import state_key
 
 WIDGETS = ResourceType("example.com", "v1", "widgets", "Widget", True, has_status=True, custom=True)
 INSTANCES = ResourceType("rds.aws.upbound.io", "v1", "instances", "Instance", True, has_status=True, custom=True)
 NODES = ResourceType("example.com", "v1", "clusterthings", "ClusterThing", False, has_status=True, custom=True)
-TARGETS = [Target(WIDGETS, frozenset({"apps"})), Target(NODES)]
+TARGETS = [FenceTarget(WIDGETS, frozenset({"apps"})), FenceTarget(NODES)]
 
 
 def rule(groups=("example.com",), resources=("widgets/status",), verbs=("update",)) -> dict[str, Any]:
@@ -106,7 +106,7 @@ def test_found(rbac):
     assert list(controllers) == ["ops/deployment/op"]
     c = controllers["ops/deployment/op"]
     assert "widgets.example.com" in c.resources
-    assert c.action == Action.SCALE and c.service_account == "op-sa"
+    assert c.action == FenceAction.SCALE and c.service_account == "op-sa"
 
 
 @pytest.mark.parametrize(
@@ -169,30 +169,30 @@ def test_what_is_never_fenced_and_what_is_only_reported():
     ]
     plan = plan_fencing(EVERY_SA, workloads, TARGETS, exclude=["ops/kept"])
     actions = {c.ref: (c.action, c.why) for c in plan.controllers}
-    assert actions["kube-system/deployment/kcm"][0] == Action.EXCLUDE
-    assert actions["backup/deployment/statusvault"] == (Action.EXCLUDE, "statusvault itself: never fenced")
-    assert actions["ops/deployment/kept"] == (Action.EXCLUDE, "--fence-exclude")
+    assert actions["kube-system/deployment/kcm"][0] == FenceAction.EXCLUDE
+    assert actions["backup/deployment/statusvault"] == (FenceAction.EXCLUDE, "statusvault itself: never fenced")
+    assert actions["ops/deployment/kept"] == (FenceAction.EXCLUDE, "--fence-exclude")
     assert actions["ops/daemonset/agent"] == (
-        Action.REPORT,
+        FenceAction.REPORT,
         "a DaemonSet cannot be scaled to 0: NOT fenced, only reported",
     )
-    assert actions["ops/statefulset/db"][0] == Action.SCALE
+    assert actions["ops/statefulset/db"][0] == FenceAction.SCALE
     assert plan.scaled == ("ops/statefulset/db",)
 
 
 def test_a_pause_convention_fences_without_scaling_a_daemonset_too():
-    targets = [Target(INSTANCES, frozenset({"apps"}))]
+    targets = [FenceTarget(INSTANCES, frozenset({"apps"}))]
     workloads = [deployment("ops", "provider", "p"), deployment("ops", "agent", "a", kind="DaemonSet")]
     plan = plan_fencing(EVERY_SA, workloads, targets)
-    assert [c.action for c in plan.controllers] == [Action.PAUSE, Action.PAUSE]
+    assert [c.action for c in plan.controllers] == [FenceAction.PAUSE, FenceAction.PAUSE]
     assert plan.pauses and plan.scaled == ()
     assert "crossplane.io/paused=true" in plan.controllers[0].why
 
 
 def test_a_generic_marker_counts_as_a_convention():
     pause = PauseOptions(annotation=("example.com/paused", "yes"), resources=("widgets.example.com",))
-    plan = plan_fencing(EVERY_SA, OPS, [Target(WIDGETS, frozenset({"apps"}))], pause=pause)
-    assert plan.controllers[0].action == Action.PAUSE
+    plan = plan_fencing(EVERY_SA, OPS, [FenceTarget(WIDGETS, frozenset({"apps"}))], pause=pause)
+    assert plan.controllers[0].action == FenceAction.PAUSE
 
 
 def test_managers_are_matched_to_controllers_and_the_rest_reported():

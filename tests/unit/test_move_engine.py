@@ -17,7 +17,7 @@ from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
 from statusvault.move import AbortReport, Cluster, MoveReport, MoveRequest, abort_move, request_name, run_move
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.pausemarkers import RECORD
+from statusvault.restore.quiet.pausemarkers import RECORD
 from statusvault.storage.base import WRITER_FILE, backup_prefix, manifest_key
 from statusvault.storage.local import LocalStore
 from tests.builders import cr, crd, resource_type

@@ -7,6 +7,7 @@ import pytest
 
 from statusvault.cli.main import cli
 from statusvault.errors import ConfigError
+from statusvault.model import DryRun
 from statusvault.optiontable import COMMAND_OPTIONS, CONFLICTS, NEEDS, check_options
 from statusvault.restore.options import restore_options
 
@@ -70,6 +71,13 @@ def test_an_option_without_the_one_it_needs_is_refused(need):
 def test_defaults_and_a_single_option_pass():
     check_options("restore", {"dry_run": "none", "pause": "none", "no_status": False, "status_include_resources": ()})
     check_options("restore", {"no_status": True})
+
+
+def test_a_mode_given_as_its_enum_member_is_off_at_its_off_value():
+    """The CLI hands --dry-run over as a DryRun member: none is off, so --restart beside it passes; client is on."""
+    check_options("restore", {"dry_run": DryRun.NONE, "restart": True})
+    with pytest.raises(ConfigError, match="--dry-run and --restart cannot be combined"):
+        check_options("restore", {"dry_run": DryRun.CLIENT, "restart": True})
 
 
 def test_a_restore_intent_is_held_to_the_same_table():

@@ -9,9 +9,9 @@ import pytest
 
 from statusvault.cli.restore import read_modifiers
 from statusvault.errors import ConfigError
-from statusvault.restore.expr import parse_expression
-from statusvault.restore.gates import LIST_OVER, GateWaiter, why_not
-from statusvault.restore.order import Gate, Group, load_order, profile_names, read_order
+from statusvault.restore.ordering.expr import parse_expression
+from statusvault.restore.ordering.gates import LIST_OVER, GateWaiter, why_not
+from statusvault.restore.ordering.order import Gate, Group, load_order, profile_names, read_order
 
 OBJ = {
     "kind": "Cluster",
@@ -148,7 +148,7 @@ class _Cluster:
 
 @pytest.mark.parametrize(("count", "gets", "lists"), [(LIST_OVER, LIST_OVER + 1, 0), (LIST_OVER + 1, 1, 1)])
 def test_a_gate_looks_with_gets_or_one_list_then_again_only_at_what_did_not_pass(count, gets, lists):
-    from statusvault.restore.plan import Action, Category, PlanItem, StatusMode
+    from statusvault.restore.planning.plan import Action, Category, PlanItem, StatusMode
     from tests.builders import resource_type
 
     rt = resource_type("x.example.com", "Thing")

@@ -1,4 +1,4 @@
-"""Pause points: a process named by STATUSVAULT_TEST_PAUSE_AT stops there and says so; others pass."""
+"""Kill points: a process named by STATUSVAULT_TEST_KILL_AT stops there and says so; others pass."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import subprocess
 import sys
 import time
 
-CODE = "from statusvault.pausepoints import pause_point; pause_point('a.other'); pause_point('a.step'); print('past')"
+CODE = "from statusvault.killpoints import kill_point; kill_point('a.other'); kill_point('a.step'); print('past')"
 
 
 def test_the_named_step_blocks_after_creating_its_file(tmp_path):
     reached = tmp_path / "reached"
-    env = {**os.environ, "STATUSVAULT_TEST_PAUSE_AT": f"a.step:{reached}"}
+    env = {**os.environ, "STATUSVAULT_TEST_KILL_AT": f"a.step:{reached}"}
     proc = subprocess.Popen([sys.executable, "-c", CODE], env=env, stdout=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
@@ -28,6 +28,6 @@ def test_the_named_step_blocks_after_creating_its_file(tmp_path):
 
 
 def test_without_the_variable_every_step_passes():
-    env = {k: v for k, v in os.environ.items() if k != "STATUSVAULT_TEST_PAUSE_AT"}
+    env = {k: v for k, v in os.environ.items() if k != "STATUSVAULT_TEST_KILL_AT"}
     done = subprocess.run([sys.executable, "-c", CODE], env=env, capture_output=True, timeout=30)
     assert done.stdout == b"past\n"

@@ -8,7 +8,7 @@ import jsonpatch
 import pytest
 
 from statusvault.errors import ConfigError
-from statusvault.restore.pausemarkers import (
+from statusvault.restore.quiet.pausemarkers import (
     RECORD,
     Marker,
     PauseOptions,
@@ -19,7 +19,7 @@ from statusvault.restore.pausemarkers import (
     unpause_patch,
     without_record,
 )
-from statusvault.restore.results import ItemResult, Outcome, RestoreReport, StatusOutcome
+from statusvault.restore.results.report import ItemResult, Outcome, RestoreReport, StatusOutcome
 from tests.builders import cr, resource_type
 
 

@@ -8,8 +8,8 @@ import sqlite3
 import pytest
 
 from statusvault.errors import StatusVaultError
-from statusvault.restore.journal import Journal
-from statusvault.restore.plan import MAX_OWNER_DEPTH, Action, Category, PlanItem, RestorePlan, StatusMode
+from statusvault.restore.planning.plan import MAX_OWNER_DEPTH, Action, Category, PlanItem, RestorePlan, StatusMode
+from statusvault.restore.running.journal import Journal
 from tests.builders import resource_type
 
 KC = resource_type("xyz.example.com", "KubernetesCluster")
@@ -179,7 +179,7 @@ def test_leftovers_of_killed_runs_do_not_block_or_leak_into_new_state(tmp_path):
 
 def test_an_unavailable_item_is_created_once_its_type_is_served():
     from statusvault.kube.discovery import Discovery
-    from statusvault.restore.servedtypes import ServedTypes
+    from statusvault.restore.planning.servedtypes import ServedTypes
 
     missing = item("later")
     missing.action = Action.UNAVAILABLE
@@ -203,7 +203,7 @@ def test_a_journal_remembers_what_it_created(tmp_path):
 
 def test_a_lineage_resumes_its_backup_and_restarts_another_with_the_same_identity(tmp_path):
     """restore WATCH --at latest: the re-run of a killed run may name a later moment (another backup)."""
-    from statusvault.restore.state import restore_state
+    from statusvault.restore.running.state import restore_state
 
     planned = []
 

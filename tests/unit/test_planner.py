@@ -12,10 +12,10 @@ from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.order import load_order
-from statusvault.restore.plan import Action, Category, StatusMode
-from statusvault.restore.planner import build_plan, resolve_resource_options
-from statusvault.restore.trust import privileged
+from statusvault.restore.ordering.order import load_order
+from statusvault.restore.planning.build import build_plan, resolve_resource_options
+from statusvault.restore.planning.plan import Action, Category, StatusMode
+from statusvault.restore.planning.trust import privileged
 from tests.builders import cr, resource_type, with_meta, write_archive
 
 KC = dataclasses.replace(resource_type("xyz.example.com", "KubernetesCluster"), short_names=("kc",))
@@ -293,7 +293,7 @@ def test_an_order_file_may_name_what_the_backup_lacks_but_not_what_nothing_knows
             resolve_resource_options(order(typo), [KC], live)
 
 
-# --- what a restore writes without being asked (restore/trust.py) ---
+# --- what a restore writes without being asked (restore/planning/trust.py) ---
 
 RBAC = "rbac.authorization.k8s.io"
 CRB = dataclasses.replace(
@@ -352,7 +352,7 @@ def test_a_named_privileged_type_is_refused_before_anything_unless_allowed(smugg
 
 def resolved(archive, live, **opts):
     """The options as the runner hands them to the planner: names resolved against the backup."""
-    from statusvault.restore.planner import manifest_types
+    from statusvault.restore.planning.build import manifest_types
 
     selection = Selection(**{k: opts.pop(k) for k in list(opts) if k in SELECTION})
     options = resolve_resource_options(

@@ -1,4 +1,4 @@
-"""Where a fenced workload's replica count is kept (restore/scaledown.py ReplicaLedger): the restore's journal and
+"""Where a fenced workload's replica count is kept (restore/quiet/scaledown.py ReplicaLedger): the restore's journal and
 the store, never the workload; a count survives --restart and the loss of the local state; a store that cannot be
 written leaves the journal keeping it; a count a store writer made up beyond belief is not taken."""
 
@@ -11,9 +11,9 @@ import pytest
 
 from statusvault.errors import StorageError
 from statusvault.model import ResourceType
-from statusvault.restore.journal import Journal
-from statusvault.restore.scaledown import MAX_KEPT, ReplicaLedger, Workload
-from statusvault.restore.state import _carried, _earlier
+from statusvault.restore.quiet.scaledown import MAX_KEPT, ReplicaLedger, Workload
+from statusvault.restore.running.journal import Journal
+from statusvault.restore.running.state import _carried, _earlier
 from statusvault.storage.base import fence_key
 from statusvault.storage.local import LocalStore
 

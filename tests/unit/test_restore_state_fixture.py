@@ -12,7 +12,7 @@ import orjson
 
 from statusvault.kinds import NAMESPACES
 from statusvault.restore.runner import RestoreRequest, _resolved, open_backup, run_restore
-from statusvault.restore.state import KEY_VERSION
+from statusvault.restore.running.state import KEY_VERSION
 from statusvault.storage.local import LocalStore
 from tests.journalfixture import HERE, OBJECTS, discover, target
 from tests.sealed import KC

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from statusvault.restore.results import (
+from statusvault.restore.results.report import (
     NAMED,
     SHOWN,
     UNCHECKED_STATUS,
@@ -44,8 +44,8 @@ def test_the_summary_never_says_zero_while_a_status_is_missing():
     report.add(result(Outcome.SKIPPED, StatusOutcome.NOT_WRITTEN, True, "raced"))
     report.add(result(Outcome.FAILED, StatusOutcome.NOT_WRITTEN, False, "bare"))
     report.unreached = 2
-    assert [r.name for r in report.missing_status] == ["raced"]
-    assert report.lacking == 3
+    assert [r.name for r in report.lacking_status] == ["raced"]
+    assert report.lacking_status_count == 3
     assert [r.name for r in report.failures] == ["bare"]
     assert not report.succeeded
     assert report.header()["withoutSavedStatus"] == 3
@@ -63,7 +63,7 @@ def test_kept_and_left_out_are_counted_apart_and_succeed():
     report = RestoreReport("b", "none")
     report.add(result(Outcome.SKIPPED, StatusOutcome.KEPT, False, "k"))
     report.add(result(Outcome.CREATED, StatusOutcome.LEFT_OUT, False, "l"))
-    assert report.succeeded and report.lacking == 0
+    assert report.succeeded and report.lacking_status_count == 0
     assert (report.count_status(StatusOutcome.KEPT), report.count_status(StatusOutcome.LEFT_OUT)) == (1, 1)
     report.close()
 
@@ -84,7 +84,7 @@ def test_kept_and_left_out_are_counted_apart_and_succeed():
     ],
 )
 def test_observed_generation_is_compared_by_value_not_by_type(status, generation, noted):
-    from statusvault.restore.objects import _generation_notes
+    from statusvault.restore.running.objects import _generation_notes
 
     assert bool(_generation_notes(status, generation)) is noted
 

@@ -1,11 +1,11 @@
-"""Who wrote a restored status again after the restore (restore/settle.py), read from managedFields as each
+"""Who wrote a restored status again after the restore (restore/results/settle.py), read from managedFields as each
 server version records it."""
 
 from __future__ import annotations
 
 import pytest
 
-from statusvault.restore.settle import status_writers_since
+from statusvault.restore.results.settle import status_writers_since
 
 ME = "statusvault-restore-0123456789abcdef"
 

@@ -1,4 +1,4 @@
-"""A restore's state key (restore/state.py) is a stable, versioned encoding of what decides the restore: a restore
+"""A restore's state key (running/state.py) is a stable, versioned encoding of what decides the restore: a restore
 stopped under one release resumes under the next, and one that adds an option keeps every key."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from statusvault.restore.options import RestoreOptions, restore_options
-from statusvault.restore.state import state_key
+from statusvault.restore.running.state import state_key
 
 ID = ("store", "https://cluster")
 

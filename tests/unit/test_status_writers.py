@@ -10,8 +10,8 @@ import pytest
 from statusvault.archive import ArchiveReader
 from statusvault.backup import prepare_object
 from statusvault.backup.engine import status_writers
-from statusvault.restore.fenceread import archived_managers
-from statusvault.restore.fencing import Target
+from statusvault.restore.quiet.fenceread import archived_managers
+from statusvault.restore.quiet.fencing import FenceTarget
 from statusvault.transforms import sanitize
 from tests.builders import cr, resource_type, with_meta, write_archive
 
@@ -56,6 +56,6 @@ def test_the_plan_reads_the_managers_from_a_backup_that_records_them(tmp_path, v
     entries = [(widgets, written), (widgets, with_meta(cr("example.com/v1", "Widget", "x"), "ns")), (gadgets, other)]
     path = write_archive(tmp_path / "a.tar.gz", entries, format_version=version)
 
-    managers = archived_managers(ArchiveReader(path), [Target(widgets, frozenset({"ns"}))])
+    managers = archived_managers(ArchiveReader(path), [FenceTarget(widgets, frozenset({"ns"}))])
 
     assert managers == (None if found is None else {widgets.qualified: found})

@@ -1,4 +1,4 @@
-"""restore --stream stopped part-way (restore/stream.py): the journal comes before the plan, so the same command
+"""restore --stream stopped part-way (running/streamed.py): the journal comes before the plan, so the same command
 finishes it exactly, streamed again or planned first."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from statusvault.kube.discovery import Discovery
 from statusvault.model import ResourceType, Selection
 from statusvault.restore import runner
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.plan import Action, Category, PlanItem, StatusMode
-from statusvault.restore.planner import _Held
+from statusvault.restore.planning.build import _Held
+from statusvault.restore.planning.plan import Action, Category, PlanItem, StatusMode
 from statusvault.restore.runner import STREAM_ABOVE, RestoreRequest, open_backup, run_restore, streamable
-from statusvault.restore.stream import StreamWriter
+from statusvault.restore.running.streamed import StreamWriter
 from statusvault.storage.local import LocalStore
 from statusvault.testing.bench import synthetic_backup
 from statusvault.testing.benchcore import GROUP, KIND, PLURAL

@@ -1,5 +1,5 @@
 """One verdict: every way a restore falls short is named, and the CLI's exit status, the Restore resource's reason
-and `move` read the same verdict (restore/verdict.py), so no shortfall is success in one and failure in another."""
+and `move` read the same verdict (results/verdict.py), so no shortfall is success in one and failure in another."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from statusvault.controller.conditions import Reason
 from statusvault.controller.loop import REASONS
 from statusvault.errors import ExitStatus, PartialFailure, StatusVaultError
 from statusvault.move import MoveReport
-from statusvault.restore.gates import PASSED, TIMED_OUT, GateResult
-from statusvault.restore.results import ItemResult, Outcome, RestoreReport, StatusOutcome
-from statusvault.restore.verdict import RunOutcome as Verdict
-from statusvault.restore.verdict import Shortfall, verdict
+from statusvault.restore.ordering.gates import PASSED, TIMED_OUT, GateResult
+from statusvault.restore.results.report import ItemResult, Outcome, RestoreReport, StatusOutcome
+from statusvault.restore.results.verdict import RunOutcome as Verdict
+from statusvault.restore.results.verdict import Shortfall, verdict
 from statusvault.transforms import PRUNED, ServerChange
 
 W = "widgets.example.com"

@@ -1,4 +1,4 @@
-"""restore/threads.py: what the wave's writer threads promise (bounded in flight, drop on error, go on after a
+"""restore/running/threads.py: what the wave's writer threads promise (bounded in flight, drop on error, go on after a
 failing task)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from statusvault.restore.threads import WriterThreads
+from statusvault.restore.running.threads import WriterThreads
 
 
 def test_every_task_runs_once_and_close_waits_for_them() -> None:
@@ -78,7 +78,7 @@ def test_a_failing_task_is_logged_and_the_thread_goes_on(caplog: pytest.LogCaptu
         ran.append(task)
 
     writers = WriterThreads(work, threads=1, bound=2, name="t")
-    with caplog.at_level(logging.ERROR, logger="statusvault.restore.threads"):
+    with caplog.at_level(logging.ERROR, logger="statusvault.restore.running.threads"):
         for i in range(3):
             writers.submit(i)
         writers.close()

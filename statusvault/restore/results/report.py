@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -10,14 +11,16 @@ from typing import IO, Any
 
 import orjson
 
-from statusvault.model import display
-from statusvault.restore.gates import NOT_PASSED, GateResult
-from statusvault.restore.pausemarkers import unmarked_warning
-from statusvault.restore.settle import MAX_CHECKED, Overwritten
+from statusvault.model import DryRun, display
+from statusvault.restore.ordering.gates import NOT_PASSED, GateResult
+from statusvault.restore.quiet.pausemarkers import unmarked_warning
+from statusvault.restore.results.settle import MAX_CHECKED, Overwritten
 from statusvault.transforms import ServerChange
 
 
-class Outcome:
+class Outcome(enum.StrEnum):
+    """What became of one object."""
+
     CREATED = "created"
     UPDATED = "updated"
     SKIPPED = "skipped"
@@ -26,7 +29,9 @@ class Outcome:
     WOULD_UPDATE = "would-update"
 
 
-class StatusOutcome:
+class StatusOutcome(enum.StrEnum):
+    """What became of one object's saved status."""
+
     WRITTEN = "written"  # via /status
     IN_BODY = "in-body"  # no /status subresource: carried by the create/update body
     MISMATCH = "mismatch"  # written, but the server did not keep all of it (the result's server_changes say what)
@@ -69,7 +74,7 @@ class ItemResult:
     pause_lost: str = ""  # created (and its status written) WITHOUT the pause marker: the server dropped it
     server_changes: tuple[ServerChange, ...] = ()  # fields of what was sent that the server dropped or changed
     server_warnings: tuple[str, ...] = ()  # the texts of the Warning headers its writes were answered with
-    status_digest: str = ""  # what the server kept of the status this restore wrote (restore/settle.py)
+    status_digest: str = ""  # what the server kept of the status this restore wrote (restore/results/settle.py)
 
     @property
     def lacks_status(self) -> bool:
@@ -125,7 +130,7 @@ class RestoreReport:
     Only results that need attention (failures, notes) are also kept in memory.
     """
 
-    def __init__(self, backup: str, dry_run: str, warnings: list[str] | None = None):
+    def __init__(self, backup: str, dry_run: DryRun, warnings: list[str] | None = None):
         self.backup = backup
         self.dry_run = dry_run
         self.warnings = warnings or []
@@ -139,7 +144,9 @@ class RestoreReport:
         self.left_paused = 0  # objects it created paused that stay paused (--keep-paused, or the run failed)
         self.unpause_failures: list[str] = []  # objects it could not unpause (still paused)
         self.not_scaled_back: list[str] = []  # workloads scaled to 0 (--scale-down, --fence), not scaled back
-        self.overwritten = Overwritten()  # statuses another writer wrote after this restore's (restore/settle.py)
+        self.overwritten = (
+            Overwritten()
+        )  # statuses another writer wrote after this restore's (restore/results/settle.py)
         self.written: dict[tuple[str, str, str], str] = {}  # object -> digest of its written status, up to a cap
         self.written_unrecorded = 0  # status writes past the cap: not looked at again
         self.total = 0
@@ -160,14 +167,14 @@ class RestoreReport:
     def add(self, r: ItemResult) -> None:
         self.total += 1
         c = self.table.setdefault(r.resource, Counter())
-        c[r.outcome] += 1
+        c[str(r.outcome)] += 1
         c["status:" + r.status] += 1
         if r.paused:
             c["pause:" + ("kept" if r.paused == "kept" else "paused")] += 1
         elif r.unmarked and not c["pause:no-marker"]:  # once per resource type
             self.warnings.append(unmarked_warning(r.resource))
         unchecked = r.outcome == Outcome.WOULD_CREATE and r.status == StatusOutcome.WOULD_WRITE
-        if unchecked and self.dry_run == "server" and UNCHECKED_STATUS not in self.warnings:  # once per run
+        if unchecked and self.dry_run == DryRun.SERVER and UNCHECKED_STATUS not in self.warnings:  # once per run
             self.warnings.append(UNCHECKED_STATUS)
         if r.unmarked:
             c["pause:no-marker"] += 1
@@ -224,7 +231,7 @@ class RestoreReport:
         return [r for r in self.attention if r.failed]
 
     @property
-    def missing_status(self) -> list[ItemResult]:
+    def lacking_status(self) -> list[ItemResult]:
         """The objects this run reached that lack their saved status (see also `unreached`)."""
         return [r for r in self.attention if r.lacks_status]
 
@@ -235,14 +242,20 @@ class RestoreReport:
         return [r for r in self.attention if r.pause_lost]
 
     @property
-    def lacking(self) -> int:
+    def lacking_status_count(self) -> int:
         """Objects in scope without their saved status: reached and lacking it, or never reached."""
-        return len(self.missing_status) + self.unreached
+        return len(self.lacking_status) + self.unreached
 
     @property
     def succeeded(self) -> bool:
         """The one rule for a successful restore: nothing failed, every saved status in scope is back."""
-        problems = self.failures or self.lacking or self.not_paused or self.unpause_failures or self.not_scaled_back
+        problems = (
+            self.failures
+            or self.lacking_status_count
+            or self.not_paused
+            or self.unpause_failures
+            or self.not_scaled_back
+        )
         return not (problems or self.aborted or self.interrupted)
 
     @property
@@ -282,12 +295,12 @@ class RestoreReport:
     def header(self) -> dict[str, Any]:
         return {
             "backup": self.backup,
-            "dryRun": self.dry_run,
+            "dryRun": str(self.dry_run),
             "durationSeconds": round(self.duration, 3),
             "interrupted": self.interrupted,
             "resumed": self.resumed,
             "aborted": self.aborted,
-            "withoutSavedStatus": self.lacking,
+            "withoutSavedStatus": self.lacking_status_count,
             "unreached": self.unreached,
             "unpaused": self.unpaused,
             "leftPaused": self.left_paused,

@@ -8,14 +8,14 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from statusvault.pausepoints import pause_point
-from statusvault.restore.journal import Journal
-from statusvault.restore.objects import Archived
-from statusvault.restore.plan import Category, PlanItem
-from statusvault.restore.servedtypes import ServedTypes
-from statusvault.restore.waves import Handle, WaveRunner
+from statusvault.killpoints import kill_point
+from statusvault.restore.planning.plan import Category, PlanItem
+from statusvault.restore.planning.servedtypes import ServedTypes
+from statusvault.restore.running.journal import Journal
+from statusvault.restore.running.objects import Archived
+from statusvault.restore.running.waves import Handle, WaveRunner
 
-PAGE_STEP = "restore.stream-page"  # pause points (statusvault/pausepoints.py): between two pages
+PAGE_STEP = "restore.stream-page"  # kill points (statusvault/killpoints.py): between two pages
 MID_PAGE_STEP = "restore.stream-mid-page"  # and half way through one
 
 
@@ -54,9 +54,9 @@ class StreamWriter:
         self.waves.offer(item, obj, self._writers())
         self.handed += 1
         if self.handed % self.page == 0:
-            pause_point(PAGE_STEP)
+            kill_point(PAGE_STEP)
         elif self.handed % self.page == self.page // 2:
-            pause_point(MID_PAGE_STEP)
+            kill_point(MID_PAGE_STEP)
 
     def close(self) -> None:
         """Wait for everything handed out (raises what the writers' pool raises, a cancel among them)."""

@@ -11,16 +11,16 @@ from statusvault.dependencies import move_reference
 from statusvault.errors import KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH, MERGE_PATCH
-from statusvault.model import KubeObject, ResourceType
-from statusvault.restore.journal import Journal
+from statusvault.model import DryRun, KubeObject, ResourceType
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.order import OBSERVE
-from statusvault.restore.owners import OwnerResolver
-from statusvault.restore.pausemarkers import RECORD, Marker, pause_lost, unpause_patch, without_record
-from statusvault.restore.plan import Action, PlanItem, StatusMode
-from statusvault.restore.results import GENERATION_NOTE, ItemResult, Outcome, StatusOutcome
-from statusvault.restore.servedtypes import ServedTypes
-from statusvault.restore.writes import ObjectWriter, ServerReply
+from statusvault.restore.ordering.order import OBSERVE
+from statusvault.restore.planning.plan import Action, PlanItem, StatusMode
+from statusvault.restore.planning.servedtypes import ServedTypes
+from statusvault.restore.quiet.pausemarkers import RECORD, Marker, pause_lost, unpause_patch, without_record
+from statusvault.restore.results.report import GENERATION_NOTE, ItemResult, Outcome, StatusOutcome
+from statusvault.restore.running.journal import Journal
+from statusvault.restore.running.owners import OwnerResolver
+from statusvault.restore.running.writes import ObjectWriter, ServerReply
 from statusvault.transforms import ABSENT, NOT_RESTORED_ANNOTATION, remap_owner_refs, restore_diff, sanitize
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class ObjectRestorer:
         self.served = served
         self.journal = journal
         self.opts = opts
-        self.server_dry = opts.dry_run == "server"
+        self.server_dry = opts.dry_run == DryRun.SERVER
         self.owners = OwnerResolver(client, served, journal.learned_uids())
         self.writer = ObjectWriter(
             client, self.server_dry, opts.existing_policy, journal.manager, journal.was_created, journal.started
@@ -68,7 +68,7 @@ class ObjectRestorer:
         reply = ServerReply()
         try:
             obj = self._modified(item, obj, result)
-            if self.opts.dry_run == "client":
+            if self.opts.dry_run == DryRun.CLIENT:
                 return self._preview(item, obj, result)
             self._restore(item, obj, result, reply)
         except StatusVaultError as e:
@@ -158,7 +158,7 @@ class ObjectRestorer:
             self.journal.mark_created(item)  # a resumed run will know the object is its own
         if live is None or marker is None or marker.present(live):
             return live, outcome, ""
-        if result.paused != "kept" and self.opts.dry_run == "none":
+        if result.paused != "kept" and self.opts.dry_run == DryRun.NONE:
             self.journal.mark_unpaused(item)  # never paused: nothing for the unpause to take away
             live = self._drop_record(rt, item, live)
         result.paused = ""
@@ -194,7 +194,7 @@ class ObjectRestorer:
             return ""
         if marker.present(body):
             return "kept"
-        if self.opts.dry_run == "none":
+        if self.opts.dry_run == DryRun.NONE:
             self.journal.mark_paused(item)
         marker.apply(body)
         return marker.describe()

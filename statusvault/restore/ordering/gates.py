@@ -10,11 +10,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from statusvault.errors import StatusVaultError
+from statusvault.killpoints import kill_point
 from statusvault.kube.api import KubeApi
-from statusvault.pausepoints import pause_point
-from statusvault.restore.journal import Journal
-from statusvault.restore.order import Gate, Group, Order
-from statusvault.restore.plan import PlanItem, RestorePlan
+from statusvault.model import DryRun
+from statusvault.restore.ordering.order import Gate, Group, Order
+from statusvault.restore.planning.plan import PlanItem, RestorePlan
+from statusvault.restore.running.journal import Journal
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ class GroupGates:
     """Between --order groups, the gate of each group behind the run, once: a gate the journal has seen passed
     (or timed out with onTimeout continue) is not waited on again; one that times out with fail stops the run."""
 
-    def __init__(self, plan: RestorePlan, journal: Journal, order: Order | None, waiter: GateWaiter, dry_run: str):
+    def __init__(self, plan: RestorePlan, journal: Journal, order: Order | None, waiter: GateWaiter, dry_run: DryRun):
         self.plan, self.journal, self.order, self.waiter = plan, journal, order, waiter
         self.dry_run = dry_run
         self.results: list[GateResult] = []
@@ -198,15 +199,15 @@ class GroupGates:
             outcome = RESUMED if passed[0] == PASSED else f"{passed[0]}-earlier"
             self.results.append(GateResult(number, group.name, group.gate.describe(), 0, outcome, passed[1]))
             return
-        if self.dry_run != "none":
+        if self.dry_run != DryRun.NONE:
             count = self.plan.group_counts().get(number, 0)
             self.results.append(GateResult(number, group.name, group.gate.describe(), count, NOT_WAITED))
             return
         self.unpause(number)  # a paused object's operator could not make it pass
-        pause_point("restore.gate-waiting")
+        kill_point("restore.gate-waiting")
         result = self._wait(number, group)
         self.results.append(result)
         if result.outcome in NOT_PASSED and group.gate.on_timeout == "fail":
             raise GateTimeout(result.line())
         self.journal.mark_gate(number, result.outcome, result.waited)
-        pause_point("restore.gate-passed")
+        kill_point("restore.gate-passed")

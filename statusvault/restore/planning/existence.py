@@ -10,7 +10,7 @@ from statusvault.errors import Forbidden
 from statusvault.kinds import CONFIGMAPS, NAMESPACES, SECRETS
 from statusvault.kube.api import KubeApi
 from statusvault.model import ResourceType
-from statusvault.restore.writes import abandoned, status_written, written_by
+from statusvault.restore.running.writes import abandoned, status_written, written_by
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,12 @@ from typing import Any
 import orjson
 
 from statusvault.errors import ConfigError, StatusVaultError
-from statusvault.restore.journal import Journal, new_manager
+from statusvault.model import DryRun
 from statusvault.restore.modifiers import Modifiers
-from statusvault.restore.options import RestoreOptions
-from statusvault.restore.order import Order
-from statusvault.restore.plan import RestorePlan
+from statusvault.restore.options import FenceMode, RestoreOptions
+from statusvault.restore.ordering.order import Order
+from statusvault.restore.planning.plan import RestorePlan
+from statusvault.restore.running.journal import Journal, new_manager
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def state_key(backup: str, identity: tuple[str, ...], opts: RestoreOptions) -> s
     name: a release that adds an option keeps every key of the runs that do not use it, so a restore stopped by
     one release resumes under the next. Renaming a field changes keys: that is a new KEY_VERSION."""
     pause = dataclasses.replace(opts.pause, keep_paused=())  # the run without it releases what it kept
-    same = dataclasses.replace(opts, dry_run="none", pause=pause, fence="none", fence_exclude=())
+    same = dataclasses.replace(opts, dry_run=DryRun.NONE, pause=pause, fence=FenceMode.NONE, fence_exclude=())
     decisive = {"v": KEY_VERSION, "backup": backup, "identity": list(identity), "options": canonical(same)}
     text = orjson.dumps(decisive, option=orjson.OPT_SORT_KEYS)
     return f"{backup}-{hashlib.sha256(text).hexdigest()[:16]}"

@@ -118,7 +118,7 @@ CREATE TABLE items (
     depth INTEGER NOT NULL DEFAULT 0,
     in_archive INTEGER NOT NULL,
     grp INTEGER NOT NULL DEFAULT 0,
-    streamed INTEGER NOT NULL DEFAULT 0  -- written as the archive was read (restore/stream.py)
+    streamed INTEGER NOT NULL DEFAULT 0  -- written as the archive was read (restore/running/streamed.py)
 );
 CREATE TABLE refs (seq INTEGER NOT NULL, owner_uid TEXT NOT NULL);
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

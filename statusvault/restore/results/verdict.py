@@ -9,7 +9,8 @@ import dataclasses
 import enum
 
 from statusvault.errors import ExitStatus
-from statusvault.restore.results import RestoreReport
+from statusvault.model import DryRun
+from statusvault.restore.results.report import RestoreReport
 
 NAMED = 5  # objects a shortfall names in its one line; the report lists them all
 
@@ -108,14 +109,14 @@ def verdict(report: RestoreReport, strict: bool = False) -> Verdict:
         return Verdict(RunOutcome.INTERRUPTED)
     if report.aborted:
         return Verdict(RunOutcome.FAILED, why=report.aborted)
-    again = "run the same command again to retry only those" if report.dry_run == "none" else "see the report"
+    again = "run the same command again to retry only those" if report.dry_run == DryRun.NONE else "see the report"
     findings = [
         _objects(Shortfall.FAILED_OBJECTS, [r.display for r in report.failures], again),
         _objects(
             Shortfall.WITHOUT_SAVED_STATUS,
-            [r.display for r in report.missing_status],
+            [r.display for r in report.lacking_status],
             again,
-            count=report.lacking,
+            count=report.lacking_status_count,
         ),
         _objects(
             Shortfall.NOT_PAUSED,

@@ -16,20 +16,20 @@ from statusvault.archive import ArchiveReader, parse_member_path
 from statusvault.archive.format import checked_object
 from statusvault.dependencies import OWNED_BUILTINS, SECRET, DependencyIndex, taken_secret
 from statusvault.errors import ArchiveError, ConfigError
+from statusvault.killpoints import kill_point
 from statusvault.kinds import CRD_QUALIFIED, NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.labels import parse_selector
 from statusvault.model import ObjectKey, ResourceType, Selection
-from statusvault.pausepoints import pause_point
-from statusvault.restore import trust
-from statusvault.restore.options import RestoreOptions
-from statusvault.restore.plan import Action, Category, PlanItem, RestorePlan, StatusMode
+from statusvault.restore.options import ExistingPolicy, RestoreOptions
+from statusvault.restore.planning import trust
+from statusvault.restore.planning.plan import Action, Category, PlanItem, RestorePlan, StatusMode
 from statusvault.transforms import map_namespace, status_annotation
 
 STATUS_ALL = "*"
 BARE_SEQ = 1 << 40  # a streamed plan numbers the namespaces it adds from here: the objects' numbers never move
 
-HELD_STEP = "restore.stream-held"  # pause point (statusvault/pausepoints.py): a selection's first match, held items
+HELD_STEP = "restore.stream-held"  # kill point (statusvault/killpoints.py): a selection's first match, held items
 Sink = Callable[[PlanItem, "dict[str, Any] | None"], None]  # a streamed restore's writer: each item as decided
 
 
@@ -180,7 +180,7 @@ class _Decider:
             )
 
     def custom(self, qualified: str) -> bool:
-        """Whether objects of the type are custom resources, as the cluster says (restore/trust.py); once a type."""
+        """Whether objects of the type are custom resources, as the cluster says (planning/trust.py); once a type."""
         if qualified not in self._custom:
             self._custom[qualified] = trust.custom_type(self.backup_types[qualified], self.live.by_qualified(qualified))
         return self._custom[qualified]
@@ -211,7 +211,7 @@ class _Decider:
 
     def resource_selected(self, qualified: str) -> bool:
         """Named by --include-resources; without it, every custom resource type (and Namespaces): a built-in
-        type only when named, whatever the backup holds (restore/trust.py)."""
+        type only when named, whatever the backup holds (restore/planning/trust.py)."""
         if qualified in self.exclude:
             return False
         if self.include:
@@ -272,7 +272,7 @@ def build_plan(
     sink: Sink | None = None,
 ) -> RestorePlan:
     """Read every object (verifying each hash), filter, decide and order. Raises before any write, unless `sink`
-    is given (a streamed restore, restore/stream.py): it gets each unowned object as soon as it is decided.
+    is given (a streamed restore, restore/running/streamed.py): it gets each unowned object as soon as it is decided.
 
     With the backup's summary manifest, an archive not read yet is planned during its first, checking read
     (one pass instead of two): the summary's resource types guide the decisions, and the archive's own
@@ -391,7 +391,7 @@ class _Planner:
 
     def _dependency_allowed(self, key: ObjectKey, obj: dict[str, Any]) -> bool:
         """Whether a dependency of a type the restore was not asked for may come: custom, or of a type a rule brings
-        from an authenticated backup (restore/trust.py), never a service account token. Else it is counted as left
+        from an authenticated backup (trust.py), never a service account token. Else it is counted as left
         out, and why."""
         if self.decider.custom(key.qualified):
             return True
@@ -415,7 +415,9 @@ class _Planner:
             if (e.source.qualified, e.source.namespace, e.source.name) in self.planned:  # what brought it, and how
                 self.plan.dependencies.append([item.display, str(e.source), e.via])
         if item.action == Action.SKIP_EXISTS:
-            differs = getattr(self.exists, "differs", None)  # restore/existence.py: one GET, data never printed
+            differs = getattr(
+                self.exists, "differs", None
+            )  # restore/planning/existence.py: one GET, data never printed
             if differs is not None and differs(item.rt, item.namespace, item.name, obj):
                 self.deps_differ.append(item.display)
 
@@ -535,7 +537,7 @@ class _Held:
         self.items.append((item, len(data)))
 
     def release(self, sink: Sink) -> None:
-        pause_point(HELD_STEP)
+        kill_point(HELD_STEP)
         items, spool = self.items, self.spool
         self.items = []
         if spool is not None:
@@ -583,8 +585,8 @@ def _plan_item(
     elif "deletionTimestamp" in meta:
         action = Action.SKIP_TERMINATING
     elif exists(rt, ns, meta["name"]):
-        action = Action.UPDATE if decider.opts.existing_policy == "update" else Action.SKIP_EXISTS
-        lacks = getattr(exists, "lacks_status", None)  # restore/existence.py: as the cluster's objects say
+        action = Action.UPDATE if decider.opts.existing_policy == ExistingPolicy.UPDATE else Action.SKIP_EXISTS
+        lacks = getattr(exists, "lacks_status", None)  # restore/planning/existence.py: as the cluster's objects say
         if action == Action.SKIP_EXISTS and lacks is not None and lacks(rt, ns, meta["name"]):
             action = Action.SKIP_LACKING if decider.status_mode(rt, obj).wanted else action
     else:

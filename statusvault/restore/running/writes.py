@@ -12,10 +12,11 @@ from statusvault.errors import AlreadyExists, Conflict, Invalid, KubeApiError, S
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH
 from statusvault.model import KubeObject, ResourceType, writes_status
-from statusvault.restore.journal import MANAGER_PREFIX
-from statusvault.restore.plan import PlanItem, StatusMode
-from statusvault.restore.results import Outcome, StatusOutcome
-from statusvault.restore.settle import status_digest
+from statusvault.restore.options import ExistingPolicy
+from statusvault.restore.planning.plan import PlanItem, StatusMode
+from statusvault.restore.results.report import Outcome, StatusOutcome
+from statusvault.restore.results.settle import status_digest
+from statusvault.restore.running.journal import MANAGER_PREFIX
 from statusvault.transforms import ServerChange, contains, object_changes, status_body, status_changes, update_patch
 
 ATTEMPTS = 5
@@ -65,7 +66,7 @@ class ServerReply:
 
     changes: list[ServerChange] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
-    status_digest: str = ""  # the status the server kept of a status this restore wrote (restore/settle.py)
+    status_digest: str = ""  # the status the server kept of a status this restore wrote (restore/results/settle.py)
 
 
 class ObjectWriter:
@@ -76,7 +77,7 @@ class ObjectWriter:
         self,
         client: KubeApi,
         server_dry: bool,
-        policy: str,
+        policy: ExistingPolicy,
         manager: str,
         created_before: Callable[[PlanItem], bool] = lambda item: False,
         started: float = 0.0,
@@ -103,7 +104,7 @@ class ObjectWriter:
             live = self.client.get(rt, item.namespace or None, item.name)
             if live is not None and (self.wrote(live, body) or self.created_before(item) or self._adopts(live, item)):
                 return live, Outcome.CREATED  # a resent POST whose first attempt succeeded, or a resumed run's
-            if self.policy != "update":
+            if self.policy != ExistingPolicy.UPDATE:
                 return None, Outcome.SKIPPED
             return self.update(rt, item, body, reply)  # appeared since the plan was made
         if self.server_dry:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from statusvault.model import KubeObject, ResourceType
-from statusvault.restore.pausemarkers import PauseOptions
+from statusvault.restore.quiet.pausemarkers import PauseOptions
 
 WRITE_VERBS = frozenset(("update", "patch", "*"))
 SYSTEM_NAMESPACES = frozenset(("kube-system",))  # the API server's and the control plane's own controllers
@@ -26,7 +26,7 @@ EVERYONE = ("system:authenticated",)
 SELF_LABEL = ("app.kubernetes.io/name", "statusvault")
 
 
-class Action(enum.StrEnum):
+class FenceAction(enum.StrEnum):
     SCALE = "scale to 0 and back"
     PAUSE = "pause its objects"
     REPORT = "only reported"
@@ -44,7 +44,7 @@ class Rbac:
 
 
 @dataclasses.dataclass(frozen=True)
-class Target:
+class FenceTarget:
     """A resource whose status the restore writes, and the namespaces it writes it in (empty: cluster-scoped)."""
 
     rt: ResourceType
@@ -73,7 +73,7 @@ class Controller:
     service_account: str
     grants: tuple[Grant, ...]
     managers: tuple[str, ...]  # status managers recorded on the objects that name this controller
-    action: Action
+    action: FenceAction
     why: str  # why this action
 
     @property
@@ -94,17 +94,17 @@ class FencePlan:
     managers_from: str = "cluster"  # where the managers were read: "backup" (format 1.2 on), "cluster", ...
     rbac_read: bool = True  # False: --fence best-effort could not read RBAC, so it knows nothing of the writers
 
-    def acting(self, action: Action) -> list[Controller]:
+    def acting(self, action: FenceAction) -> list[Controller]:
         return [c for c in self.controllers if c.action == action]
 
     @property
     def scaled(self) -> tuple[str, ...]:
         """NAMESPACE/KIND/NAME of the workloads to scale to 0, as --scale-down takes them."""
-        return tuple(c.ref for c in self.acting(Action.SCALE))
+        return tuple(c.ref for c in self.acting(FenceAction.SCALE))
 
     @property
     def pauses(self) -> bool:
-        return bool(self.acting(Action.PAUSE))
+        return bool(self.acting(FenceAction.PAUSE))
 
     def to_dict(self) -> dict[str, Any]:
         """The plan for -o json/yaml."""
@@ -153,7 +153,7 @@ class FencePlan:
 def plan_fencing(
     rbac: Rbac,
     workloads: Iterable[KubeObject],
-    targets: Iterable[Target],
+    targets: Iterable[FenceTarget],
     *,
     status_managers: Mapping[str, Iterable[str]] | None = None,
     exclude: Iterable[str] = (),
@@ -181,7 +181,7 @@ def plan_fencing(
     return FencePlan(tuple(controllers), managers, tuple(unmatched))
 
 
-def service_account_grants(rbac: Rbac, targets: list[Target]) -> dict[tuple[str, str], list[Grant]]:
+def service_account_grants(rbac: Rbac, targets: list[FenceTarget]) -> dict[tuple[str, str], list[Grant]]:
     """(namespace, serviceaccount) -> the grants that let it write a target's status. Group subjects are kept
     under ("*", "*") (every ServiceAccount) and (NS, "*") (every one of NS)."""
     cluster_roles = {r["metadata"]["name"]: r for r in rbac.cluster_roles}
@@ -298,25 +298,25 @@ def _service_account(workload: KubeObject) -> str:
 
 
 def _action(
-    obj: KubeObject, targets: list[Target], grants: list[Grant], excluded: set[str], pause: PauseOptions
-) -> tuple[Action, str]:
+    obj: KubeObject, targets: list[FenceTarget], grants: list[Grant], excluded: set[str], pause: PauseOptions
+) -> tuple[FenceAction, str]:
     meta = obj["metadata"]
     ns, name = meta.get("namespace", ""), meta["name"]
     if ns in SYSTEM_NAMESPACES:
-        return Action.EXCLUDE, f"a control-plane controller ({ns}): never fenced"
+        return FenceAction.EXCLUDE, f"a control-plane controller ({ns}): never fenced"
     if (meta.get("labels") or {}).get(SELF_LABEL[0]) == SELF_LABEL[1]:
-        return Action.EXCLUDE, "statusvault itself: never fenced"
+        return FenceAction.EXCLUDE, "statusvault itself: never fenced"
     if f"{ns}/{name}" in excluded:
-        return Action.EXCLUDE, "--fence-exclude"
+        return FenceAction.EXCLUDE, "--fence-exclude"
     resources = {g.resource for g in grants}
     by_name = {t.rt.qualified: t.rt for t in targets}
     markers = [pause.marker_for(by_name[r], {}) for r in sorted(resources)]
     if all(markers):
         conventions = sorted({m.describe() for m in markers if m is not None})
-        return Action.PAUSE, f"every resource it may write has a pause convention ({', '.join(conventions)})"
+        return FenceAction.PAUSE, f"every resource it may write has a pause convention ({', '.join(conventions)})"
     if obj.get("kind") == "DaemonSet":
-        return Action.REPORT, "a DaemonSet cannot be scaled to 0: NOT fenced, only reported"
-    return Action.SCALE, "no pause convention for " + ", ".join(
+        return FenceAction.REPORT, "a DaemonSet cannot be scaled to 0: NOT fenced, only reported"
+    return FenceAction.SCALE, "no pause convention for " + ", ".join(
         r for r, m in zip(sorted(resources), markers, strict=True) if m is None
     )
 

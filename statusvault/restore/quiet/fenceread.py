@@ -26,9 +26,9 @@ from statusvault.kinds import (
 )
 from statusvault.kube.api import KubeApi
 from statusvault.model import KubeObject, ResourceType
-from statusvault.restore.fencing import FencePlan, Rbac, Target, plan_fencing, status_managers
-from statusvault.restore.options import RestoreOptions
-from statusvault.restore.plan import RestorePlan
+from statusvault.restore.options import FenceMode, RestoreOptions
+from statusvault.restore.planning.plan import RestorePlan
+from statusvault.restore.quiet.fencing import FencePlan, FenceTarget, Rbac, plan_fencing, status_managers
 
 log = logging.getLogger(__name__)
 MANAGER_SAMPLE = 200  # objects per resource whose managedFields are read for the status managers
@@ -44,7 +44,7 @@ def read_fence_plan(client: KubeApi, plan: RestorePlan, opts: RestoreOptions, re
     """The fencing of the restore `plan`, from the cluster's RBAC and workloads, cross-checked with the status
     managers the backup recorded (read from the cluster's objects for a backup older than format 1.2)."""
     targets = [
-        Target(plan.types[q], frozenset(ns for ns in namespaces if ns))
+        FenceTarget(plan.types[q], frozenset(ns for ns in namespaces if ns))
         for q, namespaces in sorted(plan.status_namespaces().items())
         if q in plan.types
     ]
@@ -53,7 +53,7 @@ def read_fence_plan(client: KubeApi, plan: RestorePlan, opts: RestoreOptions, re
 
 def read_fence(
     client: KubeApi,
-    targets: list[Target],
+    targets: list[FenceTarget],
     opts: RestoreOptions,
     managers: Managers | None = None,
     where: str = "backup",
@@ -70,7 +70,7 @@ def read_fence(
         )
         workloads = [w for rt in (DEPLOYMENTS, STATEFULSETS, DAEMONSETS) for w in _all(client, rt)]
     except KubeApiError as e:
-        if opts.fence != "best-effort":
+        if opts.fence != FenceMode.BEST_EFFORT:
             raise FenceError(
                 f"--fence {opts.fence}: cannot read the cluster's RBAC and workloads ({e}); the controllers to fence "
                 "are not guessed and nothing was written: use an account that may list them, or --fence best-effort"
@@ -104,7 +104,7 @@ def _check_excluded(excluded: tuple[str, ...], workloads: list[KubeObject]) -> N
         )
 
 
-def archived_managers(reader: ArchiveReader, targets: list[Target]) -> Managers | None:
+def archived_managers(reader: ArchiveReader, targets: list[FenceTarget]) -> Managers | None:
     """Per target resource, the managers its objects in the backup record as having written their status; None
     for a backup older than format 1.2, which did not record them."""
     minor = str(reader.head().get("formatVersion", "")).partition(".")[2]  # readers take major 1 only
@@ -135,7 +135,7 @@ def _items(client: KubeApi, rt: ResourceType) -> Iterator[KubeObject]:
             yield obj
 
 
-def _managers(client: KubeApi, targets: list[Target]) -> tuple[Managers, list[tuple[str, str]]]:
+def _managers(client: KubeApi, targets: list[FenceTarget]) -> tuple[Managers, list[tuple[str, str]]]:
     """Per target resource, the managers that wrote the status of its objects in this cluster (for a backup that
     did not record them): the first MANAGER_SAMPLE objects of each."""
     out: Managers = {}

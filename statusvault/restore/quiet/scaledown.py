@@ -22,13 +22,13 @@ from typing import Any
 import orjson
 
 from statusvault.errors import ConfigError, StatusVaultError
+from statusvault.killpoints import kill_point
 from statusvault.kinds import PODS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import MERGE_PATCH
 from statusvault.model import ResourceType
-from statusvault.pausepoints import pause_point
-from statusvault.restore.journal import Journal
+from statusvault.restore.running.journal import Journal
 from statusvault.storage.base import ObjectStore, fence_key
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,10 @@ class ReplicaLedger:
 MAX_KEPT = 10_000  # a count read back from the store beyond this is not believed (a store writer's)
 
 
-class Pauser:
+class ScaleDown:
+    """--scale-down: the named controllers scaled to 0 for the restore's writes and back to their counts after
+    (kept in the journal and the store first, so a killed run's successor scales them back)."""
+
     def __init__(self, client: KubeApi, timeout: float = 120.0):
         self.client = client
         self.timeout = timeout
@@ -144,7 +147,8 @@ class Pauser:
         self.failed: list[str] = []  # "<workload>: <why>" of each it could not scale back (left at 0)
 
     @contextmanager
-    def paused(self, workloads: list[Workload]) -> Iterator[None]:
+    def scaled_down(self, workloads: list[Workload]) -> Iterator[None]:
+        """Scaled to 0 and stopped while the block runs; scaled back whatever happens in it."""
         done: list[Workload] = []
         try:
             for w in workloads:
@@ -165,7 +169,7 @@ class Pauser:
 
     def scale_down(self, w: Workload) -> None:
         saved = self.remember_replicas(w)
-        pause_point("restore.count-kept")  # kept by the restore, the workload not scaled yet
+        kill_point("restore.count-kept")  # kept by the restore, the workload not scaled yet
         self.client.patch(w.rt, w.namespace, w.name, {"spec": {"replicas": 0}}, MERGE_PATCH, sub="scale")
         log.info("scaled %s to 0 for the restore (was %s)", w.display, saved)
 

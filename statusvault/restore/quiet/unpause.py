@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 from statusvault.errors import Conflict, Invalid, KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH
-from statusvault.restore.journal import Journal
-from statusvault.restore.pausemarkers import PauseOptions, unpause_patch
-from statusvault.restore.plan import PlanItem, RestorePlan
-from statusvault.restore.servedtypes import ServedTypes
+from statusvault.restore.planning.plan import PlanItem, RestorePlan
+from statusvault.restore.planning.servedtypes import ServedTypes
+from statusvault.restore.quiet.pausemarkers import PauseOptions, unpause_patch
+from statusvault.restore.running.journal import Journal
 
 ATTEMPTS = 5
 

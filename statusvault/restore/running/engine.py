@@ -17,20 +17,21 @@ from statusvault.errors import ArchiveError, ConfigError, StatusVaultError
 from statusvault.kinds import CRD_QUALIFIED, CRDS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import established
+from statusvault.model import DryRun
 from statusvault.processes import WorkerSpec
 from statusvault.progress import NullProgress, Progress
-from statusvault.restore.gates import GateWaiter, GroupGates
-from statusvault.restore.journal import Journal
-from statusvault.restore.objects import ObjectRestorer
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.plan import Action, Category, PlanItem, RestorePlan
-from statusvault.restore.planner import Sink
-from statusvault.restore.results import ItemResult, Outcome, RestoreReport
-from statusvault.restore.servedtypes import ServedTypes
-from statusvault.restore.stream import StreamWriter
-from statusvault.restore.unpause import unpause_all
-from statusvault.restore.waves import WaveRunner
-from statusvault.restore.workers import WaveWorkers
+from statusvault.restore.ordering.gates import GateWaiter, GroupGates
+from statusvault.restore.planning.build import Sink
+from statusvault.restore.planning.plan import Action, Category, PlanItem, RestorePlan
+from statusvault.restore.planning.servedtypes import ServedTypes
+from statusvault.restore.quiet.unpause import unpause_all
+from statusvault.restore.results.report import ItemResult, Outcome, RestoreReport
+from statusvault.restore.running.journal import Journal
+from statusvault.restore.running.objects import ObjectRestorer
+from statusvault.restore.running.streamed import StreamWriter
+from statusvault.restore.running.waves import WaveRunner
+from statusvault.restore.running.workers import WaveWorkers
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class RestoreEngine:
         opts: RestoreOptions,
         backup: str,
     ) -> tuple[RestoreReport, RestorePlan | None]:
-        """A streamed restore (restore/stream.py): build(sink) plans while the sink writes each unowned object;
+        """A streamed restore (streamed.py): build(sink) plans while the sink writes each unowned object;
         then the owned ones in depth waves. The plan comes back for the caller to keep (None: never sealed)."""
         total = summary_objects(reader.summary or {})
         run = self._start(backup, [], journal, opts, total)
@@ -122,7 +123,7 @@ class RestoreEngine:
             else:  # by default: in threads, moved to processes only once this process is CPU-bound (waves.ScaleUp)
                 run.waves.run(items, scale_up=functools.partial(self._pool, run))
             run.journal.flush()
-            if wave.category == Category.CRD and run.opts.dry_run == "none":
+            if wave.category == Category.CRD and run.opts.dry_run == DryRun.NONE:
                 self._after_crds(run, plan.resources(exclude=Category.CRD))
         gates.finish()
 
@@ -149,14 +150,14 @@ class RestoreEngine:
 
     def _end(self, plan: RestorePlan, run: _Run) -> RestoreReport:
         report, journal, opts = run.report, run.journal, run.opts
-        if opts.dry_run == "none":  # a check, not a guess: what the journal has not seen done
-            report.unreached = max(0, plan.pending(journal.path, wanted_status=True) - len(report.missing_status))
+        if opts.dry_run == DryRun.NONE:  # a check, not a guess: what the journal has not seen done
+            report.unreached = max(0, plan.pending(journal.path, wanted_status=True) - len(report.lacking_status))
             self._unpause(plan, journal, opts, report)
         return report
 
     def _wants_processes(self, size: int, opts: RestoreOptions) -> bool:
         spec = self.settings.workers
-        usable = spec is not None and spec.processes > 1 and opts.dry_run != "client"
+        usable = spec is not None and spec.processes > 1 and opts.dry_run != DryRun.CLIENT
         return usable and spec is not None and size >= spec.min_wave
 
     def _explicit(self) -> bool:
@@ -179,7 +180,7 @@ class RestoreEngine:
     ) -> None:
         """Only once every object of the restore (before a gate: so far) has its status; otherwise what it paused
         stays paused. group: before its gate, the objects of one --order group."""
-        if group is not None and (report.failures or report.missing_status):
+        if group is not None and (report.failures or report.lacking_status):
             return
         if group is None and not report.succeeded:
             report.left_paused = len(plan.paused(journal.path))
@@ -227,7 +228,7 @@ class _Run:
         self.processes: WaveWorkers | None = None
 
     def record(self, result: ItemResult, item: PlanItem) -> None:
-        if not result.failed and not result.lacks_status and self.opts.dry_run == "none":
+        if not result.failed and not result.lacks_status and self.opts.dry_run == DryRun.NONE:
             self.journal.mark_done(item)  # a resumed run leaves it alone
         with self.lock:
             if not self.report.total:

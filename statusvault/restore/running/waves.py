@@ -11,11 +11,12 @@ from contextlib import contextmanager
 
 from statusvault.archive import ArchiveReader
 from statusvault.errors import StatusVaultError
-from statusvault.restore.objects import Archived, ObjectRestorer, client_dry_run, not_attempted
-from statusvault.restore.plan import Action, Category, PlanItem
-from statusvault.restore.results import ItemResult
-from statusvault.restore.threads import WriterThreads
-from statusvault.restore.workers import WaveWorkers
+from statusvault.model import DryRun
+from statusvault.restore.planning.plan import Action, Category, PlanItem
+from statusvault.restore.results.report import ItemResult
+from statusvault.restore.running.objects import Archived, ObjectRestorer, client_dry_run, not_attempted
+from statusvault.restore.running.threads import WriterThreads
+from statusvault.restore.running.workers import WaveWorkers
 
 log = logging.getLogger(__name__)
 Record = Callable[[ItemResult, PlanItem], None]
@@ -53,7 +54,7 @@ class WaveRunner:
         """Restore the items in this process's threads, or in worker processes when `processes` is given; with
         `scale_up`, in threads until this process is CPU-bound (ScaleUp), then the rest in the processes it gives."""
         todo = self._to_write(items)
-        if self.dry_run == "client":  # previews are read-only GETs, run in order so the plan reads in order
+        if self.dry_run == DryRun.CLIENT:  # previews are read-only GETs, run in order so the plan reads in order
             self._walk(todo, lambda item, data: self.record(self.restorer.restore(item, data), item))
             return
         if processes is None and scale_up is not None:
@@ -128,13 +129,13 @@ class WaveRunner:
     def _to_write(self, items: Iterator[PlanItem]) -> Iterator[PlanItem]:
         """The items to send; the others are reported as they go by."""
         for item in items:
-            if self.dry_run == "client":
+            if self.dry_run == DryRun.CLIENT:
                 skipped = (Action.UPDATE, Action.SKIP_EXISTS, Action.SKIP_LACKING)
                 if item.in_archive and (self.reads_all or item.action in skipped):
                     yield item  # read from the archive: rules and pause markers, how the live object differs
                 else:
                     self.record(client_dry_run(item), item)
-            elif self.dry_run == "server" and self._untestable(item):
+            elif self.dry_run == DryRun.SERVER and self._untestable(item):
                 note = "not sent: depends on a namespace or CRD this restore creates"
                 self.record(client_dry_run(item, note), item)
             elif item.action in (Action.CREATE, Action.UPDATE):

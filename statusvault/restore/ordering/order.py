@@ -1,6 +1,6 @@
 """--order: dependency groups restored one after another, with a readiness gate between them.
 
-An order comes from a file or a profile (a file shipped in statusvault/restore/profiles/). Only the groups'
+An order comes from a file or a profile (a file shipped in statusvault/restore/ordering/profiles/). Only the groups'
 membership (resources and selectors) is part of its repr, and so of a restore's journal key: a re-run with
 another gate timeout or condition resumes where the earlier run stopped."""
 
@@ -18,8 +18,8 @@ from typing import Any
 from statusvault.errors import ConfigError
 from statusvault.labels import Matcher, parse_selector
 from statusvault.restore.configfile import read_config, versioned_entries
-from statusvault.restore.expr import Expression, parse_expression
-from statusvault.restore.pausemarkers import Marker
+from statusvault.restore.ordering.expr import Expression, parse_expression
+from statusvault.restore.quiet.pausemarkers import Marker
 
 # Crossplane's two-phase restore of managed resources: created observing (the provider reads the external resource
 # instead of creating one), given their status, then their saved managementPolicies put back (as a pause is undone).

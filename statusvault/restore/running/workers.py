@@ -20,12 +20,12 @@ from statusvault.errors import StatusVaultError
 from statusvault.kube.discovery import Discovery
 from statusvault.processes import Emit, Job, WorkerLost, WorkerSpec, available_cpus
 from statusvault.processes.pool import WorkerPool
-from statusvault.restore.plan import PlanItem
-from statusvault.restore.results import ItemResult, Outcome, StatusOutcome
+from statusvault.restore.planning.plan import PlanItem
+from statusvault.restore.results.report import ItemResult, Outcome, StatusOutcome
 
 if TYPE_CHECKING:
-    from statusvault.restore.journal import Journal
-    from statusvault.restore.objects import ObjectRestorer
+    from statusvault.restore.running.journal import Journal
+    from statusvault.restore.running.objects import ObjectRestorer
 
 MAX_PROCESSES = 8  # the default's cap: more processes than this only add connections the server must serve
 MIN_WAVE = 256  # by default, smaller waves stay in the parent's threads (process start-up is not worth it)
@@ -104,13 +104,13 @@ class WriteJob(Job):
     opts: Any
 
     def open(self, client: Any) -> _Writer:
-        from statusvault.restore.journal import Journal
+        from statusvault.restore.running.journal import Journal
 
         return _Writer(client, Journal.open(self.journal), self.opts)
 
     def share(self, state: _Writer, value: Discovery) -> None:
-        from statusvault.restore.objects import ObjectRestorer
-        from statusvault.restore.servedtypes import ServedTypes
+        from statusvault.restore.planning.servedtypes import ServedTypes
+        from statusvault.restore.running.objects import ObjectRestorer
 
         def fixed() -> Discovery:
             raise StatusVaultError("a restore worker process does not re-read discovery")

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from statusvault.errors import StatusVaultError
-from statusvault.restore.plan import PlanItem, remove_db
+from statusvault.restore.planning.plan import PlanItem, remove_db
 
 _SCHEMA = """
 CREATE TABLE done (seq INTEGER PRIMARY KEY);  -- finished by this or an earlier (interrupted) run

@@ -1,0 +1,1 @@
+"""Ordering: --order's groups and the gates between them."""

@@ -1,0 +1,1 @@
+"""Keeping operators quiet: pause markers, scaling controllers down, fencing found from RBAC, unpausing."""
