@@ -10,9 +10,11 @@ import json
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import NAMESPACES
+from statusvault.kinds import CRDS, NAMESPACES
 from tests.builders import cr, kc_status
+from tests.integration import test_dependencies
 from tests.integration.crs.servers import delete_namespace
+from tests.integration.test_dependencies import KCP, ROOTS, World
 from tests.velerotar import member, tarball
 
 pytestmark = pytest.mark.version_sensitive(
@@ -20,6 +22,7 @@ pytestmark = pytest.mark.version_sensitive(
     "the objects as each version returned them"
 )
 KC = "xyz.example.com/v1"
+projects = test_dependencies.served  # the fixture: the projects' real CRDs, for this module
 KCS = "kubernetesclusters.xyz.example.com"
 
 
@@ -131,3 +134,34 @@ def test_a_velero_backup_is_refused_where_backups_must_be_signed(run, kube, name
     assert refused.code == ExitStatus.ERROR, refused.out + refused.err
     assert "is not signed, and a verification key was given" in refused.err
     assert kube.get(NAMESPACES, None, namespace) is None, "nothing written"
+
+
+def test_the_projects_real_crds_restore_from_a_velero_backup_with_every_status_exact(run, kube, projects, namespace,
+                                                                                     tmp_path):  # fmt: skip
+    """Cluster API (a Cluster and the control plane it owns), cert-manager, CloudNativePG and a cluster-scoped
+    Crossplane managed resource, with their real CRDs (fixtures/crds/vendored/), as the server returned them: a
+    Velero backup of them restores into a cluster without those objects (their CRDs installed), every status
+    exact and owners remapped."""
+    world = World(kube, projects, namespace)
+    kinds = [*ROOTS, KCP]
+    objects = [
+        (q, obj)
+        for q in kinds
+        for page in kube.list_pages(projects.by_qualified(q), None if q == ROOTS[3] else namespace)
+        for obj in page
+        if q != ROOTS[3] or obj["metadata"]["name"] == world.role
+    ]  # fmt: skip
+    crds = [(CRDS.qualified, kube.get(CRDS, None, q)) for q in kinds]
+    assert len(objects) == 5 and all(o.get("status") for _, o in objects)
+    path = tarball(tmp_path / "projects.tar.gz", [*crds, ("namespaces", kube.get(NAMESPACES, None, namespace)),
+                                                  *objects])  # fmt: skip
+    world.destroy()
+
+    result = run("restore", str(path), "--from-velero", "-o", "json")
+
+    assert result.code == ExitStatus.SUCCESS, result.err
+    assert world.read_statuses() == world.statuses, "every status exact"
+    cluster = kube.get(projects.by_qualified(ROOTS[0]), namespace, "c1")
+    kcp = kube.get(projects.by_qualified(KCP), namespace, "c1-cp")
+    assert [r["uid"] for r in kcp["metadata"]["ownerReferences"]] == [cluster["metadata"]["uid"]], "remapped"
+    kube.delete(projects.by_qualified(ROOTS[3]), None, world.role)
