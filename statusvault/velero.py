@@ -13,10 +13,11 @@ Read (Velero's documented output file format, majors 1: `metadata/version` "1" o
 - anything else outside `resources/` (`metadata/`, newer additions) is passed over.
 A Velero backup storage location keeps `backups/<name>/<name>.tar.gz`; `source_path` fetches it from a store.
 
-A Velero tarball is untrusted input like any archive: regular files only, bounded inflation, at most MAX_OBJECTS
-members, each at most MAX_OBJECT_BYTES with at most MAX_JSON_VALUES values, no path outside the layout, no member
-twice, each object naming the place it is stored at. It is unauthenticated: the imported backup is a plaintext
-backup (unless the importer encrypts or signs it, vouching for it), and a restore's trust rules apply to it."""
+A Velero tarball is untrusted input like any archive: regular files only, bounded inflation, at most MAX_MEMBERS
+members and MAX_OBJECTS objects, each at most MAX_OBJECT_BYTES with at most MAX_JSON_VALUES values, no path outside
+the layout, no member twice, each object naming the place it is stored at. It is unauthenticated: the imported
+backup is a plaintext backup (unless the importer encrypts or signs it, vouching for it), and a restore's trust
+rules apply to it."""
 
 from __future__ import annotations
 
@@ -60,6 +61,9 @@ log = logging.getLogger(__name__)
 VERSION_MEMBER = "metadata/version"
 PREFERRED = "-preferredversion"
 SUPPORTED_MAJOR = "1"
+# Format 1.1 keeps each object twice (its classic directory and its preferred-version copy) and, with
+# EnableAPIGroupVersions, once more per other API version: members are bounded by that, objects by MAX_OBJECTS.
+MAX_MEMBERS = 4 * MAX_OBJECTS + 64
 _VERSION_DIR = re.compile(r"v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?(-preferredversion)?")  # an API version's directory
 
 
@@ -202,6 +206,8 @@ def read_tarball(path: Path) -> VeleroBackup:
         if not backup.format_version:
             raise ArchiveError(f"{path.name} is not a Velero backup: it has no {VERSION_MEMBER}")
         _check_types(backup)
+        if backup.total > MAX_OBJECTS:
+            raise ArchiveError(f"Velero backup {path.name} holds more than {MAX_OBJECTS:,} objects (the limit)")
     except OSError as e:
         backup.close()
         raise ArchiveError(f"cannot read Velero backup {path.name}: {e}") from None
@@ -217,8 +223,8 @@ def _read(path: Path, backup: VeleroBackup) -> None:
         for member in tar.members():
             name = member.name.removeprefix("./")
             members += 1
-            if members > MAX_OBJECTS + 64:
-                raise ArchiveError(f"Velero backup {path.name} has more than {MAX_OBJECTS:,} members (the limit)")
+            if members > MAX_MEMBERS:
+                raise ArchiveError(f"Velero backup {path.name} has more than {MAX_MEMBERS:,} members (the limit)")
             _check_path(name, path.name)
             backup._add_member(name)
             if name == VERSION_MEMBER:

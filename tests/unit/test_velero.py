@@ -147,10 +147,12 @@ GOOD = entry(*member(kc(0), KCS))
         ([VERSION, entry(member(kc(0), KCS)[0], b"[" * 10 + b"]" * 10)], "not a Kubernetes object"),
         ([VERSION, entry(member(kc(0), KCS)[0], b"{" + b'"a":1,' * 1_100_000 + b'"b":2}')], "values"),
         ([VERSION, entry(member(kc(0), KCS)[0], b"{not json")], "is not valid JSON"),
+        ([VERSION, entry(member(kc(0), KCS)[0], b'{"metadata":' + b'{"a":' * 100_000 + b"1" + b"}" * 100_001)],
+         "is not valid JSON: depth limit exceeded"),
     ],
     ids=["no-version", "major-2", "traversal", "absolute", "duplicate", "layout", "version-dir", "symlink",
          "other-object",
-         "wrong-group", "not-an-object", "too-many-values", "bad-json"],
+         "wrong-group", "not-an-object", "too-many-values", "bad-json", "too-deep"],
 )  # fmt: skip
 def test_a_hostile_tarball_is_refused_in_one_line(tmp_path, members, says):
     path = raw(tmp_path / "hostile.tar.gz", members)
@@ -164,6 +166,21 @@ def test_a_member_larger_than_an_object_may_be_is_refused_before_it_is_read(tmp_
     monkeypatch.setattr(velero, "MAX_OBJECT_BYTES", 1000)
     path = raw(tmp_path / "big.tar.gz", [VERSION, entry(member(kc(0), KCS)[0], b" " * 2000)])
     with pytest.raises(ArchiveError, match="is larger than 1,000 bytes"):
+        velero.read_tarball(path)
+
+
+def test_members_and_objects_are_bounded_apart(tmp_path, monkeypatch):
+    """Format 1.1 keeps each object at least twice: the member bound allows that, the object bound counts objects."""
+    copies = [entry(*member(kc(i), KCS, version)) for i in range(3) for version in ("", "v1-preferredversion")]
+    path = raw(tmp_path / "b.tar.gz", [VERSION, *copies])
+    monkeypatch.setattr(velero, "MAX_OBJECTS", 3)
+    with velero.read_tarball(path) as read:
+        assert read.total == 3, "six members, three objects: within both bounds"
+    monkeypatch.setattr(velero, "MAX_OBJECTS", 2)
+    with pytest.raises(ArchiveError, match=r"^Velero backup b.tar.gz holds more than 2 objects \(the limit\)$"):
+        velero.read_tarball(path)
+    monkeypatch.setattr(velero, "MAX_MEMBERS", 5)
+    with pytest.raises(ArchiveError, match=r"^Velero backup b.tar.gz has more than 5 members \(the limit\)$"):
         velero.read_tarball(path)
 
 
