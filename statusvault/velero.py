@@ -130,9 +130,6 @@ class VeleroBackup:
                 out[qualified] = (preferred, seen)
         return out
 
-    def resources(self) -> list[str]:
-        return sorted(self._chosen())
-
     @property
     def total(self) -> int:
         return sum(seen.count for _, seen in self._chosen().values())
