@@ -12,7 +12,7 @@ import sqlite3
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from statusvault.archive import member_path
 from statusvault.errors import StatusVaultError
@@ -52,19 +52,15 @@ class StatusMode(enum.StrEnum):
         return self in (StatusMode.SUBRESOURCE, StatusMode.IN_BODY)
 
 
-# A row's values to members: a dict lookup, where calling the enum (its metaclass's __call__, __new__) costs a few
-# microseconds for every object of a restore.
-_CATEGORIES = {int(c): c for c in Category}
-_ACTIONS = {str(a): a for a in Action}
-_MODES = {str(m): m for m in StatusMode}
-_MEMBERS: dict[type[enum.Enum], dict[Any, Any]] = {Category: _CATEGORIES, Action: _ACTIONS, StatusMode: _MODES}
 E = TypeVar("E", bound=enum.Enum)
 
 
 def _member(kind: type[E], value: Any) -> E:
-    """The member of `kind` with that value (ValueError for another value, as calling the enum raises)."""
-    found = _MEMBERS[kind].get(value)
-    return found if found is not None else kind(value)
+    """The member of `kind` with that value, looked up in the enum's own value map: calling the enum (its
+    metaclass's __call__, __new__) costs a few microseconds for every object of a restore. Another value raises
+    ValueError, as calling it does."""
+    found = kind._value2member_map_.get(value)
+    return cast(E, found) if found is not None else kind(value)
 
 
 @dataclasses.dataclass(slots=True)
