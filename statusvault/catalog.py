@@ -1,4 +1,5 @@
-"""Backups in a store: list, describe, verify, download, delete."""
+"""The commands on a store's backups: list, describe, verify, download, prune (statusvault/backupstore.py owns
+where their files live and the operations on them)."""
 
 from __future__ import annotations
 
@@ -12,29 +13,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from statusvault import rfc3339
 from statusvault.archive import ArchiveReader, VerifyReport, file_sha256, signing
 from statusvault.archive.crypto import ALGORITHM, Key, decrypt_file
 from statusvault.archive.envelope import RETIRED, Keyring, Keys, open_data_key, refs
-from statusvault.archive.format import MAX_HEAD_BYTES, archive_field, check_json_size, check_summary
-from statusvault.errors import ArchiveError, BackupHeldError, BackupNotFoundError, ConfigError
+from statusvault.archive.format import archive_field
+from statusvault.backupstore import BackupStore
+from statusvault.errors import ArchiveError, ConfigError
 from statusvault.retention import Candidate, Decision, RetentionPolicy, decide
 from statusvault.storage.base import (
-    ARCHIVE_FILE,
-    BACKUPS_DIR,
-    MANIFEST_FILE,
-    WRITER_FILE,
-    LocksObjects,
     ObjectLock,
     ObjectStore,
-    archive_key,
-    backup_name_of,
-    backup_prefix,
-    locking,
-    manifest_key,
-    writer_key,
 )
 from statusvault.writerlease import live_writer
 
@@ -70,84 +59,19 @@ class BackupInfo:
         }
 
 
-def read_manifest(store: ObjectStore, name: str) -> dict[str, Any]:
-    """The stored summary manifest of a complete backup; its absence means missing or incomplete."""
-    stored = {o.key for o in store.list(backup_prefix(name))}  # an unusable store says so, not "not found"
-    if manifest_key(name) not in stored:
-        if not stored:
-            raise BackupNotFoundError(f"backup {name!r} not found in {store.url}")
-        writer = live_writer(store, name) if writer_key(name) in stored else None
-        if writer is not None:
-            raise ArchiveError(f"backup {name!r} is being written by another run ({writer.who}): it cannot be used "
-                               "until it completes")  # fmt: skip
-        raise ArchiveError(
-            f"backup {name!r} is incomplete (no manifest): it cannot be used; a run that stopped left it (the same "
-            "backup command replaces it, `delete` removes it)"
-        )
-    return parse_manifest(store.get(manifest_key(name), MAX_HEAD_BYTES + 1), name)
-
-
-def parse_manifest(data: bytes, name: str) -> dict[str, Any]:
-    """A summary manifest's bytes, held to the format's rules (at most MAX_HEAD_BYTES + 1 of them read)."""
-    if len(data) > MAX_HEAD_BYTES:
-        raise ArchiveError(f"manifest of backup {name!r} is larger than the limit ({MAX_HEAD_BYTES:,} bytes)")
-    check_json_size(f"manifest of backup {name!r}", data)
-    try:
-        manifest = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        raise ArchiveError(f"manifest of backup {name!r} is not valid JSON: {e}") from e
-    if not isinstance(manifest, dict):
-        raise ArchiveError(f"manifest of backup {name!r} is not a JSON object")
-    check_summary(manifest)
-    return manifest
-
-
 def list_backups(store: ObjectStore) -> list[BackupInfo]:
-    found: dict[str, dict[str, Any]] = {}
-    for obj in store.list(f"{BACKUPS_DIR}/"):
-        name = backup_name_of(obj.key)
-        if name is None:
-            continue
-        entry = found.setdefault(name, {"files": set(), "size": 0, "modified": obj.modified})
-        entry["files"].add(obj.key.rsplit("/", 1)[1])
-        entry["size"] += obj.size if not obj.key.endswith(f"/{WRITER_FILE}") else 0  # the lease is not the backup's
-        entry["modified"] = min(entry["modified"], obj.modified)
     out = []
-    locks = object_locks(store)
-    for name, entry in sorted(found.items()):
-        complete = {ARCHIVE_FILE, MANIFEST_FILE} <= entry["files"]
-        info = BackupInfo(name, complete, entry["size"], rfc3339.format_seconds(entry["modified"]))
-        if locks is not None:
-            info.lock = _lock_of(locks, name, entry["files"])
-        if complete:
+    backups = BackupStore(store)
+    for stored in backups.stored():
+        info = BackupInfo(stored.name, stored.complete, stored.size, rfc3339.format_seconds(stored.modified))
+        info.lock = backups.lock(stored.name, stored.files)
+        if stored.complete:
             with contextlib.suppress(ArchiveError):
-                _fill(info, read_manifest(store, name))
-        elif WRITER_FILE in entry["files"] and (writer := live_writer(store, name)) is not None:
+                _fill(info, backups.manifest(stored.name))
+        elif stored.leased and (writer := live_writer(store, stored.name)) is not None:
             info.writer = writer.who
         out.append(info)
     return sorted(out, key=lambda b: (b.created, b.name))
-
-
-def object_locks(store: ObjectStore) -> LocksObjects | None:
-    """The store, when it keeps object versions under S3 Object Lock; else None (nothing there is ever held)."""
-    return store if isinstance(store, LocksObjects) and store.object_lock_enabled() else None
-
-
-def _lock_of(store: LocksObjects, name: str, files: set[str]) -> ObjectLock | None:
-    """The lock on the backup: the longer retention and any legal hold of its archive and manifest (None: none)."""
-    found = [store.lock_of(f"{backup_prefix(name)}{f}") for f in (ARCHIVE_FILE, MANIFEST_FILE) if f in files]
-    longest = max(found, key=lambda lock: lock.until or dt.datetime.min.replace(tzinfo=dt.UTC), default=ObjectLock())
-    lock = ObjectLock(longest.mode, longest.until, any(f.legal_hold for f in found))
-    return lock if lock != ObjectLock() else None
-
-
-def hold(store: ObjectStore, name: str, now: dt.datetime | None = None) -> ObjectLock | None:
-    """The lock that keeps the backup from being deleted now, or None when nothing holds it."""
-    locks = object_locks(store)
-    if locks is None:
-        return None
-    lock = _lock_of(locks, name, {o.key.rsplit("/", 1)[1] for o in store.list(backup_prefix(name))})
-    return lock if lock is not None and lock.held(now or dt.datetime.now(dt.UTC)) else None
 
 
 def _fill(info: BackupInfo, manifest: dict[str, Any]) -> None:
@@ -160,10 +84,10 @@ def _fill(info: BackupInfo, manifest: dict[str, Any]) -> None:
 
 
 def describe(store: ObjectStore, name: str) -> dict[str, Any]:
-    manifest = read_manifest(store, name)
+    backups = BackupStore(store)
+    manifest = backups.manifest(name)
     fields = ("createdAt", "completedAt", "formatVersion", "tool", "server", "selection", "resources", "totals")
-    locks = object_locks(store)
-    lock = _lock_of(locks, name, {ARCHIVE_FILE, MANIFEST_FILE}) if locks is not None else None
+    lock = backups.lock(name)
     encryption = manifest.get("encryption")
     return {
         "name": name,
@@ -184,26 +108,6 @@ def _keys_of(encryption: dict[str, Any]) -> dict[str, Any]:
     return {"algorithm": encryption["algorithm"], "keys": refs(encryption), "retiredKeys": retired}
 
 
-def stored_size(store: ObjectStore, name: str) -> int:
-    """The size of the backup's archive as stored (read before anything is downloaded)."""
-    key = archive_key(name)
-    size = next((o.size for o in store.list(backup_prefix(name)) if o.key == key), None)
-    if size is None:
-        raise BackupNotFoundError(f"archive of backup {name!r} not found in {store.url}")
-    return size
-
-
-@contextlib.contextmanager
-def local_archive(store: ObjectStore, name: str) -> Iterator[Path]:
-    """A local file of the backup's archive: the stored file itself, or a temporary download (the store's
-    choice)."""
-    key = archive_key(name)
-    if not store.exists(key):
-        raise BackupNotFoundError(f"archive of backup {name!r} not found in {store.url}")
-    with store.local_file(key) as path:
-        yield path
-
-
 @contextlib.contextmanager
 def readable_archive(store: ObjectStore, name: str, manifest: dict[str, Any], keys: Keys) -> Iterator[Path]:
     """The archive as a local tar.gz: its stored bytes checked against the manifest, decrypted when encrypted.
@@ -214,9 +118,10 @@ def readable_archive(store: ObjectStore, name: str, manifest: dict[str, Any], ke
     encryption = manifest.get("encryption")
     data_key = _data_key(name, manifest, keys)
     authenticate(name, manifest, keys, data_key is not None)
-    if stored_size(store, name) != archive["size"]:
+    backups = BackupStore(store)
+    if backups.archive_size(name) != archive["size"]:
         raise ArchiveError(f"backup {name!r} was modified: the archive's size differs from its manifest")
-    with local_archive(store, name) as path:
+    with backups.local_archive(name) as path:
         if file_sha256(path) != archive["sha256"]:
             raise ArchiveError(f"backup {name!r} was modified: the archive checksum differs from its manifest")
         if not encryption or data_key is None:
@@ -263,7 +168,7 @@ def _decrypted(path: Path, key: Key) -> Iterator[Path]:
     run left (kill -9 skips the removal) is swept first, so no plaintext outlives the process that needed it."""
     sweep_decrypted()
     with tempfile.TemporaryDirectory(prefix=f"{DECRYPTED_PREFIX}{os.getpid()}-") as tmp:
-        plain = Path(tmp) / ARCHIVE_FILE
+        plain = Path(tmp) / "archive.tar.gz"
         with open(plain, "wb") as f:
             decrypt_file(path, f, key)
         yield plain
@@ -296,14 +201,15 @@ def verify(store: ObjectStore, name: str, keys: Keys = None) -> VerifyReport:
 
     An encrypted backup verified without a key gets the first check only (`objects_unchecked`); given keys, its
     wrapped data key must unwrap (bound to the backup's name and archive) before anything else."""
-    manifest = read_manifest(store, name)
+    backups = BackupStore(store)
+    manifest = backups.manifest(name)
     archive = archive_field(manifest)
     try:
         data_key = _data_key(name, manifest, keys) if keys or not manifest.get("encryption") else None
         signed_by = authenticate(name, manifest, keys, data_key is not None)
     except ArchiveError as e:
         return VerifyReport(error=str(e))
-    with local_archive(store, name) as path:
+    with backups.local_archive(name) as path:
         stored_ok = path.stat().st_size == archive["size"] and file_sha256(path) == archive["sha256"]
         if not manifest.get("encryption"):
             report = ArchiveReader(path, summary=manifest).verify()
@@ -334,38 +240,13 @@ def describe_problems(report: VerifyReport) -> str:
     return "; ".join(parts)
 
 
-def set_legal_hold(store: ObjectStore, name: str, on: bool) -> int:
-    """Set (or release) the legal hold on every version of the backup's archive and manifest; how many versions."""
-    locks = locking(store)
-    read_manifest(store, name)  # a complete backup, or a clear error
-    return sum(locks.set_legal_hold(key, on) for key in (archive_key(name), manifest_key(name)))
-
-
 def download(store: ObjectStore, name: str, dest: Path) -> int:
-    read_manifest(store, name)
-    with local_archive(store, name) as path:
+    """Copy a complete backup's archive, as stored, to `dest`; its size."""
+    backups = BackupStore(store)
+    backups.manifest(name)
+    with backups.local_archive(name) as path:
         shutil.copyfile(path, dest)
     return dest.stat().st_size
-
-
-def delete(store: ObjectStore, name: str) -> list[str]:
-    """Delete the backup, its manifest first; refused while a live run writes it."""
-    keys = [o.key for o in store.list(backup_prefix(name))]
-    if not keys:
-        raise BackupNotFoundError(f"backup {name!r} not found in {store.url}")
-    if manifest_key(name) not in keys and writer_key(name) in keys and (writer := live_writer(store, name)):
-        raise writer.refusal(store, name, "it can be deleted once that run has ended")
-    held = hold(store, name)
-    if held is not None:  # a delete would only hide it behind a delete marker: S3 keeps the locked versions
-        until = "until its legal hold is released (`statusvault hold release`)" if held.legal_hold else "before then"
-        raise BackupHeldError(
-            f"backup {name!r} is held by S3 Object Lock ({held.describe()}): it cannot be deleted {until}"
-        )
-    # the manifest goes first, so a half-finished delete leaves an incomplete backup, never a broken one
-    keys.sort(key=lambda k: not k.endswith(MANIFEST_FILE))
-    for key in keys:
-        store.delete(key)
-    return keys
 
 
 def held_back(decision: Decision, lock: ObjectLock | None) -> Decision:
@@ -401,5 +282,5 @@ def prune(
     if not dry_run:
         for d in decisions:
             if d.delete:
-                delete(store, d.name)
+                BackupStore(store).delete(d.name)
     return decisions

@@ -11,11 +11,8 @@ the version before it keeps the old wrappings until its retention ends (docs/use
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 from collections.abc import Callable
 from typing import Any
-
-import orjson
 
 from statusvault.archive.envelope import (
     WRAPPINGS,
@@ -26,12 +23,11 @@ from statusvault.archive.envelope import (
     with_wrapping,
     without_wrapping,
 )
-from statusvault.archive.format import MAX_HEAD_BYTES, archive_field
-from statusvault.catalog import list_backups, object_locks, parse_manifest
-from statusvault.errors import ArchiveError, BackupNotFoundError, ConfigError, StorageError
-from statusvault.storage.base import ObjectLock, ObjectStore, manifest_key, put_if, read_versioned
-
-ATTEMPTS = 5  # rewrites of one manifest lost to another writer before the backup is reported as failed
+from statusvault.archive.format import archive_field
+from statusvault.backupstore import BackupStore
+from statusvault.catalog import list_backups
+from statusvault.errors import ArchiveError, ConfigError, StorageError
+from statusvault.storage.base import ObjectStore
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,24 +73,23 @@ Change = Callable[[Field, str, str], tuple[Field, str]]  # (encryption, name, ar
 def _one(store: ObjectStore, name: str, change: Change) -> Rotated:
     """Apply `change` to the backup's encryption field and write the manifest back if it changed; a problem of this
     backup (a key that does not open it, a modified manifest) is its result, not the run's end."""
+    done = Rotated(name, "skipped", "not encrypted")
+
+    def changed(manifest: dict[str, Any]) -> dict[str, Any]:
+        nonlocal done
+        encryption = manifest.get("encryption")
+        if not encryption:
+            done = Rotated(name, "skipped", "not encrypted")
+            return manifest
+        updated, action = change(encryption, name, archive_field(manifest)["sha256"])
+        done = Rotated(name, action) if updated != encryption else Rotated(name, "unchanged", action)
+        return {**manifest, "encryption": updated}
+
     try:
-        for _ in range(ATTEMPTS):
-            current = read_versioned(store, manifest_key(name), MAX_HEAD_BYTES + 1)
-            if current is None:
-                raise BackupNotFoundError(f"backup {name!r} has no manifest in {store.url} (missing or incomplete)")
-            manifest = parse_manifest(current.data, name)
-            encryption = manifest.get("encryption")
-            if not encryption:
-                return Rotated(name, "skipped", "not encrypted")
-            updated, action = change(encryption, name, archive_field(manifest)["sha256"])
-            if updated == encryption:
-                return Rotated(name, "unchanged", action)
-            body = orjson.dumps({**manifest, "encryption": updated}, option=orjson.OPT_INDENT_2)
-            if put_if(_keeping_lock(store, name), manifest_key(name), body, current.version) is not None:
-                return Rotated(name, action)
-        raise StorageError(f"the manifest of backup {name!r} changed {ATTEMPTS} times while it was rewritten")
+        BackupStore(store).rewrite_manifest(name, changed)
     except (ConfigError, ArchiveError, StorageError) as e:
         return Rotated(name, "failed", str(e))
+    return done
 
 
 def _add(encryption: Field, name: str, sha: str, old: Kek, new: Kek) -> tuple[Field, str]:
@@ -111,15 +106,3 @@ def _retire(encryption: Field, name: str, sha: str, old: Kek, new: Kek) -> tuple
         return encryption, f"{old.name} does not open it"
     open_data_key(encryption, Keyring((new,)), name, sha)  # NEW opens it: else it would be left without a key
     return without_wrapping(encryption, old, name), "retired"
-
-
-def _keeping_lock(store: ObjectStore, name: str) -> ObjectStore:
-    """The store to rewrite the manifest in: in a bucket with Object Lock, one whose write carries the lock of the
-    version it replaces (a retention not yet over, a legal hold)."""
-    locks = object_locks(store)
-    if locks is None:
-        return store
-    lock = locks.lock_of(manifest_key(name))
-    running = lock.until is not None and lock.until > dt.datetime.now(dt.UTC)
-    kept = ObjectLock(lock.mode if running else "", lock.until if running else None, lock.legal_hold)
-    return locks.with_lock(kept) if kept != ObjectLock() else store

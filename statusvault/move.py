@@ -18,10 +18,10 @@ from typing import Any
 
 import orjson
 
-from statusvault import catalog
 from statusvault.archive.crypto import Key
 from statusvault.backup import BackupEngine, BackupRequest
 from statusvault.backup.selection import select_resources
+from statusvault.backupstore import BackupStore
 from statusvault.errors import ConfigError, Conflict, Invalid, NotFound, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
@@ -35,7 +35,7 @@ from statusvault.restore.results.report import RestoreReport
 from statusvault.restore.results.verdict import RunOutcome, verdict
 from statusvault.restore.runner import RestoreRequest, open_backup, run_restore, unfinished_manager
 from statusvault.restore.running.writes import written_by
-from statusvault.storage.base import ObjectStore, backup_prefix, manifest_key
+from statusvault.storage.base import ObjectStore
 from statusvault.transforms import contains, map_namespace, status_annotation
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ def run_move(req: MoveRequest) -> MoveReport:
     report = MoveReport(name)
     restore = _target_restore(req, name)
     options = restore.options
-    if not req.store.exists(manifest_key(name)):  # else a re-run: the source is paused and backed up already
+    if not BackupStore(req.store).is_complete(name):  # else a re-run: the source is paused and backed up already
         if options.fence == FenceMode.AUTO:
             fence_report(req)  # RBAC of the target that cannot be read fails here, before the source is paused
         report.source_paused, report.source_unpausable = _pause_source(req.source, req.selection, options.pause)
@@ -193,7 +193,7 @@ def abort_move(req: MoveRequest) -> AbortReport:
     move is live in the target: the source's operator would manage it too."""
     report = AbortReport(request_name(req))
     req = dataclasses.replace(req, key=record_key(req, report.name))
-    if req.store.exists(manifest_key(report.name)):
+    if BackupStore(req.store).is_complete(report.name):
         restore = _target_restore(req, report.name)
         manager = unfinished_manager(req.target.client, req.target.discover, restore)
         ours, live = _target_copies(req, report.name, manager)
@@ -204,10 +204,10 @@ def abort_move(req: MoveRequest) -> AbortReport:
             )
         for obj in ours:
             report.target_deleted += _delete_exact(req.target, obj)
-        catalog.delete(req.store, report.name)  # before the unpause: a killed abort never leaves a stale record
+        BackupStore(req.store).delete(report.name)  # before the unpause: a killed abort never leaves a stale record
         report.record_dropped = True
-    elif next(iter(req.store.list(backup_prefix(report.name))), None) is not None:  # a backup killed mid-write
-        catalog.delete(req.store, report.name)
+    elif BackupStore(req.store).files(report.name):  # a backup killed mid-write
+        BackupStore(req.store).delete(report.name)
         report.record_dropped = True
     for rt, obj in _selected(req.source, req.selection):
         if _patch(req.source.client, rt, obj, unpause_patch):

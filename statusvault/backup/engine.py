@@ -24,6 +24,7 @@ from statusvault.backup.closure import DependencyCollector
 from statusvault.backup.listers import ListJob, list_in_worker
 from statusvault.backup.selection import select_resources
 from statusvault.backup.spools import InOrder, Record, Spool
+from statusvault.backupstore import BackupStore
 from statusvault.dependencies import PROJECT_RULES, default_on
 from statusvault.errors import BackupStoppedError, ConfigError, Forbidden, KubeApiError, LeaseLostError, NotFound
 from statusvault.killpoints import kill_point
@@ -38,9 +39,6 @@ from statusvault.progress import NullProgress, Progress
 from statusvault.storage.base import (
     ObjectLock,
     ObjectStore,
-    archive_key,
-    locked_store,
-    manifest_key,
     sweep_stale_writes,
     validate_backup_name,
 )
@@ -185,27 +183,26 @@ class BackupEngine:
             kek.ref()  # a KMS key that cannot be found or read fails here, before any write
         if self.request.signer is not None:
             self.request.signer.key_id()  # ... as does a KMS signing key
-        lock = self.request.lock
-        target = locked_store(self.store, lock) if lock is not None else self.store
+        backups = BackupStore(self.store)
         with claim(self.store, name) as lease:  # refuses a complete backup or one a live run writes
             swept = sweep_stale_writes(self.store, STALE_WRITE_AFTER)
             if swept:
                 log.info("removed %d leftover(s) of backups killed mid-write from %s", swept, self.store.url)
-            manifest = self._archive(target, name, selection, self.request.schedule, types, created_at, lease)
+            manifest = self._archive(backups, name, selection, self.request.schedule, types, created_at, lease)
             try:
                 self._check_cancel()
                 lease.renew()  # still this run's, right before the manifest completes the backup
-                target.put(manifest_key(name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+                backups.complete(name, manifest, self.request.lock)
             except LeaseLostError:
                 raise  # the name, and what is under it, is the other run's now
             except BaseException:
-                self.store.delete(archive_key(name))
+                backups.discard_archive(name)
                 raise
         return BackupResult(name, self.store.url, manifest, time.monotonic() - started)
 
     def _archive(
         self,
-        target: ObjectStore,
+        backups: BackupStore,
         name: str,
         selection: Selection,
         schedule: str,
@@ -223,7 +220,7 @@ class BackupEngine:
         ]
         data_key = Key.generate() if self.keyring else None
         collector = self._collector(types)
-        with target.open_write(archive_key(name)) as sink:
+        with backups.writing_archive(name, self.request.lock) as sink:
             writer = ArchiveWriter(sink, self.request.compresslevel, mtime=created_at.timestamp(), key=data_key)
             try:
                 summaries = self._write(writer, streams, lease, collector)
@@ -244,7 +241,7 @@ class BackupEngine:
                 writer.abort()
                 raise
         manifest.pop("files", None)
-        manifest["archive"] = {"file": archive_key(name).rsplit("/", 1)[1], "size": size, "sha256": sha}
+        manifest["archive"] = backups.archive_entry(size, sha)
         if self.request.signer is not None:  # last: it covers every field above
             manifest[signing.FIELD] = signing.sign(manifest, signing.BACKUP, self.request.signer)
         return manifest

@@ -13,6 +13,7 @@ import click
 from statusvault import catalog
 from statusvault.backup import LIST_CONCURRENCY, BackupEngine, BackupRequest, default_backup_name
 from statusvault.backup.listers import default_list_processes
+from statusvault.backupstore import BackupStore
 from statusvault.cli.app import App
 from statusvault.cli.options import (
     DependencyArgs,
@@ -480,7 +481,7 @@ def delete(app: App, args: DeleteArgs) -> None:
     store = app.store(args.storage, args.s3())
     if not args.yes and sys.stdin.isatty():
         click.confirm(f"Delete backup {args.name} from {store.url}?", abort=True)
-    keys = catalog.delete(store, args.name)
+    keys = BackupStore(store).delete(args.name)
     emit({"name": args.name, "deleted": keys}, args.output, f"Deleted backup {args.name}")
 
 

@@ -6,8 +6,9 @@ import dataclasses
 
 import click
 
-from statusvault import catalog, keys
+from statusvault import keys
 from statusvault.archive import signing
+from statusvault.backupstore import BackupStore
 from statusvault.cli.app import App
 from statusvault.cli.backups import StoredArgs
 from statusvault.cli.options import StorageArgs, kek_of, output_option, pass_args, storage_options
@@ -37,7 +38,7 @@ def hold() -> None:
 
 def _set_hold(app: App, args: HoldArgs, on: bool) -> None:
     store = app.store(args.storage, args.s3())
-    count = catalog.set_legal_hold(store, args.name, on)
+    count = BackupStore(store).set_legal_hold(args.name, on)
     verb = "set on" if on else "released on"
     emit({"name": args.name, "legalHold": on, "versions": count}, args.output,
          f"Legal hold {verb} backup {args.name} ({count} object versions)")  # fmt: skip

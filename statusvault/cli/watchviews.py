@@ -5,17 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from statusvault.archive.envelope import Keys
+from statusvault.backupstore import BackupStore
 from statusvault.cli.output import emit, human_size, table
 from statusvault.errors import ArchiveError
 from statusvault.retention import Decision, RetentionPolicy
-from statusvault.storage.base import ObjectStore, manifest_key
+from statusvault.storage.base import ObjectStore
 from statusvault.watch import chains
 from statusvault.watch.prune import prune_watch
 
 
 def is_watch(store: ObjectStore, name: str) -> bool:
     """NAME is a watch (and no backup has that name)."""
-    return not store.exists(manifest_key(name)) and chains.watch_exists(store, name)
+    return not BackupStore(store).is_complete(name) and chains.watch_exists(store, name)
 
 
 def show_timeline(store: ObjectStore, output: str) -> None:

@@ -9,15 +9,14 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 
-import orjson
-
+from statusvault.backupstore import BackupStore
 from statusvault.controller.targets import Target
 from statusvault.errors import StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import MERGE_PATCH
 from statusvault.restore.results.report import RestoreReport, StatusOutcome
-from statusvault.storage.base import ObjectStore, report_key
+from statusvault.storage.base import ObjectStore
 from statusvault.transforms import NOT_RESTORED_ANNOTATION as NOT_RESTORED
 
 log = logging.getLogger(__name__)
@@ -54,13 +53,11 @@ def outcome_counts(report: RestoreReport, paused: bool) -> dict[str, str]:
 def save_report(store: ObjectStore, report: RestoreReport, target: Target, digest: str) -> str:
     """Keep the attempt's full report (every object's result) in the store; its location, or "" when the store
     would not take it (the restore's outcome stands either way)."""
-    key = report_key(target.kind, target.namespace, target.name, digest)
     try:
-        store.put(key, orjson.dumps(report.to_dict()))
+        return BackupStore(store).put_report(target.kind, target.namespace, target.name, digest, report.to_dict())
     except StatusVaultError as e:
         log.warning("could not keep the report of %s: %s", target.describe(), e)
         return ""
-    return f"{store.url.rstrip('/')}/{key}"
 
 
 @contextlib.contextmanager

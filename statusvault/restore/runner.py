@@ -13,7 +13,8 @@ from pathlib import Path
 from statusvault.archive import ArchiveReader, file_sha256, signing
 from statusvault.archive.envelope import WRAPPINGS, Keyring, Keys
 from statusvault.archive.format import summary_objects
-from statusvault.catalog import read_manifest, readable_archive
+from statusvault.backupstore import BackupStore
+from statusvault.catalog import readable_archive
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.killpoints import kill_point
 from statusvault.kube.api import KubeApi
@@ -75,7 +76,7 @@ class RestoreRequest:
 def open_backup(store: ObjectStore, name: str, key: Keys = None) -> Iterator[ArchiveReader]:
     """A reader over the backup's archive after checking it is complete and its checksum matches (decrypted
     with key when the backup is encrypted, its signature checked when verification keys are given)."""
-    manifest = read_manifest(store, name)
+    manifest = BackupStore(store).manifest(name)
     with readable_archive(store, name, manifest, key) as path:
         stored = (manifest.get("archive") or {}).get("sha256") or file_sha256(path)
         reader = ArchiveReader(path, sha256=stored, summary=manifest)  # its totals bound the first read

@@ -13,7 +13,7 @@ from statusvault.archive import signing
 from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import FileKek, Keyring, Keys, refs
 from statusvault.archive.signing import Signer
-from statusvault.catalog import read_manifest
+from statusvault.backupstore import BackupStore
 from statusvault.errors import ArchiveError, BackupNotFoundError
 from statusvault.storage.base import (
     CHAIN_FILE,
@@ -153,7 +153,7 @@ def links(
 
 def _check_base(store: ObjectStore, chain: Chain) -> None:
     try:
-        manifest = read_manifest(store, chain.base)
+        manifest = BackupStore(store).manifest(chain.base)
     except BackupNotFoundError:
         raise ArchiveError(f"base {chain.base} of watch {chain.watch!r} is missing: the chain is broken") from None
     if (manifest.get("archive") or {}).get("sha256") != chain.base_sha256:
@@ -193,7 +193,7 @@ def why_not_continued(
     if info.get("selection") != selection:
         return f"chain {base} was made for another selection"
     try:
-        manifest = read_manifest(store, base)
+        manifest = BackupStore(store).manifest(base)
     except BackupNotFoundError:
         return f"base {base} is gone"
     signed_by = (signing.describe(manifest) or {}).get("keyId")

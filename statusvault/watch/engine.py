@@ -15,11 +15,11 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from statusvault import catalog
 from statusvault.archive.crypto import Key
 from statusvault.archive.signing import Signer
 from statusvault.backup import BackupEngine, BackupRequest
 from statusvault.backup.selection import select_resources
+from statusvault.backupstore import BackupStore
 from statusvault.controller.lease import Lease
 from statusvault.errors import ArchiveError, StatusVaultError
 from statusvault.killpoints import kill_point
@@ -254,7 +254,7 @@ class _Loop:
 
     def _drop_base(self, name: str) -> None:
         try:
-            catalog.delete(self.e.store, name)
+            BackupStore(self.e.store).delete(name)
         except StatusVaultError as e:
             log.warning("watch %s: could not delete the unused base %s: %s", self.e.config.name, name, e)
 

@@ -17,11 +17,11 @@ import orjson
 from statusvault import rfc3339
 from statusvault.archive import ArchiveWriter, member_path, parse_member_path
 from statusvault.archive.envelope import Keys
-from statusvault.catalog import read_manifest
+from statusvault.backupstore import BackupStore
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.model import ObjectKey
 from statusvault.restore.runner import open_backup
-from statusvault.storage.base import ObjectStore, archive_key, manifest_key
+from statusvault.storage.base import ObjectStore
 from statusvault.storage.local import LocalStore
 from statusvault.watch.chains import Chain, chain_for, chains, walk
 from statusvault.watch.segments import parse_record_time, stamp
@@ -116,7 +116,8 @@ def _write_backup(
     """The table as a v1 backup: the base's resource types in its order, objects by namespace and name."""
     manifest = {k: v for k, v in base.items() if k not in ("files", "encryption")}
     resources = {q: {**r, "count": 0, "withStatus": 0, "terminating": 0} for q, r in base["resources"].items()}
-    with out.open_write(archive_key(name)) as sink:
+    backups = BackupStore(out)
+    with backups.writing_archive(name) as sink:
         writer = ArchiveWriter(sink, compresslevel=1, mtime=moment.timestamp())
         for qualified, entry in resources.items():
             cursor = db.execute(
@@ -135,9 +136,9 @@ def _write_backup(
         }
         manifest["pointInTime"] = {"watch": chain.watch, "at": stamp(moment), "base": chain.base}
         size, sha = writer.finish(manifest)
-    manifest["archive"] = {"file": archive_key(name).rsplit("/", 1)[1], "size": size, "sha256": sha}
-    out.put(manifest_key(name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
-    read_manifest(out, name)  # the same checks as any stored backup
+    manifest["archive"] = backups.archive_entry(size, sha)
+    backups.complete(name, manifest)
+    backups.manifest(name)  # the same checks as any stored backup
 
 
 def _count(entry: dict[str, Any], obj: dict[str, Any], is_crd: bool) -> None:

@@ -8,6 +8,7 @@ import contextlib
 import datetime as dt
 
 from statusvault import catalog, rfc3339
+from statusvault.backupstore import BackupStore
 from statusvault.errors import BackupNotFoundError
 from statusvault.retention import Decision, RetentionPolicy
 from statusvault.storage.base import CHAIN_FILE, ObjectStore, chain_of, chain_prefix, watch_prefix
@@ -37,7 +38,7 @@ def prune_watch(
     found = chains(store, watch)
     decisions = decide_chains(found, policy, now or dt.datetime.now(dt.UTC))
     decisions += _leftovers(store, watch, {c.base for c in found}, policy, now or dt.datetime.now(dt.UTC))
-    decisions = [catalog.held_back(d, catalog.hold(store, d.name) if d.delete else None) for d in decisions]
+    decisions = [catalog.held_back(d, BackupStore(store).hold(d.name) if d.delete else None) for d in decisions]
     if not dry_run:
         for d in decisions:
             if d.delete:
@@ -72,4 +73,4 @@ def delete_chain(store: ObjectStore, watch: str, base: str) -> None:
     for key in keys:
         store.delete(key)
     with contextlib.suppress(BackupNotFoundError):
-        catalog.delete(store, base)
+        BackupStore(store).delete(base)

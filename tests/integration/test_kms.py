@@ -10,9 +10,9 @@ import json
 import boto3
 import pytest
 
-from statusvault import catalog
 from statusvault.archive.envelope import FileKek, Keyring
 from statusvault.archive.signing import PublicKey
+from statusvault.backupstore import BackupStore
 from statusvault.errors import ArchiveError, ConfigError, ExitStatus
 from statusvault.kms import KmsKek, KmsSigner
 from statusvault.storage.base import S3Options
@@ -50,7 +50,7 @@ def test_a_data_key_wrapped_by_a_kms_key_and_a_key_file_opens_with_either(store,
     path = key_file(tmp_path, "k")
     back_up(cluster(), store, "b", key=Keyring((KmsKek(alias), FileKek.from_file(path))))
 
-    wrapped = catalog.read_manifest(store, "b")["encryption"]["wrappedKeys"]
+    wrapped = BackupStore(store).manifest("b")["encryption"]["wrappedKeys"]
     assert [(w["kek"], w["algorithm"]) for w in wrapped] == [(f"kms:{arn}", "AWS-KMS"), (FileKek.from_file(path).ref(),
                                                                                           "AES-256-GCM")]  # fmt: skip
     for name in (alias, arn, arn.rsplit("/", 1)[1]):  # every name of the key
@@ -67,7 +67,7 @@ def test_a_kms_wrapping_moved_to_another_backup_does_not_unwrap(store, kms):
     kube = cluster()
     for name in ("x", "y"):
         back_up(kube, store, name, key=Keyring((KmsKek(alias),)))
-    x, y = (catalog.read_manifest(store, n) for n in ("x", "y"))
+    x, y = (BackupStore(store).manifest(n) for n in ("x", "y"))
     store.put("backups/y/manifest.json", json.dumps({**y, "encryption": x["encryption"]}).encode())
     with pytest.raises(ArchiveError, match=rf"does not unwrap with KMS key {alias}: its manifest was modified"):
         names_in(store, "y", Keyring((KmsKek(alias),)))
@@ -111,7 +111,7 @@ def test_a_backup_signed_by_a_kms_key_verifies_with_its_public_key_and_refuses_a
     public key exported to a PEM file."""
     arn = kms.create_key(KeySpec="ECC_NIST_P256", KeyUsage="SIGN_VERIFY")["KeyMetadata"]["Arn"]
     back_up(cluster(), store, "b", signer=KmsSigner(arn))
-    signature = catalog.read_manifest(store, "b")["signature"]
+    signature = BackupStore(store).manifest("b")["signature"]
     public = KmsKek(arn).public_key()
     assert (signature["algorithm"], signature["keyId"]) == ("ECDSA_SHA_256", public.id)
 
@@ -121,7 +121,7 @@ def test_a_backup_signed_by_a_kms_key_verifies_with_its_public_key_and_refuses_a
     pem.write_bytes(_pem(kms.get_public_key(KeyId=arn)["PublicKey"]))
     assert names_in(store, "b", Keyring((), (PublicKey.from_file(pem),))) == NAMES
 
-    m = catalog.read_manifest(store, "b")
+    m = BackupStore(store).manifest("b")
     store.put("backups/b/manifest.json", json.dumps({**m, "schedule": "nightly"}).encode())
     with pytest.raises(ArchiveError, match=f"the signature of backup 'b' does not verify with key {public.id}"):
         names_in(store, "b", Keyring((), (public,)))

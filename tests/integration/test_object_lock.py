@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError
 
 from statusvault import catalog, keys
 from statusvault.archive.envelope import FileKek, Keyring
+from statusvault.backupstore import BackupStore
 from statusvault.errors import BackupHeldError, ConfigError, ExitStatus
 from statusvault.retention import RetentionPolicy
 from statusvault.storage.base import ObjectLock, S3Options, archive_key, manifest_key
@@ -98,7 +99,7 @@ def test_a_locked_backup_survives_prune_and_a_direct_delete_and_still_restores(s
         with pytest.raises(ClientError, match="AccessDenied"):
             s3.delete_object(Bucket=store.bucket, Key=f"{PREFIX}/{key}", VersionId=version)
     with pytest.raises(BackupHeldError, match=r"^backup 'nightly-1' is held by S3 Object Lock \(governance until"):
-        catalog.delete(store, "nightly-1")
+        BackupStore(store).delete("nightly-1")
     assert catalog.list_backups(store)[0].complete, "a refused delete leaves no delete marker behind"
 
     assert names_in(store, "nightly-1", Keyring((kek,))) == NAMES

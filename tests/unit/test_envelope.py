@@ -12,6 +12,7 @@ import pytest
 from statusvault import catalog
 from statusvault.archive.crypto import Key, is_encrypted
 from statusvault.archive.envelope import FileKek, Keyring, context, open_data_key, sealed_field
+from statusvault.backupstore import BackupStore
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.storage.local import LocalStore
 from tests.sealed import back_up, cluster, key_file, names_in
@@ -142,7 +143,7 @@ def test_a_malformed_envelope_is_refused_when_the_manifest_is_read(store, files,
     back_up(cluster(), store, "b", key=Keyring((files["a"],)))
     write_manifest(store, "b", {**manifest_of(store, "b"), "encryption": encryption})
     with pytest.raises(ArchiveError, match="malformed encryption"):
-        catalog.read_manifest(store, "b")
+        BackupStore(store).manifest("b")
 
 
 def test_a_plaintext_backup_met_with_keys_is_refused(store, files):

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from statusvault import catalog
 from statusvault.archive import ArchiveReader, file_sha256
 from statusvault.archive.crypto import CHUNK, MAGIC, Key, decrypt_file
+from statusvault.backupstore import BackupStore
 from statusvault.restore.runner import open_backup
 from statusvault.storage.local import LocalStore
 from tests.builders import kc_status
@@ -191,7 +192,7 @@ def test_a_summary_manifest_in_any_key_order_reads_the_same(tmp_path):
     path = tmp_path / "backups" / "golden-plain" / "manifest.json"
     original = json.loads(path.read_text())
     path.write_text(json.dumps(shuffled(original, random.Random(3))))
-    assert catalog.read_manifest(store, "golden-plain") == original
+    assert BackupStore(store).manifest("golden-plain") == original
     assert catalog.verify(store, "golden-plain").ok
 
 

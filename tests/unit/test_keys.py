@@ -11,6 +11,7 @@ import pytest
 
 from statusvault import catalog, keys
 from statusvault.archive.envelope import FileKek, Keyring
+from statusvault.backupstore import BackupStore
 from statusvault.errors import ConfigError, StorageError
 from statusvault.storage.base import manifest_key
 from statusvault.storage.local import LocalStore
@@ -64,7 +65,7 @@ def test_retire_removes_the_old_wrapping_once_every_backup_opens_with_the_new_ke
     assert names_in(store, "a", Keyring((new,))) == NAMES
     with pytest.raises(ConfigError, match=r"^key file .*old.key was retired from backup 'a': use a key it is wrapped"):
         names_in(store, "a", Keyring((old,)))
-    encryption = catalog.read_manifest(store, "a")["encryption"]
+    encryption = BackupStore(store).manifest("a")["encryption"]
     assert [w["kek"] for w in encryption["wrappedKeys"]] == [new.ref()] and encryption["retiredKeys"] == [old.ref()]
     assert [r.action for r in keys.rotate(store, ["a"], old, new, retire=True).results] == ["unchanged"]
 
@@ -124,7 +125,7 @@ def test_a_manifest_rewritten_meanwhile_is_read_again_not_overwritten(store, old
 
     monkeypatch.setattr(LocalStore, "put_if", put_if)
     assert keys.rotate(store, ["a"], old, new).results[0].action == "wrapped"
-    wrapped = [w["kek"] for w in catalog.read_manifest(store, "a")["encryption"]["wrappedKeys"]]
+    wrapped = [w["kek"] for w in BackupStore(store).manifest("a")["encryption"]["wrappedKeys"]]
     assert wrapped == [old.ref(), third.ref(), new.ref()]
 
 

@@ -81,6 +81,7 @@ LAYERS = (
     ("kinds", "labels", "transforms", "logs", "optiontable", "retention"),
     ("storage", "kube"),
     ("archive", "schedule", "writerlease", "processes", "dependencies"),
+    ("backupstore",),
     ("backup", "catalog", "kms"),
     ("restore", "keys", "velero"),
     ("controller", "move", "api"),
@@ -118,6 +119,23 @@ def test_nothing_imports_upward_or_within_its_layer():
                 offenders.append(f"{path.relative_to(PKG)} imports statusvault.{target}")
     assert unlisted == set(), "add new units to LAYERS"
     assert offenders == []
+
+
+def test_only_the_backup_store_names_a_backups_files():
+    """A backup's layout has one owner (backupstore.py, over storage/'s key functions; the writer lease owns its
+    own file): no other module names a backup's archive, manifest, lease or report keys."""
+    import re
+
+    layout = re.compile(r"\b(archive_key|manifest_key|writer_key|report_key|backup_prefix|backup_name_of|"
+                        r"ARCHIVE_FILE|MANIFEST_FILE|WRITER_FILE|BACKUPS_DIR|REPORTS_DIR)\b")  # fmt: skip
+    owners = {"backupstore.py", "writerlease.py"}
+    naming = sorted(
+        str(path.relative_to(PKG))
+        for path in PKG.rglob("*.py")
+        if path.relative_to(PKG).parts[0] != "storage" and str(path.relative_to(PKG)) not in owners
+        and layout.search(path.read_text())
+    )  # fmt: skip
+    assert naming == []
 
 
 def test_functions_stay_short():

@@ -4,6 +4,7 @@ import orjson
 import pytest
 
 from statusvault import catalog
+from statusvault.backupstore import BackupStore
 from statusvault.errors import ConfigError, StorageError
 from statusvault.restore.runner import open_backup
 from statusvault.storage import LocalStore, ObjectStore, S3Options, open_store
@@ -218,7 +219,7 @@ def test_engines_work_on_any_store_that_fits_the_protocol():
     assert catalog.verify(store, "mem").ok
     with open_backup(store, "mem") as reader:
         assert len(list(reader.objects())) == 4
-    catalog.delete(store, "mem")
+    BackupStore(store).delete("mem")
     assert store.objects == {}
 
 

@@ -13,6 +13,7 @@ import pytest
 from statusvault import catalog, velero
 from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import FileKek, Keyring
+from statusvault.backupstore import BackupStore
 from statusvault.errors import ArchiveError
 from statusvault.restore.runner import open_backup
 from statusvault.storage.local import LocalStore
@@ -92,7 +93,7 @@ def test_the_native_backup_verifies_and_keeps_every_status(tmp_path):
     result = velero.import_backup(velero.read_tarball(path), store, "nightly", key=key)
 
     assert catalog.verify(store, "nightly", key).ok
-    manifest = catalog.read_manifest(store, "nightly")
+    manifest = BackupStore(store).manifest("nightly")
     assert manifest["schedule"] == "velero:nightly-20261127.tar.gz" and result.manifest["totals"]["objects"] == 5
     assert manifest["importedFrom"] == {
         "velero": {

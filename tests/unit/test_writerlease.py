@@ -14,6 +14,7 @@ import pytest
 
 from statusvault import catalog
 from statusvault.backup import BackupEngine, BackupRequest
+from statusvault.backupstore import BackupStore
 from statusvault.errors import ArchiveError, BackupBusyError, BackupExistsError, LeaseLostError
 from statusvault.kube.discovery import Discovery
 from statusvault.retention import Candidate, RetentionPolicy, decide
@@ -287,12 +288,12 @@ def test_a_backup_being_written_cannot_be_described_restored_or_deleted(store):
     with pytest.raises(ArchiveError, match="backup 'b1' is being written by another run"):
         catalog.describe(store, "b1")
     with pytest.raises(BackupBusyError, match="being written"):
-        catalog.delete(store, "b1")
+        BackupStore(store).delete("b1")
     store.put(writer_key("b1"), record(lease_seconds=0.001).to_json())
     time.sleep(0.01)
     with pytest.raises(ArchiveError, match="incomplete"):
         catalog.describe(store, "b1")
-    assert catalog.delete(store, "b1")
+    assert BackupStore(store).delete("b1")
     assert keys(store) == []
 
 
