@@ -88,8 +88,11 @@ class Stored:
 class BackupStore:
     """One store's backups (see the module's docstring for the layout)."""
 
-    def __init__(self, objects: ObjectStore) -> None:
+    def __init__(self, objects: ObjectStore, lock: ObjectLock | None = None) -> None:
+        """`lock`: the S3 Object Lock every archive and manifest written through this object carries; a store
+        that cannot lock is refused here, before anything is written."""
         self.objects = objects
+        self._writes = locked_store(objects, lock) if lock is not None else objects
 
     @property
     def url(self) -> str:
@@ -155,10 +158,9 @@ class BackupStore:
     # -- writing a backup: the archive, then the manifest that completes it --------------------------------------
 
     @contextlib.contextmanager
-    def writing_archive(self, name: str, lock: ObjectLock | None = None) -> Iterator[Writer]:
-        """A sink for the backup's archive (under `lock`, in a bucket with Object Lock); it lands when the block
-        ends without an error."""
-        with self._under(lock).open_write(archive_key(name)) as sink:
+    def writing_archive(self, name: str) -> Iterator[Writer]:
+        """A sink for the backup's archive; it lands when the block ends without an error."""
+        with self._writes.open_write(archive_key(name)) as sink:
             yield sink
 
     @staticmethod
@@ -166,9 +168,9 @@ class BackupStore:
         """The manifest's `archive` field: which file of the backup is its archive, its size and checksum."""
         return {"file": ARCHIVE_FILE, "size": size, "sha256": sha256}
 
-    def complete(self, name: str, manifest: Manifest, lock: ObjectLock | None = None) -> None:
+    def complete(self, name: str, manifest: Manifest) -> None:
         """Write the manifest: from here on the backup is complete and usable."""
-        self._under(lock).put(manifest_key(name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+        self._writes.put(manifest_key(name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
 
     def discard_archive(self, name: str) -> None:
         """Remove the archive of a backup that will not be completed."""
@@ -190,9 +192,6 @@ class BackupStore:
             if put_if(self._keeping_lock(name), manifest_key(name), body, current.version) is not None:
                 return True
         raise StorageError(f"the manifest of backup {name!r} changed {REWRITE_ATTEMPTS} times while it was rewritten")
-
-    def _under(self, lock: ObjectLock | None) -> ObjectStore:
-        return locked_store(self.objects, lock) if lock is not None else self.objects
 
     def _keeping_lock(self, name: str) -> ObjectStore:
         """The store to rewrite the manifest in: in a bucket with Object Lock, one whose write carries the lock of

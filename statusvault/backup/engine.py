@@ -183,7 +183,7 @@ class BackupEngine:
             kek.ref()  # a KMS key that cannot be found or read fails here, before any write
         if self.request.signer is not None:
             self.request.signer.key_id()  # ... as does a KMS signing key
-        backups = BackupStore(self.store)
+        backups = BackupStore(self.store, self.request.lock)  # a store that cannot lock fails here, before any write
         with claim(self.store, name) as lease:  # refuses a complete backup or one a live run writes
             swept = sweep_stale_writes(self.store, STALE_WRITE_AFTER)
             if swept:
@@ -192,7 +192,7 @@ class BackupEngine:
             try:
                 self._check_cancel()
                 lease.renew()  # still this run's, right before the manifest completes the backup
-                backups.complete(name, manifest, self.request.lock)
+                backups.complete(name, manifest)
             except LeaseLostError:
                 raise  # the name, and what is under it, is the other run's now
             except BaseException:
@@ -220,7 +220,7 @@ class BackupEngine:
         ]
         data_key = Key.generate() if self.keyring else None
         collector = self._collector(types)
-        with backups.writing_archive(name, self.request.lock) as sink:
+        with backups.writing_archive(name) as sink:
             writer = ArchiveWriter(sink, self.request.compresslevel, mtime=created_at.timestamp(), key=data_key)
             try:
                 summaries = self._write(writer, streams, lease, collector)
