@@ -1,9 +1,13 @@
 """The library face (docs/api.md): back up, restore, verify and list from Python, with the CLI's rules and verdict.
 
-Each call takes what the matching command takes, by the same names (a long option, dashes as underscores), reads
-them with the same parsers (`Selection.from_options`, `restore_options`: a value is a list or a comma-separated
-string, as in a restore intent), and returns the report with its verdict; what the CLI refuses with one line raises
-the same `StatusVaultError` (`.exit_status` is the CLI's exit status). Nothing here prints.
+Two forms. `backup_with` / `restore_with` run a typed request (BackupRequest, RestoreRequest) on a client the
+caller holds: the CLI, the controller and `move` run every backup and restore through them, so the verdict a
+restore returns is the one all of them act on. The keyword forms (`backup`, `restore`) build that request from
+options first. Each keyword call takes what the matching command takes, by the same names (a long option,
+dashes as underscores), reads them with the same parsers (`Selection.from_options`, `restore_options`: a value is
+a list or a comma-separated string, as in a restore intent), and returns the report with its verdict; what the CLI
+refuses with one line raises the same `StatusVaultError` (`.exit_status` is the CLI's exit status). Nothing here
+prints.
 
     from statusvault import api
     result = api.backup("nightly", storage="/var/backups", namespace="team-a", with_dependencies=True)
@@ -15,7 +19,7 @@ the same `StatusVaultError` (`.exit_status` is the CLI's exit status). Nothing h
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,21 +31,37 @@ from statusvault.backup import BackupEngine, BackupRequest, BackupResult, defaul
 from statusvault.catalog import BackupInfo, list_backups
 from statusvault.catalog import verify as verify_backup
 from statusvault.errors import ExitStatus
+from statusvault.kube.api import KubeApi
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import load_transport
 from statusvault.model import Selection, split_csv
 from statusvault.optiontable import COMMAND_OPTIONS, check_options, value_key
-from statusvault.restore.options import restore_options
+from statusvault.restore.options import RestoreOptions, restore_options
 from statusvault.restore.results.report import RestoreReport
 from statusvault.restore.results.verdict import RunOutcome, Verdict, verdict
 from statusvault.restore.runner import RestoreRequest, run_restore
 from statusvault.storage import ObjectStore, open_store
 from statusvault.storage.base import S3Options, validate_backup_name
 
-__all__ = ["Cluster", "RestoreResult", "backup", "list_backups_in", "restore", "verify"]
+__all__ = [
+    "BackupRequest",
+    "BackupResult",
+    "Cluster",
+    "RestoreOptions",
+    "RestoreRequest",
+    "RestoreResult",
+    "Selection",
+    "backup",
+    "backup_with",
+    "list_backups_in",
+    "restore",
+    "restore_with",
+    "verify",
+]
 
 Strings = str | Iterable[str]
+Discover = Callable[[bool], Discovery]  # discover(refresh): what the cluster serves, looked up again when asked
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +73,7 @@ class Cluster:
     context: str | None = None
 
     @contextmanager
-    def connected(self, pool_size: int = 16) -> Iterator[tuple[KubeClient, Any]]:
+    def connected(self, pool_size: int = 16) -> Iterator[tuple[KubeClient, Discover]]:
         """A client, and discover(refresh) as the engines take it; closed at the end."""
         transport = load_transport(self.kubeconfig, self.context, pool_size=pool_size)
         cache: dict[str, Discovery] = {}
@@ -84,6 +104,20 @@ class RestoreResult:
     @property
     def exit_status(self) -> ExitStatus:
         return self.verdict.exit_status
+
+
+def backup_with(request: BackupRequest, *, client: KubeApi, discovery: Discovery) -> BackupResult:
+    """Run a typed backup request against the cluster `client` talks to (`discovery`: what it serves)."""
+    return BackupEngine(client, discovery, request).run()
+
+
+def restore_with(
+    request: RestoreRequest, *, client: KubeApi, discover: Discover, strict: bool = False
+) -> RestoreResult:
+    """Run a typed restore request and judge it: the report and its one verdict (`strict`: what the server changed
+    or warned about makes the run partial, as `--strict` does)."""
+    report = run_restore(client, discover, request)
+    return RestoreResult(report, verdict(report, strict))
 
 
 def _store(storage: str | None, s3: S3Options | None) -> ObjectStore:
@@ -145,7 +179,7 @@ def backup(
         allow_plaintext_secrets=allow_plaintext_secrets,
     )
     with cluster.connected() as (client, discovered):
-        return BackupEngine(client, discovered(), request).run()
+        return backup_with(request, client=client, discovery=discovered(False))
 
 
 def restore(
@@ -176,8 +210,7 @@ def restore(
         parallel=parallel,
     )
     with cluster.connected(pool_size=parallel * 2 + 4) as (client, discovered):
-        report = run_restore(client, discovered, request)
-    return RestoreResult(report, verdict(report, strict))
+        return restore_with(request, client=client, discover=discovered, strict=strict)
 
 
 def verify(

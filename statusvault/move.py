@@ -18,8 +18,9 @@ from typing import Any
 
 import orjson
 
+from statusvault.api import RestoreResult, backup_with, restore_with
 from statusvault.archive.crypto import Key
-from statusvault.backup import BackupEngine, BackupRequest
+from statusvault.backup import BackupRequest
 from statusvault.backup.selection import select_resources
 from statusvault.backupstore import BackupStore
 from statusvault.errors import ConfigError, Conflict, Invalid, NotFound, StatusVaultError
@@ -31,9 +32,7 @@ from statusvault.restore.options import FenceMode, RestoreOptions
 from statusvault.restore.quiet.fenceread import read_fence
 from statusvault.restore.quiet.fencing import FencePlan, FenceTarget, status_managers
 from statusvault.restore.quiet.pausemarkers import RECORD, PauseOptions, pause_patch, unpause_patch
-from statusvault.restore.results.report import RestoreReport
-from statusvault.restore.results.verdict import RunOutcome, verdict
-from statusvault.restore.runner import RestoreRequest, open_backup, run_restore, unfinished_manager
+from statusvault.restore.runner import RestoreRequest, open_backup, unfinished_manager
 from statusvault.restore.running.writes import written_by
 from statusvault.storage.base import ObjectStore
 from statusvault.transforms import contains, map_namespace, status_annotation
@@ -70,16 +69,14 @@ class MoveReport:
     name: str
     source_paused: int = 0
     source_unpausable: list[str] = dataclasses.field(default_factory=list)  # no pause marker known for them
-    restore: RestoreReport | None = None
+    restore: RestoreResult | None = None  # the restore into the target, and its verdict
     verify_problems: list[str] = dataclasses.field(default_factory=list)
     source_deleted: int = 0
     source_kept: list[str] = dataclasses.field(default_factory=list)  # --delete-source: not the object moved
 
     @property
     def succeeded(self) -> bool:
-        if self.restore is None or self.verify_problems:
-            return False
-        return verdict(self.restore).outcome is RunOutcome.DONE
+        return self.restore is not None and self.restore.succeeded and not self.verify_problems
 
 
 @dataclasses.dataclass
@@ -112,7 +109,7 @@ def run_move(req: MoveRequest) -> MoveReport:
             fence_report(req)  # RBAC of the target that cannot be read fails here, before the source is paused
         report.source_paused, report.source_unpausable = _pause_source(req.source, req.selection, options.pause)
         _backup(req, name)
-    report.restore = run_restore(req.target.client, req.target.discover, restore)
+    report.restore = restore_with(restore, client=req.target.client, discover=req.target.discover)
     if report.restore.succeeded:
         report.verify_problems = verify(req.target.client, req.target.discover(True), req.store, name, options, req.key)
     if report.succeeded and req.delete_source:
@@ -264,7 +261,7 @@ def _backup(req: MoveRequest, name: str) -> None:
     record = BackupRequest(
         store=req.store, name=name, selection=selection, key=req.key, with_dependencies=req.with_dependencies
     )
-    BackupEngine(req.source.client, req.source.discover(False), record).run()
+    backup_with(record, client=req.source.client, discovery=req.source.discover(False))
 
 
 def verify(

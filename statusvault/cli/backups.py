@@ -11,7 +11,8 @@ from typing import Any
 import click
 
 from statusvault import catalog
-from statusvault.backup import LIST_CONCURRENCY, BackupEngine, BackupRequest, default_backup_name
+from statusvault.api import backup_with
+from statusvault.backup import LIST_CONCURRENCY, BackupRequest, default_backup_name
 from statusvault.backup.listers import default_list_processes
 from statusvault.backupstore import BackupStore
 from statusvault.cli.app import App
@@ -171,7 +172,7 @@ def backup(app: App, args: BackupArgs) -> None:
         client = app.client(pool_size=args.list_concurrency * 2 + 4)
         discovery = app.discovery()
         try:
-            result = BackupEngine(client, discovery, request).run()
+            result = backup_with(request, client=client, discovery=discovery)
         except BackupExistsError:
             if lock is None or not (relocked := relock(store, request.name, lock)):
                 raise

@@ -168,7 +168,7 @@ def _show_abort(report: AbortReport) -> None:
 
 
 def _show(report: MoveReport, output: str, strict: bool) -> None:
-    restore = report.restore
+    restore = report.restore.report if report.restore is not None else None
     lines = [f"Move recorded as backup {report.name}: {report.source_paused} object(s) paused in the source."]
     lines += [f"note: not paused in the source (no pause marker known): {x}" for x in report.source_unpausable]
     if restore is not None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from statusvault.api import restore_with
 from statusvault.archive.envelope import Keyring
 from statusvault.cli.app import App
 from statusvault.cli.options import (
@@ -36,10 +37,9 @@ from statusvault.processes import WorkerSpec
 from statusvault.restore.configfile import read_config
 from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import FenceMode, RestoreOptions, restore_options
-from statusvault.restore.results.report import RestoreReport
 from statusvault.restore.results.settle import SETTLE_ENV, SETTLE_SECONDS
-from statusvault.restore.results.verdict import RunOutcome, verdict
-from statusvault.restore.runner import RestoreRequest, fence_report, run_restore
+from statusvault.restore.results.verdict import RunOutcome, Verdict
+from statusvault.restore.runner import RestoreRequest, fence_report
 from statusvault.restore.running.workers import MIN_WAVE, default_processes
 from statusvault.storage.base import ObjectStore
 
@@ -282,8 +282,9 @@ def _run_restore(
         request = restore_request(
             app, args, options=options, store=store, backup=backup_name, unpause=unpause, lineage=lineage
         )
-        report = run_restore(client, lambda refresh: app.discovery(refresh=refresh), request)
-        judged = verdict(report, args.strict)
+        result = restore_with(request, client=client, discover=lambda refresh: app.discovery(refresh=refresh),
+                              strict=args.strict)  # fmt: skip
+        report, judged = result.report, result.verdict
         run.success, run.duration = judged.outcome is RunOutcome.DONE, report.duration
         run.objects, run.errors = report.total, len(report.failures)
     try:
@@ -291,7 +292,7 @@ def _run_restore(
         emit_items(header, report.results(), args.output, lambda: render(report))
     finally:
         report.close()
-    _check_outcome(report, backup_name, options.dry_run, args.strict)
+    _check_outcome(judged, backup_name, options.dry_run)
 
 
 def _keys_of(args: RestoreArgs) -> Keyring | None:
@@ -333,9 +334,8 @@ def restore_request(
     )
 
 
-def _check_outcome(report: RestoreReport, backup_name: str, dry_run: DryRun, strict: bool) -> None:
+def _check_outcome(judged: Verdict, backup_name: str, dry_run: DryRun) -> None:
     """The exit status of a reported restore, from its one verdict (restore/results/verdict.py)."""
-    judged = verdict(report, strict)
     what = f"restore of {backup_name}"
     if judged.outcome is RunOutcome.INTERRUPTED:
         if dry_run == DryRun.NONE:

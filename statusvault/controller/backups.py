@@ -8,9 +8,10 @@ import logging
 import threading
 from typing import Any
 
+from statusvault.api import backup_with
 from statusvault.archive.envelope import Keys
 from statusvault.archive.signing import Signer
-from statusvault.backup import BackupEngine, BackupRequest
+from statusvault.backup import BackupRequest
 from statusvault.backup.listers import default_list_processes
 from statusvault.controller import crd
 from statusvault.controller.conditions import Reason
@@ -96,7 +97,7 @@ def run_backup(
         cancel=cancel,
     )
     try:
-        result = BackupEngine(client, discovery, request).run()
+        result = backup_with(request, client=client, discovery=discovery)
     except BackupStoppedError as e:  # deleted mid-run, or the Lease was lost: nothing landed
         return Run(False, False, str(e), Reason.INTERRUPTED, interrupted=True)
     except StatusVaultError as e:  # a bad selection is this Backup's own problem; anything else may be an outage

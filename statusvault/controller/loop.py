@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from statusvault import rfc3339, velero
+from statusvault.api import restore_with
 from statusvault.archive.envelope import Keyring, Keys
 from statusvault.archive.signing import Signer
 from statusvault.controller.backups import BackupIntent, parse_backup, run_backup
@@ -57,8 +58,8 @@ from statusvault.processes import WorkerSpec
 from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.results.report import RestoreReport
-from statusvault.restore.results.verdict import RunOutcome, Verdict, verdict
-from statusvault.restore.runner import RestoreRequest, run_restore
+from statusvault.restore.results.verdict import RunOutcome, Verdict
+from statusvault.restore.runner import RestoreRequest
 from statusvault.restore.running.workers import MIN_WAVE, default_processes
 from statusvault.storage.base import ObjectStore
 
@@ -320,10 +321,10 @@ class Controller:
                     cancel=cancel,  # a lost Lease or a deleted Restore: stop starting objects
                     lineage=lineage,
                 )
-                report = run_restore(client, self.discover, request)
+                result = restore_with(request, client=client, discover=self.discover)
+            report, judged = result.report, result.verdict
             mark_without_status(client, self.discover, report, target.describe())
             location = save_report(self.store(None) if intent.from_velero else store, report, target, intent.digest)
-            judged = verdict(report)
             counts = {**outcome_counts(report, intent.options.pause.enabled), "report": location}
             message = _summary(intent.backup, report)
             if judged.outcome is RunOutcome.PARTIAL:

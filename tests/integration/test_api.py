@@ -18,8 +18,8 @@ pytestmark = pytest.mark.version_neutral("the API calls the engines the CLI call
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 
-def example() -> str:
-    return re.search(r"```python\n(.*?)```", DOC.read_text(), re.S).group(1)
+def example(which: int = 0) -> str:
+    return re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)[which]
 
 
 def test_the_documented_example_runs_as_written(kube, crds, make, namespace, cluster, tmp_path):
@@ -39,6 +39,21 @@ def test_the_documented_example_runs_as_written(kube, crds, make, namespace, clu
     assert restored.report.counts()["results"]["created"] == 4 and restored.verdict.outcome == "done", (
         "and its namespace"
     )
+
+
+def test_the_typed_example_runs_as_written(kube, crds, make, namespace, cluster, tmp_path):
+    """The requests the CLI, the controller and move run: a backup and a strict restore into a new namespace."""
+    for i in range(2):
+        make(cr("xyz.example.com/v1", "KubernetesCluster", f"t-{i}", status=kc_status(i)), namespace)
+    target = unique("typed")
+    names = {"kubeconfig": str(cluster.kubeconfig), "storage": str(tmp_path / "store"), "namespace": namespace,
+             "target": target}  # fmt: skip
+
+    exec(example(1), names)
+
+    kc = crds.resolve("kc")
+    assert [kube.get(kc, target, f"t-{i}")["status"] for i in range(2)] == [kc_status(i) for i in range(2)]
+    assert names["restored"].verdict.outcome == "done" and names["restored"].report.total > names["taken"].objects >= 2
 
 
 def test_the_verdict_and_errors_are_the_clis(kube, crds, make, namespace, cluster, tmp_path):

@@ -253,7 +253,7 @@ def test_delete_source_deletes_exactly_the_objects_moved(kube, cluster, target, 
     assert left == {"late", "db-01"}, "what was created in the source after the backup survives"
     moved = discover(target_kube).by_qualified(QUALIFIED)
     assert target_kube.get(moved, ns, "db-01")["status"] == saved(1), "the object moved is the backed-up one"
-    report.restore.close()
+    report.restore.report.close()
 
 
 def test_move_with_include_resources_takes_the_crd_the_target_lacks(run, kube, cluster, target, namespace):

@@ -174,9 +174,9 @@ def test_a_move_killed_at_any_step_is_finished_by_the_same_command(tmp_path, ste
     move = Move(tmp_path, delete_source=step == "delete-source")
     move.killed_at(step)
     report = move.run()
-    assert report.succeeded, (report.verify_problems, report.restore and report.restore.to_dict())
-    results = report.restore.counts()["results"]
-    created_resumed_skipped = (results.get("created", 0), report.restore.resumed, results.get("skipped", 0))
+    assert report.succeeded, (report.verify_problems, report.restore and report.restore.report.to_dict())
+    results = report.restore.report.counts()["results"]
+    created_resumed_skipped = (results.get("created", 0), report.restore.report.resumed, results.get("skipped", 0))
     assert created_resumed_skipped == RERUN[step], "the CRD and four databases: what the re-run does of them"
     assert report.source_paused == (2 if step == "pause" else 0), "the re-run pauses only what is not paused yet"
     assert report.source_deleted == (2 if step == "delete-source" else 0), "and deletes what is left"
@@ -218,7 +218,7 @@ def test_abort_is_refused_once_the_objects_are_live_in_the_target(tmp_path, step
 def test_a_restore_that_fails_part_way_leaves_its_copies_paused_and_abort_deletes_exactly_those(move):
     move.target.fail("create", DB, 403, name="db-3")
     report = move.run()
-    assert not report.succeeded and [f.name for f in report.restore.failures] == ["db-3"]
+    assert not report.succeeded and [f.name for f in report.restore.report.failures] == ["db-3"]
     assert move.paused(move.target) == NAMES[:3], "left paused: the restore did not finish"
     assert move.paused(move.source) == NAMES
     aborted = move.abort()
@@ -230,6 +230,6 @@ def test_a_restore_that_fails_part_way_is_finished_by_the_same_command(move):
     move.target.fail("create", DB, 403, name="db-3")
     assert not move.run().succeeded
     report = move.run()
-    assert report.succeeded and report.restore.resumed == 3 + 1, "the three databases and the CRD were done"
+    assert report.succeeded and report.restore.report.resumed == 3 + 1, "the three databases and the CRD were done"
     assert move.statuses(move.target) == {n: {"id": f"ext-{i}"} for i, n in enumerate(NAMES)}
     assert move.paused(move.target) == []

@@ -7,10 +7,12 @@ from collections.abc import Callable
 
 import pytest
 
+from statusvault.api import RestoreResult
 from statusvault.cli.restore import _check_outcome
 from statusvault.controller.conditions import Reason
 from statusvault.controller.loop import REASONS
 from statusvault.errors import ExitStatus, PartialFailure, StatusVaultError
+from statusvault.model import DryRun
 from statusvault.move import MoveReport
 from statusvault.restore.ordering.gates import PASSED, TIMED_OUT, GateResult
 from statusvault.restore.results.report import ItemResult, Outcome, RestoreReport, StatusOutcome
@@ -92,7 +94,7 @@ def report_with(shape: Callable[[RestoreReport], None] | None = None) -> Restore
 
 def cli_exit(r: RestoreReport, strict: bool = False) -> ExitStatus:
     try:
-        _check_outcome(r, "b", "none", strict)
+        _check_outcome(verdict(r, strict), "b", DryRun.NONE)
     except PartialFailure:
         return ExitStatus.PARTIAL_FAILURE
     except StatusVaultError:
@@ -109,7 +111,9 @@ def test_every_shortfall_is_named_and_exit_3_and_partially_restored_everywhere(s
     assert judged.outcome is Verdict.PARTIAL and judged.shortfalls == (shortfall,)
     assert judged.exit_status == ExitStatus.PARTIAL_FAILURE == cli_exit(report, strict)
     assert REASONS[judged.outcome] == Reason.PARTIALLY_RESTORED
-    assert not MoveReport("m", restore=report).succeeded or strict, "a move is not verified over a shortfall"
+    assert not MoveReport("m", restore=RestoreResult(report, verdict(report))).succeeded or strict, (
+        "a move is not verified over a shortfall"
+    )
     line = judged.message("restore of b")
     assert ("\n" not in line and "ops/operator" in line) or (
         shortfall in (Shortfall.SERVER_CHANGED, Shortfall.SERVER_WARNED)
@@ -123,7 +127,7 @@ def test_every_shortfall_is_named_and_exit_3_and_partially_restored_everywhere(s
 def test_what_the_server_changed_is_a_shortfall_only_with_strict(shape, strict, shortfall):
     report = report_with(shape)
     assert verdict(report).outcome is Verdict.DONE and cli_exit(report) == ExitStatus.SUCCESS
-    assert MoveReport("m", restore=report).succeeded
+    assert MoveReport("m", restore=RestoreResult(report, verdict(report))).succeeded
 
 
 def test_done_failed_and_interrupted_agree_everywhere():
@@ -133,7 +137,7 @@ def test_done_failed_and_interrupted_agree_everywhere():
         ExitStatus.SUCCESS,
         Reason.COMPLETED,
     )
-    assert MoveReport("m", restore=done).succeeded
+    assert MoveReport("m", restore=RestoreResult(done, verdict(done))).succeeded
     stopped = report_with(failed)
     stopped.aborted = "the backup's CRD is not Established"
     judged = verdict(stopped)
