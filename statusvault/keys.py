@@ -11,6 +11,7 @@ the version before it keeps the old wrappings until its retention ends (docs/use
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable
 from typing import Any
 
@@ -30,12 +31,22 @@ from statusvault.errors import ArchiveError, ConfigError, StorageError
 from statusvault.storage.base import ObjectStore
 
 
+class RotationAction(enum.StrEnum):
+    """What a run did to one backup."""
+
+    WRAPPED = "wrapped"  # its data key is wrapped by the new key as well
+    RETIRED = "retired"  # the old key's wrapping is removed
+    UNCHANGED = "unchanged"  # nothing to do: the detail says why
+    SKIPPED = "skipped"  # not encrypted
+    FAILED = "failed"  # the detail says why; the run goes on with the next backup
+
+
 @dataclasses.dataclass(frozen=True)
 class Rotated:
     """What a run did to one backup."""
 
     name: str
-    action: str  # wrapped | retired | unchanged | skipped | failed
+    action: RotationAction
     detail: str = ""
 
     def to_dict(self) -> dict[str, str]:
@@ -49,7 +60,7 @@ class Rotation:
 
     @property
     def failed(self) -> list[Rotated]:
-        return [r for r in self.results if r.action == "failed"]
+        return [r for r in self.results if r.action is RotationAction.FAILED]
 
 
 def rotate(store: ObjectStore, names: list[str], old: Kek, new: Kek, retire: bool = False) -> Rotation:
@@ -59,7 +70,7 @@ def rotate(store: ObjectStore, names: list[str], old: Kek, new: Kek, retire: boo
         raise ConfigError(f"--from and --to name the same key ({new.name})")
     names = names or [b.name for b in list_backups(store) if b.complete]
     added = [_one(store, name, lambda enc, name, sha: _add(enc, name, sha, old, new)) for name in names]
-    behind = [r for r in added if r.action == "failed"]
+    behind = [r for r in added if r.action is RotationAction.FAILED]
     if not retire or behind:
         why = f"{len(behind)} backup(s) do not open with {new.name} yet" if retire and behind else ""
         return Rotation(added, why)
@@ -67,42 +78,43 @@ def rotate(store: ObjectStore, names: list[str], old: Kek, new: Kek, retire: boo
 
 
 Field = dict[str, Any]  # a summary manifest's `encryption`
-Change = Callable[[Field, str, str], tuple[Field, str]]  # (encryption, name, archive sha256) -> (new field, action)
+# (encryption, name, archive sha256) -> (the new field, what was done: WRAPPED or RETIRED; UNCHANGED, and why)
+Change = Callable[[Field, str, str], tuple[Field, RotationAction, str]]
 
 
 def _one(store: ObjectStore, name: str, change: Change) -> Rotated:
     """Apply `change` to the backup's encryption field and write the manifest back if it changed; a problem of this
     backup (a key that does not open it, a modified manifest) is its result, not the run's end."""
-    done = Rotated(name, "skipped", "not encrypted")
+    done = Rotated(name, RotationAction.SKIPPED, "not encrypted")
 
     def changed(manifest: dict[str, Any]) -> dict[str, Any]:
         nonlocal done
         encryption = manifest.get("encryption")
         if not encryption:
-            done = Rotated(name, "skipped", "not encrypted")
+            done = Rotated(name, RotationAction.SKIPPED, "not encrypted")
             return manifest
-        updated, action = change(encryption, name, archive_field(manifest)["sha256"])
-        done = Rotated(name, action) if updated != encryption else Rotated(name, "unchanged", action)
+        updated, action, why = change(encryption, name, archive_field(manifest)["sha256"])
+        done = Rotated(name, action, why)
         return {**manifest, "encryption": updated}
 
     try:
         BackupStore(store).rewrite_manifest(name, changed)
     except (ConfigError, ArchiveError, StorageError) as e:
-        return Rotated(name, "failed", str(e))
+        return Rotated(name, RotationAction.FAILED, str(e))
     return done
 
 
-def _add(encryption: Field, name: str, sha: str, old: Kek, new: Kek) -> tuple[Field, str]:
+def _add(encryption: Field, name: str, sha: str, old: Kek, new: Kek) -> tuple[Field, RotationAction, str]:
     if new.ref() in refs(encryption):
-        return encryption, f"opens with {new.name} already"
+        return encryption, RotationAction.UNCHANGED, f"opens with {new.name} already"
     data_key = open_data_key(encryption, Keyring((old,)), name, sha)
     if WRAPPINGS not in encryption:  # sealed with the key file itself: listed, so that it is known to open it
         encryption = with_wrapping(encryption, data_key, old, name, sha)
-    return with_wrapping(encryption, data_key, new, name, sha), "wrapped"
+    return with_wrapping(encryption, data_key, new, name, sha), RotationAction.WRAPPED, ""
 
 
-def _retire(encryption: Field, name: str, sha: str, old: Kek, new: Kek) -> tuple[Field, str]:
+def _retire(encryption: Field, name: str, sha: str, old: Kek, new: Kek) -> tuple[Field, RotationAction, str]:
     if old.ref() not in refs(encryption):
-        return encryption, f"{old.name} does not open it"
+        return encryption, RotationAction.UNCHANGED, f"{old.name} does not open it"
     open_data_key(encryption, Keyring((new,)), name, sha)  # NEW opens it: else it would be left without a key
-    return without_wrapping(encryption, old, name), "retired"
+    return without_wrapping(encryption, old, name), RotationAction.RETIRED, ""

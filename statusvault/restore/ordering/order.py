@@ -19,11 +19,11 @@ from statusvault.errors import ConfigError
 from statusvault.labels import Matcher, parse_selector
 from statusvault.restore.configfile import read_config, versioned_entries
 from statusvault.restore.ordering.expr import Expression, parse_expression
-from statusvault.restore.quiet.pausemarkers import Marker
+from statusvault.restore.quiet.pausemarkers import Marker, MarkerKind
 
 # Crossplane's two-phase restore of managed resources: created observing (the provider reads the external resource
 # instead of creating one), given their status, then their saved managementPolicies put back (as a pause is undone).
-OBSERVE = Marker("field", "/spec/managementPolicies", ["Observe"])
+OBSERVE = Marker(MarkerKind.FIELD, "/spec/managementPolicies", ["Observe"])
 DEFAULT_CONDITION = "Ready"
 DEFAULT_TIMEOUT = 300.0
 ON_TIMEOUT = ("fail", "continue")

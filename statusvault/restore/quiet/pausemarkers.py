@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import enum
 import fnmatch
 import json
 from typing import Any
@@ -22,20 +23,32 @@ RECORD = "statusvault.io/paused-by-restore"  # what statusvault added, so only t
 _ABSENT = "absent"
 
 
+class MarkerKind(enum.StrEnum):
+    """Where a pause marker is: an annotation, or a field at a JSON pointer. The value is what the record keeps."""
+
+    ANNOTATION = "annotation"
+    FIELD = "field"
+
+
 @dataclasses.dataclass(frozen=True)
 class Marker:
     """How an operator is told to leave an object alone: an annotation, or a field at a JSON pointer."""
 
-    kind: str  # "annotation" | "field"
+    kind: MarkerKind
     key: str  # the annotation key, or the JSON pointer
     value: Any  # the value that means paused
 
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "kind", MarkerKind(self.kind)
+        )  # "field" read from a file is the member; else ValueError
+
     def describe(self) -> str:
-        return f"{self.key}={json.dumps(self.value) if self.kind == 'field' else self.value}"
+        return f"{self.key}={json.dumps(self.value) if self.kind is MarkerKind.FIELD else self.value}"
 
     def present(self, obj: KubeObject) -> bool:
         """Whether the object is paused by this marker already."""
-        if self.kind == "annotation":
+        if self.kind is MarkerKind.ANNOTATION:
             return bool(((obj.get("metadata") or {}).get("annotations") or {}).get(self.key) == self.value)
         return bool(_get(obj, self.key) == self.value)
 
@@ -43,7 +56,7 @@ class Marker:
         """Add the marker to a create body, with the record of what it replaced."""
         meta = body.setdefault("metadata", {})
         annotations = meta.setdefault("annotations", {})
-        if self.kind == "annotation":
+        if self.kind is MarkerKind.ANNOTATION:
             was = annotations.get(self.key, _ABSENT)
             annotations[self.key] = self.value
         else:
@@ -69,20 +82,20 @@ class Profile:
 
 
 PROFILES = (
-    Profile("cluster-api Cluster", Marker("field", "/spec/paused", True), ("cluster.x-k8s.io",), ("Cluster",)),
+    Profile("cluster-api Cluster", Marker(MarkerKind.FIELD, "/spec/paused", True), ("cluster.x-k8s.io",), ("Cluster",)),
     Profile(
         "cluster-api",
-        Marker("annotation", "cluster.x-k8s.io/paused", "true"),
+        Marker(MarkerKind.ANNOTATION, "cluster.x-k8s.io/paused", "true"),
         ("cluster.x-k8s.io", "*.cluster.x-k8s.io"),
     ),
     Profile(
         "crossplane",
-        Marker("annotation", "crossplane.io/paused", "true"),
+        Marker(MarkerKind.ANNOTATION, "crossplane.io/paused", "true"),
         ("*.crossplane.io", "*.upbound.io", "*.crossplane-contrib.io"),
         shapes=("/spec/forProvider", "/spec/compositionRef", "/spec/compositionSelector", "/spec/resourceRefs"),
     ),
-    Profile("flux", Marker("field", "/spec/suspend", True), ("*.toolkit.fluxcd.io",)),
-    Profile("argo-rollouts", Marker("field", "/spec/paused", True), ("argoproj.io",), ("Rollout",)),
+    Profile("flux", Marker(MarkerKind.FIELD, "/spec/suspend", True), ("*.toolkit.fluxcd.io",)),
+    Profile("argo-rollouts", Marker(MarkerKind.FIELD, "/spec/paused", True), ("argoproj.io",), ("Rollout",)),
 )
 
 
@@ -107,9 +120,9 @@ class PauseOptions:
             return None
         if any(fnmatch.fnmatchcase(rt.qualified, r) for r in self.resources):
             if self.annotation is not None:
-                return Marker("annotation", *self.annotation)
+                return Marker(MarkerKind.ANNOTATION, *self.annotation)
             if self.field is not None:
-                return Marker("field", *self.field)
+                return Marker(MarkerKind.FIELD, *self.field)
         if self.auto or rt.qualified in self.profiled:
             return next((p.marker for p in PROFILES if p.matches(rt, obj)), None)
         return None
@@ -144,7 +157,7 @@ def pause_options(
 
 def pause_lost(marker: Marker) -> str:
     """Why an object created with `marker` is not paused: the server did not keep the marker."""
-    if marker.kind == "field":
+    if marker.kind is MarkerKind.FIELD:
         cause = f"the server dropped the field {marker.key} (its CRD's schema has no such field?)"
     else:
         cause = f"the server dropped the annotation {marker.key} (a mutating webhook?)"
@@ -171,15 +184,16 @@ def unpause_patch(live: KubeObject) -> list[dict[str, Any]] | None:
         return None
     try:
         record = json.loads(raw)
-        kind, key, was = record["kind"], record["key"], record["was"]
+        kind, key, was = MarkerKind(record["kind"]), record["key"], record["was"]
     except (ValueError, KeyError, TypeError):
         return None  # not a record statusvault wrote: leave the object alone
     ops: list[dict[str, Any]] = [
         {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
         {"op": "remove", "path": "/metadata/annotations/" + _escape(RECORD)},
     ]
-    path = "/metadata/annotations/" + _escape(key) if kind == "annotation" else key
-    present = (key in (meta.get("annotations") or {})) if kind == "annotation" else _get(live, key, _ABSENT) != _ABSENT
+    on_annotation = kind is MarkerKind.ANNOTATION
+    path = "/metadata/annotations/" + _escape(key) if on_annotation else key
+    present = (key in (meta.get("annotations") or {})) if on_annotation else _get(live, key, _ABSENT) != _ABSENT
     if was == _ABSENT:
         if present:
             ops.append({"op": "remove", "path": path})
@@ -197,11 +211,11 @@ def without_record(body: KubeObject) -> None:
         return
     try:
         record = json.loads(raw)
-        kind, key, was = record["kind"], record["key"], record["was"]
+        kind, key, was = MarkerKind(record["kind"]), record["key"], record["was"]
     except (ValueError, KeyError, TypeError):
         return
     del annotations[RECORD]
-    if kind == "annotation":
+    if kind is MarkerKind.ANNOTATION:
         if was == _ABSENT:
             annotations.pop(key, None)
         else:
@@ -227,7 +241,7 @@ def pause_patch(live: KubeObject, marker: Marker) -> list[dict[str, Any]] | None
         {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
         {"op": "add", "path": "/metadata/annotations", "value": marked["metadata"]["annotations"]},
     ]
-    if marker.kind == "field":
+    if marker.kind is MarkerKind.FIELD:
         top = _tokens(marker.key)[0]
         ops.append({"op": "add", "path": "/" + _escape(top), "value": marked[top]})
     return ops
