@@ -31,12 +31,12 @@ from statusvault.backup import BackupEngine, BackupRequest, BackupResult, defaul
 from statusvault.catalog import BackupInfo, list_backups
 from statusvault.catalog import verify as verify_backup
 from statusvault.errors import ExitStatus
+from statusvault.flagtable import COMMAND_OPTIONS, check_options, value_key
 from statusvault.kube.api import KubeApi
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import load_transport
 from statusvault.model import Selection, split_csv
-from statusvault.optiontable import COMMAND_OPTIONS, check_options, value_key
 from statusvault.restore.options import RestoreOptions, restore_options
 from statusvault.restore.results.report import RestoreReport
 from statusvault.restore.results.verdict import RunOutcome, Verdict, verdict

@@ -122,7 +122,7 @@ class Selection:
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], include_crds: bool | None = None) -> Selection:
-        """from_options over option values by their value keys (optiontable.value_key: `namespaces`, `names`,
+        """from_options over option values by their value keys (flagtable.value_key: `namespaces`, `names`,
         ...), as the API and a Backup's spec hold them; `include_crds` when the values do not say."""
         return cls.from_options(
             namespaces=values.get("namespaces") or (),

@@ -1,5 +1,5 @@
 """A row's options in the composition suites: its command-line arguments, the same options as the reference model
-(tests/refmodel.py) takes them, and which rows the option table (statusvault/optiontable.py) allows."""
+(tests/refmodel.py) takes them, and which rows the option table (statusvault/flagtable.py) allows."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from statusvault.optiontable import CONFLICTS, NEEDS
+from statusvault.flagtable import CONFLICTS, NEEDS
 from tests import refmodel
 from tests.compose import HOLD, HOLD_FIELD, World
 from tests.pairwise import Row

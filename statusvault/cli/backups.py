@@ -16,7 +16,7 @@ from statusvault.backup import LIST_CONCURRENCY, BackupRequest, default_backup_n
 from statusvault.backup.listers import default_list_processes
 from statusvault.backupstore import BackupStore
 from statusvault.cli.app import App
-from statusvault.cli.options import (
+from statusvault.cli.flags import (
     DependencyArgs,
     KeysArgs,
     LockArgs,

@@ -15,7 +15,7 @@ import click
 
 from statusvault.archive.envelope import FileKek, Keyring
 from statusvault.cli.app import App
-from statusvault.cli.options import (
+from statusvault.cli.flags import (
     EncryptionArgs,
     ManifestArgs,
     SigningArgs,

@@ -11,7 +11,7 @@ from statusvault.archive import signing
 from statusvault.backupstore import BackupStore
 from statusvault.cli.app import App
 from statusvault.cli.backups import StoredArgs
-from statusvault.cli.options import StorageArgs, kek_of, output_option, pass_args, storage_options
+from statusvault.cli.flags import StorageArgs, kek_of, output_option, pass_args, storage_options
 from statusvault.cli.output import emit, table
 from statusvault.errors import ConfigError, PartialFailure
 

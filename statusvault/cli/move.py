@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from statusvault.cli.app import App
-from statusvault.cli.options import (
+from statusvault.cli.flags import (
     StorageArgs,
     allow_privileged_option,
     cluster_resources_option,

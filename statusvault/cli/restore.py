@@ -11,7 +11,7 @@ import click
 from statusvault.api import restore_with
 from statusvault.archive.envelope import Keyring
 from statusvault.cli.app import App
-from statusvault.cli.options import (
+from statusvault.cli.flags import (
     MetricsArgs,
     SelectionArgs,
     StorageArgs,

@@ -12,7 +12,7 @@ import click
 from statusvault import catalog, rfc3339
 from statusvault.backup.selection import select_resources
 from statusvault.cli.app import App
-from statusvault.cli.options import (
+from statusvault.cli.flags import (
     LockArgs,
     ManifestArgs,
     MetricsArgs,

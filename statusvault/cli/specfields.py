@@ -18,8 +18,8 @@ from statusvault.controller.crd import (
     restore_crd,
     schedule_crd,
 )
+from statusvault.flagtable import COMMAND_OPTIONS
 from statusvault.model import KubeObject
-from statusvault.optiontable import COMMAND_OPTIONS
 
 # what a field means in a Restore where it differs from the CLI
 DESCRIPTIONS = {

@@ -17,7 +17,7 @@ import click
 from statusvault.backup.selection import select_resources
 from statusvault.cli.app import App
 from statusvault.cli.controller import default_namespace
-from statusvault.cli.options import (
+from statusvault.cli.flags import (
     EncryptionArgs,
     ManifestArgs,
     SelectionArgs,

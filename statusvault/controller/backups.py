@@ -18,10 +18,10 @@ from statusvault.controller.conditions import Reason
 from statusvault.controller.restores import spec_digest
 from statusvault.controller.runs import Run
 from statusvault.errors import BackupStoppedError, ConfigError, StatusVaultError
+from statusvault.flagtable import check_options, flag_value, value_key
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject, Selection
-from statusvault.optiontable import check_options, flag_value, value_key
 from statusvault.processes import WorkerSpec
 from statusvault.storage.base import ObjectStore, validate_backup_name
 

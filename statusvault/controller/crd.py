@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from statusvault.flagtable import CONFLICTS, NEEDS
 from statusvault.model import KubeObject
-from statusvault.optiontable import CONFLICTS, NEEDS
 
 GROUP = "statusvault.dev"
 VERSION = "v1alpha1"

@@ -16,7 +16,7 @@ from typing import Any
 
 from statusvault import rfc3339
 from statusvault.errors import ConfigError
-from statusvault.optiontable import flag_value
+from statusvault.flagtable import flag_value
 from statusvault.restore.options import RestoreOptions, restore_options
 from statusvault.storage.base import validate_backup_name
 

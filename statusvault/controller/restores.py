@@ -15,9 +15,9 @@ from statusvault.controller.conditions import conditions, retrying
 from statusvault.controller.intent import Intent, digest_of
 from statusvault.controller.targets import record_event
 from statusvault.errors import ConfigError, Conflict, NotFound
+from statusvault.flagtable import value_key
 from statusvault.kube.api import KubeApi
 from statusvault.model import KubeObject, ResourceType
-from statusvault.optiontable import value_key
 from statusvault.restore.options import restore_options
 from statusvault.storage.base import validate_backup_name
 

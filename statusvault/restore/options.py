@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from statusvault.errors import ConfigError
+from statusvault.flagtable import check_options, flag_value
 from statusvault.model import DryRun, Selection, split_csv
-from statusvault.optiontable import check_options, flag_value
 from statusvault.restore.modifiers import Modifiers
 from statusvault.restore.ordering.order import Order, read_order
 from statusvault.restore.quiet.pausemarkers import PauseOptions, pause_options

@@ -6,7 +6,7 @@ import click
 
 from statusvault.cli.main import cli
 from statusvault.errors import ExitStatus
-from statusvault.optiontable import markdown
+from statusvault.flagtable import markdown
 
 MEANING = {
     ExitStatus.PARTIAL_FAILURE: "partial failure: the run ended short of what was asked; its last line names each "

@@ -6,7 +6,7 @@ The world (tests/compose.py) is backed up once, four ways: a backup and a watch 
 plain and encrypted. Each row then resets the target (objects already there; all, some or none of the CRDs; a
 schema stricter than the backup's), restores with the row's options, reads the cluster back and compares it with
 the model; a row that ends in a partial failure is fixed and run again with the same command. The rows come from
-a pairwise generator (tests/pairwise.py) that never pairs options the option table (statusvault/optiontable.py)
+a pairwise generator (tests/pairwise.py) that never pairs options the option table (statusvault/flagtable.py)
 says conflict; the last tests here show those pairs refused. The module prints how many rows ran and how long
 they took (44 rows and 14 refusals: 35-50 s on two busy cores). STATUSVAULT_COMPOSE_SAMPLE=N[:SEED] runs N random
 rows instead, to look past pairs."""
@@ -33,10 +33,10 @@ import pytest
 from statusvault.archive import signing
 from statusvault.cli.main import main
 from statusvault.errors import ExitStatus
+from statusvault.flagtable import CONFLICTS
 from statusvault.kinds import CRDS, NAMESPACES, SECRETS
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
-from statusvault.optiontable import CONFLICTS
 from statusvault.storage import open_store
 from statusvault.storage.base import S3Options
 from statusvault.testing.fixtures import ensure_namespace

@@ -1,4 +1,4 @@
-"""Each command's callback gets its values as one typed dataclass (cli/options.py:pass_args), built from what click
+"""Each command's callback gets its values as one typed dataclass (cli/flags.py:pass_args), built from what click
 passes by name: the dataclass has a field for each of the command's parameters."""
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ import json
 
 import click
 
+from statusvault.cli.flags import DRY_RUNS, DryRunMode
 from statusvault.cli.main import cli, main
-from statusvault.cli.options import DRY_RUNS, DryRunMode
 
 
 def commands(group: click.Group, prefix: str = "") -> dict[str, click.Command]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from statusvault.cli.specfields import crds, restore_fields
 from statusvault.controller.crd import NOT_IN_SPEC
-from statusvault.optiontable import COMMAND_OPTIONS
+from statusvault.flagtable import COMMAND_OPTIONS
 
 
 def spec_schema() -> dict:

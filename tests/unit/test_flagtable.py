@@ -7,8 +7,8 @@ import pytest
 
 from statusvault.cli.main import cli
 from statusvault.errors import ConfigError
+from statusvault.flagtable import COMMAND_OPTIONS, CONFLICTS, NEEDS, check_options
 from statusvault.model import DryRun
-from statusvault.optiontable import COMMAND_OPTIONS, CONFLICTS, NEEDS, check_options
 from statusvault.restore.options import restore_options
 
 

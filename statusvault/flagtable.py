@@ -1,5 +1,7 @@
-"""Which options each command takes, and which pairs of them conflict: the one table that the CLI, restore
-intents, the CLI reference (docs/cli.md) and the pairwise tests read.
+"""Which command-line flags (click's options) each command takes, and which pairs of them conflict: the one table
+that the CLI, restore intents, the CLI reference (docs/cli.md) and the pairwise tests read. (The words: a *flag* is
+what a command line says, cli/flags.py parses them; a restore's *options* are what they mean,
+restore/options.py's RestoreOptions.)
 
 Options are named by their long flag. Every pair of a command's options not listed as a conflict must work
 together; the pairwise suite (tests/integration/test_compose.py) holds the restore to that. A conflict is

@@ -1,4 +1,4 @@
-"""Option groups shared by several commands (storage, selection, output), and how a command's callback gets its
+"""Flag groups shared by several commands (storage, selection, output), and how a command's callback gets its
 values: as one typed dataclass (pass_args), whose shared parts are the groups' dataclasses here."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from statusvault.archive.signing import FileSigner, PublicKey, Signer
 from statusvault.cli.app import App
 from statusvault.cli.output import FORMATS
 from statusvault.errors import ConfigError
+from statusvault.flagtable import check_options
 from statusvault.metrics import RunMetrics, recorded
 from statusvault.model import DryRun, Selection
-from statusvault.optiontable import check_options
 from statusvault.retention import parse_duration
 from statusvault.schedule import DEFAULT_IMAGE
 from statusvault.storage import S3Options
