@@ -35,6 +35,7 @@ from typing import Any
 
 import orjson
 
+from statusvault import legacycrd
 from statusvault.archive.format import (
     MAX_JSON_VALUES,
     MAX_OBJECT_BYTES,
@@ -91,6 +92,7 @@ class VeleroBackup:
         self.other_versions: dict[str, set[str]] = {}  # left out, by resource
         self.left_out = 0  # objects of other API versions
         self.sha256 = ""  # of the tarball as read
+        self.converted_crds: set[str] = set()  # CRDs held as apiextensions.k8s.io/v1beta1, read as v1 (legacycrd.py)
         self._db = sqlite3.connect("", check_same_thread=False)  # "": on disk, private, deleted on close
         self._db.executescript(_SPOOL)
         self._lock = threading.Lock()  # the backup engine lists resources from several threads
@@ -135,8 +137,11 @@ class VeleroBackup:
         return sum(seen.count for _, seen in self._chosen().values())
 
     def left_out_note(self) -> str:
-        """What a command's line adds about the other API versions left out ("" when there were none)."""
-        return f"; {self.left_out} object(s) of other API versions left out" if self.left_out else ""
+        """What a command's line adds about the other API versions left out and the CRDs read as v1 ("" when
+        neither)."""
+        left = f"; {self.left_out} object(s) of other API versions left out" if self.left_out else ""
+        converted = len(self.converted_crds)
+        return left + (f"; {converted} apiextensions.k8s.io/v1beta1 CRD(s) converted to v1" if converted else "")
 
     def pages(self, qualified: str, namespace: str | None = None, limit: int = 500) -> Iterator[list[KubeObject]]:
         """The resource's objects (in `namespace` when given) in etcd's order (namespace, then name), `limit` a
@@ -238,6 +243,10 @@ def _read(path: Path, backup: VeleroBackup) -> None:
                 raise ArchiveError(f"member {shown(name)} is larger than {MAX_OBJECT_BYTES:,} bytes (the limit)")
             data = tar.read(member)
             obj = _object(data, name, place)
+            if place[0] == CRDS.qualified and legacycrd.is_v1beta1(obj):  # a cluster of 1.15 or older backed it up
+                obj = legacycrd.as_v1(obj)
+                data = orjson.dumps(obj)
+                backup.converted_crds.add(place[2])
             backup._add(place, bool(version), obj, data)
 
 
@@ -348,6 +357,7 @@ def import_backup(backup: VeleroBackup, store: ObjectStore, name: str, **request
                 "sha256": backup.sha256,
                 "formatVersion": backup.format_version,
                 "otherVersionsLeftOut": backup.left_out,
+                "convertedCRDs": sorted(backup.converted_crds),
             }
         },
         with_dependencies=False,  # the Velero backup holds what it holds: no cluster to follow references in

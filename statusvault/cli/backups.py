@@ -320,10 +320,17 @@ def _origin(imported: Any) -> list[str]:
     if not isinstance(source, dict):
         return []
     left = source.get("otherVersionsLeftOut") or 0
-    return [
+    converted = source.get("convertedCRDs")
+    lines = [
         f"Imported:   from Velero backup {source.get('tarball')} (format {source.get('formatVersion')}, sha256 "
         f"{str(source.get('sha256'))[:16]}...{f', {left} object(s) of other API versions left out' if left else ''})"
     ]
+    if isinstance(converted, list) and converted:
+        names = ", ".join(str(c)[:253] for c in converted[:5]) + (
+            f", ... ({len(converted)})" if len(converted) > 5 else ""
+        )
+        lines.append(f"            CRDs converted from apiextensions.k8s.io/v1beta1: {names}")
+    return lines
 
 
 def dependency_graph(deps: Any, limit: int = 200) -> list[str]:

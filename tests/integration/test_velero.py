@@ -11,7 +11,7 @@ import pytest
 
 from statusvault.errors import ExitStatus
 from statusvault.kinds import CRDS, NAMESPACES
-from tests.builders import cr, kc_status
+from tests.builders import cr, kc_status, unique
 from tests.integration import test_dependencies
 from tests.integration.crs.servers import delete_namespace
 from tests.integration.test_dependencies import KCP, ROOTS, World
@@ -165,3 +165,58 @@ def test_the_projects_real_crds_restore_from_a_velero_backup_with_every_status_e
     kcp = kube.get(projects.by_qualified(KCP), namespace, "c1-cp")
     assert [r["uid"] for r in kcp["metadata"]["ownerReferences"]] == [cluster["metadata"]["uid"]], "remapped"
     kube.delete(projects.by_qualified(ROOTS[3]), None, world.role)
+
+
+def test_a_v1beta1_crd_of_a_cluster_of_1_15_or_older_is_restored_as_v1(run, kube, namespace, fresh_discovery,
+                                                                       tmp_path):  # fmt: skip
+    """An old cluster's Velero backup holds its CRDs as apiextensions.k8s.io/v1beta1 (one schema, subresources and
+    printer columns for every version; unknown fields kept unless said otherwise), which servers from 1.22 on do not
+    serve: the CRD is written as v1 with the same meaning, and its objects' statuses come back."""
+    group = f"{unique('old')}.example.com"
+    plural = "gizmos"
+    definition = {
+        "apiVersion": "apiextensions.k8s.io/v1beta1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "version": "v1",
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": "gizmo", "kind": "Gizmo"},
+            "validation": {
+                "openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}},
+                }
+            },
+            "subresources": {"status": {}},
+            "additionalPrinterColumns": [{"name": "Size", "type": "integer", "JSONPath": ".spec.size"}],
+        },
+    }
+    gizmos = []
+    for i in range(2):
+        obj = cr(f"{group}/v1", "Gizmo", f"g-{i}", spec={"size": i, "legacyField": "kept"}, status=kc_status(i))
+        obj["metadata"]["namespace"] = namespace
+        gizmos.append((f"{plural}.{group}", obj))
+    path = tarball(tmp_path / "old.tar.gz", [(CRDS.qualified, definition), *gizmos], "1")
+    delete_namespace(kube, namespace)
+    try:
+        result = run("restore", str(path), "--from-velero", "-o", "json")
+
+        assert result.code == ExitStatus.SUCCESS, result.err
+        assert "1 apiextensions.k8s.io/v1beta1 CRD(s) converted to v1" in result.err
+        live = kube.get(CRDS, None, f"{plural}.{group}")
+        [version] = live["spec"]["versions"]
+        assert version["subresources"] == {"status": {}}
+        assert version["additionalPrinterColumns"][0]["jsonPath"] == ".spec.size"
+        rt = fresh_discovery().resolve(f"{plural}.{group}")
+        for i in range(2):
+            restored = kube.get(rt, namespace, f"g-{i}")
+            assert restored["status"] == kc_status(i)
+            assert restored["spec"] == {"size": i, "legacyField": "kept"}, "v1beta1 kept unknown fields: so does v1"
+        imported = run("import-velero", str(path), "--name", "old-cluster")
+        assert imported.code == ExitStatus.SUCCESS, imported.err
+        origin = run("describe", "old-cluster").out
+        assert f"CRDs converted from apiextensions.k8s.io/v1beta1: {plural}.{group}" in origin, origin
+    finally:
+        kube.delete(CRDS, None, f"{plural}.{group}")

@@ -78,7 +78,7 @@ def test_adapters_do_not_import_engines():
 # it. Foundations, then adapters (archive, storage, kube), then the engines, the commands built on engines, the CLI.
 LAYERS = (
     ("__version__", "errors", "model", "rfc3339", "progress", "metrics", "throttle", "killpoints"),
-    ("kinds", "labels", "transforms", "logs", "flagtable", "retention"),
+    ("kinds", "labels", "transforms", "logs", "flagtable", "retention", "legacycrd"),
     ("storage", "kube"),
     ("archive", "schedule", "writerlease", "processes", "dependencies"),
     ("backupstore",),

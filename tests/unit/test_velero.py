@@ -83,7 +83,8 @@ def test_a_v1beta1_crd_of_an_old_cluster_says_which_of_its_types_have_the_status
         types = {rt.qualified: rt for rt in read.types()}
     assert (types[KCS].custom, types[KCS].has_status) == (True, True), "spec.subresources: every version's"
     assert (types["pools.b.io"].custom, types["pools.b.io"].has_status) == (True, False), "its status: in the body"
-    assert types[CRD_Q].version == "v1beta1", "the CRDs themselves as the backup holds them"
+    assert types[CRD_Q].version == "v1", "the CRDs written as v1, which every server from 1.16 on serves"
+    assert read.converted_crds == {"kubernetesclusters.xyz.example.com", "pools.b.io"}
 
 
 def test_the_native_backup_verifies_and_keeps_every_status(tmp_path):
@@ -101,6 +102,7 @@ def test_the_native_backup_verifies_and_keeps_every_status(tmp_path):
             "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
             "formatVersion": "1.1.0",
             "otherVersionsLeftOut": 3,
+            "convertedCRDs": [],
         }
     }, "where it came from, in the manifest (the signed summary of a signed import)"
     assert catalog.describe(store, "nightly")["importedFrom"] == manifest["importedFrom"]
