@@ -37,7 +37,7 @@ from statusvault.cli.flags import (
     storage_options,
     verify_options,
 )
-from statusvault.cli.output import emit, human_size, table
+from statusvault.cli.output import OutputFormat, emit, human_size, table
 from statusvault.cli.watchviews import is_watch, verify_watch
 from statusvault.dependencies import Reference
 from statusvault.errors import ArchiveError, BackupExistsError
@@ -58,7 +58,7 @@ class BackupArgs(StorageArgs, SelectionArgs, KeysArgs, SigningArgs, LockArgs, Me
     page_size: int
     list_concurrency: int
     processes: int | None
-    output: str
+    output: OutputFormat
     schedule: str
 
 
@@ -66,7 +66,7 @@ class BackupArgs(StorageArgs, SelectionArgs, KeysArgs, SigningArgs, LockArgs, Me
 class ListArgs(StorageArgs):
     timeline: bool
     from_velero: bool
-    output: str
+    output: OutputFormat
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -74,7 +74,7 @@ class StoredArgs(StorageArgs):
     """One stored backup (describe, verify, download, delete)."""
 
     name: str
-    output: str
+    output: OutputFormat
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -194,7 +194,7 @@ def backup(app: App, args: BackupArgs) -> None:
     emit({**result.to_dict(), "lock": lock.to_dict() if lock else None}, args.output, text)
 
 
-def _relocked(name: str, store: ObjectStore, lock: ObjectLock, keys: tuple[str, ...], output: str) -> None:
+def _relocked(name: str, store: ObjectStore, lock: ObjectLock, keys: tuple[str, ...], output: OutputFormat) -> None:
     files = ", ".join(key.rsplit("/", 1)[-1] for key in keys)
     text = (
         f"Backup {name} already existed, but {files} lacked its Object Lock (a run stopped before locking it): "
@@ -425,7 +425,7 @@ def verify(app: App, args: VerifyArgs) -> None:
         raise ArchiveError(f"backup {name!r} failed verification")
 
 
-def _list_velero(store: ObjectStore, output: str) -> None:
+def _list_velero(store: ObjectStore, output: OutputFormat) -> None:
     from statusvault import velero
 
     found = velero.stored(store)
@@ -439,7 +439,7 @@ def _list_velero(store: ObjectStore, output: str) -> None:
     emit([b.to_dict() for b in found], output, text)
 
 
-def _verify_velero(store: ObjectStore, source: str, output: str) -> None:
+def _verify_velero(store: ObjectStore, source: str, output: OutputFormat) -> None:
     """A Velero backup read whole and checked as any archive (a problem is one line and exit 1), then the native
     backup made of it verified."""
     from statusvault import velero
@@ -499,7 +499,7 @@ class ImportArgs(StorageArgs, KeysArgs, SigningArgs):
     name: str | None
     velero_storage: str | None
     allow_plaintext_secrets: bool
-    output: str
+    output: OutputFormat
 
 
 @click.command("import-velero")

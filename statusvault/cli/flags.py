@@ -18,7 +18,7 @@ from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import FileKek, Kek, Keyring
 from statusvault.archive.signing import FileSigner, PublicKey, Signer
 from statusvault.cli.app import App
-from statusvault.cli.output import FORMATS
+from statusvault.cli.output import OutputFormat
 from statusvault.errors import ConfigError
 from statusvault.flagtable import check_options
 from statusvault.metrics import RunMetrics, recorded
@@ -298,9 +298,10 @@ def output_option(f: F) -> F:
         "-o",
         "--output",
         "output",
-        type=click.Choice(FORMATS),
-        default="text",
+        type=click.Choice([f.value for f in OutputFormat]),
+        default=OutputFormat.TEXT.value,
         show_default=True,
+        callback=lambda _ctx, _param, value: OutputFormat(value),
         help="Output format.",
     )(f)
 

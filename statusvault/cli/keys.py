@@ -12,7 +12,7 @@ from statusvault.backupstore import BackupStore
 from statusvault.cli.app import App
 from statusvault.cli.backups import StoredArgs
 from statusvault.cli.flags import StorageArgs, kek_of, output_option, pass_args, storage_options
-from statusvault.cli.output import emit, table
+from statusvault.cli.output import OutputFormat, emit, table
 from statusvault.errors import ConfigError, PartialFailure
 
 
@@ -28,7 +28,7 @@ class RotateArgs(StorageArgs):
     new: str
     all_: bool
     retire: bool
-    output: str
+    output: OutputFormat
 
 
 @click.group()
@@ -99,7 +99,7 @@ def rotate(app: App, args: RotateArgs) -> None:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GenerateKeyArgs:
     path: str
-    output: str
+    output: OutputFormat
 
 
 @keys_group.command("generate-signing-key")

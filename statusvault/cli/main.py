@@ -11,7 +11,8 @@ import click
 
 from statusvault import __version__
 from statusvault.cli.app import App
-from statusvault.cli.output import emit, table
+from statusvault.cli.flags import output_option
+from statusvault.cli.output import OutputFormat, emit, table
 from statusvault.errors import ExitStatus, StatusVaultError
 from statusvault.logs import setup_logging
 
@@ -75,9 +76,9 @@ def cli(ctx: click.Context, kubeconfig: str | None, context: str | None, debug: 
 
 
 @cli.command("cluster-info")
-@click.option("-o", "--output", type=click.Choice(["text", "json", "yaml"]), default="text", show_default=True)
+@output_option
 @click.pass_obj
-def cluster_info(app: App, output: str) -> None:
+def cluster_info(app: App, output: OutputFormat) -> None:
     """Show the server version and which served resources have a /status subresource."""
     version = app.client().server_version()
     resources = sorted(app.discovery().preferred, key=lambda r: r.qualified)

@@ -19,7 +19,7 @@ from statusvault.cli.flags import (
     storage_options,
     strict_option,
 )
-from statusvault.cli.output import emit
+from statusvault.cli.output import OutputFormat, emit
 from statusvault.cli.restore import RestoreOptionArgs
 from statusvault.cli.restoreview import render
 from statusvault.errors import PartialFailure
@@ -54,7 +54,7 @@ class MoveArgs(StorageArgs, RestoreOptionArgs):
     abort: bool
     strict: bool
     state_dir: str
-    output: str
+    output: OutputFormat
     with_dependencies: bool | None
 
 
@@ -167,7 +167,7 @@ def _show_abort(report: AbortReport) -> None:
     )
 
 
-def _show(report: MoveReport, output: str, strict: bool) -> None:
+def _show(report: MoveReport, output: OutputFormat, strict: bool) -> None:
     restore = report.restore.report if report.restore is not None else None
     lines = [f"Move recorded as backup {report.name}: {report.source_paused} object(s) paused in the source."]
     lines += [f"note: not paused in the source (no pause marker known): {x}" for x in report.source_unpausable]

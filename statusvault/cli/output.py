@@ -13,7 +13,13 @@ from typing import Any
 import click
 import yaml
 
-FORMATS = ("text", "json", "yaml")
+
+class OutputFormat(enum.StrEnum):
+    """-o: what a command prints."""
+
+    TEXT = "text"  # tables and lines for a person
+    JSON = "json"
+    YAML = "yaml"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -29,25 +35,25 @@ class _Dumper(yaml.SafeDumper):
 _Dumper.add_multi_representer(enum.Enum, lambda dumper, member: dumper.represent_data(member.value))
 
 
-def emit(data: Any, fmt: str, text: str) -> None:
+def emit(data: Any, fmt: OutputFormat, text: str) -> None:
     """Print `data` as JSON/YAML, or the prepared `text`."""
-    if fmt == "json":
+    if fmt == OutputFormat.JSON:
         click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
-    elif fmt == "yaml":
+    elif fmt == OutputFormat.YAML:
         click.echo(yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False).rstrip())
     else:
         click.echo(text)
 
 
-def emit_items(head: dict[str, Any], items: Iterable[Any], fmt: str, text: Callable[[], str]) -> None:
+def emit_items(head: dict[str, Any], items: Iterable[Any], fmt: OutputFormat, text: Callable[[], str]) -> None:
     """Like emit, for a document whose "items" may be too many to hold: JSON is streamed item by item."""
-    if fmt == "json":
+    if fmt == OutputFormat.JSON:
         opening = json.dumps(head, indent=2)
         sys.stdout.write(opening[:-2] + ',\n  "items": [')
         for n, item in enumerate(items):
             sys.stdout.write(("," if n else "") + "\n    " + json.dumps(item))
         sys.stdout.write("\n  ]\n}\n")
-    elif fmt == "yaml":
+    elif fmt == OutputFormat.YAML:
         emit({**head, "items": list(items)}, fmt, "")
     else:
         click.echo(text())

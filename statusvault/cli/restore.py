@@ -29,7 +29,7 @@ from statusvault.cli.flags import (
     strict_option,
     verify_options,
 )
-from statusvault.cli.output import emit, emit_items
+from statusvault.cli.output import OutputFormat, emit, emit_items
 from statusvault.cli.restoreview import render
 from statusvault.errors import PartialFailure, StatusVaultError
 from statusvault.model import DryRun
@@ -88,7 +88,7 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, TrustedKeysArgs, MetricsArgs):
     restart: bool
     stream: bool | None
     settle_seconds: float
-    output: str
+    output: OutputFormat
 
 
 @click.command("restore")

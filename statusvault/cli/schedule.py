@@ -28,7 +28,7 @@ from statusvault.cli.flags import (
     selection_options,
     storage_options,
 )
-from statusvault.cli.output import emit, emit_manifests, table
+from statusvault.cli.output import OutputFormat, emit, emit_manifests, table
 from statusvault.errors import ConfigError, KubeConnectionError
 from statusvault.kube.apply import apply_manifests
 from statusvault.kube.discovery import Discovery
@@ -66,7 +66,7 @@ class PruneArgs(StorageArgs, RetentionArgs, MetricsArgs):
     watch: str
     incomplete_grace: str
     dry_run: DryRun  # none | client
-    output: str
+    output: OutputFormat
 
     def policy(self) -> RetentionPolicy:
         ttl = parse_duration(self.ttl) if self.ttl else None

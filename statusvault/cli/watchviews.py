@@ -6,7 +6,7 @@ from typing import Any
 
 from statusvault.archive.envelope import Keys
 from statusvault.backupstore import BackupStore
-from statusvault.cli.output import emit, human_size, table
+from statusvault.cli.output import OutputFormat, emit, human_size, table
 from statusvault.errors import ArchiveError
 from statusvault.retention import Decision, RetentionPolicy
 from statusvault.storage.base import ObjectStore
@@ -19,7 +19,7 @@ def is_watch(store: ObjectStore, name: str) -> bool:
     return not BackupStore(store).is_complete(name) and chains.watch_exists(store, name)
 
 
-def show_timeline(store: ObjectStore, output: str) -> None:
+def show_timeline(store: ObjectStore, output: OutputFormat) -> None:
     data, rows = [], []
     for watch in chains.watch_names(store):
         found = chains.chains(store, watch)
@@ -31,7 +31,7 @@ def show_timeline(store: ObjectStore, output: str) -> None:
     emit(data, output, text)
 
 
-def verify_watch(store: ObjectStore, name: str, key: Keys, output: str) -> None:
+def verify_watch(store: ObjectStore, name: str, key: Keys, output: OutputFormat) -> None:
     """Walk every chain; a broken one is one line and a non-zero exit."""
     try:
         found, unread = chains.verify(store, name, key)
@@ -47,7 +47,9 @@ def verify_watch(store: ObjectStore, name: str, key: Keys, output: str) -> None:
     emit(data, output, text)
 
 
-def prune_watch_cmd(store: ObjectStore, watch: str, policy: RetentionPolicy, dry_run: bool, output: str) -> None:
+def prune_watch_cmd(
+    store: ObjectStore, watch: str, policy: RetentionPolicy, dry_run: bool, output: OutputFormat
+) -> None:
     decisions: list[Decision] = prune_watch(store, watch, policy, dry_run)
     verb = "would delete" if dry_run else "deleted"
     rows = [(d.name, verb if d.delete else "keep", d.reason) for d in decisions]

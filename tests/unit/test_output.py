@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import yaml
 
-from statusvault.cli.output import emit, emit_manifests
+from statusvault.cli.output import OutputFormat, emit, emit_manifests
 from statusvault.model import DryRun
 from statusvault.restore.results.report import Outcome, StatusOutcome
 
 
 def test_yaml_writes_enum_members_as_their_values(capsys):
     emit(
-        {"dryRun": DryRun.CLIENT, "items": [{"outcome": Outcome.CREATED, "status": StatusOutcome.WRITTEN}]}, "yaml", ""
+        {"dryRun": DryRun.CLIENT, "items": [{"outcome": Outcome.CREATED, "status": StatusOutcome.WRITTEN}]},
+        OutputFormat.YAML,
+        "",
     )
     out = capsys.readouterr().out
     assert yaml.safe_load(out) == {"dryRun": "client", "items": [{"outcome": "created", "status": "written"}]}
