@@ -352,6 +352,25 @@ def test_a_restore_killed_among_the_dependencies_ends_exact_with_the_same_comman
     assert world.read_statuses() == world.statuses
 
 
+def test_a_restore_of_dependencies_through_faults_ends_exact(run, kube, world, key_file, proxied):
+    """429s, 5xx, resets and lost answers (a create the server made whose answer never came) on the way to the
+    server: the dependencies and their dependents all come back exact, once each."""
+    assert world.backup(run, "faulty", "--with-dependencies", "--encryption-key-file", key_file).code == 0
+    world.destroy()
+    proxy, kubeconfig = proxied(0.15, seed=11, retry_after="0.1")
+
+    result = run("restore", "faulty", "--encryption-key-file", key_file, "--parallel", "4", "-o", "json",
+                 kubeconfig=kubeconfig)  # fmt: skip
+
+    assert result.code == ExitStatus.SUCCESS, result.err
+    assert sum(proxy.counts.values()) > 0, "faults were injected"
+    for name, saved in world.taken.items():
+        assert kube.get(SECRETS, world.ns, name)["data"] == saved["data"], name
+    assert world.read_statuses() == world.statuses
+    items = json.loads(result.out)["items"]
+    assert len({(i["resource"], i["namespace"], i["name"]) for i in items}) == len(items), "one result per object"
+
+
 def test_cluster_api_objects_bring_their_dependencies_unasked_but_never_secrets_in_clear(run, kube, world, key_file):
     capi = ("-n", world.ns, "--include-resources", ROOTS[0])
     sealed = run("backup", "sealed", *capi, "--encryption-key-file", key_file)

@@ -14,12 +14,12 @@ import yaml
 
 from statusvault.cli.specfields import crds as restore_crds
 from statusvault.errors import KubeApiError
-from statusvault.kinds import EVENTS, LEASES, NAMESPACES
+from statusvault.kinds import CRDS, EVENTS, LEASES, NAMESPACES
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import APPLY_PATCH, MERGE_PATCH, Request
 from statusvault.rfc3339 import format_micro
 from statusvault.testing.fixtures import ensure_namespace, install_crds
-from tests.builders import cr, kc_status, unique
+from tests.builders import cr, crd, kc_status, unique
 from tests.integration.crs.servers import delete_namespace
 from tests.integration.crs.test_restore import KC
 
@@ -311,6 +311,41 @@ def test_a_backup_resource_is_backed_up_once_and_restorable(
     assert run("controller", "run", "-n", ctl_ns, "--once").code == 0
     wait_for(restores, kube, ctl_ns, "back")
     assert kube.get(crds.resolve("kc"), namespace, "k-0")["status"] == kc_status(5)
+
+
+def test_a_backup_resource_takes_dependencies_and_keeps_secret_data_out_of_a_plaintext_backup_unless_allowed(
+    run, kube, crds, namespace, backups, ctl_ns
+):
+    """spec.with-dependencies and spec.allow-plaintext-secrets mean what the CLI's flags mean: a Secret the cluster
+    names by a reference is a dependency; asked for in an unencrypted backup it fails the Backup, with nothing
+    kept, until the spec allows plaintext Secret data."""
+    group = f"{unique('deps')}.example.com"
+    vaults = install_crds(kube, [crd(group, "Vault")]).resolve(f"vaults.{group}")
+    spec = {"region": "eu", "credentialsSecretRef": {"name": "creds"}}
+    vault = cr(f"{group}/v1", "Vault", "v-0", spec=spec)
+    vault["metadata"]["namespace"] = namespace
+    created = kube.create(vaults, namespace, vault)
+    kube.replace(vaults, namespace, "v-0", {**created, "status": kc_status(1)}, sub="status")
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"}, "data": {"token": "c2VjcmV0"}}
+    kube.create(crds.resolve("secrets"), namespace, secret)
+    body = {"apiVersion": "statusvault.dev/v1alpha1", "kind": "Backup"}
+    wanted = {"namespace": [namespace], "include-crds": False, "with-dependencies": True}
+    kube.create(backups, ctl_ns, {**body, "metadata": {"name": "refused"}, "spec": wanted})
+    assert run("controller", "run", "-n", ctl_ns, "--once").code == 0
+
+    refused = wait_for(backups, kube, ctl_ns, "refused", "Ready", "False")["status"]
+    assert refused["reason"] == "BackupFailed" and "--allow-plaintext-secrets" in refused["message"], refused
+    assert not list((run.storage / "backups").glob("refused/*")), "nothing of it kept"
+
+    allowed = {**wanted, "allow-plaintext-secrets": True}
+    kube.create(backups, ctl_ns, {**body, "metadata": {"name": "allowed"}, "spec": allowed})
+    assert run("controller", "run", "-n", ctl_ns, "--once").code == 0
+    assert wait_for(backups, kube, ctl_ns, "allowed")["status"]["phase"] == "Complete"
+    described = json.loads(run("describe", "allowed", "-o", "json").out)
+    assert described["resources"]["secrets"]["count"] == 1, described["resources"]
+    edges = described["dependencies"]["edges"]
+    assert any("creds" in json.dumps(e) and "credentialsSecretRef" in json.dumps(e) for e in edges), edges
+    kube.delete(CRDS, None, f"vaults.{group}")
 
 
 def test_deleting_a_backup_mid_run_stops_it_before_it_lands(
