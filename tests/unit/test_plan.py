@@ -236,3 +236,34 @@ def test_a_plan_made_before_order_groups_is_refused_with_the_way_out(tmp_path):
     db.close()
     with pytest.raises(StatusVaultError, match="earlier statusvault.*start over with --restart"):
         RestorePlan.open(path)
+
+
+def test_writer_threads_never_wait_for_a_journal_commit_and_a_flush_misses_no_mark(tmp_path):
+    """A mark that makes a batch due while another thread commits goes on at once (that commit, or the next, takes
+    it); a created mark is seen by was_created throughout; flush() returns with every earlier mark committed."""
+    import threading
+
+    from statusvault.restore.running import journal as journal_module
+
+    journal = Journal.create(tmp_path / "j.sqlite")
+    items = [item(f"o-{n}") for n in range(journal_module.DONE_BATCH * 3)]
+    for n, it in enumerate(items, 1):
+        it.seq = n
+    journal._db_lock.acquire()  # a commit under way in another thread
+    marked = threading.Event()
+
+    def writer() -> None:
+        for it in items:
+            journal.mark_created(it)
+            journal.mark_done(it)
+        marked.set()
+
+    threading.Thread(target=writer).start()
+    assert marked.wait(10), "a writer thread queued behind the commit"
+    assert all(journal.was_created(it) for it in items[:3]), "pending marks count as created"
+    journal._db_lock.release()
+    journal.flush()
+    journal.close()
+    again = Journal.open(tmp_path / "j.sqlite")
+    assert again.resumed == len(items) and all(again.was_created(it) for it in items)
+    again.close()

@@ -44,7 +44,12 @@ def new_manager() -> str:
 
 class Journal:
     """Progress recorded from worker threads (one connection, serialised by a lock; WAL, so the plan's
-    reader sees a consistent view). A scratch journal (a dry run) is a temp file removed on close."""
+    reader sees a consistent view). A scratch journal (a dry run) is a temp file removed on close.
+
+    Two locks: `_lock` guards the batched marks and is held only to append or swap them, never across a call into
+    SQLite (which lets go of the interpreter lock); `_db_lock` serialises the connection. A writer thread whose mark
+    makes a batch due commits it only if no other thread is committing: so writer threads never queue behind a
+    commit, where each of them would have slept and been woken again."""
 
     def __init__(self, path: Path, db: sqlite3.Connection, manager: str, started: float, kept: bool, backup: str = ""):
         self.path = path
@@ -54,6 +59,7 @@ class Journal:
         self.kept = kept
         self._db = db
         self._lock = threading.Lock()
+        self._db_lock = threading.Lock()
         self._done: list[tuple[int]] = []  # finished objects not yet committed (one commit per batch)
         self._created: set[int] = set()  # created objects not yet committed (same batches)
         self._flushed = time.monotonic()
@@ -106,7 +112,7 @@ class Journal:
             self._done.append((item.seq,))
             due = self._due()
         if due:
-            self.flush()
+            self._commit_unless_busy()
 
     def mark_created(self, item: PlanItem) -> None:
         """Batched with the done marks. A re-run that lost this mark to a kill -9 still knows the object as its
@@ -116,7 +122,7 @@ class Journal:
             self._created.add(item.seq)
             due = self._due()
         if due:
-            self.flush()
+            self._commit_unless_busy()
 
     def _due(self) -> bool:
         """Whether the batched marks are due for a commit (called holding the lock)."""
@@ -124,15 +130,31 @@ class Journal:
         return pending >= DONE_BATCH or time.monotonic() - self._flushed >= DONE_EVERY
 
     def flush(self) -> None:
-        """Commit the batched marks (before anything reads the journal's done table)."""
+        """Commit the batched marks (before anything reads the journal's done table): every mark made before the
+        call is committed when it returns (a commit under way is waited for, then what it did not take)."""
+        with self._db_lock:
+            self._commit()
+
+    def _commit_unless_busy(self) -> None:
+        """Commit the batched marks, unless another thread is committing (it, or the next mark due, takes them)."""
+        if self._db_lock.acquire(blocking=False):
+            try:
+                self._commit()
+            finally:
+                self._db_lock.release()
+
+    def _commit(self) -> None:
+        """Holding _db_lock. A created mark stays pending until committed, so was_created never misses it."""
         with self._lock:
             done, self._done, self._flushed = self._done, [], time.monotonic()
-            created, self._created = self._created, set()
-            if done or created:
-                with self._db:
-                    self._db.execute("BEGIN")
-                    self._db.executemany("INSERT OR IGNORE INTO created VALUES (?)", [(seq,) for seq in created])
-                    self._db.executemany("INSERT OR IGNORE INTO done VALUES (?)", done)
+            created = set(self._created)
+        if done or created:
+            with self._db:
+                self._db.execute("BEGIN")
+                self._db.executemany("INSERT OR IGNORE INTO created VALUES (?)", [(seq,) for seq in created])
+                self._db.executemany("INSERT OR IGNORE INTO done VALUES (?)", done)
+        with self._lock:
+            self._created -= created
 
     def mark_paused(self, item: PlanItem) -> None:
         """Before the create that pauses it: a run killed right after still knows to unpause it."""
@@ -157,20 +179,20 @@ class Journal:
 
     def scale_count(self, workload: str) -> int | None:
         """The replica count kept for a workload this restore scaled to 0 (None: none kept here)."""
-        with self._lock:
+        with self._db_lock:
             row = self._db.execute("SELECT replicas FROM scale_counts WHERE workload = ?", (workload,)).fetchone()
         return int(row[0]) if row is not None else None
 
     def scaled(self) -> list[str]:
         """The workloads a run of this restore scaled to 0 and has not scaled back yet (an older release's too:
         it kept their count on the workload)."""
-        with self._lock:
+        with self._db_lock:
             rows = self._db.execute("SELECT workload FROM scale_counts UNION SELECT workload FROM scaled ORDER BY 1")
             return [w for (w,) in rows]
 
     def gates(self) -> dict[int, tuple[str, float]]:
         """The gates an earlier run (or this one) got past: group -> (outcome, seconds waited)."""
-        with self._lock:
+        with self._db_lock:
             return {g: (o, w) for g, o, w in self._db.execute("SELECT grp, outcome, waited FROM gates")}
 
     def was_created(self, item: PlanItem) -> bool:
@@ -178,11 +200,12 @@ class Journal:
         with self._lock:
             if item.seq in self._created:
                 return True
+        with self._db_lock:  # committed marks only leave _created once the commit is done: none is missed
             return self._db.execute("SELECT 1 FROM created WHERE seq = ?", (item.seq,)).fetchone() is not None
 
     def is_done(self, seq: int) -> bool:
         """Whether an earlier run finished the item numbered seq (a resumed streamed restore asks per item)."""
-        with self._lock:
+        with self._db_lock:
             return self._db.execute("SELECT 1 FROM done WHERE seq = ?", (seq,)).fetchone() is not None
 
     def paused_count(self) -> int:
@@ -193,15 +216,15 @@ class Journal:
         self._write("INSERT OR REPLACE INTO uids VALUES (?, ?)", (old, new))
 
     def learned_uids(self) -> dict[str, str]:
-        with self._lock:
+        with self._db_lock:
             return dict(self._db.execute("SELECT old, new FROM uids"))
 
     def _write(self, sql: str, args: tuple[object, ...]) -> None:
-        with self._lock:
+        with self._db_lock:
             self._db.execute(sql, args)
 
     def _count(self, table: str) -> int:
-        with self._lock:
+        with self._db_lock:
             count: int = self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
         return count
 
