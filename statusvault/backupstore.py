@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from statusvault.archive.format import MAX_HEAD_BYTES, check_json_size, check_summary
+from statusvault.archive.format import MAX_HEAD_BYTES, check_json_size, check_summary, json_object
 from statusvault.errors import ArchiveError, BackupHeldError, BackupNotFoundError, StorageError
 from statusvault.storage.base import (
     ARCHIVE_FILE,
@@ -51,12 +51,7 @@ def parse_manifest(data: bytes, name: str) -> Manifest:
     if len(data) > MAX_HEAD_BYTES:
         raise ArchiveError(f"manifest of backup {name!r} is larger than the limit ({MAX_HEAD_BYTES:,} bytes)")
     check_json_size(f"manifest of backup {name!r}", data)
-    try:
-        manifest = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        raise ArchiveError(f"manifest of backup {name!r} is not valid JSON: {e}") from e
-    if not isinstance(manifest, dict):
-        raise ArchiveError(f"manifest of backup {name!r} is not a JSON object")
+    manifest = json_object(f"manifest of backup {name!r}", data)
     check_summary(manifest)
     return manifest
 

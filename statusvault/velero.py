@@ -43,6 +43,7 @@ from statusvault.archive.format import (
     MAX_PATH_BYTES,
     RESOURCES_DIR,
     check_json_size,
+    json_document,
     parse_member_path,
     shown,
     stream_bound,
@@ -290,10 +291,7 @@ def _place(name: str, label: str) -> tuple[tuple[str, str, str], str]:
 
 def _object(data: bytes, name: str, place: tuple[str, str, str]) -> KubeObject:
     check_json_size(f"member {shown(name)}", data, MAX_JSON_VALUES)
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        raise ArchiveError(f"member {shown(name)} is not valid JSON: {e}") from None
+    obj = json_document(f"member {shown(name)}", data)
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if not isinstance(meta, dict) or not isinstance(obj.get("apiVersion"), str) or not isinstance(obj.get("kind"), str):
         raise ArchiveError(f"member {shown(name)} is not a Kubernetes object (apiVersion, kind, metadata)")

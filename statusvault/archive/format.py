@@ -198,6 +198,22 @@ def stream_bound(manifest: dict[str, Any]) -> int:
     return data + (objects + 8) * FRAME_BYTES + MAX_MANIFEST_BYTES  # 8 more: the manifest's, the end, read-ahead
 
 
+def json_document(what: str, data: bytes) -> Any:
+    """`data` parsed (check_json_size it first), or one line naming `what`: "<what> is not valid JSON: ..."."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise ArchiveError(f"{what} is not valid JSON: {e}") from None
+
+
+def json_object(what: str, data: bytes) -> dict[str, Any]:
+    """As json_document, for a document that must be a JSON object: "<what> is not a JSON object" otherwise."""
+    value = json_document(what, data)
+    if not isinstance(value, dict):
+        raise ArchiveError(f"{what} is not a JSON object")
+    return value
+
+
 def check_json_size(what: str, data: bytes, limit: int = MAX_HEAD_VALUES) -> None:
     """Refuse a document whose parse would cost more memory than `limit` values (about 100 bytes each)."""
     if len(data) <= limit:  # each value counted is one byte: no need to count
@@ -217,10 +233,7 @@ def checked_object(path: str, key: ObjectKey, data: bytes) -> dict[str, Any]:
     """The object, after checking the file holds one JSON object with a kind, named as its path says."""
     if len(data) > MAX_JSON_VALUES:
         check_json_size(shown(path), data, MAX_JSON_VALUES)
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        raise ArchiveError(f"{shown(path)} is not valid JSON: {e}") from None
+    obj = json_document(shown(path), data)
     if not isinstance(obj, dict):
         raise ArchiveError(f"{shown(path)} does not hold a JSON object")
     meta, kind = obj.get("metadata"), obj.get("kind")

@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import orjson
 
-from statusvault.archive.format import MAX_HEAD_BYTES, MAX_OBJECTS, check_json_size
+from statusvault.archive.format import MAX_HEAD_BYTES, MAX_OBJECTS, check_json_size, json_document
 from statusvault.errors import ArchiveError
 
 READ = 1 << 16
@@ -187,8 +187,5 @@ def _head(spool: IO[bytes], pieces: list[tuple[int, int]], label: str) -> dict[s
         parts.append(spool.read(end - start))
     data = b"{" + b",".join(parts) + b"}"
     check_json_size(f"manifest.json in {label}", data)
-    try:
-        head: dict[str, Any] = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        raise ArchiveError(f"manifest.json in {label} is not valid JSON: {e}") from None
+    head: dict[str, Any] = json_document(f"manifest.json in {label}", data)
     return head

@@ -18,6 +18,7 @@ from statusvault import rfc3339
 from statusvault.archive import file_sha256, signing
 from statusvault.archive.crypto import ALGORITHM, EncryptingWriter, Key, decrypt_file
 from statusvault.archive.envelope import FileKek, Keyring, Keys
+from statusvault.archive.format import json_object
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.storage.base import ObjectStore
 
@@ -134,13 +135,7 @@ def read_json(store: ObjectStore, key: str, what: str) -> dict[str, Any]:
     data = store.get(key, MAX_MANIFEST_BYTES + 1)
     if len(data) > MAX_MANIFEST_BYTES:
         raise ArchiveError(f"{what} is larger than {MAX_MANIFEST_BYTES:,} bytes")
-    try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        raise ArchiveError(f"{what} is not valid JSON: {e}") from None
-    if not isinstance(value, dict):
-        raise ArchiveError(f"{what} is not a JSON object")
-    return value
+    return json_object(what, data)
 
 
 @contextlib.contextmanager
