@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from statusvault import __version__, rfc3339
+from statusvault import installed_version, rfc3339
 from statusvault.archive import FORMAT_VERSION, ArchiveWriter, member_path, signing
 from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import Keyring, Keys, context, sealed_field
@@ -372,7 +372,7 @@ class BackupEngine:
         version = self.client.server_version()
         return {
             "formatVersion": FORMAT_VERSION,
-            "tool": {"name": "statusvault", "version": __version__},
+            "tool": {"name": "statusvault", "version": installed_version()},
             "name": name,
             "createdAt": rfc3339.format_seconds(created_at),
             "completedAt": rfc3339.format_seconds(dt.datetime.now(dt.UTC)),

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from statusvault import __version__
+from statusvault import installed_version
 from statusvault.cli.app import App
 from statusvault.cli.flags import output_option
 from statusvault.cli.output import OutputFormat, emit, table
@@ -42,6 +42,13 @@ class _LazyGroup(click.Group):
         return self.commands.get(name)
 
 
+def _show_version(ctx: click.Context, value: bool) -> None:
+    """--version, as click's version_option prints it; the version is read only when asked for."""
+    if value and not ctx.resilient_parsing:
+        click.echo(f"statusvault, version {installed_version()}")
+        ctx.exit()
+
+
 @click.group(
     cls=_LazyGroup,
     context_settings={
@@ -50,7 +57,14 @@ class _LazyGroup(click.Group):
         "auto_envvar_prefix": "STATUSVAULT",
     },
 )
-@click.version_option(__version__, "--version", prog_name="statusvault")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, _param, value: _show_version(ctx, value),
+    help="Show the version and exit.",
+)
 @click.option(
     "--kubeconfig",
     envvar="STATUSVAULT_KUBECONFIG",

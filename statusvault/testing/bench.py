@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from statusvault import __version__
+from statusvault import installed_version
 from statusvault.backup import LIST_CONCURRENCY
 from statusvault.testing.benchcore import (
     CRD,
@@ -74,7 +74,7 @@ def machine() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "statusvault": __version__,
+        "statusvault": installed_version(),
         "kubernetes": f"{RELEASES[KUBE_VERSION].git_version} (local kube-apiserver + etcd)",
         "urllib3": version("urllib3"),
         "orjson": orjson.__version__,

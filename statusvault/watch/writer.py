@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from statusvault import __version__
+from statusvault import installed_version
 from statusvault.archive import signing
 from statusvault.archive.crypto import Key
 from statusvault.archive.signing import Signer
@@ -132,7 +132,7 @@ class ChainWriter:
         manifest: dict[str, Any] = {
             "formatVersion": SEGMENT_FORMAT,
             "kind": SEGMENT_KIND,
-            "tool": {"name": "statusvault", "version": __version__},
+            "tool": {"name": "statusvault", "version": installed_version()},
             "watch": self.watch,
             "base": self.base,
             "seq": seq,

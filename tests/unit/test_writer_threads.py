@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from typing import Any
 
 import pytest
 
@@ -84,3 +86,44 @@ def test_a_failing_task_is_logged_and_the_thread_goes_on(caplog: pytest.LogCaptu
         writers.close()
     assert ran == [1, 2]
     assert "a task failed" in caplog.text
+
+
+def test_the_submitter_is_woken_once_per_half_bound_and_never_exceeds_the_bound() -> None:
+    """Slots come back half the bound at a time: the archive walk is woken once per `refill` finished objects,
+    not once per object, and what is queued or running never exceeds the bound."""
+    bound, tasks = 8, 400
+    lock = threading.Lock()
+    finished = 0
+    in_flight: list[int] = []
+
+    def work(task: int) -> None:
+        nonlocal finished
+        time.sleep(0.0005)
+        with lock:
+            finished += 1
+
+    writers = WriterThreads(work, threads=3, bound=bound, name="t")
+    waits = 0
+
+    class Counted:  # the returned-slots queue, counting the submitter's waits on it
+        def __init__(self, queue: Any) -> None:
+            self.queue = queue
+
+        def get(self) -> None:
+            nonlocal waits
+            waits += 1
+            self.queue.get()
+
+        def put(self, item: None) -> None:
+            self.queue.put(item)
+
+    writers._returned = Counted(writers._returned)  # type: ignore[assignment]
+    for i in range(tasks):
+        writers.submit(i)
+        with lock:
+            in_flight.append(i + 1 - finished)
+    writers.close()
+    assert finished == tasks
+    assert max(in_flight) <= bound
+    assert writers.refill == bound // 2
+    assert (tasks - bound) / writers.refill <= waits <= (tasks - bound) / writers.refill + 1

@@ -2,10 +2,15 @@
 
 Not a ThreadPoolExecutor: its Future per object (a Condition, its locks, a done callback), the pure-Python
 semaphores that bounded what was in flight and its idle-thread check cost ~15 µs of CPU per object, under the
-interpreter lock, for results nobody waits on. Here an object costs a put and a get on two C-level queues."""
+interpreter lock, for results nobody waits on. Here an object costs a put and a get on a C-level queue.
+
+The submitting thread (a wave's archive walk) is woken by the writers once per half of the bound, not once per
+finished task: each wake-up is a hand-off of the interpreter lock, and a thread that waits for one free slot at a
+time is woken for every object (issue 41)."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections.abc import Callable
@@ -26,14 +31,21 @@ class WriterThreads(Generic[Task]):
         self.threads = threads
         self.name = name
         self._tasks: SimpleQueue[Task | None] = SimpleQueue()
-        self._slots: SimpleQueue[None] = SimpleQueue()  # one entry per task that may still be taken on
-        for _ in range(bound):
-            self._slots.put(None)
+        # slots are handed back `refill` at a time: one entry in `_returned` per `refill` tasks finished. The
+        # submitter waits only with all `bound` slots taken, when at least `bound` - `refill` + 1 tasks are still
+        # queued or running, so the next entry always comes (refill <= bound)
+        self.refill = max(1, bound // 2)
+        self._credits = bound  # slots the submitter may still take before it waits (only it touches this)
+        self._returned: SimpleQueue[None] = SimpleQueue()
+        self._finished = itertools.count(1)  # its next() is atomic: the writers count without a lock
         self._started: list[threading.Thread] = []
         self._dropping = False
 
     def submit(self, task: Task) -> None:
-        self._slots.get()
+        if not self._credits:
+            self._returned.get()
+            self._credits = self.refill
+        self._credits -= 1
         self._tasks.put(task)  # first: a thread started now finds it at once, as the starting thread waits
         if len(self._started) < self.threads:
             thread = threading.Thread(target=self._run, name=f"{self.name}_{len(self._started)}")
@@ -57,4 +69,5 @@ class WriterThreads(Generic[Task]):
             except Exception:  # as ThreadPoolExecutor did with a failing callback: logged, the thread goes on
                 log.exception("%s: a task failed", self.name)
             finally:
-                self._slots.put(None)
+                if next(self._finished) % self.refill == 0:
+                    self._returned.put(None)
