@@ -6,10 +6,7 @@ parse URLs and run the email parser over every response's headers. This client w
 buffer and reads the status line and headers with C-level readline calls, so a request costs a fraction of
 that. It speaks only what the API server needs: Content-Length and chunked bodies, no compression, and
 proxies as kubectl does (an `http://` proxy, tunnelled with CONNECT, from the kubeconfig's `proxy-url` or
-from `HTTPS_PROXY`/`NO_PROXY`).
-
-An idle connection is checked before reuse with a call that keeps the interpreter lock (`Connection.dropped`):
-a poll, like every blocking call, hands the interpreter lock to another writer thread and takes it back."""
+from `HTTPS_PROXY`/`NO_PROXY`)."""
 
 from __future__ import annotations
 
@@ -22,7 +19,6 @@ import re
 import select
 import socket
 import ssl
-import sys
 import threading
 from collections.abc import Iterator, Mapping
 from typing import IO
@@ -195,13 +191,9 @@ class Connection:
 
     def dropped(self) -> bool:
         """Whether this idle connection can no longer carry a request: the server closed it (or sent something
-        unasked, which only a closing server does, and closes right after). On Linux the TCP state says so
-        (`getsockopt` keeps the interpreter lock: a restore asks this before every request); elsewhere the socket
-        is polled without waiting, as urllib3 does (poll where the platform has it: select is limited to low
-        descriptor numbers)."""
+        unasked, which only a closing server does). Asked of the socket without waiting, as urllib3 does (poll where
+        the platform has it: select is limited to low descriptor numbers)."""
         try:
-            if _TCP_INFO:
-                return self.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] != _TCP_ESTABLISHED
             if hasattr(select, "poll"):
                 poller = select.poll()
                 poller.register(self.sock, select.POLLIN)
@@ -363,10 +355,6 @@ def _readline(sock: socket.socket) -> bytes:
         if len(line) > MAX_LINE:
             raise ProtocolError("the proxy's answer to CONNECT has an overlong line")
     return line
-
-
-_TCP_INFO = sys.platform == "linux" and hasattr(socket, "TCP_INFO")  # struct tcp_info's first byte: tcpi_state
-_TCP_ESTABLISHED = 1  # the kernel's TCP_ESTABLISHED; a FIN received makes it CLOSE_WAIT
 
 
 class HttpPool:
