@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -97,6 +98,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     minute with every thread's stack, instead of running into CI's time limit without a word."""
     faulthandler.dump_traceback_later(60, exit=True)
 
+
+# A shell that starts a command in the background without job control (`make test &`, `(pytest ...) &`) starts it
+# with Ctrl-C ignored, and every process started under it inherits that: the CLI the tests interrupt
+# (tests/integration/test_processes.py) would then run to its end. Ctrl-C is put back to its default here, so the CLI
+# starts as from a terminal whichever way the suite was started.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Restores in the suite do not wait before looking again at what they restored (restore/results/settle.py): the tests of
 # that look (tests/integration/test_settle.py) ask for it with --settle-seconds. Subprocesses inherit it.
