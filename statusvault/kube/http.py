@@ -6,20 +6,30 @@ parse URLs and run the email parser over every response's headers. This client w
 buffer and reads the status line and headers with C-level readline calls, so a request costs a fraction of
 that. It speaks only what the API server needs: Content-Length and chunked bodies, no compression, and
 proxies as kubectl does (an `http://` proxy, tunnelled with CONNECT, from the kubeconfig's `proxy-url` or
-from `HTTPS_PROXY`/`NO_PROXY`)."""
+from `HTTPS_PROXY`/`NO_PROXY`).
+
+Requests run on blocking sockets, their time limit kept by one thread (`Deadlines`), and an idle connection is
+checked with a call that keeps the interpreter lock (`Connection.dropped`): a socket with a timeout polls before
+every read, and every poll, like every blocking call, hands the interpreter lock to another thread and takes it
+back. With 16 writer threads those hand-offs cost about a tenth of a restore's CPU (issue 41,
+docs/performance.md)."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import functools
 import ipaddress
+import math
 import os
 import re
 import select
 import socket
 import ssl
+import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import IO
 from urllib.parse import unquote, urlsplit
@@ -173,7 +183,7 @@ class Connection:
         port: int,
         context: ssl.SSLContext | None,
         sni: str | None,
-        timeout: float,
+        timeout: float | None,
         proxy: Proxy | None = None,
     ):
         raw = socket.create_connection((proxy.host, proxy.port) if proxy else (host, port), timeout=10.0)
@@ -185,15 +195,20 @@ class Connection:
                 raw.close()
                 raise
         self.sock: socket.socket = context.wrap_socket(raw, server_hostname=sni or host) if context else raw
-        self.sock.settimeout(timeout)
+        self.sock.settimeout(timeout)  # None: blocking, its requests timed by Deadlines
         self.reader: IO[bytes] = self.sock.makefile("rb")
         self.reusable = True
+        self.expired = False  # shut down by Deadlines: its answer did not come in time
 
     def dropped(self) -> bool:
         """Whether this idle connection can no longer carry a request: the server closed it (or sent something
-        unasked, which only a closing server does). Asked of the socket without waiting, as urllib3 does (poll where
-        the platform has it: select is limited to low descriptor numbers)."""
+        unasked, which only a closing server does, and closes right after). On Linux the TCP state says so
+        (`getsockopt` keeps the interpreter lock: a restore asks this before every request); elsewhere the socket
+        is polled without waiting, as urllib3 does (poll where the platform has it: select is limited to low
+        descriptor numbers)."""
         try:
+            if _TCP_INFO:
+                return self.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] != _TCP_ESTABLISHED
             if hasattr(select, "poll"):
                 poller = select.poll()
                 poller.register(self.sock, select.POLLIN)
@@ -318,6 +333,15 @@ class Connection:
             raise ProtocolError(f"the connection closed after {len(data)} of {n} body bytes")
         return data
 
+    def expire(self) -> None:
+        """End the request blocked on this connection (from another thread): shut the socket down, which makes its
+        read or write return. The socket's own shutdown, not SSLSocket's, which would drop its TLS state under the
+        blocked call."""
+        self.expired = True
+        self.reusable = False
+        with contextlib.suppress(OSError):  # already closed: nothing is blocked on it
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
+
     def close(self) -> None:
         self.reusable = False
         try:
@@ -355,6 +379,58 @@ def _readline(sock: socket.socket) -> bytes:
         if len(line) > MAX_LINE:
             raise ProtocolError("the proxy's answer to CONNECT has an overlong line")
     return line
+
+
+_TCP_INFO = sys.platform == "linux" and hasattr(socket, "TCP_INFO")  # struct tcp_info's first byte: tcpi_state
+_TCP_ESTABLISHED = 1  # the kernel's TCP_ESTABLISHED; a FIN received makes it CLOSE_WAIT
+
+
+class Deadlines:
+    """The deadlines of the requests in flight, kept by one thread: a connection whose answer is late is shut
+    down (`Connection.expire`), which ends the read or write blocked on it, and the request fails with a
+    TimeoutError as a socket timeout would have. Registering a request is a dict entry under a lock; the thread
+    wakes only when the earliest deadline comes (or an earlier one is registered)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Nothing watched and no thread: as made, and as a forked child must start (register_at_fork below)."""
+        self._cond = threading.Condition(threading.Lock())
+        self._due: dict[Connection, float] = {}
+        self._wake = math.inf  # when the thread next looks
+        self._started = False
+
+    def watch(self, conn: Connection, seconds: float) -> None:
+        due = time.monotonic() + seconds
+        with self._cond:
+            self._due[conn] = due
+            if not self._started:
+                self._started = True
+                threading.Thread(target=self._run, name="http-deadlines", daemon=True).start()
+            if due < self._wake:
+                self._wake = due
+                self._cond.notify()
+
+    def clear(self, conn: Connection) -> None:
+        """The request on `conn` is over: once this returns, `conn` is not expired by this thread."""
+        with self._cond:
+            self._due.pop(conn, None)
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                for conn, due in list(self._due.items()):
+                    if due <= now:
+                        del self._due[conn]
+                        conn.expire()
+                self._wake = min(self._due.values(), default=math.inf)
+                self._cond.wait(None if self._wake == math.inf else self._wake - now)
+
+
+DEADLINES = Deadlines()
+os.register_at_fork(after_in_child=DEADLINES.reset)  # a child has neither the thread nor a usable lock
 
 
 class HttpPool:
@@ -398,15 +474,21 @@ class HttpPool:
         except (ClosedBeforeAnswer, ConnectionResetError, BrokenPipeError):
             if not reused or method not in IDEMPOTENT:
                 raise
-        return self._exchange(self._connect(self.timeout), head, body)
+        return self._exchange(self._connect(None), head, body)
 
     def _exchange(self, conn: Connection, head: bytes, body: bytes | None) -> Response:
+        """One request on a blocking connection, given `timeout` seconds to be sent and answered."""
+        DEADLINES.watch(conn, self.timeout)
         try:
             resp = conn.request(head, body)
-        except BaseException:
+        except BaseException as e:
+            DEADLINES.clear(conn)
             conn.close()
+            if conn.expired:
+                raise TimeoutError(f"no answer from the API server within {self.timeout:g}s") from e
             raise
-        self._give_back(conn)
+        DEADLINES.clear(conn)
+        self._give_back(conn)  # not kept when it expired as the answer came in
         return resp
 
     def stream(self, method: str, target: str, headers: dict[str, str], read_timeout: float) -> Stream:
@@ -419,7 +501,8 @@ class HttpPool:
             raise
         return Stream(status, head, lines, conn)
 
-    def _connect(self, timeout: float) -> Connection:
+    def _connect(self, timeout: float | None) -> Connection:
+        """A new connection; its socket times out each read after `timeout` seconds, or (None) is blocking."""
         return Connection(self.host, self.port, self.context, self.sni, timeout, self.proxy)
 
     def _head(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> bytes:
@@ -435,7 +518,7 @@ class HttpPool:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                return self._connect(self.timeout), False
+                return self._connect(None), False
             if not conn.dropped():
                 return conn, True
             conn.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import socket
 import ssl
 import threading
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from statusvault.kube import http
 from statusvault.kube.http import HttpPool, ProtocolError, Proxy, Response, proxy_for, redacted
 from tests.faultproxy import self_signed
 
@@ -177,7 +179,8 @@ def test_a_post_the_server_closed_on_is_not_sent_again_nor_a_request_on_a_new_co
 
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
 def test_an_answer_that_never_comes_times_out_and_its_connection_is_not_reused(serve, tmp_path, tls):
-    """A silent server (over TLS too): the request fails with the socket's timeout, and its connection is dropped."""
+    """Requests run on blocking sockets: their time limit is kept by the deadline thread, which shuts the late
+    connection down (over TLS too) and the request fails as a socket timeout did."""
     context = None
     if tls:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -185,29 +188,70 @@ def test_an_answer_that_never_comes_times_out_and_its_connection_is_not_reused(s
     server = serve([ok(b"{}"), SILENT, ok(b"[]")], context)
     pool = server.pool(timeout=0.5)
     assert pool.request("GET", "/a", {}, None).data == b"{}"
-    time.sleep(0.7)  # longer than the limit: an idle connection is not timed out
+    time.sleep(0.7)  # longer than the limit: a finished request's deadline is cleared, its connection kept
     started = time.monotonic()
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError, match=r"no answer from the API server within 0.5s"):
         pool.request("PUT", "/b", {}, b"{}")  # idempotent, yet not sent again: a timeout is the caller's to retry
     assert 0.45 <= time.monotonic() - started < 3
     assert pool.request("GET", "/c", {}, None).data == b"[]"
-    assert server.connections == 2, "the first connection outlived the limit idle; the late one was dropped"
+    assert server.connections == 2, "the first connection outlived a deadline; the late one was dropped"
     assert [r.split(b" ")[1] for r in server.requests] == [b"/prefix/a", b"/prefix/b", b"/prefix/c"]
 
 
 def test_a_body_the_server_never_reads_times_out(tmp_path):
-    """A write blocked on a server that reads nothing (its buffers full) times out too."""
+    """A write blocked on a server that reads nothing (its buffers full) ends at the deadline too."""
     listener = socket.create_server(("127.0.0.1", 0))
     accepted: list[socket.socket] = []
     threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True).start()
     try:
         pool = HttpPool(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=0.5)
-        with pytest.raises(TimeoutError):
+        with pytest.raises(TimeoutError, match="within 0.5s"):
             pool.request("POST", "/x", {}, b"x" * (64 << 20))
     finally:
         for conn in accepted:
             conn.close()
         listener.close()
+
+
+def test_the_deadline_thread_expires_only_what_is_late():
+    """Unit-level: of two connections watched, only the one past its deadline is shut down; a cleared one never
+    is, and an earlier deadline registered later wakes the thread for it."""
+    deadlines = http.Deadlines()
+
+    class Conn:
+        def __init__(self) -> None:
+            self.expired_at = 0.0
+
+        def expire(self) -> None:
+            self.expired_at = time.monotonic()
+
+    slow, fast, cleared = Conn(), Conn(), Conn()
+    start = time.monotonic()
+    deadlines.watch(slow, 5.0)  # type: ignore[arg-type]
+    deadlines.watch(cleared, 0.1)  # type: ignore[arg-type]
+    deadlines.clear(cleared)  # type: ignore[arg-type]
+    deadlines.watch(fast, 0.2)  # type: ignore[arg-type]
+    deadline = start + 3
+    while not fast.expired_at and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert 0.2 <= fast.expired_at - start < 2
+    time.sleep(0.2)
+    assert not slow.expired_at and not cleared.expired_at
+    deadlines.clear(slow)  # type: ignore[arg-type]
+
+
+def test_a_forked_child_keeps_deadlines_with_a_thread_of_its_own(serve):
+    """A fork copies neither the deadline thread nor a usable lock: the child's deadlines still expire."""
+    server = serve([ok(b"{}")])
+    server.pool().request("GET", "/a", {}, None)  # the parent's deadline thread runs
+    late = type("Late", (), {"expire": lambda self: os._exit(0)})()
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 from its own deadline thread, else 1
+        http.DEADLINES.watch(late, 0.05)  # type: ignore[arg-type]
+        time.sleep(3)
+        os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child's deadline never expired"
 
 
 def test_garbage_is_not_taken_for_an_answer(serve):
