@@ -11,6 +11,8 @@ import time
 import pytest
 
 from statusvault.errors import ExitStatus
+from statusvault.kube.transport import MERGE_PATCH
+from statusvault.restore.results import settle
 from tests.builders import cr, kc_status
 from tests.integration.crs.servers import wait_gone
 
@@ -104,3 +106,53 @@ def test_the_text_report_says_what_it_looked_at_and_names_what_was_written_again
         f"WRITTEN AGAIN: kubernetesclusters.xyz.example.com {namespace}/k-1: status written since by kc-operator"
         in (lines)
     )
+
+
+class Counted:
+    """The client, counting the reads of whole objects the look makes itself (its metadata-only LISTs go
+    through the client's own list_pages, not counted)."""
+
+    def __init__(self, kube):
+        self.kube, self.gets, self.lists = kube, 0, 0
+
+    def get(self, *args):
+        self.gets += 1
+        return self.kube.get(*args)
+
+    def list_pages(self, *args, **kwargs):
+        self.lists += 1
+        return self.kube.list_pages(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.kube, name)
+
+
+@pytest.mark.parametrize("one_by_one", [settle.READ_ONE_BY_ONE, 0], ids=["a-GET-each", "one-LIST"])
+def test_the_look_reads_whole_only_what_changed_and_tells_a_status_write_from_a_label(
+    kube, crds, make, namespace, monkeypatch, one_by_one
+):
+    """The look compares resourceVersions first: an untouched object is not read again, a relabelled one is read
+    and found with its status as written, a status an operator wrote is named, a deleted object is said; the same
+    whether the changed objects are read one by one or with one LIST."""
+    kc = crds.resolve("kc")
+    marks = {}
+    for i in range(4):
+        answer = make(cr(KC, "KubernetesCluster", f"k-{i}", spec={"region": "eu"}, status=kc_status(i)), namespace)
+        marks[(kc.qualified, namespace, f"k-{i}")] = settle.write_mark(answer)
+    kube.patch(kc, namespace, "k-1", {"metadata": {"labels": {"touched": "yes"}}}, MERGE_PATCH, manager="labeller")
+    obj = kube.get(kc, namespace, "k-2")
+    obj["status"] = {**obj["status"], "apiServerURL": "https://new.example.net"}
+    kube.replace(kc, namespace, "k-2", obj, sub="status", manager="kc-operator")
+    kube.delete(kc, namespace, "k-3")
+    wait_gone(kube, kc, namespace, "k-3")
+    monkeypatch.setattr(settle, "READ_ONE_BY_ONE", one_by_one)
+    client = Counted(kube)
+
+    out = settle.look_again(client, crds, marks, "statusvault", 0)
+
+    assert (out.checked, out.count) == (4, 2), out
+    assert out.named == [
+        f"kubernetesclusters.xyz.example.com {namespace}/k-2: status written since by kc-operator",
+        f"kubernetesclusters.xyz.example.com {namespace}/k-3: deleted since the restore",
+    ]
+    assert (client.gets, client.lists) == ((2, 0) if one_by_one else (0, 1)), "read whole: k-1 and k-2 only"

@@ -74,7 +74,7 @@ class ItemResult:
     pause_lost: str = ""  # created (and its status written) WITHOUT the pause marker: the server dropped it
     server_changes: tuple[ServerChange, ...] = ()  # fields of what was sent that the server dropped or changed
     server_warnings: tuple[str, ...] = ()  # the texts of the Warning headers its writes were answered with
-    status_digest: str = ""  # what the server kept of the status this restore wrote (restore/results/settle.py)
+    status_mark: str = ""  # what the server kept of the status this restore wrote (restore/results/settle.py)
 
     @property
     def lacks_status(self) -> bool:
@@ -147,7 +147,7 @@ class RestoreReport:
         self.overwritten = (
             Overwritten()
         )  # statuses another writer wrote after this restore's (restore/results/settle.py)
-        self.written: dict[tuple[str, str, str], str] = {}  # object -> digest of its written status, up to a cap
+        self.written: dict[tuple[str, str, str], str] = {}  # object -> write_mark of its status write, up to a cap
         self.written_unrecorded = 0  # status writes past the cap: not looked at again
         self.total = 0
         self.fence: list[str] = []  # the fence plan's lines (--fence): each controller, why, what was done
@@ -191,9 +191,9 @@ class RestoreReport:
             self.attention.append(r)
         if r.server_changed:
             self._add_server(r, c)
-        if r.status_digest:
+        if r.status_mark:
             if len(self.written) < MAX_CHECKED:
-                self.written[(r.resource, r.namespace, r.name)] = r.status_digest
+                self.written[(r.resource, r.namespace, r.name)] = r.status_mark
             else:
                 self.written_unrecorded += 1
         self._spool.write(orjson.dumps(r.to_dict()) + b"\n")

@@ -2,10 +2,14 @@
 has written since (an operator that was not fenced or paused, re-provisioning) is named and counted, with who.
 
 The restore cannot stop an unfenced operator, but it can see one. Each status write's answer (what the server
-kept) is remembered as a digest; after the wait, one LIST per resource and namespace reads the objects again, and
-a status whose digest changed was written since. Who wrote it comes from managedFields: the other field managers
-whose status entries are as recent as this restore's (a status write is an entry of its own from Kubernetes
-1.22; on 1.20 the status fields join the writer's entry)."""
+kept) is remembered as a digest of its status and its resourceVersion (`write_mark`). After the wait, one
+metadata-only LIST per resource and namespace says which objects changed at all since (another resourceVersion);
+only those are read whole (a GET each, or one LIST when many changed), and a status whose digest changed was
+written since. An object with the resourceVersion its status write answered has not changed, so the answer is the
+one a full read of every object gives, for about half the client's CPU (the LIST of whole objects was 6-8 % of a
+default restore's; docs/performance.md). Who wrote it comes from managedFields: the other field managers whose
+status entries are as recent as this restore's (a status write is an entry of its own from Kubernetes 1.22; on
+1.20 the status fields join the writer's entry)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import dataclasses
 import hashlib
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -22,12 +26,14 @@ from statusvault import rfc3339
 from statusvault.errors import ConfigError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
-from statusvault.model import display, writes_status
+from statusvault.model import KubeObject, ResourceType, display, writes_status
 
 SETTLE_SECONDS = 2.0  # the default wait before looking (--settle-seconds; 0: do not look)
 SETTLE_ENV = "STATUSVAULT_SETTLE_SECONDS"  # the same for every restore of a process: CLI, controller, move
-MAX_CHECKED = 100_000  # objects looked at again (their digests are kept in memory); above: counted as unchecked
+MAX_CHECKED = 100_000  # objects looked at again (their write marks are kept in memory); above: counted as unchecked
 NAMED = 20
+READ_ONE_BY_ONE = 20  # changed objects of one resource and namespace read with a GET each; more: one LIST
+_DIGEST = 24  # hex characters of a status digest: a write mark's first part
 
 
 def default_settle() -> float:
@@ -57,7 +63,13 @@ class Overwritten:
 
 def status_digest(status: Any) -> str:
     """What a status write left, as the server answered it: compared with the object read again later."""
-    return hashlib.sha256(orjson.dumps(status, option=orjson.OPT_SORT_KEYS)).hexdigest()[:24]
+    return hashlib.sha256(orjson.dumps(status, option=orjson.OPT_SORT_KEYS)).hexdigest()[:_DIGEST]
+
+
+def write_mark(answer: Mapping[str, Any]) -> str:
+    """A status write's answer remembered: its status's digest, then its resourceVersion (one string: a restore
+    keeps one per object written, up to MAX_CHECKED)."""
+    return status_digest(answer.get("status")) + str((answer.get("metadata") or {}).get("resourceVersion") or "")
 
 
 def look_again(
@@ -69,8 +81,8 @@ def look_again(
     cancel: threading.Event | None = None,
     unrecorded: int = 0,
 ) -> Overwritten:
-    """After `wait` seconds, which of the `written` objects ((resource, namespace, name) -> the digest of the
-    status this restore's write left) had their status written since, and by whom, or are gone."""
+    """After `wait` seconds, which of the `written` objects ((resource, namespace, name) -> the `write_mark` of
+    this restore's status write) had their status written since, and by whom, or are gone."""
     if not written or (cancel or threading.Event()).wait(wait):  # nothing to look at, or stopped: looked at none
         return Overwritten(unchecked=len(written) + unrecorded)
     out = Overwritten(checked=len(written), unchecked=unrecorded)
@@ -82,17 +94,44 @@ def look_again(
         if rt is None:
             continue
         seen: set[str] = set()
-        for page in client.list_pages(rt, namespace or None):  # a page at a time: memory stays flat
-            for obj in page:
-                name = obj["metadata"]["name"]
-                if name not in names:
-                    continue
-                seen.add(name)
-                if status_digest(obj.get("status")) != written[(resource, namespace, name)]:
-                    out.add(_written_again(display(resource, namespace, name), obj, manager))
-        for name in sorted(names - seen):
+        changed: list[str] = []  # another resourceVersion than the status write's answer: read whole
+        for meta in client.list_metadata(rt, namespace or None):  # a page at a time: memory stays flat
+            name = meta.get("name", "")
+            if name not in names:
+                continue
+            seen.add(name)
+            if str(meta.get("resourceVersion") or "") != written[(resource, namespace, name)][_DIGEST:]:
+                changed.append(name)
+        gone = names - seen
+        for obj in _read_whole(client, rt, namespace, changed, gone):
+            name = obj["metadata"]["name"]
+            if status_digest(obj.get("status")) != written[(resource, namespace, name)][:_DIGEST]:
+                out.add(_written_again(display(resource, namespace, name), obj, manager))
+        for name in sorted(gone):
             out.add(f"{display(resource, namespace, name)}: deleted since the restore")
     return out
+
+
+def _read_whole(
+    client: KubeApi, rt: ResourceType, namespace: str, changed: list[str], gone: set[str]
+) -> Iterator[KubeObject]:
+    """The `changed` objects read whole: a GET each when they are few, else one LIST of the namespace. One deleted
+    in between joins `gone`."""
+    if len(changed) <= READ_ONE_BY_ONE:
+        for name in changed:
+            obj = client.get(rt, namespace or None, name)
+            if obj is None:
+                gone.add(name)
+            else:
+                yield obj
+        return
+    wanted, found = set(changed), set()
+    for page in client.list_pages(rt, namespace or None):
+        for obj in page:
+            if obj["metadata"]["name"] in wanted:
+                found.add(obj["metadata"]["name"])
+                yield obj
+    gone.update(wanted - found)
 
 
 def _written_again(where: str, obj: Mapping[str, Any], manager: str) -> str:

@@ -120,7 +120,7 @@ class ObjectRestorer:
         except StatusVaultError as e:  # the object is there, its status is not: a failure, never a warning
             result.status, result.message = StatusOutcome.FAILED, str(e)
             return
-        result.status_digest = reply.status_digest
+        result.status_mark = reply.status_mark
         if raced:
             result.notes = (*result.notes, raced)
         if result.status == StatusOutcome.MISMATCH:

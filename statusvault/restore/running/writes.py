@@ -15,7 +15,7 @@ from statusvault.model import KubeObject, ResourceType, writes_status
 from statusvault.restore.options import ExistingPolicy
 from statusvault.restore.planning.plan import PlanItem, StatusMode
 from statusvault.restore.results.report import Outcome, StatusOutcome
-from statusvault.restore.results.settle import status_digest
+from statusvault.restore.results.settle import write_mark
 from statusvault.restore.running.journal import MANAGER_PREFIX
 from statusvault.transforms import ServerChange, contains, object_changes, status_body, status_changes, update_patch
 
@@ -66,7 +66,7 @@ class ServerReply:
 
     changes: list[ServerChange] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
-    status_digest: str = ""  # the status the server kept of a status this restore wrote (restore/results/settle.py)
+    status_mark: str = ""  # the status the server kept of a status this restore wrote (restore/results/settle.py)
 
 
 class ObjectWriter:
@@ -181,7 +181,7 @@ class ObjectWriter:
         created = outcome in (Outcome.CREATED, Outcome.WOULD_CREATE)
         if mode == StatusMode.IN_BODY:
             if created:  # it travelled in the create body, compared with the create's answer
-                reply.status_digest = "" if self.server_dry else status_digest(live.get("status"))
+                reply.status_mark = "" if self.server_dry else write_mark(live)
                 return _kept(reply.changes, StatusOutcome.IN_BODY), ""
             return self._put_status(rt, item, live, saved, None, created, reply)  # the patch never touches status
         if self.server_dry and created:
@@ -219,7 +219,7 @@ class ObjectWriter:
             if self.server_dry:
                 return StatusOutcome.WOULD_WRITE, note
             reply.changes += status_changes(saved, out)
-            reply.status_digest = status_digest(out.get("status"))
+            reply.status_mark = write_mark(out)
             return _kept(reply.changes, StatusOutcome.WRITTEN), note
         raise StatusVaultError("status write kept conflicting (409) with another writer")
 
