@@ -74,7 +74,7 @@ class ItemResult:
     pause_lost: str = ""  # created (and its status written) WITHOUT the pause marker: the server dropped it
     server_changes: tuple[ServerChange, ...] = ()  # fields of what was sent that the server dropped or changed
     server_warnings: tuple[str, ...] = ()  # the texts of the Warning headers its writes were answered with
-    status_mark: str = ""  # what the server kept of the status this restore wrote (restore/results/settle.py)
+    status_mark: str = ""  # write_mark of the answer to this restore's status write (restore/results/settle.py)
 
     @property
     def lacks_status(self) -> bool:

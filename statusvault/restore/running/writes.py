@@ -66,7 +66,7 @@ class ServerReply:
 
     changes: list[ServerChange] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
-    status_mark: str = ""  # the status the server kept of a status this restore wrote (restore/results/settle.py)
+    status_mark: str = ""  # write_mark of the answer to this restore's status write (restore/results/settle.py)
 
 
 class ObjectWriter:
