@@ -33,7 +33,8 @@ class FileList:
 
     @classmethod
     def measure(cls, spool: IO[bytes], start: int, label: str) -> FileList:
-        """Walk the entries from `start` once, checking each, to find where the object ends."""
+        """Walk the entries from `start` once, checking each one's form, to find where the object ends. Their paths
+        are decoded (and so checked) by entries(), which every reader walks to the end before it trusts the list."""
         ends: list[int] = []
         count = sum(1 for _ in _walk(spool, start, spool.seek(0, 2), label, ends))
         if count > MAX_OBJECTS:
@@ -41,11 +42,13 @@ class FileList:
         return cls(spool, start, ends[0], label)
 
     def entries(self) -> Iterator[tuple[str, str]]:
-        return _walk(self._spool, self._start, self.end + 1, self._label, [])
+        label = self._label
+        return ((_path(m[1], label), m[2].decode()) for m in _walk(self._spool, self._start, self.end + 1, label, []))
 
 
-def _walk(spool: IO[bytes], offset: int, stop: int, label: str, ends: list[int]) -> Iterator[tuple[str, str]]:
-    """Entries from `offset`, reading no further than `stop`; appends the closing brace's offset to `ends`."""
+def _walk(spool: IO[bytes], offset: int, stop: int, label: str, ends: list[int]) -> Iterator[re.Match[bytes]]:
+    """Entries from `offset` as matches of _ENTRY (path, sha256), reading no further than `stop`; appends the
+    closing brace's offset to `ends`."""
     buf, pos, count = b"", 0, 0
     while True:
         close = _CLOSE.match(buf, pos) if not count else None
@@ -59,7 +62,7 @@ def _walk(spool: IO[bytes], offset: int, stop: int, label: str, ends: list[int])
             continue
         if close is None:
             count += 1
-            yield _path(m.group(1), label), m.group(2).decode()
+            yield m
         if close is not None or m.group(3) == b"}":
             ends.append(offset - len(buf) + m.end() - 1)
             return
