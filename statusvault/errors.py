@@ -13,13 +13,20 @@ class ExitStatus(enum.IntEnum):
     ERROR = 1
     USAGE = 2
     PARTIAL_FAILURE = 3
-    INTERRUPTED = 130
+    INTERRUPTED = 130  # SIGINT (Ctrl-C)
+    TERMINATED = 143  # SIGTERM (a pod stopping, kill)
 
 
 class StatusVaultError(Exception):
     """Base of every error statusvault raises on purpose; its message is shown to the user."""
 
     exit_status = ExitStatus.ERROR
+
+
+class Interrupted(StatusVaultError):
+    """A run stopped by a signal once its writes in flight were done: the same command resumes it."""
+
+    exit_status = ExitStatus.INTERRUPTED
 
 
 class ConfigError(StatusVaultError):

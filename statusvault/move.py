@@ -99,6 +99,7 @@ def request_name(req: MoveRequest) -> str:
 def run_move(req: MoveRequest) -> MoveReport:
     """Run the move, or resume it: its backup (the record) exists only from a run that got past the backup
     phase and was not aborted since."""
+    check_distinct(req.source.client, req.target.client)  # before any write: the library's callers too
     name = request_name(req)
     req = dataclasses.replace(req, key=record_key(req, name))
     report = MoveReport(name)
@@ -113,7 +114,7 @@ def run_move(req: MoveRequest) -> MoveReport:
     if report.restore.succeeded:
         report.verify_problems = verify(req.target.client, req.target.discover(True), req.store, name, options, req.key)
     if report.succeeded and req.delete_source:
-        report.source_deleted, report.source_kept = delete_source(req.source, req.store, name, req.key)
+        report.source_deleted, report.source_kept = delete_source(req.source, req.store, name, req.key, req.target)
     return report
 
 
@@ -297,10 +298,14 @@ def _check(client: KubeApi, discovery: Discovery, data: bytes, opts: RestoreOpti
     return ""
 
 
-def delete_source(source: Cluster, store: ObjectStore, name: str, key: Key | None = None) -> tuple[int, list[str]]:
+def delete_source(
+    source: Cluster, store: ObjectStore, name: str, key: Key | None = None, target: Cluster | None = None
+) -> tuple[int, list[str]]:
     """Delete in the source exactly the objects the move backed up (by UID): never one created or replaced
-    there since. Returns how many were deleted and the objects left alone."""
+    there since, nor one the target holds as itself (the same UID: the two are one cluster, so the copy is the
+    source). Returns how many were deleted and the objects left alone."""
     deleted, kept = 0, []
+    in_target: dict[str, set[str]] = {}  # resource -> the UIDs of its objects in the target
     for rt, obj in _backed_up(source.discover(False), store, name, key):
         meta = obj["metadata"]
         live = source.client.get(rt, meta.get("namespace"), meta["name"])
@@ -309,8 +314,21 @@ def delete_source(source: Cluster, store: ObjectStore, name: str, key: Key | Non
         if live["metadata"].get("uid") != meta.get("uid"):
             kept.append(f"{_display(rt, obj)} (not the object moved: created again since the backup)")
             continue
+        if target is not None and live["metadata"].get("uid") in _uids(target, rt, in_target):
+            kept.append(f"{_display(rt, obj)} (the target holds this very object: source and target are one cluster)")
+            continue
         deleted += _delete_exact(source, live)
     return deleted, kept
+
+
+def _uids(target: Cluster, rt: ResourceType, known: dict[str, set[str]]) -> set[str]:
+    """The UIDs of the resource's objects in the target (one metadata-only LIST per resource, kept in `known`)."""
+    if rt.qualified not in known:
+        try:
+            known[rt.qualified] = {str(m.get("uid")) for m in target.client.list_metadata(rt, None)}
+        except StatusVaultError:
+            known[rt.qualified] = set()
+    return known[rt.qualified]
 
 
 def _delete_exact(cluster: Cluster, obj: KubeObject) -> int:
@@ -369,6 +387,26 @@ def _display(rt: ResourceType, obj: KubeObject) -> str:
     return display(rt.qualified, meta.get("namespace", ""), meta.get("name", ""))
 
 
-def check_distinct(source: str, target: str) -> None:
-    if source == target:
-        raise ConfigError(f"the source and the target are the same API server ({source})")
+def check_distinct(source: KubeApi, target: KubeApi) -> None:
+    """Refuse a move whose source and target are one cluster: the same server address, or the same identity (the
+    kube-system namespace's UID) whatever name or address reaches it (127.0.0.1 and localhost, two contexts)."""
+    if source.server == target.server:
+        raise ConfigError(f"the source and the target are the same API server ({source.server})")
+    ids = cluster_identity(source), cluster_identity(target)
+    if ids[0] and ids[0] == ids[1]:
+        raise ConfigError(
+            f"the source ({source.server}) and the target ({target.server}) are the same cluster "
+            f"(kube-system namespace UID {ids[0]}): a move needs two clusters"
+        )
+    if not all(ids):
+        log.warning("cannot tell whether the source and target are one cluster (kube-system not readable)")
+
+
+def cluster_identity(client: KubeApi) -> str:
+    """The cluster's identity: its kube-system namespace's UID, made once with the cluster and never again ("" when
+    it cannot be read)."""
+    try:
+        ns = client.get_path("/api/v1/namespaces/kube-system")
+    except StatusVaultError:
+        return ""
+    return str(((ns or {}).get("metadata") or {}).get("uid") or "")

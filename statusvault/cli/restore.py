@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import signal
 from pathlib import Path
 
 import click
@@ -31,7 +32,7 @@ from statusvault.cli.flags import (
 )
 from statusvault.cli.output import OutputFormat, emit, emit_items
 from statusvault.cli.restoreview import render
-from statusvault.errors import PartialFailure, StatusVaultError
+from statusvault.errors import ExitStatus, Interrupted, PartialFailure, StatusVaultError
 from statusvault.model import DryRun
 from statusvault.processes import WorkerSpec
 from statusvault.restore.configfile import read_config
@@ -41,6 +42,7 @@ from statusvault.restore.results.settle import SETTLE_ENV, SETTLE_SECONDS
 from statusvault.restore.results.verdict import RunOutcome, Verdict
 from statusvault.restore.runner import RestoreRequest, fence_report
 from statusvault.restore.running.workers import MIN_WAVE, default_processes
+from statusvault.stopping import Stop, on_signals
 from statusvault.storage.base import ObjectStore
 
 
@@ -278,10 +280,11 @@ def _run_restore(
         text = "\n".join([f"Fencing a restore of {backup_name} would do (nothing written):", *fence.lines()])
         emit({"backup": backup_name, **fence.to_dict()}, args.output, text)
         return
-    with args.recorded("restore") as run:
+    with args.recorded("restore") as run, on_signals(Stop()) as stop:
         request = restore_request(
             app, args, options=options, store=store, backup=backup_name, unpause=unpause, lineage=lineage
         )
+        request.cancel = stop  # SIGINT, SIGTERM: the writes in flight finish, then the report
         result = restore_with(request, client=client, discover=lambda refresh: app.discovery(refresh=refresh),
                               strict=args.strict)  # fmt: skip
         report, judged = result.report, result.verdict
@@ -292,7 +295,7 @@ def _run_restore(
         emit_items(header, report.results(), args.output, lambda: render(report))
     finally:
         report.close()
-    _check_outcome(judged, backup_name, options.dry_run)
+    _check_outcome(judged, backup_name, options.dry_run, stop.signum)
 
 
 def _keys_of(args: RestoreArgs) -> Keyring | None:
@@ -334,13 +337,16 @@ def restore_request(
     )
 
 
-def _check_outcome(judged: Verdict, backup_name: str, dry_run: DryRun) -> None:
-    """The exit status of a reported restore, from its one verdict (restore/results/verdict.py)."""
+def _check_outcome(judged: Verdict, backup_name: str, dry_run: DryRun, signum: int = 0) -> None:
+    """The exit status of a reported restore, from its one verdict (restore/results/verdict.py); an interrupted
+    one's is 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
     what = f"restore of {backup_name}"
     if judged.outcome is RunOutcome.INTERRUPTED:
-        if dry_run == DryRun.NONE:
-            click.echo(f"{what} interrupted: run the same command again to resume", err=True)
-        raise KeyboardInterrupt
+        again = ": run the same command again to resume" if dry_run == DryRun.NONE else ""
+        stopped = Interrupted(f"{what} interrupted{again}")
+        if signum == signal.SIGTERM:
+            stopped.exit_status = ExitStatus.TERMINATED
+        raise stopped
     if judged.outcome is RunOutcome.FAILED:
         again = "; run the same command again to resume" if dry_run == DryRun.NONE else ""
         raise StatusVaultError(judged.message(what) + again)

@@ -36,10 +36,10 @@ from statusvault.restore.planning.servedtypes import ServedTypes
 from statusvault.restore.quiet.fenceread import read_fence_plan
 from statusvault.restore.quiet.fencing import FenceAction, FencePlan
 from statusvault.restore.quiet.scaledown import ReplicaLedger, ScaleDown, Workload, resolve_workloads
+from statusvault.restore.results.audit import audit
 from statusvault.restore.results.report import RestoreReport
-from statusvault.restore.results.settle import default_settle, look_again
+from statusvault.restore.results.settle import default_settle
 from statusvault.restore.running.engine import EngineSettings, RestoreEngine
-from statusvault.restore.running.journal import Journal
 from statusvault.restore.running.state import RestoreState, earlier_manager, finish, restore_state, state_key
 from statusvault.storage.base import ObjectStore
 
@@ -114,7 +114,7 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
             earlier: list[Workload] = []
             if keep:
                 scaler.ledger = ReplicaLedger(state.journal, req.store, state_id)
-                workloads, earlier = _with_journalled(workloads, state.journal, discover(False))
+                workloads, earlier = _with_journalled(workloads, scaler, discover(False))
             if state.plan is None:
                 engine = _engine(client, discover, req, origin)
                 planned = time.monotonic() - origin  # streamed: what is left before the first object is read
@@ -133,9 +133,7 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
                         raise
                 report.timings["planned"] = planned
                 _scaled_back(report, scaler, earlier)
-                _look_again(client, discover, req, report, state.journal.manager)
-                if report.succeeded and not report.left_paused and state.plan is not None:
-                    finish(state)
+                _audited(client, discover, req, report, state)
                 return report
             fence = read_fence_plan(client, state.plan, opts, reader) if opts.fence != FenceMode.NONE else None
             if fence is not None:
@@ -155,9 +153,7 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
             report.timings["planned"] = planned
             report.fence = fence.lines() if fence is not None else []
             _scaled_back(report, scaler, earlier)
-            _look_again(client, discover, req, report, state.journal.manager)
-            if opts.dry_run == DryRun.NONE and report.succeeded and not report.left_paused:
-                finish(state)
+            _audited(client, discover, req, report, state)
             return report
 
 
@@ -210,27 +206,46 @@ def fence_report(client: KubeApi, discover: Callable[[bool], Discovery], req: Re
 
 
 def _with_journalled(
-    workloads: list[Workload], journal: Journal, discovery: Discovery
+    workloads: list[Workload], scaler: ScaleDown, discovery: Discovery
 ) -> tuple[list[Workload], list[Workload]]:
-    """The workloads to scale down, with those an earlier run of this restore scaled to 0 and did not scale back:
-    a resumed run is the same restore, so it keeps them at 0 until its end and then scales them back, whatever its
-    own options say (--fence left out, or best-effort). Also returns those earlier ones."""
+    """The workloads to scale down, with those an earlier run of this restore scaled to 0 and did not scale back (its
+    journal's, or the store's from a run on another machine): a re-run is the same restore, so it keeps them at 0
+    until its end and then scales them back, whatever its own options say (--fence or --scale-down left out). Also
+    returns those earlier ones. One only the store names is taken only while it is at 0: a store's writer cannot
+    make a restore scale up a workload that runs."""
     seen = {w.spec for w in workloads}
-    earlier = [w for w in resolve_workloads(tuple(journal.scaled()), discovery) if w.spec not in seen]
+    journalled = set(scaler.ledger.journal.scaled()) if scaler.ledger.journal is not None else set()
+    earlier = []
+    for spec in scaler.ledger.left_down():
+        try:
+            [w] = resolve_workloads((spec,), discovery)
+        except ConfigError as e:
+            log.warning("an earlier run of this restore scaled %s to 0; it cannot be found now (%s)", spec, e)
+            continue
+        if w.spec not in seen and (spec in journalled or scaler.at_zero(w)):
+            earlier.append(w)
     return [*workloads, *earlier], earlier
 
 
-def _look_again(
-    client: KubeApi, discover: Callable[[bool], Discovery], req: RestoreRequest, report: RestoreReport, manager: str
+def _audited(
+    client: KubeApi,
+    discover: Callable[[bool], Discovery],
+    req: RestoreRequest,
+    report: RestoreReport,
+    state: RestoreState,
 ) -> None:
-    """Once the cluster settles, every status this run wrote that another writer has written since is counted
-    (restore/results/settle.py); not after a dry run or a run that stopped early."""
-    if req.settle <= 0 or report.dry_run != DryRun.NONE or report.interrupted or report.aborted:
+    """Once the cluster settles, the cluster read back (restore/results/audit.py): the verdict counts what it holds,
+    whatever this run or an earlier one of the same restore did. The state is finished only when nothing is short.
+    Not after a dry run or a run that stopped early (its verdict says so; the journal resumes it)."""
+    if report.dry_run != DryRun.NONE or report.interrupted or report.aborted or state.plan is None:
         return
     kill_point("restore.looking-again")  # every write done and journalled, the state not finished yet
-    report.overwritten = look_again(
-        client, discover(True), report.written, manager, req.settle, req.cancel, report.written_unrecorded
-    )
+    if req.settle > 0:
+        (req.cancel or threading.Event()).wait(req.settle)  # stopped meanwhile: the writes are done, read it now
+    report.audit = audit(client, discover(True), state.plan, state.journal)
+    report.overwritten = report.audit.overwritten
+    if report.succeeded and not report.audit.short and not report.left_paused:
+        finish(state)
 
 
 def _scaled_back(report: RestoreReport, scaler: ScaleDown, earlier: list[Workload]) -> None:

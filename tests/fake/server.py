@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import uuid
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -47,6 +48,7 @@ class FakeKube(ListVerbs):
         self._on_list: dict[str, Callable[[int], None]] = {}
         self._before: dict[str, Callable[[str], None]] = {}
         self._uid = itertools.count(1)
+        self._server = uuid.uuid4().hex[:8]  # UIDs are unique across servers, as a real cluster's are
         self._lock = threading.Condition()
         self.log = ChangeLog(self._lock)
         self.faults = Faults()
@@ -186,7 +188,7 @@ class FakeKube(ListVerbs):
                 obj["status"] = crds.established(obj)
             self.defaults(obj)
             meta = obj["metadata"]
-            meta.update(uid=f"uid-{next(self._uid)}", resourceVersion=str(self.log.bump()), generation=1)
+            meta.update(uid=f"uid-{self._server}-{next(self._uid)}", resourceVersion=str(self.log.bump()), generation=1)
             meta["creationTimestamp"] = "2099-01-01T00:00:00Z"
             if namespace and rt.namespaced:
                 meta["namespace"] = namespace

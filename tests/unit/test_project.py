@@ -18,6 +18,7 @@ def test_exit_codes_are_pinned():
         "USAGE": 2,
         "PARTIAL_FAILURE": 3,
         "INTERRUPTED": 130,
+        "TERMINATED": 143,
     }
 
 
@@ -78,7 +79,7 @@ def test_adapters_do_not_import_engines():
 # it. Foundations, then adapters (archive, storage, kube), then the engines, the commands built on engines, the CLI.
 LAYERS = (
     ("installed_version", "errors", "model", "rfc3339", "progress", "metrics", "throttle", "killpoints"),
-    ("kinds", "labels", "transforms", "logs", "flagtable", "retention", "legacycrd"),
+    ("kinds", "labels", "transforms", "logs", "flagtable", "retention", "legacycrd", "stopping"),
     ("storage", "kube"),
     ("archive", "schedule", "writerlease", "processes", "dependencies"),
     ("backupstore",),

@@ -97,8 +97,8 @@ def cli_exit(r: RestoreReport, strict: bool = False) -> ExitStatus:
         _check_outcome(verdict(r, strict), "b", DryRun.NONE)
     except PartialFailure:
         return ExitStatus.PARTIAL_FAILURE
-    except StatusVaultError:
-        return ExitStatus.ERROR
+    except StatusVaultError as e:
+        return e.exit_status
     except KeyboardInterrupt:
         return ExitStatus.INTERRUPTED
     return ExitStatus.SUCCESS

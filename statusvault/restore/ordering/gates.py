@@ -16,6 +16,7 @@ from statusvault.model import DryRun
 from statusvault.restore.ordering.order import Gate, Group, Order
 from statusvault.restore.planning.plan import PlanItem, RestorePlan
 from statusvault.restore.running.journal import Journal
+from statusvault.stopping import stop_error
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class GateWaiter:
             if not pending or time.monotonic() >= deadline:
                 break
             if self.cancel is not None and self.cancel.wait(POLL):
-                raise StatusVaultError("cancelled while waiting on a gate: this process lost its Lease")
+                raise stop_error(self.cancel)
             if self.cancel is None:
                 time.sleep(POLL)
         result = GateResult(number, group.name, gate.describe(), len(items), PASSED if not pending else TIMED_OUT)

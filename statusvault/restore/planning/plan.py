@@ -395,6 +395,21 @@ class RestorePlan:
         count: int = self._db.execute(query).fetchone()[0]
         return count
 
+    def audited(self, journal: Path) -> Iterator[tuple[str, str, str, int, str, int]]:
+        """Every object whose saved status this restore must leave on the cluster (whatever it found there:
+        policy none's kept objects and those being deleted aside), by resource and namespace: (resource,
+        namespace, name, seq, the journal's mark of its status write or "" when it has none, done: 1 or 0)."""
+        self._flush()
+        self._attach(journal)
+        modes = ", ".join(f"'{m}'" for m in StatusMode if m.wanted)
+        skipped = ", ".join(f"'{a}'" for a in (Action.SKIP_EXISTS, Action.SKIP_TERMINATING))
+        rows = self._db.execute(
+            f"SELECT qualified, ns, name, items.seq, COALESCE(journal.marks.mark, ''), NOT {_NOT_DONE} FROM items "
+            "LEFT JOIN journal.marks ON journal.marks.seq = items.seq "
+            f"WHERE status_mode IN ({modes}) AND action NOT IN ({skipped}) ORDER BY qualified, ns, items.seq"
+        )
+        yield from rows
+
     def _attach(self, journal: Path) -> None:
         if self._journal != journal:
             if self._journal is not None:

@@ -202,6 +202,22 @@ def unpause_patch(live: KubeObject) -> list[dict[str, Any]] | None:
     return ops
 
 
+def still_paused(before: KubeObject, answer: KubeObject) -> bool:
+    """Whether the answer to an unpause patch still holds the marker `before`'s record names, as it was not before
+    the restore (a mutating webhook put it back): the object stays paused, whatever the 200 said."""
+    raw = ((before.get("metadata") or {}).get("annotations") or {}).get(RECORD)
+    try:
+        record = json.loads(raw) if raw is not None else None
+        kind, key, was = MarkerKind(record["kind"]), record["key"], record["was"]  # type: ignore[index]
+    except (ValueError, KeyError, TypeError):
+        return False
+    if kind is MarkerKind.ANNOTATION:
+        now = ((answer.get("metadata") or {}).get("annotations") or {}).get(key, _ABSENT)
+    else:
+        now = _get(answer, key, _ABSENT)
+    return bool(now != was)
+
+
 def without_record(body: KubeObject) -> None:
     """Undo, in a body about to be created, a pause statusvault recorded on the object it came from (the
     source of a move is paused before it is backed up): the object is restored as its owner left it."""

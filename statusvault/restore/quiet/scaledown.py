@@ -84,6 +84,12 @@ class ReplicaLedger:
         kept = self.journal.scale_count(w.spec) if self.journal is not None else None
         return kept if kept is not None else self._from_store().get(w.spec)
 
+    def left_down(self) -> list[str]:
+        """Every workload a run of this restore scaled to 0 and did not scale back, as its journal and the store
+        keep them (the store's for a run on another machine or with another state directory)."""
+        journalled = self.journal.scaled() if self.journal is not None else []
+        return sorted({*journalled, *self._from_store()})
+
     def record(self, w: Workload, replicas: int) -> None:
         """Before the workload is scaled to 0."""
         self.kept[w.spec] = replicas
@@ -166,6 +172,14 @@ class ScaleDown:
         if obj is None:
             raise ConfigError(f"--scale-down: {w.display} does not exist")
         return obj
+
+    def at_zero(self, w: Workload) -> bool:
+        """Whether the workload exists and is scaled to 0 now."""
+        try:
+            scale = self.client.get_path(w.rt.path(w.namespace, w.name, "scale"))
+        except StatusVaultError:
+            return False
+        return int((scale.get("spec") or {}).get("replicas", 0) or 0) == 0
 
     def scale_down(self, w: Workload) -> None:
         saved = self.remember_replicas(w)

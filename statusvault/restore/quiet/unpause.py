@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from statusvault.errors import Conflict, Invalid, KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
-from statusvault.kube.transport import JSON_PATCH
+from statusvault.kube.transport import JSON_PATCH, MERGE_PATCH
 from statusvault.restore.planning.plan import PlanItem, RestorePlan
 from statusvault.restore.planning.servedtypes import ServedTypes
-from statusvault.restore.quiet.pausemarkers import PauseOptions, unpause_patch
+from statusvault.restore.quiet.pausemarkers import RECORD, PauseOptions, still_paused, unpause_patch
 from statusvault.restore.running.journal import Journal
 
 ATTEMPTS = 5
@@ -71,10 +73,21 @@ def _unpause(client: KubeApi, item: PlanItem, manager: str) -> None:
         if patch is None:
             return  # unpaused already (an earlier run, or by hand)
         try:
-            client.patch(item.rt, ns, item.name, patch, JSON_PATCH, manager=manager)
-            return
+            answer = client.patch(item.rt, ns, item.name, patch, JSON_PATCH, manager=manager)
         except (Conflict, Invalid):  # changed since it was read: read it again
             continue
         except KubeApiError as e:
             raise StatusVaultError(f"could not unpause: {e}") from e
+        if still_paused(live, answer):
+            _keep_record(client, item, live, manager)
+            raise StatusVaultError("the server answered the unpause with the marker still on (a mutating webhook?)")
+        return
     raise StatusVaultError("could not unpause: it kept changing under other writers")
+
+
+def _keep_record(client: KubeApi, item: PlanItem, before: dict[str, Any], manager: str) -> None:
+    """The record of the pause put back, so that `statusvault unpause` still knows what to take away."""
+    record = before["metadata"]["annotations"][RECORD]
+    patch = {"metadata": {"annotations": {RECORD: record}}}
+    with contextlib.suppress(KubeApiError):  # the report names the object as paused all the same
+        client.patch(item.rt, item.namespace or None, item.name, patch, MERGE_PATCH, manager=manager)

@@ -7,7 +7,7 @@ import enum
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
@@ -16,6 +16,9 @@ from statusvault.restore.ordering.gates import NOT_PASSED, GateResult
 from statusvault.restore.quiet.pausemarkers import unmarked_warning
 from statusvault.restore.results.settle import MAX_CHECKED, Overwritten
 from statusvault.transforms import ServerChange
+
+if TYPE_CHECKING:
+    from statusvault.restore.results.audit import Audit
 
 
 class Outcome(enum.StrEnum):
@@ -147,6 +150,7 @@ class RestoreReport:
         self.overwritten = (
             Overwritten()
         )  # statuses another writer wrote after this restore's (restore/results/settle.py)
+        self.audit: Audit | None = None  # what the cluster held once the run ended (restore/results/audit.py)
         self.written: dict[tuple[str, str, str], str] = {}  # object -> write_mark of its status write, up to a cap
         self.written_unrecorded = 0  # status writes past the cap: not looked at again
         self.total = 0
@@ -243,8 +247,18 @@ class RestoreReport:
 
     @property
     def lacking_status_count(self) -> int:
-        """Objects in scope without their saved status: reached and lacking it, or never reached."""
+        """Objects in scope without their saved status: as the audit found the cluster, once it has read it (this
+        run's and every earlier run's objects); else reached and lacking it, or never reached."""
+        if self.audit is not None:
+            return self.audit.lacking
         return len(self.lacking_status) + self.unreached
+
+    @property
+    def lacking_named(self) -> list[str]:
+        """The objects without their saved status that the verdict names."""
+        if self.audit is not None:
+            return self.audit.lacking_named
+        return [r.display for r in self.lacking_status]
 
     @property
     def succeeded(self) -> bool:
@@ -313,6 +327,7 @@ class RestoreReport:
                 "unchecked": self.overwritten.unchecked,
             },
             "notPaused": len(self.not_paused),
+            "audit": self.audit.to_dict() if self.audit is not None else None,
             "summary": self.counts(),
             "serverChanges": [
                 {"resource": res, "path": path, "change": how, "objects": n}

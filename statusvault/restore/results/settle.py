@@ -86,30 +86,41 @@ def look_again(
     if not written or (cancel or threading.Event()).wait(wait):  # nothing to look at, or stopped: looked at none
         return Overwritten(unchecked=len(written) + unrecorded)
     out = Overwritten(checked=len(written), unchecked=unrecorded)
-    places: dict[tuple[str, str], set[str]] = {}
-    for resource, namespace, name in written:
-        places.setdefault((resource, namespace), set()).add(name)
-    for (resource, namespace), names in sorted(places.items()):
+    places: dict[tuple[str, str], dict[str, str]] = {}
+    for (resource, namespace, name), mark in written.items():
+        places.setdefault((resource, namespace), {})[name] = mark
+    for (resource, namespace), marks in sorted(places.items()):
         rt = served.by_qualified(resource)
-        if rt is None:
-            continue
-        seen: set[str] = set()
-        changed: list[str] = []  # another resourceVersion than the status write's answer: read whole
-        for meta in client.list_metadata(rt, namespace or None):  # a page at a time: memory stays flat
-            name = meta.get("name", "")
-            if name not in names:
-                continue
-            seen.add(name)
-            if str(meta.get("resourceVersion") or "") != written[(resource, namespace, name)][_DIGEST:]:
-                changed.append(name)
-        gone = names - seen
-        for obj in _read_whole(client, rt, namespace, changed, gone):
-            name = obj["metadata"]["name"]
-            if status_digest(obj.get("status")) != written[(resource, namespace, name)][:_DIGEST]:
-                out.add(_written_again(display(resource, namespace, name), obj, manager))
-        for name in sorted(gone):
-            out.add(f"{display(resource, namespace, name)}: deleted since the restore")
+        if rt is not None:
+            gone, _ = compare_marks(client, rt, namespace, marks, manager, out)
+            for name in sorted(gone):
+                out.add(f"{display(resource, namespace, name)}: deleted since the restore")
     return out
+
+
+def compare_marks(
+    client: KubeApi, rt: ResourceType, namespace: str, marks: Mapping[str, str], manager: str, out: Overwritten
+) -> tuple[set[str], list[str]]:
+    """The objects of one resource and namespace (name -> the `write_mark` of their status write) compared with the
+    cluster: one metadata-only LIST, then a whole read of those with another resourceVersion; each whose status
+    digest changed is added to `out`. Returns the names not on the cluster, and those written since."""
+    seen: set[str] = set()
+    changed: list[str] = []  # another resourceVersion than the status write's answer: read whole
+    for meta in client.list_metadata(rt, namespace or None):  # a page at a time: memory stays flat
+        name = meta.get("name", "")
+        if name not in marks:
+            continue
+        seen.add(name)
+        if str(meta.get("resourceVersion") or "") != marks[name][_DIGEST:]:
+            changed.append(name)
+    gone = set(marks) - seen
+    again: list[str] = []
+    for obj in _read_whole(client, rt, namespace, changed, gone):
+        name = obj["metadata"]["name"]
+        if status_digest(obj.get("status")) != marks[name][:_DIGEST]:
+            again.append(name)
+            out.add(_written_again(display(rt.qualified, namespace, name), obj, manager))
+    return gone, again
 
 
 def _read_whole(

@@ -114,7 +114,7 @@ def verdict(report: RestoreReport, strict: bool = False) -> Verdict:
         _objects(Shortfall.FAILED_OBJECTS, [r.display for r in report.failures], again),
         _objects(
             Shortfall.WITHOUT_SAVED_STATUS,
-            [r.display for r in report.lacking_status],
+            report.lacking_named,
             again,
             count=report.lacking_status_count,
         ),
@@ -138,9 +138,8 @@ def verdict(report: RestoreReport, strict: bool = False) -> Verdict:
         _objects(
             Shortfall.STATUS_OVERWRITTEN,
             report.overwritten.named,
-            "an operator acted on them before it saw their status: stop it for the restore (--fence auto, "
-            "--scale-down) or pause the objects (--pause auto), then restore them again "
-            "(--existing-resource-policy update)",
+            "an operator acted on them before it saw their status: stop it (--fence auto or --scale-down: the "
+            "same restore) and run the same command again to write the saved status back",
             count=report.overwritten.count,
         ),
         _objects(

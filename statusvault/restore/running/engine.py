@@ -13,7 +13,7 @@ from typing import Any
 
 from statusvault.archive import ArchiveReader
 from statusvault.archive.format import summary_objects
-from statusvault.errors import ArchiveError, ConfigError, StatusVaultError
+from statusvault.errors import ArchiveError, ConfigError, Interrupted, StatusVaultError
 from statusvault.kinds import CRD_QUALIFIED, CRDS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import established
@@ -135,7 +135,7 @@ class RestoreEngine:
         started = time.monotonic()
         try:
             body()
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Interrupted):
             run.report.interrupted = True
         except StatusVaultError as e:  # keep what was done: the report says where it stopped
             if isinstance(e, raised):
@@ -229,7 +229,7 @@ class _Run:
 
     def record(self, result: ItemResult, item: PlanItem) -> None:
         if not result.failed and not result.lacks_status and self.opts.dry_run == DryRun.NONE:
-            self.journal.mark_done(item)  # a resumed run leaves it alone
+            self.journal.mark_done(item, result.status_mark)  # a resumed run leaves it alone
         with self.lock:
             if not self.report.total:
                 self.report.timings["firstResult"] = time.monotonic() - self.engine.settings.origin

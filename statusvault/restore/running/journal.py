@@ -24,10 +24,12 @@ CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS gates (grp INTEGER PRIMARY KEY, outcome TEXT NOT NULL, waited REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS scaled (workload TEXT PRIMARY KEY);  -- scaled to 0 by an older release (count on it)
 CREATE TABLE IF NOT EXISTS scale_counts (workload TEXT PRIMARY KEY, replicas INTEGER NOT NULL);  -- scaled to 0
+CREATE TABLE IF NOT EXISTS marks (seq INTEGER PRIMARY KEY, mark TEXT NOT NULL);  -- each status write's answer
 """
 _GATES = "CREATE TABLE IF NOT EXISTS gates (grp INTEGER PRIMARY KEY, outcome TEXT NOT NULL, waited REAL NOT NULL)"
 _SCALED = "CREATE TABLE IF NOT EXISTS scaled (workload TEXT PRIMARY KEY)"
 _COUNTS = "CREATE TABLE IF NOT EXISTS scale_counts (workload TEXT PRIMARY KEY, replicas INTEGER NOT NULL)"
+_MARKS = "CREATE TABLE IF NOT EXISTS marks (seq INTEGER PRIMARY KEY, mark TEXT NOT NULL)"
 
 
 DONE_BATCH = 256
@@ -61,6 +63,7 @@ class Journal:
         self._lock = threading.Lock()
         self._db_lock = threading.Lock()
         self._done: list[tuple[int]] = []  # finished objects not yet committed (one commit per batch)
+        self._marks: list[tuple[int, str]] = []  # their status writes' marks (restore/results/settle.write_mark)
         self._created: set[int] = set()  # created objects not yet committed (same batches)
         self._flushed = time.monotonic()
         self.resumed = self._count("done")  # objects finished by earlier runs
@@ -89,6 +92,7 @@ class Journal:
             db.execute(_GATES)  # a journal from before --order
             db.execute(_SCALED)  # a journal from before fencing was journalled
             db.execute(_COUNTS)  # ... and from before the counts were
+            db.execute(_MARKS)  # ... and from before the audit: its done objects are read again (audit.py)
             meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
             return cls(path, db, str(meta["manager"]), float(meta["started"]), True, str(meta.get("backup", "")))
         except (sqlite3.DatabaseError, KeyError, TypeError, ValueError) as e:
@@ -105,11 +109,14 @@ class Journal:
         self.close()
         remove_db(self.path)
 
-    def mark_done(self, item: PlanItem) -> None:
+    def mark_done(self, item: PlanItem, status_mark: str = "") -> None:
         """Batched: committed every DONE_BATCH objects or DONE_EVERY seconds, and by flush(). A mark lost to a
-        kill -9 only makes the re-run write that object again, which it recognises as its own."""
+        kill -9 only makes the re-run write that object again, which it recognises as its own. status_mark: what its
+        status write left (settle.write_mark), which the audit compares with the cluster."""
         with self._lock:
             self._done.append((item.seq,))
+            if status_mark:
+                self._marks.append((item.seq, status_mark))
             due = self._due()
         if due:
             self._commit_unless_busy()
@@ -147,14 +154,25 @@ class Journal:
         """Holding _db_lock. A created mark stays pending until committed, so was_created never misses it."""
         with self._lock:
             done, self._done, self._flushed = self._done, [], time.monotonic()
+            marks, self._marks = self._marks, []
             created = set(self._created)
         if done or created:
             with self._db:
                 self._db.execute("BEGIN")
                 self._db.executemany("INSERT OR IGNORE INTO created VALUES (?)", [(seq,) for seq in created])
                 self._db.executemany("INSERT OR IGNORE INTO done VALUES (?)", done)
+                self._db.executemany("INSERT OR REPLACE INTO marks VALUES (?, ?)", marks)
         with self._lock:
             self._created -= created
+
+    def undo(self, seqs: list[int]) -> None:
+        """The audit found these objects short of what the journal said was done (their status written since, the
+        object gone): not done any more, so the same command writes them again."""
+        self.flush()
+        with self._db_lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany("DELETE FROM done WHERE seq = ?", [(seq,) for seq in seqs])
+            self._db.executemany("DELETE FROM marks WHERE seq = ?", [(seq,) for seq in seqs])
 
     def mark_paused(self, item: PlanItem) -> None:
         """Before the create that pauses it: a run killed right after still knows to unpause it."""

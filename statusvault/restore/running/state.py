@@ -40,14 +40,16 @@ KEY_VERSION = 2  # 1 hashed Python's repr of the options: any new option field c
 
 def state_key(backup: str, identity: tuple[str, ...], opts: RestoreOptions) -> str:
     """One key per backup (store, name, content) or lineage (store, name), target cluster and options (dry run
-    aside; --fence aside too: it changes who is stopped, not what is restored, so --fence best-effort resumes
-    what --fence auto planned).
+    aside; --fence and --scale-down aside too: they change who is stopped, not what is restored, so a re-run
+    without them resumes the killed run and scales back what it left at 0).
 
     The key hashes a canonical encoding (sorted JSON) of the options that are not at their defaults, by field
     name: a release that adds an option keeps every key of the runs that do not use it, so a restore stopped by
     one release resumes under the next. Renaming a field changes keys: that is a new KEY_VERSION."""
     pause = dataclasses.replace(opts.pause, keep_paused=())  # the run without it releases what it kept
-    same = dataclasses.replace(opts, dry_run=DryRun.NONE, pause=pause, fence=FenceMode.NONE, fence_exclude=())
+    same = dataclasses.replace(
+        opts, dry_run=DryRun.NONE, pause=pause, fence=FenceMode.NONE, fence_exclude=(), scale_down=()
+    )
     decisive = {"v": KEY_VERSION, "backup": backup, "identity": list(identity), "options": canonical(same)}
     text = orjson.dumps(decisive, option=orjson.OPT_SORT_KEYS)
     return f"{backup}-{hashlib.sha256(text).hexdigest()[:16]}"

@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from statusvault.archive import ArchiveReader
-from statusvault.errors import StatusVaultError
 from statusvault.model import DryRun
 from statusvault.restore.planning.plan import Action, Category, PlanItem
 from statusvault.restore.results.report import ItemResult
 from statusvault.restore.running.objects import Archived, ObjectRestorer, client_dry_run, not_attempted
 from statusvault.restore.running.threads import WriterThreads
 from statusvault.restore.running.workers import WaveWorkers
+from statusvault.stopping import stop_error
 
 log = logging.getLogger(__name__)
 Record = Callable[[ItemResult, PlanItem], None]
@@ -152,7 +152,7 @@ class WaveRunner:
 
     def _check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
-            raise StatusVaultError("cancelled: this process no longer holds the right to restore (its Lease was lost)")
+            raise stop_error(self.cancel)
 
     def _untestable(self, item: PlanItem) -> bool:
         """In a server dry run, objects in namespaces or of CRDs that the run would create cannot be sent."""

@@ -67,6 +67,7 @@ class ServerReply:
     changes: list[ServerChange] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
     status_mark: str = ""  # write_mark of the answer to this restore's status write (restore/results/settle.py)
+    found: bool = False  # the create met the object already there (a resumed run's own): its body was not the answer
 
 
 class ObjectWriter:
@@ -103,11 +104,14 @@ class ObjectWriter:
         except AlreadyExists:
             live = self.client.get(rt, item.namespace or None, item.name)
             if live is not None and (self.wrote(live, body) or self.created_before(item) or self._adopts(live, item)):
+                reply.found = True
                 return live, Outcome.CREATED  # a resent POST whose first attempt succeeded, or a resumed run's
             if self.policy != ExistingPolicy.UPDATE:
                 return None, Outcome.SKIPPED
             return self.update(rt, item, body, reply)  # appeared since the plan was made
-        if self.server_dry:
+        if self.server_dry:  # the dry run's answer is what the real create would keep: a pruned status is said
+            if "status" in body:
+                reply.changes += status_changes(body["status"], created)
             return created, Outcome.WOULD_CREATE
         reply.changes += object_changes(body, created)
         return created, Outcome.CREATED
@@ -180,7 +184,7 @@ class ObjectWriter:
             return StatusOutcome.LEFT_OUT if mode == StatusMode.LEFT_OUT else StatusOutcome.NOT_NEEDED, ""
         created = outcome in (Outcome.CREATED, Outcome.WOULD_CREATE)
         if mode == StatusMode.IN_BODY:
-            if created:  # it travelled in the create body, compared with the create's answer
+            if created and not reply.found:  # it travelled in the create body, compared with the create's answer
                 reply.status_mark = "" if self.server_dry else write_mark(live)
                 return _kept(reply.changes, StatusOutcome.IN_BODY), ""
             return self._put_status(rt, item, live, saved, None, created, reply)  # the patch never touches status

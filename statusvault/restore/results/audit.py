@@ -1,0 +1,109 @@
+"""Before a restore reports, it reads the cluster: every object whose saved status the restore must leave there is
+looked up, whatever this run or an earlier run of it did, and the verdict counts what the cluster holds.
+
+An object is short when it is not on the cluster, when no run of this restore has written its saved status (the
+journal keeps no mark of it: it failed, was never reached, or was found without it), or when its status is not the
+one the restore's status write left (another writer wrote it since). The cost is the settle check's: one
+metadata-only LIST per resource and namespace, then a whole read of only the objects whose resourceVersion moved on
+since the restore's write (restore/results/settle.py). What it finds short is taken out of the journal's done
+objects, so the same command writes it again; the journal is kept until an audit finds nothing short."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+
+from statusvault.kube.api import KubeApi
+from statusvault.kube.discovery import Discovery
+from statusvault.model import ResourceType, display, writes_status
+from statusvault.restore.planning.plan import RestorePlan
+from statusvault.restore.results.settle import Overwritten, compare_marks, status_writers_since
+from statusvault.restore.running.journal import Journal
+
+log = logging.getLogger(__name__)
+NAMED = 20  # objects the audit names; the rest are counted
+
+
+@dataclasses.dataclass
+class Audit:
+    checked: int = 0  # objects in scope, looked up on the cluster
+    lacking: int = 0  # not on the cluster, or never given their saved status by a run of this restore
+    lacking_named: list[str] = dataclasses.field(default_factory=list)
+    overwritten: Overwritten = dataclasses.field(default_factory=Overwritten)  # their status written since
+
+    def lack(self, where: str) -> None:
+        self.lacking += 1
+        if len(self.lacking_named) < NAMED:
+            self.lacking_named.append(where)
+
+    @property
+    def short(self) -> int:
+        return self.lacking + self.overwritten.count
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "checked": self.checked,
+            "withoutSavedStatus": self.lacking,
+            "objects": self.lacking_named,
+            "statusWrittenSince": self.overwritten.count,
+        }
+
+
+def audit(client: KubeApi, served: Discovery, plan: RestorePlan, journal: Journal) -> Audit:
+    """Every object in the restore's scope read back and compared with what the journal says its status write left;
+    what is short is no longer done in the journal (a re-run writes it again)."""
+    journal.flush()
+    out = Audit()
+    undo: list[int] = []
+    for (resource, namespace), rows in itertools.groupby(plan.audited(journal.path), key=lambda r: (r[0], r[1])):
+        group = list(rows)
+        out.checked += len(group)
+        out.overwritten.checked += len(group)
+        rt = served.by_qualified(resource)
+        seqs = {name: seq for _, _, name, seq, _, _ in group}
+        marks = {name: mark for _, _, name, _, mark, _ in group if mark}
+        unmarked = [name for _, _, name, _, mark, done in group if done and not mark]  # an older release's journal
+        for _, _, name, _, mark, done in group:
+            if rt is None or not (mark or done):  # never written by a run of this restore (or its type is not served)
+                out.lack(display(resource, namespace, name))
+        if rt is None:
+            continue
+        gone, again = (
+            compare_marks(client, rt, namespace, marks, journal.manager, out.overwritten) if marks else ((), [])
+        )
+        gone = {*gone, *_unmarked(client, rt, namespace, unmarked, journal.manager, out.overwritten, again)}
+        for name in sorted(gone):
+            out.lack(f"{display(resource, namespace, name)} (not on the cluster)")
+        undo += [seqs[name] for name in (*gone, *again)]
+    if undo:
+        journal.undo(undo)
+        log.info("the audit found %d object(s) short of what the journal had as done: a re-run writes them", len(undo))
+    return out
+
+
+def _unmarked(
+    client: KubeApi,
+    rt: ResourceType,
+    namespace: str,
+    names: list[str],
+    manager: str,
+    out: Overwritten,
+    again: list[str],
+) -> set[str]:
+    """Objects an older release's run of this restore finished without keeping a mark: each is read whole, and is
+    this restore's when its field manager wrote the status and no other writer has since (by managedFields).
+    Returns those not on the cluster; those written since join `again`."""
+    gone = set()
+    for name in names:
+        obj = client.get(rt, namespace or None, name)
+        if obj is None:
+            gone.add(name)
+            continue
+        meta = obj.get("metadata") or {}
+        others = status_writers_since(meta, manager)
+        if others or not any(e.get("manager") == manager and writes_status(e) for e in meta.get("managedFields") or []):
+            again.append(name)
+            writers = ", ".join(others) or "a writer managedFields do not name"
+            out.add(f"{display(rt.qualified, namespace, name)}: status written since by {writers}")
+    return gone
