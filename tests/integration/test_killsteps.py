@@ -322,9 +322,13 @@ RERUNS = {  # the run after the kill: the same command, or one whose --fence cha
     "same": ["--fence", "auto"],
     "without-fence": [],
     "best-effort": ["--fence", "best-effort"],
+    # another machine: no journal of the killed run, only the replica counts it kept in the store
+    "without-fence-elsewhere": ["--state-dir", "{tmp}/elsewhere"],
 }
 FENCE_KILLS = [(step, "same") for step in FENCE_STEPS] + [
-    (step, rerun) for step in ("scaled-down", "mid-restore") for rerun in ("without-fence", "best-effort")
+    (step, rerun)
+    for step in ("scaled-down", "mid-restore")
+    for rerun in ("without-fence", "best-effort", "without-fence-elsewhere")
 ]
 
 
@@ -350,7 +354,8 @@ def test_a_restore_killed_at_each_step_of_fencing_then_run_again_ends_with_the_o
 
     assert settles(state, left)
 
-    again = run("restore", "b", *RERUNS[rerun], "--parallel", "2", "-o", "json", kubeconfig=kubeconfig)
+    rerun_args = [a.replace("{tmp}", str(tmp_path)) for a in RERUNS[rerun]]
+    again = run("restore", "b", *rerun_args, "--parallel", "2", "-o", "json", kubeconfig=kubeconfig)
 
     assert again.code == ExitStatus.SUCCESS, again.out + again.err
     if rerun != "same" and left[0] == 0:
@@ -359,6 +364,40 @@ def test_a_restore_killed_at_each_step_of_fencing_then_run_again_ends_with_the_o
     live = world.get(ops, "Deployment", name)
     assert live["spec"]["replicas"] == 2, "the original count: never fenced twice (which would remember 0)"
     assert ANNOTATION not in (live["metadata"].get("annotations") or {})
+    for i in range(WIDGETS):
+        assert kube.get(widgets, namespace, f"w-{i:02d}")["status"] == widget_status(i)
+
+
+SCALE_RERUNS = {  # the run after the kill, without --scale-down: on this machine, and on another one
+    "without-scale-down": [],
+    "without-scale-down-elsewhere": ["--state-dir", "{tmp}/elsewhere"],
+}
+
+
+@pytest.mark.version_sensitive("the same restore's re-run must scale back on both servers")
+@pytest.mark.parametrize("step", ["scaled-down", "mid-restore"])
+@pytest.mark.parametrize("rerun", list(SCALE_RERUNS))
+def test_a_scale_down_restore_killed_then_run_again_without_it_scales_the_workload_back(
+    run, kube, namespace, world, proxied, tmp_path, step, rerun
+):
+    """--scale-down changes who is stopped, not what is restored: a re-run without it is the same restore, which
+    finds the count the killed run kept (its journal, or the store's on another machine) and scales back."""
+    group = f"{unique('kill')}.example.com"
+    widgets = backed_up_widgets(run, kube, group, namespace)
+    ops, name = an_operator_of(world, group, replicas=2).split("/")
+    proxy, kubeconfig = proxied(0.0)
+    args = ["--kubeconfig", str(kubeconfig), "restore", "b", "--scale-down", f"{ops}/deployments/{name}"]
+    kill_at(FENCE_STEPS[step][0], [*args, "--parallel", "2"], env_of(run), {"source": proxy}, tmp_path)
+    assert settles(lambda: world.get(ops, "Deployment", name)["spec"]["replicas"], 0), "the kill left it at 0"
+
+    rerun_args = [a.replace("{tmp}", str(tmp_path)) for a in SCALE_RERUNS[rerun]]
+    again = run("restore", "b", *rerun_args, "--parallel", "2", "-o", "json", kubeconfig=kubeconfig)
+
+    assert again.code == ExitStatus.SUCCESS, again.out + again.err
+    fence = json.loads(again.out)["fence"]
+    assert f"scaled back (fenced by an earlier run of this restore): deployment {ops}/{name}" in fence
+    assert world.get(ops, "Deployment", name)["spec"]["replicas"] == 2
+    assert not list(run.storage.glob("fences/*")), "the store keeps no count once it is scaled back"
     for i in range(WIDGETS):
         assert kube.get(widgets, namespace, f"w-{i:02d}")["status"] == widget_status(i)
 
