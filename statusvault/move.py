@@ -12,7 +12,7 @@ import functools
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +98,8 @@ def request_name(req: MoveRequest) -> str:
 
 def run_move(req: MoveRequest) -> MoveReport:
     """Run the move, or resume it: its backup (the record) exists only from a run that got past the backup
-    phase and was not aborted since."""
-    check_distinct(req.source.client, req.target.client)  # before any write: the library's callers too
+    phase and was not aborted since. One cluster under two names is refused before any write."""
+    check_distinct(req.source.client, req.target.client, req.options.mapping, req.selection.namespaces)
     name = request_name(req)
     req = dataclasses.replace(req, key=record_key(req, name))
     report = MoveReport(name)
@@ -387,16 +387,21 @@ def _display(rt: ResourceType, obj: KubeObject) -> str:
     return display(rt.qualified, meta.get("namespace", ""), meta.get("name", ""))
 
 
-def check_distinct(source: KubeApi, target: KubeApi) -> None:
+def check_distinct(
+    source: KubeApi, target: KubeApi, mapping: Mapping[str, str] | None = None, namespaces: tuple[str, ...] = ()
+) -> None:
     """Refuse a move whose source and target are one cluster: the same server address, or the same identity (the
-    kube-system namespace's UID) whatever name or address reaches it (127.0.0.1 and localhost, two contexts)."""
+    kube-system namespace's UID) whatever name or address reaches it (127.0.0.1 and localhost, two contexts). Within
+    one cluster only a move between namespaces is a move: every namespace it takes mapped to another one."""
     if source.server == target.server:
         raise ConfigError(f"the source and the target are the same API server ({source.server})")
     ids = cluster_identity(source), cluster_identity(target)
-    if ids[0] and ids[0] == ids[1]:
+    between = bool(namespaces) and all((mapping or {}).get(ns, ns) != ns for ns in namespaces)
+    if ids[0] and ids[0] == ids[1] and not between:
         raise ConfigError(
             f"the source ({source.server}) and the target ({target.server}) are the same cluster "
-            f"(kube-system namespace UID {ids[0]}): a move needs two clusters"
+            f"(kube-system namespace UID {ids[0]}): move into another cluster, or map each namespace moved to "
+            "another one (--namespace-mapping)"
         )
     if not all(ids):
         log.warning("cannot tell whether the source and target are one cluster (kube-system not readable)")

@@ -113,8 +113,8 @@ def move_cmd(app: App, args: MoveArgs) -> None:
     verify, unpause the target; the source stays paused (or --delete-source). Run it again to resume."""
     source = _cluster(app, args.from_kubeconfig or app.kubeconfig, args.from_context or app.context)
     target = _cluster(app, args.to_kubeconfig or app.kubeconfig, args.to_context or app.context)
-    check_distinct(source.client, target.client)
     request = move_request(app, args, source, target)
+    check_distinct(source.client, target.client, request.options.mapping, request.selection.namespaces)
     if request.options.fence == FenceMode.REPORT and not args.abort:
         fence = fence_report(request)
         text = "\n".join([f"Fencing the target for move {request_name(request)} would do (nothing written):",

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from statusvault.errors import ExitStatus
+from statusvault.errors import ConfigError, ExitStatus
+from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import load_transport
@@ -82,6 +83,65 @@ def test_move_pauses_the_source_restores_paused_verifies_and_unpauses_the_target
 def test_move_refuses_the_same_cluster_on_both_sides(run, cluster, moving):
     result = run("move", "--from-kubeconfig", str(cluster.kubeconfig), "--to-kubeconfig", str(cluster.kubeconfig))
     assert result.code == ExitStatus.USAGE and "are the same API server" in result.err
+
+
+def by_localhost(cluster, tmp_path: Path) -> Path:
+    """A kubeconfig that reaches the test cluster as localhost (its own names it 127.0.0.1)."""
+    path = tmp_path / "kubeconfig-localhost"
+    path.write_text(kubeconfig_yaml(cluster.server.replace("127.0.0.1", "localhost"), "admin", ADMIN_TOKEN))
+    assert "127.0.0.1" in cluster.server, "two names for one server"
+    return path
+
+
+def versions(kube, rt, namespace: str) -> dict[str, str]:
+    return {
+        o["metadata"]["name"]: o["metadata"]["resourceVersion"] for page in kube.list_pages(rt, namespace) for o in page
+    }
+
+
+@pytest.mark.version_sensitive("the cluster's identity is read from the server on each version")
+def test_move_refuses_one_cluster_reached_by_two_names_and_touches_nothing(run, kube, cluster, moving, tmp_path):
+    """127.0.0.1 and localhost are one cluster: the move is refused before any write (the source not paused, not
+    backed up, nothing deleted), by the CLI and by the library's run_move."""
+    other = by_localhost(cluster, tmp_path)
+    rt = discover(kube).by_qualified(QUALIFIED)
+    before = versions(kube, rt, moving)
+
+    result = run("move", "--from-kubeconfig", str(cluster.kubeconfig), "--to-kubeconfig", str(other), "-n", moving,
+                 "--delete-source", "--yes")  # fmt: skip
+
+    assert result.code == ExitStatus.USAGE, result.out + result.err
+    assert "are the same cluster (kube-system namespace UID" in result.err
+    other_kube = KubeClient(load_transport(str(other)))
+    store = LocalStore(tmp_path / "api-store")
+    request = MoveRequest(
+        source=Cluster(kube, lambda refresh: discover(kube)),
+        target=Cluster(other_kube, lambda refresh: discover(other_kube)),
+        store=store, selection=Selection(namespaces=(moving,)), options=RestoreOptions(), delete_source=True,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="are the same cluster"):
+        run_move(request)
+    assert versions(kube, rt, moving) == before, "nothing paused, nothing deleted"
+    assert list(store.list("")) == [] and list(LocalStore(run.storage).list("")) == [], "nothing backed up"
+
+
+def test_a_move_within_one_cluster_maps_each_namespace_and_deletes_only_the_source_objects(
+    run, kube, cluster, moving, tmp_path
+):
+    """Within one cluster a move is one between namespaces: allowed when each is mapped to another, and then the
+    target's objects are others than the source's, so --delete-source deletes the source's only."""
+    other, dest = by_localhost(cluster, tmp_path), unique("moved")
+    rt = discover(kube).by_qualified(QUALIFIED)
+    try:
+        result = run("move", "--from-kubeconfig", str(cluster.kubeconfig), "--to-kubeconfig", str(other),
+                     "-n", moving, "--namespace-mapping", f"{moving}:{dest}", "--delete-source", "--yes")  # fmt: skip
+
+        assert result.code == ExitStatus.SUCCESS, result.out + result.err
+        assert versions(kube, rt, moving) == {}, "the source objects are deleted"
+        moved = {o["metadata"]["name"]: o["status"] for page in kube.list_pages(rt, dest) for o in page}
+        assert moved == {f"db-{i:02d}": saved(i) for i in range(N)}
+    finally:
+        kube.delete(NAMESPACES, None, dest)
 
 
 @pytest.fixture
