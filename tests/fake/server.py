@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import copy
 import itertools
-import uuid
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 

@@ -16,6 +16,7 @@ from statusvault.kube.discovery import discover
 from statusvault.testing.fixtures import create_with_status, install_crds
 from tests.builders import cr, crd, kc_status, unique
 from tests.integration.crs.servers import replace_schema_and_wait, wait_gone
+from tests.webhook import Webhook
 
 pytestmark = pytest.mark.version_sensitive(
     "status writes are managedFields entries of their own from 1.22; on 1.20 they join the writer's entry"
@@ -176,3 +177,74 @@ def test_a_status_the_schema_prunes_is_short_in_a_server_dry_run_a_run_and_its_r
     assert again.code == ExitStatus.PARTIAL_FAILURE, again.out + again.err
     assert ("WithoutSavedStatus", 3) in reasons(again.out), "found existing: compared, never taken as in-body"
     assert all(kube.get(pruning, namespace, f"g-{i}").get("status") is None for i in range(3)), "as the cluster says"
+
+
+PAUSED = "crossplane.io/paused"  # the marker --pause auto uses for a Crossplane provider's group
+REPAUSE = {"statusvault.test/repause": "yes"}
+
+
+def repaused(obj: dict) -> list[dict]:
+    """The webhook's patch: the pause marker back on an object that lost it (a policy engine that keeps every
+    managed resource of a namespace paused)."""
+    annotations = obj["metadata"].get("annotations")
+    if annotations is None:
+        return [{"op": "add", "path": "/metadata/annotations", "value": {PAUSED: "true"}}]
+    if annotations.get(PAUSED) == "true":
+        return []
+    return [{"op": "add", "path": "/metadata/annotations/crossplane.io~1paused", "value": "true"}]
+
+
+@pytest.fixture
+def repausing(kube, namespace, cleanup, tmp_path):
+    """A real mutating webhook that puts the pause marker back on every update of the namespace's instances."""
+    d = discover(kube)
+    ns = kube.get(d.resolve("namespaces"), None, namespace)
+    ns["metadata"].setdefault("labels", {}).update(REPAUSE)
+    kube.replace(d.resolve("namespaces"), None, namespace, ns)
+    hook = Webhook(tmp_path, repaused)
+    configs = d.resolve("mutatingwebhookconfigurations.admissionregistration.k8s.io")
+    name = unique("repause")
+    kube.create(configs, None, hook.configuration(name, GROUP, ["instances"], REPAUSE))
+    cleanup(configs, name)
+    yield lambda: kube.delete(configs, None, name)
+    hook.stop()
+
+
+GROUP = "rds.aws.upbound.io"
+
+
+def test_an_unpause_the_server_answers_still_paused_is_counted_and_unpause_finishes_it_later(
+    run, kube, namespace, repausing
+):
+    """The webhook answers each unpause with the marker back on: 200, but still paused. The restore says so (exit 3,
+    StillPaused), keeps what `statusvault unpause` needs, which says so again while the webhook acts, and unpauses
+    once it is gone."""
+    install_crds(kube, [crd(GROUP, "Instance")])
+    d = discover(kube)
+    rt = d.by_qualified(f"instances.{GROUP}")
+    for i in range(4):
+        create_with_status(kube, d, cr(f"{GROUP}/v1", "Instance", f"db-{i}", spec={"forProvider": {}},
+                                       status={"id": f"x-{i}"}), namespace)  # fmt: skip
+    assert run("backup", "b", "-n", namespace, "--include-resources", rt.qualified).code == 0
+    for i in range(4):
+        kube.delete(rt, namespace, f"db-{i}")
+        wait_gone(kube, rt, namespace, f"db-{i}")
+
+    first = run("restore", "b", "--pause", "auto", "-o", "json")
+
+    assert first.code == ExitStatus.PARTIAL_FAILURE, first.out + first.err
+    report = json.loads(first.out)
+    assert ("StillPaused", 4) in reasons(first.out) and report["unpaused"] == 0
+    assert all(kube.get(rt, namespace, f"db-{i}")["metadata"]["annotations"].get(PAUSED) == "true" for i in range(4))
+    assert all(kube.get(rt, namespace, f"db-{i}")["status"] == {"id": f"x-{i}"} for i in range(4))
+
+    still = run("unpause", "b", "--pause", "auto", "-o", "json")
+    assert still.code == ExitStatus.PARTIAL_FAILURE, still.out + still.err
+    assert ("StillPaused", 4) in reasons(still.out), "the record kept: unpause knows what is left, and says so"
+
+    repausing()  # the webhook goes
+    done = run("unpause", "b", "--pause", "auto", "-o", "json")
+
+    assert done.code == ExitStatus.SUCCESS, done.out + done.err
+    for i in range(4):
+        assert PAUSED not in (kube.get(rt, namespace, f"db-{i}")["metadata"].get("annotations") or {})
