@@ -56,7 +56,7 @@ class Webhook:
                     "clientConfig": {"url": self.url, "caBundle": base64.b64encode(self.cert.read_bytes()).decode()},
                     "rules": [
                         {"apiGroups": [group], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": resources}
-                    ],  # fmt: skip
+                    ],
                     "namespaceSelector": {"matchLabels": namespace_labels},
                     "admissionReviewVersions": ["v1"],
                     "sideEffects": "None",
