@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 import random
 import threading
 import time
@@ -11,6 +12,17 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 MAX_RETRY_AFTER = 30.0  # seconds; a larger Retry-After is capped
+SERVER_WAIT_SECONDS = 60.0  # an unavailable API server (restarting, failing over) is waited out this long
+SERVER_WAIT_ENV = "STATUSVAULT_SERVER_WAIT_SECONDS"  # --server-wait-seconds: this process and its workers
+POLL_UNAVAILABLE = 1.0  # seconds between tries once the retries are spent and the server is waited out
+
+
+def server_wait() -> float:
+    """SERVER_WAIT_SECONDS, or the environment's STATUSVAULT_SERVER_WAIT_SECONDS (a malformed one: the default)."""
+    try:
+        return max(0.0, float(os.environ.get(SERVER_WAIT_ENV, "") or SERVER_WAIT_SECONDS))
+    except ValueError:
+        return SERVER_WAIT_SECONDS
 
 
 class RateLimiter(Protocol):
@@ -88,6 +100,9 @@ class Backoff:
     base: float = 0.2
     cap: float = 10.0
     max_retries: int = 6
+    # an unreachable server (connection refused or reset, 502/503/504) is tried again, past max_retries, until this
+    # many seconds after the first failure: API servers restart in upgrades and failovers, when restores run
+    unavailable_for: float = dataclasses.field(default_factory=server_wait)
 
     def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
         """Seconds to wait before retry number `attempt` (0-based)."""

@@ -15,6 +15,7 @@ from statusvault.cli.flags import output_option
 from statusvault.cli.output import OutputFormat, emit, table
 from statusvault.errors import ExitStatus, StatusVaultError
 from statusvault.logs import setup_logging
+from statusvault.throttle import SERVER_WAIT_ENV, SERVER_WAIT_SECONDS
 
 log = logging.getLogger("statusvault")
 
@@ -81,9 +82,25 @@ def _show_version(ctx: click.Context, value: bool) -> None:
     show_default=True,
     help="Log line format (stderr).",
 )
+@click.option(
+    "--server-wait-seconds",
+    type=click.FloatRange(0, 3600),
+    default=SERVER_WAIT_SECONDS,
+    envvar=SERVER_WAIT_ENV,
+    show_default=True,
+    help="How long an unavailable API server (restarting, failing over) is waited out before a request fails.",
+)
 @click.pass_context
-def cli(ctx: click.Context, kubeconfig: str | None, context: str | None, debug: bool, log_format: str) -> None:
+def cli(
+    ctx: click.Context,
+    kubeconfig: str | None,
+    context: str | None,
+    debug: bool,
+    log_format: str,
+    server_wait_seconds: float,
+) -> None:
     """Back up Kubernetes custom resources with their status; restore them in two passes."""
+    os.environ[SERVER_WAIT_ENV] = str(server_wait_seconds)  # every client of this process, and its workers
     setup_logging(log_format, debug)
     ctx.obj = App(kubeconfig, context, debug, log_format)
     ctx.call_on_close(ctx.obj.close)

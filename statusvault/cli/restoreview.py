@@ -206,4 +206,14 @@ def _status_notes(report: RestoreReport) -> list[str]:
             f"since by another writer{more}"
         )
         notes += [f"WRITTEN AGAIN: {line}" for line in looked.named]
+    audit = report.audit
+    if audit is not None and audit.lacking:
+        notes.append(
+            f"read back from the cluster: {audit.lacking} of {audit.checked} object(s) lack their saved status"
+        )
+        notes += [f"WITHOUT ITS SAVED STATUS: {name}" for name in audit.lacking_named]
+    if report.server_away >= 1:
+        notes.append(
+            f"the API server was unavailable for about {report.server_away:.0f}s: waited out (--server-wait-seconds)"
+        )
     return ["", *notes] if notes else []

@@ -19,11 +19,12 @@ from statusvault.errors import ConfigError, KubeApiError, KubeConnectionError
 from statusvault.kube.credentials import Credential, CredentialSource
 from statusvault.kube.http import HttpPool, Response, Stream, proxy_for
 from statusvault.kube.kubeconfig import ClientConfig, load
-from statusvault.throttle import MAX_RETRY_AFTER, Backoff, RateLimiter, TokenBucket, spread
+from statusvault.throttle import MAX_RETRY_AFTER, POLL_UNAVAILABLE, Backoff, RateLimiter, TokenBucket, spread
 
 log = logging.getLogger(__name__)
 
 RETRYABLE_CODES = frozenset({500, 502, 503, 504})
+UNAVAILABLE_CODES = frozenset({502, 503, 504})  # the server (or a proxy before it) is not there: waited out
 MAX_THROTTLED_RETRIES = 30  # 429s: API Priority and Fairness asks us to wait, not to give up
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -63,6 +64,7 @@ class TransportStats:
     requests: int = 0
     retries: int = 0
     throttled_seconds: float = 0.0
+    unavailable_seconds: float = 0.0  # the longest a request waited for an unavailable server that came back
 
 
 class KubeTransport:
@@ -86,6 +88,8 @@ class KubeTransport:
         self.read_timeout = timeout
         self.stats = TransportStats()
         self._stats_lock = threading.Lock()
+        self._waiting = threading.Event()  # an outage is being waited out (said once)
+        self._answered = False  # the server has answered a request: one unreachable later is an outage
         self._pool_size = max(1, pool_size)
         self._pool_lock = threading.Lock()
         self._certs = (config.cert_file, config.key_file)
@@ -152,6 +156,7 @@ class KubeTransport:
         """
         attempt = throttled = 0
         refreshed = False
+        failed_at: float | None = None  # the first failure of this request that is retried
         while True:
             waited = self.bucket.acquire()
             credential = self.config.credentials.current()
@@ -164,8 +169,11 @@ class KubeTransport:
                 retry_after = None
                 code = 0
             else:
+                self._answered = True
                 if resp.status < 400:
                     self._count(waited, retried=False)
+                    if failed_at is not None:
+                        self._came_back(time.monotonic() - failed_at)
                     if refreshed:
                         log.info("renewed the credentials from %s after a 401", self.config.credentials.description)
                     if warnings is not None:
@@ -187,9 +195,12 @@ class KubeTransport:
                 self._count(waited + delay, retried=True)
                 time.sleep(delay)
                 continue
-            if (code and code not in RETRYABLE_CODES) or attempt >= self.backoff.max_retries:
+            if code and code not in RETRYABLE_CODES:
                 raise error
-            delay = min(retry_after, MAX_RETRY_AFTER) if retry_after is not None else self.backoff.delay(attempt)
+            failed_at = time.monotonic() if failed_at is None else failed_at
+            if attempt >= self.backoff.max_retries and not self._waits_out(code, failed_at, error):
+                raise error
+            delay = min(retry_after, MAX_RETRY_AFTER) if retry_after is not None else self._delay(attempt)
             log.debug("retrying %s %s in %.2fs after %s", req.method, req.path, delay, error)
             self._count(waited + delay, retried=True)
             time.sleep(delay)
@@ -225,6 +236,31 @@ class KubeTransport:
         fresh = None if refreshed else source.refresh(rejected)
         if fresh is None or fresh.serial == rejected.serial:  # the same: a refresh has just produced it
             raise rejected_error(source, refreshed or fresh is not None)
+
+    def _waits_out(self, code: int, failed_at: float, error: Exception) -> bool:
+        """Whether a request whose retries are spent tries again: the server, which has answered this client before,
+        is unavailable (unreachable, or a 502/503/504) for less than the backoff's `unavailable_for` so far."""
+        away = time.monotonic() - failed_at
+        if (code and code not in UNAVAILABLE_CODES) or away >= self.backoff.unavailable_for or not self._answered:
+            return False  # a server never reached (a wrong address) is an error at once, not an outage
+        if not self._waiting.is_set():  # once per outage, whichever request meets it first
+            self._waiting.set()
+            log.warning("the API server at %s is unavailable (%s): waiting up to %.0fs for it to come back",
+                        self.host, error, self.backoff.unavailable_for)  # fmt: skip
+        return True
+
+    def _delay(self, attempt: int) -> float:
+        """Exponential backoff while the retries last; then a try about every POLL_UNAVAILABLE seconds."""
+        if attempt < self.backoff.max_retries:
+            return self.backoff.delay(attempt)
+        return spread(POLL_UNAVAILABLE)
+
+    def _came_back(self, seconds: float) -> None:
+        with self._stats_lock:
+            self.stats.unavailable_seconds = max(self.stats.unavailable_seconds, seconds)
+        if self._waiting.is_set():
+            self._waiting.clear()
+            log.warning("the API server at %s answers again (away for about %.0fs)", self.host, seconds)
 
     def _count(self, throttled: float, retried: bool) -> None:
         with self._stats_lock:

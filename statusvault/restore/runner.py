@@ -237,6 +237,7 @@ def _audited(
     """Once the cluster settles, the cluster read back (restore/results/audit.py): the verdict counts what it holds,
     whatever this run or an earlier one of the same restore did. The state is finished only when nothing is short.
     Not after a dry run or a run that stopped early (its verdict says so; the journal resumes it)."""
+    report.server_away = _server_away(client)
     if report.dry_run != DryRun.NONE or report.interrupted or report.aborted or state.plan is None:
         return
     kill_point("restore.looking-again")  # every write done and journalled, the state not finished yet
@@ -246,6 +247,12 @@ def _audited(
     report.overwritten = report.audit.overwritten
     if report.succeeded and not report.audit.short and not report.left_paused:
         finish(state)
+
+
+def _server_away(client: KubeApi) -> float:
+    """The longest this process's requests waited for an unavailable API server (kube/transport.py's stats)."""
+    stats = getattr(getattr(client, "transport", None), "stats", None)
+    return float(getattr(stats, "unavailable_seconds", 0.0))
 
 
 def _scaled_back(report: RestoreReport, scaler: ScaleDown, earlier: list[Workload]) -> None:

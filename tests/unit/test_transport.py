@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 import pytest
 
+import statusvault.kube.transport as transport_module
 from statusvault.errors import KubeApiError, KubeConnectionError
 from statusvault.kube.client import KubeClient
 from statusvault.kube.credentials import Credential, ExecPlugin, Static, TokenFile
@@ -54,7 +55,8 @@ def server():
 
 def transport(host, credentials=None, **kw):
     config = ClientConfig(host=host, credentials=credentials or Static("kubeconfig user 'u'", "tok"))
-    return KubeTransport(config, backoff=Backoff(base=0.01, cap=0.05, max_retries=3), **kw)
+    wait = kw.pop("unavailable_for", 0.0)
+    return KubeTransport(config, backoff=Backoff(base=0.01, cap=0.05, max_retries=3, unavailable_for=wait), **kw)
 
 
 def status(code, reason):
@@ -80,6 +82,31 @@ def test_5xx_is_retried_with_backoff_then_gives_up(server):
     assert len(Scripted.seen) == 4, "1 try + 3 bounded retries"
 
 
+def test_a_server_that_answered_then_goes_away_is_waited_out_past_the_retries(server, monkeypatch):
+    """A restarting API server (503 "server is starting") is tried again past the bounded retries until its
+    --server-wait-seconds are spent; the transport remembers how long it was away."""
+    monkeypatch.setattr(transport_module, "POLL_UNAVAILABLE", 0.01)
+    Scripted.script = (
+        [(200, {}, {"ok": 1})] + [(503, {}, status(503, "ServiceUnavailable"))] * 8 + [(200, {}, {"ok": 2})]
+    )
+    t = transport(server, unavailable_for=30)
+    assert json.loads(t.send(Request("GET", "/api"))) == {"ok": 1}
+
+    assert json.loads(t.send(Request("GET", "/api"))) == {"ok": 2}, "8 failures: more than the 3 retries"
+    assert len(Scripted.seen) == 10 and t.stats.unavailable_seconds > 0
+
+
+def test_a_server_waited_out_gives_up_once_the_wait_is_spent(server, monkeypatch):
+    monkeypatch.setattr(transport_module, "POLL_UNAVAILABLE", 0.01)
+    Scripted.script = [(200, {}, {"ok": 1})] + [(503, {}, status(503, "ServiceUnavailable"))] * 1000
+    t = transport(server, unavailable_for=0.3)
+    t.send(Request("GET", "/api"))
+    start = time.monotonic()
+    with pytest.raises(KubeApiError):
+        t.send(Request("GET", "/api"))
+    assert 0.3 <= time.monotonic() - start < 5
+
+
 def test_4xx_is_not_retried_and_carries_the_status(server):
     Scripted.script = [(409, {}, status(409, "Conflict"))]
     with pytest.raises(KubeApiError) as err:
@@ -90,7 +117,8 @@ def test_4xx_is_not_retried_and_carries_the_status(server):
 
 
 def test_connection_refused_is_retried_then_reported():
-    t = transport("http://127.0.0.1:1")
+    """A server never reached (a wrong address) is an error at once, whatever --server-wait-seconds says."""
+    t = transport("http://127.0.0.1:1", unavailable_for=60)
     start = time.monotonic()
     with pytest.raises(KubeConnectionError, match="cannot reach the API server at http://127.0.0.1:1"):
         t.send(Request("GET", "/api"))

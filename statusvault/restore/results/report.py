@@ -150,6 +150,7 @@ class RestoreReport:
         self.overwritten = (
             Overwritten()
         )  # statuses another writer wrote after this restore's (restore/results/settle.py)
+        self.server_away = 0.0  # the longest a request waited for an unavailable API server that came back
         self.audit: Audit | None = None  # what the cluster held once the run ended (restore/results/audit.py)
         self.written: dict[tuple[str, str, str], str] = {}  # object -> write_mark of its status write, up to a cap
         self.written_unrecorded = 0  # status writes past the cap: not looked at again
@@ -328,6 +329,7 @@ class RestoreReport:
             },
             "notPaused": len(self.not_paused),
             "audit": self.audit.to_dict() if self.audit is not None else None,
+            "serverUnavailableSeconds": round(self.server_away, 1),
             "summary": self.counts(),
             "serverChanges": [
                 {"resource": res, "path": path, "change": how, "objects": n}
