@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +119,17 @@ class LocalCluster(ControlPlane):
         """The CA (certificate, key) whose client certificates the API server accepts (user = CN, groups = O)."""
         return self.workdir / "client-ca.crt", self.workdir / "client-ca.key"
 
+    def restart_apiserver(self, down: float) -> None:
+        """Stop the API server, leave it down `down` seconds, start it again as before and wait until it is ready:
+        the outage of an upgrade or a failover (etcd and every object stay)."""
+        terminate(self.pids.pop(self.SERVER))
+        time.sleep(down)
+        self.spawn(self.SERVER, self.apiserver_argv, detach=False)
+        self.wait_ready(self._readyz(), insecure_context())
+
+    def _readyz(self) -> urllib.request.Request:
+        return urllib.request.Request(f"{self.server}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+
     def kubeconfig_for(self, user: str) -> Path:
         """A kubeconfig for one of TEST_USERS (no permissions until a test binds a role)."""
         path = self.workdir / f"kubeconfig-{user}"
@@ -142,30 +154,26 @@ class LocalCluster(ControlPlane):
         lines += [f"{token},{user},{user}" for user, token in TEST_USERS.items()]
         lines += [f'{token},{ROTATING_USER},{ROTATING_USER},"system:masters"' for token in ROTATING_TOKENS]
         (wd / "tokens.csv").write_text("\n".join(lines) + "\n")
-        self.spawn(
-            "kube-apiserver",
-            [
-                str(bindir / release.apiserver),
-                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-                f"--secure-port={self.port}",
-                "--bind-address=127.0.0.1",
-                f"--cert-dir={wd / 'certs'}",
-                f"--service-account-key-file={wd / 'sa.key'}",
-                f"--service-account-signing-key-file={wd / 'sa.key'}",
-                "--service-account-issuer=https://kubernetes.default.svc",
-                f"--token-auth-file={wd / 'tokens.csv'}",
-                f"--client-ca-file={ca_cert}",
-                "--authorization-mode=RBAC",
-                "--service-cluster-ip-range=10.0.0.0/24",
-                "--disable-admission-plugins=ServiceAccount",
-                "--max-requests-inflight=800",
-                "--max-mutating-requests-inflight=400",
-            ],
-            detach,
-        )
+        self.apiserver_argv = [
+            str(bindir / release.apiserver),
+            f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+            f"--secure-port={self.port}",
+            "--bind-address=127.0.0.1",
+            f"--cert-dir={wd / 'certs'}",
+            f"--service-account-key-file={wd / 'sa.key'}",
+            f"--service-account-signing-key-file={wd / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--token-auth-file={wd / 'tokens.csv'}",
+            f"--client-ca-file={ca_cert}",
+            "--authorization-mode=RBAC",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--disable-admission-plugins=ServiceAccount",
+            "--max-requests-inflight=800",
+            "--max-mutating-requests-inflight=400",
+        ]
+        self.spawn("kube-apiserver", self.apiserver_argv, detach)
         self.kubeconfig.write_text(kubeconfig_yaml(self.server, "admin", ADMIN_TOKEN))
-        ready = urllib.request.Request(f"{self.server}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-        self.wait_ready(ready, insecure_context())
+        self.wait_ready(self._readyz(), insecure_context())
         self.spawn(
             "kube-controller-manager",
             [
