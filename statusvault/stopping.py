@@ -30,9 +30,24 @@ class Stop(threading.Event):
         return StatusVaultError(LEASE_LOST)
 
 
+_SIGNALLED: list[int] = []  # the signal this process was told to stop by (a controller's SIGTERM), once
+
+
+def signalled(signum: int) -> None:
+    """This process is stopping on `signum`: a run cancelled from now on was interrupted, not cancelled (the
+    controller sets its run's Lease event, a plain Event, to stop it)."""
+    if not _SIGNALLED:
+        _SIGNALLED.append(signum)
+
+
 def stop_error(cancel: threading.Event) -> StatusVaultError:
     """The error a run stopped by `cancel` ends with: interrupted by a signal, else cancelled."""
-    return cancel.error() if isinstance(cancel, Stop) else StatusVaultError(LEASE_LOST)
+    if isinstance(cancel, Stop):
+        return cancel.error()
+    if _SIGNALLED:
+        name = signal.Signals(_SIGNALLED[0]).name
+        return Interrupted(f"stopped by {name}: the next attempt resumes")
+    return StatusVaultError(LEASE_LOST)
 
 
 @contextlib.contextmanager

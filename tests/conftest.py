@@ -109,6 +109,10 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # Restores in the suite do not wait before looking again at what they restored (restore/results/settle.py): the tests of
 # that look (tests/integration/test_settle.py) ask for it with --settle-seconds. Subprocesses inherit it.
 os.environ["STATUSVAULT_SETTLE_SECONDS"] = "0"
+# Nor do they wait out an API server that stops answering (kube/transport.py): the fault tests' servers fail on purpose.
+# tests/integration/test_restart.py restarts one for real and asks for the default wait; tests/unit/test_transport.py
+# holds the rule.
+os.environ["STATUSVAULT_SERVER_WAIT_SECONDS"] = "0"
 
 CRD_ONLY = "1.36-crd"  # the apiextensions-apiserver 1.36 of tests/integration/crs/ (no core API)
 CURRENT = "1.36"  # the version users run: every integration test runs on it

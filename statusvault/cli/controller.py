@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import os
 import signal
 import socket
@@ -167,7 +168,9 @@ def run_cmd(app: App, args: ControllerRunArgs) -> None:
         ran = controller.reconcile_all()
         click.echo(f"reconciled restore intents in {config.namespace}: {ran} restore(s) run")
         return
-    signal.signal(signal.SIGTERM, _interrupt)  # a pod stopping: end the current restore as if Ctrl-C, then exit
+    # a pod stopping: the restore under way stops starting writes, finishes those in flight, scales back and records
+    # itself interrupted; then the controller exits (a second SIGTERM stops at once)
+    signal.signal(signal.SIGTERM, functools.partial(_terminate, controller))
     with contextlib.suppress(KeyboardInterrupt):
         controller.run_forever()
     click.echo("controller stopped", err=True)
@@ -205,8 +208,11 @@ def controller_config(app: App, args: ControllerRunArgs) -> ControllerConfig:
     )
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+def _terminate(controller: Controller, signum: int, frame: object) -> None:
+    if controller.stop.is_set():
+        raise KeyboardInterrupt
+    logging.getLogger(__name__).warning("SIGTERM: stopping once the writes in flight are done (again: at once)")
+    controller.terminate(signum)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

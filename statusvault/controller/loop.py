@@ -61,6 +61,7 @@ from statusvault.restore.results.report import RestoreReport
 from statusvault.restore.results.verdict import RunOutcome, Verdict
 from statusvault.restore.runner import RestoreRequest
 from statusvault.restore.running.workers import MIN_WAVE, default_processes
+from statusvault.stopping import signalled
 from statusvault.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,16 @@ class Controller:
         self.config = config
         self.breaker = Breaker()
         self.stop = threading.Event()
+        self._running: threading.Event | None = None  # the stop of the restore under way (its Lease's)
+
+    def terminate(self, signum: int) -> None:
+        """The pod is stopping (SIGTERM): no new pass, and the restore under way starts no new write; its writes in
+        flight finish, it scales back and records itself as interrupted (the next attempt resumes)."""
+        signalled(signum)
+        self.stop.set()
+        running = self._running
+        if running is not None:
+            running.set()
 
     def run_forever(self) -> None:
         log.info("reconciling restore intents in namespace %s every %.0fs", self.config.namespace, self.config.interval)
@@ -292,8 +303,12 @@ class Controller:
     def _restore(self, target: Target, intent: Intent, step: NextStep, lost: threading.Event) -> bool:
         if not self._start(target, intent.digest, intent.backup, step, "Restore"):
             return False
-        with watching_for_deletion(target, lost):  # a deleted Restore (or intent) stops as a lost Lease does
-            run = self._run(target, intent, lost)
+        self._running = lost
+        try:
+            with watching_for_deletion(target, lost):  # a deleted Restore (or intent) stops as a lost Lease does
+                run = self._run(target, intent, lost)
+        finally:
+            self._running = None
         if lost.is_set() and target.gone():  # deleted mid-run: stopped cleanly, nothing left to record on
             log.info("%s was deleted mid-run: stopped (a new one resumes from the journal)", target.describe())
             target.event("Normal", "RestoreStopped", f"restore of {intent.backup} stopped: deleted mid-run")

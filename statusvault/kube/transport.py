@@ -89,7 +89,7 @@ class KubeTransport:
         self.stats = TransportStats()
         self._stats_lock = threading.Lock()
         self._waiting = threading.Event()  # an outage is being waited out (said once)
-        self._answered = False  # the server has answered a request: one unreachable later is an outage
+        self._answered_at: float | None = None  # the last success: none since a request failed is an outage
         self._pool_size = max(1, pool_size)
         self._pool_lock = threading.Lock()
         self._certs = (config.cert_file, config.key_file)
@@ -169,7 +169,8 @@ class KubeTransport:
                 retry_after = None
                 code = 0
             else:
-                self._answered = True
+                if resp.status < 500:  # the server is there (a 4xx is its answer too)
+                    self._answered_at = time.monotonic()
                 if resp.status < 400:
                     self._count(waited, retried=False)
                     if failed_at is not None:
@@ -238,11 +239,14 @@ class KubeTransport:
             raise rejected_error(source, refreshed or fresh is not None)
 
     def _waits_out(self, code: int, failed_at: float, error: Exception) -> bool:
-        """Whether a request whose retries are spent tries again: the server, which has answered this client before,
-        is unavailable (unreachable, or a 502/503/504) for less than the backoff's `unavailable_for` so far."""
-        away = time.monotonic() - failed_at
-        if (code and code not in UNAVAILABLE_CODES) or away >= self.backoff.unavailable_for or not self._answered:
-            return False  # a server never reached (a wrong address) is an error at once, not an outage
+        """Whether a request whose retries are spent tries again: the server, which has answered this client before
+        but nothing since this request first failed, is unavailable (unreachable, or a 502/503/504) for less than the
+        backoff's `unavailable_for` so far. A request that keeps failing while others succeed fails as before."""
+        now = time.monotonic()
+        if (code and code not in UNAVAILABLE_CODES) or now - failed_at >= self.backoff.unavailable_for:
+            return False
+        if self._answered_at is None or self._answered_at > failed_at + POLL_UNAVAILABLE:
+            return False  # never reached (a wrong address), or up for others since: this request's own failure
         if not self._waiting.is_set():  # once per outage, whichever request meets it first
             self._waiting.set()
             log.warning("the API server at %s is unavailable (%s): waiting up to %.0fs for it to come back",

@@ -36,6 +36,7 @@ from statusvault.restore.planning.servedtypes import ServedTypes
 from statusvault.restore.quiet.fenceread import read_fence_plan
 from statusvault.restore.quiet.fencing import FenceAction, FencePlan
 from statusvault.restore.quiet.scaledown import ReplicaLedger, ScaleDown, Workload, resolve_workloads
+from statusvault.restore.quiet.unpause import release_left
 from statusvault.restore.results.audit import audit
 from statusvault.restore.results.report import RestoreReport
 from statusvault.restore.results.settle import default_settle
@@ -245,8 +246,25 @@ def _audited(
         (req.cancel or threading.Event()).wait(req.settle)  # stopped meanwhile: the writes are done, read it now
     report.audit = audit(client, discover(True), state.plan, state.journal)
     report.overwritten = report.audit.overwritten
+    _release_left(client, req, report, state)
     if report.succeeded and not report.audit.short and not report.left_paused:
         finish(state)
+
+
+def _release_left(client: KubeApi, req: RestoreRequest, report: RestoreReport, state: RestoreState) -> None:
+    """Objects an earlier run of this restore paused and left so (killed, its state elsewhere): unpaused once every
+    object of the restore has its saved status, as its own unpause would have; until then they count as paused."""
+    left = report.audit.left_paused if report.audit is not None else []
+    if not left:
+        return
+    if not report.succeeded or (report.audit is not None and report.audit.short):
+        report.left_paused += len(left)
+        return
+    keep = () if req.unpause else req.options.pause.keep_paused
+    done = release_left(client, left, keep, state.journal.manager, req.parallel)
+    report.unpaused += done.unpaused
+    report.unpause_failures += done.failed
+    report.left_paused += done.kept
 
 
 def _server_away(client: KubeApi) -> float:

@@ -44,6 +44,10 @@ def _restore_rows(r: dict[str, Any]) -> list[Row]:
         first = fig.get("timings", {}).get("firstResult")
         label = f"statusvault restore --processes {key[9:]}" + (f" (first object after {first:.1f}s)" if first else "")
         rows.append(_row(label, fig, wb, ">= 0.90" if key == "restore_p1" else ""))
+    audit = r["restore"].get("audit") or {}
+    if audit.get("checked"):
+        label = f"  its audit: {audit['checked']} objects read back in {audit['seconds']:.2f}s (in the row above)"
+        rows.append((label, "", "", "", f"{audit['cpuMsPerObject']:.3f}", ""))
     if "write_kubectl" in r:
         rr = r["restore"]["objects_per_s"] / r["write_kubectl"]["objects_per_s"]
         rows.append(("  restore vs the kubectl loop", "", f"{rr:.1f}", ">= 2.00", "", ""))

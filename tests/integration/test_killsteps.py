@@ -213,6 +213,58 @@ def test_restore_killed_at_each_step_then_the_same_command_ends_exact(
         kube.delete(NAMESPACES, None, target)
 
 
+RERUN_STEPS = ("mid-wave", "between-create-and-status", "status-written-not-journaled", "before-unpause")
+
+
+@pytest.mark.parametrize("step", RERUN_STEPS)
+@pytest.mark.parametrize("rerun", ["elsewhere", "restore-resource"])
+def test_restore_killed_then_re_run_elsewhere_or_as_a_restore_resource_ends_exact(
+    run, kube, namespace, instances, proxied, tmp_path, step, rerun
+):
+    """The re-run after a kill need not be the same command on the same machine: from another state directory (no
+    journal: what the killed run created is recognised by its field manager) or as a Restore resource the controller
+    reconciles (the same restore: it resumes the journal), it ends exact, and its verdict says so."""
+    before = snapshot(kube, [instances], namespace)
+    assert run("backup", "b", "-n", namespace).code == 0
+    target = unique("dst")
+    proxy, kubeconfig = proxied(0.0)
+    args = ["--kubeconfig", str(kubeconfig), "restore", "b", "--namespace-mapping", f"{namespace}:{target}"]
+    args += ["--pause", "auto", "--parallel", "2"]
+    try:
+        where, left = RESTORE_STEPS[step]
+        kill_at(where, args, env_of(run), {"source": proxy}, tmp_path)
+        assert left(census(kube, instances, target)), census(kube, instances, target)
+
+        if rerun == "elsewhere":
+            again = run(*args[2:], "--state-dir", str(tmp_path / "elsewhere"), "-o", "json", kubeconfig=kubeconfig)
+            assert again.code == ExitStatus.SUCCESS, again.out + again.err
+            assert json.loads(again.out)["verdict"]["outcome"] == "done"
+        else:
+            assert reconciled_as_a_restore_resource(run, kube, namespace, target, kubeconfig)["phase"] == "Complete"
+        assert_exact(before, snapshot(kube, [instances], target))
+        assert census(kube, instances, target).marked == 0, "nothing left paused"
+    finally:
+        kube.delete(NAMESPACES, None, target)
+
+
+def reconciled_as_a_restore_resource(run, kube, namespace: str, target: str, kubeconfig) -> dict[str, Any]:
+    """A Restore with the killed command's options, reconciled once by the controller: its status."""
+    from statusvault.cli.specfields import crds as restore_crds
+
+    restores = install_crds(kube, restore_crds()).by_qualified("restores.statusvault.dev")
+    ctl = unique("ctl")
+    kube.create(NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ctl}})
+    try:
+        spec = {"backup": "b", "namespace-mapping": [f"{namespace}:{target}"], "pause": "auto", "parallel": 2}
+        body = {"apiVersion": "statusvault.dev/v1alpha1", "kind": "Restore", "metadata": {"name": "again"}}
+        kube.create(restores, ctl, {**body, "spec": spec})
+        result = run("controller", "run", "-n", ctl, "--once", kubeconfig=kubeconfig)
+        assert result.code == 0, result.err
+        return dict(kube.get(restores, ctl, "again")["status"])
+    finally:
+        kube.delete(NAMESPACES, None, ctl)
+
+
 ORDER_STEPS: dict[str, tuple[Pause, str]] = {  # where, and what the re-run's report says of the gate
     "waiting-on-a-gate": (Pause("restore.gate-waiting"), "passed"),  # the group restored, its gate not passed
     "between-groups": (Pause("restore.gate-passed"), "passed-earlier"),  # the gate journalled as passed

@@ -22,6 +22,7 @@ from statusvault.kube.client import KubeClient
 from statusvault.kube.transport import load_transport
 from statusvault.testing.cluster import LocalCluster
 from statusvault.testing.fixtures import ensure_namespace, install_crds
+from statusvault.throttle import SERVER_WAIT_SECONDS
 from tests.builders import cr, crd, unique
 from tests.faultproxy import FaultProxy, self_signed
 
@@ -85,6 +86,7 @@ def restart_on(own: LocalCluster, method: str, fragment: str, nth: int):
 
 def cli(kubeconfig: Path, tmp_path: Path, *args: str) -> tuple[int, str, str]:
     env = {**os.environ, "STATUSVAULT_STORAGE": str(tmp_path / "store"), "STATUSVAULT_STATE_DIR": str(tmp_path / "st")}
+    env["STATUSVAULT_SERVER_WAIT_SECONDS"] = str(SERVER_WAIT_SECONDS)  # the default (the suite's is 0: conftest.py)
     done = subprocess.run(
         [sys.executable, "-m", "statusvault", "--kubeconfig", str(kubeconfig), *args],
         env=env, capture_output=True, text=True, timeout=600,

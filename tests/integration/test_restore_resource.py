@@ -3,9 +3,12 @@ admission, and the controller reconciles it into a restore with kstatus conditio
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import shutil
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -268,6 +271,95 @@ def test_deleting_a_restore_mid_run_stops_it_and_a_new_one_resumes(
     assert result.code == 0, result.err
     status = wait_for(restores, kube, ctl_ns, "r4")["status"]
     assert status["resumed"] >= done and status["withoutStatus"] == 0, status
+    for i in range(8):
+        assert kube.get(kc, namespace, f"k-{i}")["status"] == kc_status(i)
+
+
+def overwriting(kube, kc, namespace: str, names: list[str]) -> tuple[threading.Event, threading.Thread]:
+    """An operator that writes a new endpoint into these objects' status each time it finds the saved one."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            for name in names:
+                obj = kube.get(kc, namespace, name)
+                i = int(name.split("-")[1])
+                if obj is not None and obj.get("status") == kc_status(i):
+                    obj["status"] = {**obj["status"], "apiServerURL": f"https://new-{i}.example.net"}
+                    with contextlib.suppress(KubeApiError):  # a conflict with the restore's write: next round
+                        kube.replace(kc, namespace, name, obj, sub="status", manager="kc-operator")
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return stop, thread
+
+
+def test_a_retried_restore_is_never_ready_while_an_operator_writes_its_statuses_again(
+    run, kube, crds, make, namespace, restores, ctl_ns, monkeypatch
+):
+    """Each attempt reads the cluster back: the statuses the operator wrote again keep the Restore from Ready, on
+    every retry, however much the journal says is done; once the operator stops, the next attempt writes them back
+    and the Restore is Ready with every saved status on the cluster."""
+    backed_up(run, kube, make, namespace, 4)
+    kc = crds.resolve("kc")
+    monkeypatch.setenv("STATUSVAULT_SETTLE_SECONDS", "1")  # the controller's own wait before it reads back
+    stop, operator = overwriting(kube, kc, namespace, ["k-0", "k-1"])
+    kube.create(restores, ctl_ns, restore_body("r5", backup="nightly", namespace=[namespace]))
+    try:
+        for attempt in (1, 2, 3):
+            if attempt > 1:  # its backoff cut short
+                kube.patch(restores, ctl_ns, "r5", {"status": {"nextAttemptAt": "2000-01-01T00:00:00Z"}}, MERGE_PATCH,
+                           sub="status")  # fmt: skip
+            assert run("controller", "run", "-n", ctl_ns, "--once").code == 0
+            status = wait_for(restores, kube, ctl_ns, "r5", "Ready", "False")["status"]
+            assert (status["attempts"], status["shortfalls"]) == (attempt, "StatusOverwritten=2"), status
+    finally:
+        stop.set()
+        operator.join()
+
+    kube.patch(restores, ctl_ns, "r5", {"status": {"nextAttemptAt": "2000-01-01T00:00:00Z"}}, MERGE_PATCH, sub="status")
+    assert run("controller", "run", "-n", ctl_ns, "--once").code == 0
+
+    status = wait_for(restores, kube, ctl_ns, "r5")["status"]
+    assert (status["phase"], status["attempts"]) == ("Complete", 4)
+    for i in range(4):
+        assert kube.get(kc, namespace, f"k-{i}")["status"] == kc_status(i), "an independent read agrees"
+
+
+def test_sigterm_stops_the_controllers_restore_after_its_writes_in_flight_and_the_next_attempt_resumes(
+    run, kube, crds, make, namespace, restores, ctl_ns, proxied, controller
+):
+    backed_up(run, kube, make, namespace, 8)
+    kc = crds.resolve("kc")
+
+    def slow_creates(method, path, body):
+        if method == "POST" and "/kubernetesclusters" in path:
+            time.sleep(0.4)
+
+    proxy, kubeconfig = proxied(0.0, before=slow_creates)
+    kube.create(restores, ctl_ns, restore_body("r6", backup="nightly", namespace=[namespace], parallel=1))
+    proc = controller(ctl_ns, kubeconfig)
+    deadline = time.monotonic() + 60
+    while not [k for page in kube.list_pages(kc, namespace) for k in page]:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+
+    assert proc.returncode == 0, err.decode()
+    assert "Traceback" not in err.decode() and "controller stopped" in err.decode()
+    status = wait_phase(restores, kube, ctl_ns, "r6", "Failed")
+    assert status["reason"] == "Interrupted", status
+    done = [k for page in kube.list_pages(kc, namespace) for k in page]
+    assert 0 < len(done) < 8 and all(k.get("status") == kc_status(int(k["metadata"]["name"][2:])) for k in done), (
+        "stopped after its write in flight: every object it created has its status"
+    )
+
+    proxy.before = lambda method, path, body: None
+    assert run("controller", "run", "-n", ctl_ns, "--once", kubeconfig=kubeconfig).code == 0
+    status = wait_for(restores, kube, ctl_ns, "r6")["status"]
+    assert status["resumed"] >= len(done) and status["withoutStatus"] == 0, status  # the namespace is done too
     for i in range(8):
         assert kube.get(kc, namespace, f"k-{i}")["status"] == kc_status(i)
 

@@ -12,7 +12,7 @@ import sqlite3
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 from statusvault.archive import member_path
 from statusvault.errors import StatusVaultError
@@ -90,6 +90,19 @@ class PlanItem:
     @property
     def display(self) -> str:
         return display(self.rt.qualified, self.namespace, self.name)
+
+
+class AuditRow(NamedTuple):
+    """One object as the audit reads it back (restore/results/audit.py)."""
+
+    resource: str
+    namespace: str
+    name: str
+    seq: int
+    mark: str  # the journal's mark of its status write ("": none)
+    done: bool  # the journal has it as finished
+    in_scope: bool  # its saved status is this restore's to leave on the cluster
+    paused: bool  # this restore paused it and has not unpaused it yet (its own unpause deals with it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -395,20 +408,24 @@ class RestorePlan:
         count: int = self._db.execute(query).fetchone()[0]
         return count
 
-    def audited(self, journal: Path) -> Iterator[tuple[str, str, str, int, str, int]]:
-        """Every object whose saved status this restore must leave on the cluster (whatever it found there:
-        policy none's kept objects and those being deleted aside), by resource and namespace: (resource,
-        namespace, name, seq, the journal's mark of its status write or "" when it has none, done: 1 or 0)."""
+    def audited(self, journal: Path) -> Iterator[AuditRow]:
+        """What the audit reads back, by resource and namespace: every object whose saved status this restore must
+        leave on the cluster (whatever it found there: policy none's kept objects and those being deleted aside),
+        and the objects it found existing (a pause an earlier run left on them is looked for)."""
         self._flush()
         self._attach(journal)
         modes = ", ".join(f"'{m}'" for m in StatusMode if m.wanted)
-        skipped = ", ".join(f"'{a}'" for a in (Action.SKIP_EXISTS, Action.SKIP_TERMINATING))
+        kept, terminating = str(Action.SKIP_EXISTS), str(Action.SKIP_TERMINATING)
+        in_scope = f"status_mode IN ({modes}) AND action NOT IN ('{kept}', '{terminating}')"
         rows = self._db.execute(
-            f"SELECT qualified, ns, name, items.seq, COALESCE(journal.marks.mark, ''), NOT {_NOT_DONE} FROM items "
+            f"SELECT qualified, ns, name, items.seq, COALESCE(journal.marks.mark, ''), NOT {_NOT_DONE}, {in_scope}, "
+            "items.seq IN (SELECT seq FROM journal.paused) FROM items "
             "LEFT JOIN journal.marks ON journal.marks.seq = items.seq "
-            f"WHERE status_mode IN ({modes}) AND action NOT IN ({skipped}) ORDER BY qualified, ns, items.seq"
+            f"WHERE ({in_scope}) OR (action = '{kept}' AND category IN (?, ?)) ORDER BY qualified, ns, items.seq",
+            (int(Category.CLUSTER), int(Category.NAMESPACED)),
         )
-        yield from rows
+        for q, ns, name, seq, mark, done, scoped, paused in rows:
+            yield AuditRow(q, ns, name, seq, mark, bool(done), bool(scoped), bool(paused))
 
     def _attach(self, journal: Path) -> None:
         if self._journal != journal:

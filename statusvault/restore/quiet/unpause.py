@@ -10,6 +10,7 @@ from typing import Any
 from statusvault.errors import Conflict, Invalid, KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH, MERGE_PATCH
+from statusvault.model import ResourceType, display
 from statusvault.restore.planning.plan import PlanItem, RestorePlan
 from statusvault.restore.planning.servedtypes import ServedTypes
 from statusvault.restore.quiet.pausemarkers import RECORD, PauseOptions, still_paused, unpause_patch
@@ -47,7 +48,7 @@ def unpause_all(
 
     def one(item: PlanItem) -> str:
         try:
-            _unpause(client, item, journal.manager)
+            unpause_one(client, item.rt, item.namespace, item.name, journal.manager)
         except StatusVaultError as e:
             return f"{item.display}: {e}"
         journal.mark_unpaused(item)
@@ -62,32 +63,60 @@ def unpause_all(
     return outcome
 
 
-def _unpause(client: KubeApi, item: PlanItem, manager: str) -> None:
+def release_left(
+    client: KubeApi, left: list[tuple[ResourceType, str, str]], keep: tuple[str, ...], manager: str, parallel: int
+) -> UnpauseOutcome:
+    """Unpause objects an earlier run of a restore left paused (killed, its state elsewhere), once this run found
+    every one of its objects with its saved status (restore/results/audit.py); types `keep` names stay paused."""
+    keeps = PauseOptions(keep_paused=keep)
+    outcome = UnpauseOutcome()
+    todo = [(rt, ns, name) for rt, ns, name in left if not keeps.keeps(rt.qualified)]
+    outcome.kept = len(left) - len(todo)
+
+    def one(target: tuple[ResourceType, str, str]) -> str:
+        rt, ns, name = target
+        try:
+            unpause_one(client, rt, ns, name, manager)
+        except StatusVaultError as e:
+            return f"{display(rt.qualified, ns, name)}: {e}"
+        return ""
+
+    with ThreadPoolExecutor(max(1, parallel), thread_name_prefix="unpause") as pool:
+        for problem in pool.map(one, todo):
+            if problem:
+                outcome.failed.append(problem)
+            else:
+                outcome.unpaused += 1
+    return outcome
+
+
+def unpause_one(client: KubeApi, rt: ResourceType, namespace: str, name: str, manager: str) -> None:
     """Remove our marker and record with a patch guarded by resourceVersion; a lost race re-reads and retries."""
-    ns = item.namespace or None
+    ns = namespace or None
     for _ in range(ATTEMPTS):
-        live = client.get(item.rt, ns, item.name)
+        live = client.get(rt, ns, name)
         if live is None:
             return  # deleted since: nothing is paused any more
         patch = unpause_patch(live)
         if patch is None:
             return  # unpaused already (an earlier run, or by hand)
         try:
-            answer = client.patch(item.rt, ns, item.name, patch, JSON_PATCH, manager=manager)
+            answer = client.patch(rt, ns, name, patch, JSON_PATCH, manager=manager)
         except (Conflict, Invalid):  # changed since it was read: read it again
             continue
         except KubeApiError as e:
             raise StatusVaultError(f"could not unpause: {e}") from e
         if still_paused(live, answer):
-            _keep_record(client, item, live, manager)
+            _keep_record(client, rt, ns, name, live, manager)
             raise StatusVaultError("the server answered the unpause with the marker still on (a mutating webhook?)")
         return
     raise StatusVaultError("could not unpause: it kept changing under other writers")
 
 
-def _keep_record(client: KubeApi, item: PlanItem, before: dict[str, Any], manager: str) -> None:
+def _keep_record(
+    client: KubeApi, rt: ResourceType, ns: str | None, name: str, before: dict[str, Any], manager: str
+) -> None:
     """The record of the pause put back, so that `statusvault unpause` still knows what to take away."""
-    record = before["metadata"]["annotations"][RECORD]
-    patch = {"metadata": {"annotations": {RECORD: record}}}
+    patch = {"metadata": {"annotations": {RECORD: before["metadata"]["annotations"][RECORD]}}}
     with contextlib.suppress(KubeApiError):  # the report names the object as paused all the same
-        client.patch(item.rt, item.namespace or None, item.name, patch, MERGE_PATCH, manager=manager)
+        client.patch(rt, ns, name, patch, MERGE_PATCH, manager=manager)

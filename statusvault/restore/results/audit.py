@@ -13,12 +13,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import time
 
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import ResourceType, display, writes_status
 from statusvault.restore.planning.plan import RestorePlan
-from statusvault.restore.results.settle import Overwritten, compare_marks, status_writers_since
+from statusvault.restore.results.settle import Overwritten, compare_marks, listed, status_writers_since
 from statusvault.restore.running.journal import Journal
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,11 @@ class Audit:
     lacking: int = 0  # not on the cluster, or never given their saved status by a run of this restore
     lacking_named: list[str] = dataclasses.field(default_factory=list)
     overwritten: Overwritten = dataclasses.field(default_factory=Overwritten)  # their status written since
+    # objects with their saved status that still carry a statusvault pause this run did not make (a killed earlier
+    # run's): the run releases them (runner._audited)
+    left_paused: list[tuple[ResourceType, str, str]] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0  # what reading the cluster back took
+    cpu_seconds: float = 0.0  # ... of this process's CPU (make bench: its cost per object)
 
     def lack(self, where: str) -> None:
         self.lacking += 1
@@ -47,38 +53,47 @@ class Audit:
             "withoutSavedStatus": self.lacking,
             "objects": self.lacking_named,
             "statusWrittenSince": self.overwritten.count,
+            "seconds": round(self.seconds, 3),
+            "cpuMsPerObject": round(1000 * self.cpu_seconds / self.checked, 4) if self.checked else 0.0,
         }
 
 
 def audit(client: KubeApi, served: Discovery, plan: RestorePlan, journal: Journal) -> Audit:
     """Every object in the restore's scope read back and compared with what the journal says its status write left;
-    what is short is no longer done in the journal (a re-run writes it again)."""
+    what is short is no longer done in the journal (a re-run writes it again). Objects carrying a statusvault pause
+    record that this run did not pause itself (an earlier run's, killed, with another state directory) are listed
+    in `left_paused` for the run to release."""
     journal.flush()
+    started, cpu = time.monotonic(), time.process_time()
     out = Audit()
     undo: list[int] = []
-    for (resource, namespace), rows in itertools.groupby(plan.audited(journal.path), key=lambda r: (r[0], r[1])):
+    for (resource, namespace), rows in itertools.groupby(plan.audited(journal.path), key=lambda r: r[:2]):
         group = list(rows)
-        out.checked += len(group)
-        out.overwritten.checked += len(group)
+        scoped = [r for r in group if r.in_scope]
+        out.checked += len(scoped)
+        out.overwritten.checked += len(scoped)
         rt = served.by_qualified(resource)
-        seqs = {name: seq for _, _, name, seq, _, _ in group}
-        marks = {name: mark for _, _, name, _, mark, _ in group if mark}
-        unmarked = [name for _, _, name, _, mark, done in group if done and not mark]  # an older release's journal
-        for _, _, name, _, mark, done in group:
-            if rt is None or not (mark or done):  # never written by a run of this restore (or its type is not served)
-                out.lack(display(resource, namespace, name))
+        for r in scoped:
+            if rt is None or not (r.mark or r.done):  # never written by a run of this restore (or its type not served)
+                out.lack(display(resource, namespace, r.name))
         if rt is None:
             continue
-        gone, again = (
-            compare_marks(client, rt, namespace, marks, journal.manager, out.overwritten) if marks else ((), [])
-        )
-        gone = {*gone, *_unmarked(client, rt, namespace, unmarked, journal.manager, out.overwritten, again)}
+        live = listed(client, rt, namespace, {r.name for r in group})
+        marks = {r.name: r.mark for r in scoped if r.mark}
+        gone, again = compare_marks(client, rt, namespace, marks, journal.manager, out.overwritten, live)
+        unmarked = [r.name for r in scoped if r.done and not r.mark]  # an older release's journal
+        gone |= _unmarked(client, rt, namespace, unmarked, journal.manager, out.overwritten, again)
         for name in sorted(gone):
             out.lack(f"{display(resource, namespace, name)} (not on the cluster)")
+        seqs = {r.name: r.seq for r in group}
         undo += [seqs[name] for name in (*gone, *again)]
+        short = gone | set(again) | {r.name for r in scoped if not (r.mark or r.done)}
+        paused_before = [r.name for r in group if live.get(r.name, ("", False))[1] and not r.paused]
+        out.left_paused += [(rt, namespace, name) for name in paused_before if name not in short]
     if undo:
         journal.undo(undo)
         log.info("the audit found %d object(s) short of what the journal had as done: a re-run writes them", len(undo))
+    out.seconds, out.cpu_seconds = time.monotonic() - started, time.process_time() - cpu
     return out
 
 

@@ -17,7 +17,7 @@ import dataclasses
 import hashlib
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -27,6 +27,7 @@ from statusvault.errors import ConfigError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject, ResourceType, display, writes_status
+from statusvault.restore.quiet.pausemarkers import RECORD
 
 SETTLE_SECONDS = 2.0  # the default wait before looking (--settle-seconds; 0: do not look)
 SETTLE_ENV = "STATUSVAULT_SETTLE_SECONDS"  # the same for every restore of a process: CLI, controller, move
@@ -98,22 +99,35 @@ def look_again(
     return out
 
 
+Listed = dict[str, tuple[str, bool]]  # name -> (resourceVersion, carries a statusvault pause record)
+
+
+def listed(client: KubeApi, rt: ResourceType, namespace: str, names: Collection[str]) -> Listed:
+    """Of these objects of one resource and namespace, those on the cluster, from one metadata-only LIST (a page at a
+    time: only what is asked for is kept)."""
+    out: Listed = {}
+    for meta in client.list_metadata(rt, namespace or None):
+        name = meta.get("name", "")
+        if name in names:
+            out[name] = (str(meta.get("resourceVersion") or ""), RECORD in (meta.get("annotations") or {}))
+    return out
+
+
 def compare_marks(
-    client: KubeApi, rt: ResourceType, namespace: str, marks: Mapping[str, str], manager: str, out: Overwritten
+    client: KubeApi,
+    rt: ResourceType,
+    namespace: str,
+    marks: Mapping[str, str],
+    manager: str,
+    out: Overwritten,
+    live: Listed | None = None,
 ) -> tuple[set[str], list[str]]:
     """The objects of one resource and namespace (name -> the `write_mark` of their status write) compared with the
-    cluster: one metadata-only LIST, then a whole read of those with another resourceVersion; each whose status
+    cluster (`live`, or one metadata-only LIST): a whole read of those with another resourceVersion; each whose status
     digest changed is added to `out`. Returns the names not on the cluster, and those written since."""
-    seen: set[str] = set()
-    changed: list[str] = []  # another resourceVersion than the status write's answer: read whole
-    for meta in client.list_metadata(rt, namespace or None):  # a page at a time: memory stays flat
-        name = meta.get("name", "")
-        if name not in marks:
-            continue
-        seen.add(name)
-        if str(meta.get("resourceVersion") or "") != marks[name][_DIGEST:]:
-            changed.append(name)
-    gone = set(marks) - seen
+    live = listed(client, rt, namespace, marks) if live is None else live
+    changed = [name for name in marks if name in live and live[name][0] != marks[name][_DIGEST:]]
+    gone = {name for name in marks if name not in live}
     again: list[str] = []
     for obj in _read_whole(client, rt, namespace, changed, gone):
         name = obj["metadata"]["name"]
