@@ -147,8 +147,9 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, TrustedKeysArgs, MetricsArgs):
     default=SETTLE_SECONDS,
     show_default=True,
     envvar=SETTLE_ENV,
-    help="After the last write, wait this long, then count every restored status another writer (an unfenced "
-    "operator) has written since, naming it: exit 3. 0: do not look.",
+    help="After the last write, wait this long, then read the cluster back: every object of the restore missing, "
+    "without its saved status, or whose status another writer (an unfenced operator) has written since is named: "
+    "exit 3. 0: read at once.",
 )
 @click.option(
     "--scale-down",

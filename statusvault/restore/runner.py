@@ -19,7 +19,7 @@ from statusvault.errors import ArchiveError, ConfigError
 from statusvault.killpoints import kill_point
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
-from statusvault.model import DryRun
+from statusvault.model import DryRun, ResourceType
 from statusvault.processes import WorkerSpec
 from statusvault.progress import NullProgress, Progress
 from statusvault.restore.options import FenceMode, RestoreOptions
@@ -244,11 +244,26 @@ def _audited(
     kill_point("restore.looking-again")  # every write done and journalled, the state not finished yet
     if req.settle > 0:
         (req.cancel or threading.Event()).wait(req.settle)  # stopped meanwhile: the writes are done, read it now
-    report.audit = audit(client, discover(True), state.plan, state.journal)
+    report.audit = audit(client, _Served(discover), state.plan, state.journal)
     report.overwritten = report.audit.overwritten
     _release_left(client, req, report, state)
     if report.succeeded and not report.audit.short and not report.left_paused:
         finish(state)
+
+
+class _Served:
+    """The cluster's types for the audit: the discovery the run has (refreshed after the CRDs it restored), read
+    again at most once, for a type it does not know (a full discovery is hundreds of requests on a busy cluster)."""
+
+    def __init__(self, discover: Callable[[bool], Discovery]):
+        self.discover, self.current, self.refreshed = discover, discover(False), False
+
+    def by_qualified(self, qualified: str) -> ResourceType | None:
+        rt = self.current.by_qualified(qualified)
+        if rt is None and not self.refreshed:
+            self.current, self.refreshed = self.discover(True), True
+            rt = self.current.by_qualified(qualified)
+        return rt
 
 
 def _release_left(client: KubeApi, req: RestoreRequest, report: RestoreReport, state: RestoreState) -> None:

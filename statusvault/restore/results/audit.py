@@ -14,9 +14,9 @@ import dataclasses
 import itertools
 import logging
 import time
+from typing import Protocol
 
 from statusvault.kube.api import KubeApi
-from statusvault.kube.discovery import Discovery
 from statusvault.model import ResourceType, display, writes_status
 from statusvault.restore.planning.plan import RestorePlan
 from statusvault.restore.results.settle import Overwritten, compare_marks, listed, status_writers_since
@@ -58,7 +58,11 @@ class Audit:
         }
 
 
-def audit(client: KubeApi, served: Discovery, plan: RestorePlan, journal: Journal) -> Audit:
+class Served(Protocol):
+    def by_qualified(self, qualified: str) -> ResourceType | None: ...
+
+
+def audit(client: KubeApi, served: Served, plan: RestorePlan, journal: Journal) -> Audit:
     """Every object in the restore's scope read back and compared with what the journal says its status write left;
     what is short is no longer done in the journal (a re-run writes it again). Objects carrying a statusvault pause
     record that this run did not pause itself (an earlier run's, killed, with another state directory) are listed
