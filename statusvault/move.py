@@ -62,6 +62,7 @@ class MoveRequest:
     # what the moved objects need moves with them (backup/closure.py); None: where a project's rules say so
     with_dependencies: bool | None = None
     key: Key | None = None  # the record's own key, when it holds dependencies (record_key)
+    distinct: bool = False  # the caller has checked that source and target are two clusters (check_distinct)
 
 
 @dataclasses.dataclass
@@ -99,7 +100,8 @@ def request_name(req: MoveRequest) -> str:
 def run_move(req: MoveRequest) -> MoveReport:
     """Run the move, or resume it: its backup (the record) exists only from a run that got past the backup
     phase and was not aborted since. One cluster under two names is refused before any write."""
-    check_distinct(req.source.client, req.target.client, req.options.mapping, req.selection.namespaces)
+    if not req.distinct:
+        check_distinct(req.source.client, req.target.client, req.options.mapping, req.selection.namespaces)
     name = request_name(req)
     req = dataclasses.replace(req, key=record_key(req, name))
     report = MoveReport(name)
@@ -114,7 +116,9 @@ def run_move(req: MoveRequest) -> MoveReport:
     if report.restore.succeeded:
         report.verify_problems = verify(req.target.client, req.target.discover(True), req.store, name, options, req.key)
     if report.succeeded and req.delete_source:
-        report.source_deleted, report.source_kept = delete_source(req.source, req.store, name, req.key, req.target)
+        report.source_deleted, report.source_kept = delete_source(
+            req.source, req.store, name, req.key, req.target, req.options.mapping
+        )
     return report
 
 
@@ -299,13 +303,17 @@ def _check(client: KubeApi, discovery: Discovery, data: bytes, opts: RestoreOpti
 
 
 def delete_source(
-    source: Cluster, store: ObjectStore, name: str, key: Key | None = None, target: Cluster | None = None
+    source: Cluster,
+    store: ObjectStore,
+    name: str,
+    key: Key | None = None,
+    target: Cluster | None = None,
+    mapping: Mapping[str, str] | None = None,
 ) -> tuple[int, list[str]]:
     """Delete in the source exactly the objects the move backed up (by UID): never one created or replaced
     there since, nor one the target holds as itself (the same UID: the two are one cluster, so the copy is the
     source). Returns how many were deleted and the objects left alone."""
     deleted, kept = 0, []
-    in_target: dict[str, set[str]] = {}  # resource -> the UIDs of its objects in the target
     for rt, obj in _backed_up(source.discover(False), store, name, key):
         meta = obj["metadata"]
         live = source.client.get(rt, meta.get("namespace"), meta["name"])
@@ -314,21 +322,22 @@ def delete_source(
         if live["metadata"].get("uid") != meta.get("uid"):
             kept.append(f"{_display(rt, obj)} (not the object moved: created again since the backup)")
             continue
-        if target is not None and live["metadata"].get("uid") in _uids(target, rt, in_target):
+        if target is not None and _same_object(target, rt, live, mapping or {}):
             kept.append(f"{_display(rt, obj)} (the target holds this very object: source and target are one cluster)")
             continue
         deleted += _delete_exact(source, live)
     return deleted, kept
 
 
-def _uids(target: Cluster, rt: ResourceType, known: dict[str, set[str]]) -> set[str]:
-    """The UIDs of the resource's objects in the target (one metadata-only LIST per resource, kept in `known`)."""
-    if rt.qualified not in known:
-        try:
-            known[rt.qualified] = {str(m.get("uid")) for m in target.client.list_metadata(rt, None)}
-        except StatusVaultError:
-            known[rt.qualified] = set()
-    return known[rt.qualified]
+def _same_object(target: Cluster, rt: ResourceType, live: KubeObject, mapping: Mapping[str, str]) -> bool:
+    """Whether the target's copy of `live` (its name, in the namespace the move mapped it to) is `live` itself."""
+    meta = live["metadata"]
+    namespace = map_namespace(meta.get("namespace", ""), mapping) if rt.namespaced else None
+    try:
+        copy = target.client.get(rt, namespace or None, meta["name"])
+    except StatusVaultError:
+        return False
+    return copy is not None and copy["metadata"].get("uid") == meta.get("uid")
 
 
 def _delete_exact(cluster: Cluster, obj: KubeObject) -> int:

@@ -115,6 +115,7 @@ def move_cmd(app: App, args: MoveArgs) -> None:
     target = _cluster(app, args.to_kubeconfig or app.kubeconfig, args.to_context or app.context)
     request = move_request(app, args, source, target)
     check_distinct(source.client, target.client, request.options.mapping, request.selection.namespaces)
+    request = dataclasses.replace(request, distinct=True)
     if request.options.fence == FenceMode.REPORT and not args.abort:
         fence = fence_report(request)
         text = "\n".join([f"Fencing the target for move {request_name(request)} would do (nothing written):",

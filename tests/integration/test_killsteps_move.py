@@ -70,7 +70,8 @@ def to_target(method: str, path: str = "", **kw: Any) -> Request:
     return Request(method, path, side="target", **kw)
 
 
-BACKUP_STARTS = Request("GET", "/api/v1/namespaces/")  # its check that the namespace exists
+IDENTITY = Request("GET", "/api/v1/namespaces/kube-system", side="target")  # the move's check of two clusters
+BACKUP_STARTS = Request("GET", "/api/v1/namespaces/", after=IDENTITY)  # its check that the namespace exists
 
 LAST_UNPAUSE = to_target("PATCH", INSTANCES, nth=N - 1)
 
@@ -78,7 +79,9 @@ MOVE_STEPS: dict[str, MoveStep] = {
     "mid-pause": MoveStep(Request("PATCH", INSTANCES, nth=5, lands=True), lambda s, t, c: 0 < s.marked < N - 1),
     "source-paused-before-backup": MoveStep(BACKUP_STARTS, lambda s, t, c: s.marked == N - 1 and c == []),
     "mid-backup": MoveStep(Request("GET", "/instances?", after=BACKUP_STARTS), lambda s, t, c: c == []),
-    "backup-landed-before-restore": MoveStep(to_target("GET"), lambda s, t, c: t.created == 0 and len(c) == 1),
+    "backup-landed-before-restore": MoveStep(
+        to_target("GET", after=IDENTITY), lambda s, t, c: t.created == 0 and len(c) == 1
+    ),
     "mid-restore": MoveStep(post("db-06", side="target"), lambda s, t, c: 0 < t.created < N),
     "between-create-and-status": MoveStep(to_target("PUT", "/status"), lambda s, t, c: t.created > t.with_status),
     "before-target-unpause": MoveStep(to_target("PATCH", INSTANCES), lambda s, t, c: t == (N, N, N - 1)),

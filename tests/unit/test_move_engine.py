@@ -117,8 +117,8 @@ class Move:
         self.refreshes.append(_die)
 
     def _kill_verify(self) -> None:
-        """After the restore (databases unpaused in the target) and its audit, as the move starts verifying."""
-        self.refreshes.extend([lambda: None, lambda: None, _die])
+        """After the restore (databases unpaused in the target), as the move starts verifying."""
+        self.refreshes.extend([lambda: None, _die])
 
     def _kill_delete_source(self) -> None:
         """As the third source database is being deleted (two are)."""
