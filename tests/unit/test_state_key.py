@@ -59,5 +59,7 @@ def test_what_does_not_decide_it_is_not():
     plain = state_key("b", ID, restore_options({"pause": "auto"}))
     unchanged = restore_options({"pause": "auto", "dry_run": "client", "fence": "auto", "keep_paused": "*"})
     assert state_key("b", ID, unchanged) == plain
+    scaled = restore_options({"pause": "auto", "scale_down": "ops/deployment/op"})
+    assert state_key("b", ID, scaled) == plain, "a re-run without --scale-down is the same restore: it scales back"
     assert state_key("b", ("store", "https://other"), restore_options({"pause": "auto"})) != plain
     assert state_key("c", ID, restore_options({"pause": "auto"})) != plain
