@@ -215,15 +215,14 @@ def _with_journalled(
     returns those earlier ones. One only the store names is taken only while it is at 0: a store's writer cannot
     make a restore scale up a workload that runs."""
     seen = {w.spec for w in workloads}
-    journalled = set(scaler.ledger.journal.scaled()) if scaler.ledger.journal is not None else set()
     earlier = []
-    for spec in scaler.ledger.left_down():
+    for spec, journalled in scaler.ledger.left_down().items():
         try:
             [w] = resolve_workloads((spec,), discovery)
         except ConfigError as e:
             log.warning("an earlier run of this restore scaled %s to 0; it cannot be found now (%s)", spec, e)
             continue
-        if w.spec not in seen and (spec in journalled or scaler.at_zero(w)):
+        if w.spec not in seen and (journalled or scaler.at_zero(w)):
             earlier.append(w)
     return [*workloads, *earlier], earlier
 
@@ -244,10 +243,11 @@ def _audited(
     kill_point("restore.looking-again")  # every write done and journalled, the state not finished yet
     if req.settle > 0:
         (req.cancel or threading.Event()).wait(req.settle)  # stopped meanwhile: the writes are done, read it now
-    report.audit = audit(client, _Served(discover), state.plan, state.journal)
-    report.overwritten = report.audit.overwritten
-    _release_left(client, req, report, state)
-    if report.succeeded and not report.audit.short and not report.left_paused:
+    report.audit = found = audit(client, _Served(discover), state.plan, state.journal)
+    report.overwritten = found.overwritten
+    if found.left_paused:
+        _release_left(client, req, report, found.left_paused, found.short > 0, state.journal.manager)
+    if report.succeeded and not found.short and not report.left_paused:
         finish(state)
 
 
@@ -266,17 +266,21 @@ class _Served:
         return rt
 
 
-def _release_left(client: KubeApi, req: RestoreRequest, report: RestoreReport, state: RestoreState) -> None:
+def _release_left(
+    client: KubeApi,
+    req: RestoreRequest,
+    report: RestoreReport,
+    left: list[tuple[ResourceType, str, str]],
+    short: bool,
+    manager: str,
+) -> None:
     """Objects an earlier run of this restore paused and left so (killed, its state elsewhere): unpaused once every
     object of the restore has its saved status, as its own unpause would have; until then they count as paused."""
-    left = report.audit.left_paused if report.audit is not None else []
-    if not left:
-        return
-    if not report.succeeded or (report.audit is not None and report.audit.short):
+    if short or not report.succeeded:
         report.left_paused += len(left)
         return
     keep = () if req.unpause else req.options.pause.keep_paused
-    done = release_left(client, left, keep, state.journal.manager, req.parallel)
+    done = release_left(client, left, keep, manager, req.parallel)
     report.unpaused += done.unpaused
     report.unpause_failures += done.failed
     report.left_paused += done.kept

@@ -234,9 +234,9 @@ def test_a_restore_that_loses_a_race_is_partially_restored_names_the_object_and_
     )
 
 
-def test_deleting_a_restore_mid_run_stops_it_and_a_new_one_resumes(
-    run, kube, crds, make, namespace, restores, ctl_ns, proxied, controller
-):
+def running_slowly(run, kube, crds, make, namespace, restores, ctl_ns, proxied, controller, name, spec):
+    """8 objects backed up, a Restore of them and the controller running it (each create 0.4 s late, through a proxy)
+    until the Restore is reconciling and its first object is on the cluster: (kc, proxy, kubeconfig, process)."""
     backed_up(run, kube, make, namespace, 8)
     kc = crds.resolve("kc")
 
@@ -245,14 +245,23 @@ def test_deleting_a_restore_mid_run_stops_it_and_a_new_one_resumes(
             time.sleep(0.4)
 
     proxy, kubeconfig = proxied(0.0, before=slow_creates)
-    spec = {"backup": "nightly", "namespace": [namespace], "parallel": 1}
-    kube.create(restores, ctl_ns, restore_body("r3", **spec))
+    kube.create(restores, ctl_ns, restore_body(name, **spec))
     proc = controller(ctl_ns, kubeconfig)
-    wait_for(restores, kube, ctl_ns, "r3", "Reconciling", "True")
+    wait_for(restores, kube, ctl_ns, name, "Reconciling", "True")
     deadline = time.monotonic() + 60
     while not [k for page in kube.list_pages(kc, namespace) for k in page]:
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.1)
+    return kc, proxy, kubeconfig, proc
+
+
+def test_deleting_a_restore_mid_run_stops_it_and_a_new_one_resumes(
+    run, kube, crds, make, namespace, restores, ctl_ns, proxied, controller
+):
+    spec = {"backup": "nightly", "namespace": [namespace], "parallel": 1}
+    kc, proxy, kubeconfig, proc = running_slowly(run, kube, crds, make, namespace, restores, ctl_ns, proxied,
+                                                 controller, "r3", spec)  # fmt: skip
+    deadline = time.monotonic() + 60
     kube.delete(restores, ctl_ns, "r3")
     lease = "statusvault-restores-r3"
     while "holderIdentity" in ((kube.get(LEASES, ctl_ns, lease) or {}).get("spec") or {"holderIdentity": 1}):
@@ -330,20 +339,9 @@ def test_a_retried_restore_is_never_ready_while_an_operator_writes_its_statuses_
 def test_sigterm_stops_the_controllers_restore_after_its_writes_in_flight_and_the_next_attempt_resumes(
     run, kube, crds, make, namespace, restores, ctl_ns, proxied, controller
 ):
-    backed_up(run, kube, make, namespace, 8)
-    kc = crds.resolve("kc")
-
-    def slow_creates(method, path, body):
-        if method == "POST" and "/kubernetesclusters" in path:
-            time.sleep(0.4)
-
-    proxy, kubeconfig = proxied(0.0, before=slow_creates)
-    kube.create(restores, ctl_ns, restore_body("r6", backup="nightly", namespace=[namespace], parallel=1))
-    proc = controller(ctl_ns, kubeconfig)
-    deadline = time.monotonic() + 60
-    while not [k for page in kube.list_pages(kc, namespace) for k in page]:
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.1)
+    spec = {"backup": "nightly", "namespace": [namespace], "parallel": 1}
+    kc, proxy, kubeconfig, proc = running_slowly(run, kube, crds, make, namespace, restores, ctl_ns, proxied,
+                                                 controller, "r6", spec)  # fmt: skip
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
 

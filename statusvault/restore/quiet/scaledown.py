@@ -84,11 +84,12 @@ class ReplicaLedger:
         kept = self.journal.scale_count(w.spec) if self.journal is not None else None
         return kept if kept is not None else self._from_store().get(w.spec)
 
-    def left_down(self) -> list[str]:
+    def left_down(self) -> dict[str, bool]:
         """Every workload a run of this restore scaled to 0 and did not scale back, as its journal and the store
-        keep them (the store's for a run on another machine or with another state directory)."""
-        journalled = self.journal.scaled() if self.journal is not None else []
-        return sorted({*journalled, *self._from_store()})
+        keep them (the store's for a run on another machine or with another state directory): spec -> whether the
+        journal keeps it (else the store alone does)."""
+        journalled = set(self.journal.scaled()) if self.journal is not None else set()
+        return {spec: spec in journalled for spec in sorted({*journalled, *self._from_store()})}
 
     def record(self, w: Workload, replicas: int) -> None:
         """Before the workload is scaled to 0."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -11,7 +12,7 @@ from statusvault.errors import Conflict, Invalid, KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH, MERGE_PATCH
 from statusvault.model import ResourceType, display
-from statusvault.restore.planning.plan import PlanItem, RestorePlan
+from statusvault.restore.planning.plan import RestorePlan
 from statusvault.restore.planning.servedtypes import ServedTypes
 from statusvault.restore.quiet.pausemarkers import RECORD, PauseOptions, still_paused, unpause_patch
 from statusvault.restore.running.journal import Journal
@@ -45,21 +46,8 @@ def unpause_all(
             outcome.kept += 1
         else:
             todo.append(served.target(item))
-
-    def one(item: PlanItem) -> str:
-        try:
-            unpause_one(client, item.rt, item.namespace, item.name, journal.manager)
-        except StatusVaultError as e:
-            return f"{item.display}: {e}"
-        journal.mark_unpaused(item)
-        return ""
-
-    with ThreadPoolExecutor(max(1, parallel), thread_name_prefix="unpause") as pool:
-        for problem in pool.map(one, todo):
-            if problem:
-                outcome.failed.append(problem)
-            else:
-                outcome.unpaused += 1
+    targets = [(item.rt, item.namespace, item.name) for item in todo]
+    _unpause_each(client, targets, journal.manager, parallel, outcome, lambda k: journal.mark_unpaused(todo[k]))
     return outcome
 
 
@@ -72,22 +60,35 @@ def release_left(
     outcome = UnpauseOutcome()
     todo = [(rt, ns, name) for rt, ns, name in left if not keeps.keeps(rt.qualified)]
     outcome.kept = len(left) - len(todo)
+    _unpause_each(client, todo, manager, parallel, outcome)
+    return outcome
 
-    def one(target: tuple[ResourceType, str, str]) -> str:
-        rt, ns, name = target
+
+def _unpause_each(
+    client: KubeApi,
+    targets: list[tuple[ResourceType, str, str]],
+    manager: str,
+    parallel: int,
+    outcome: UnpauseOutcome,
+    unpaused: Callable[[int], None] = lambda k: None,
+) -> None:
+    """Unpause the targets `parallel` at a time, counting each in `outcome`; `unpaused(k)` after the k-th is."""
+
+    def one(k: int) -> str:
+        rt, ns, name = targets[k]
         try:
             unpause_one(client, rt, ns, name, manager)
         except StatusVaultError as e:
             return f"{display(rt.qualified, ns, name)}: {e}"
+        unpaused(k)
         return ""
 
     with ThreadPoolExecutor(max(1, parallel), thread_name_prefix="unpause") as pool:
-        for problem in pool.map(one, todo):
+        for problem in pool.map(one, range(len(targets))):
             if problem:
                 outcome.failed.append(problem)
             else:
                 outcome.unpaused += 1
-    return outcome
 
 
 def unpause_one(client: KubeApi, rt: ResourceType, namespace: str, name: str, manager: str) -> None:

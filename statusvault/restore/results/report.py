@@ -14,7 +14,7 @@ import orjson
 from statusvault.model import DryRun, display
 from statusvault.restore.ordering.gates import NOT_PASSED, GateResult
 from statusvault.restore.quiet.pausemarkers import unmarked_warning
-from statusvault.restore.results.settle import MAX_CHECKED, Overwritten
+from statusvault.restore.results.settle import Overwritten
 from statusvault.transforms import ServerChange
 
 if TYPE_CHECKING:
@@ -152,8 +152,6 @@ class RestoreReport:
         )  # statuses another writer wrote after this restore's (restore/results/settle.py)
         self.server_away = 0.0  # the longest a request waited for an unavailable API server that came back
         self.audit: Audit | None = None  # what the cluster held once the run ended (restore/results/audit.py)
-        self.written: dict[tuple[str, str, str], str] = {}  # object -> write_mark of its status write, up to a cap
-        self.written_unrecorded = 0  # status writes past the cap: not looked at again
         self.total = 0
         self.fence: list[str] = []  # the fence plan's lines (--fence): each controller, why, what was done
         self.processes = 0  # worker processes used (0: this process's threads only)
@@ -196,11 +194,6 @@ class RestoreReport:
             self.attention.append(r)
         if r.server_changed:
             self._add_server(r, c)
-        if r.status_mark:
-            if len(self.written) < MAX_CHECKED:
-                self.written[(r.resource, r.namespace, r.name)] = r.status_mark
-            else:
-                self.written_unrecorded += 1
         self._spool.write(orjson.dumps(r.to_dict()) + b"\n")
 
     def _add_server(self, r: ItemResult, c: Counter[str]) -> None:
