@@ -17,7 +17,8 @@ from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import discover
 from statusvault.restore.quiet.pausemarkers import RECORD
 from statusvault.restore.quiet.scaledown import ANNOTATION
-from statusvault.restore.runner import open_backup
+from statusvault.restore.runner import RestoreRequest, _resolved, open_backup
+from statusvault.storage.base import fence_key
 from statusvault.storage.local import LocalStore
 from statusvault.testing.fixtures import create_with_status, install_crds
 from tests.builders import cr, crd, unique
@@ -461,3 +462,27 @@ def settles(state: Callable[[], Any], expected: Any, seconds: float = 5.0) -> bo
     while state() != expected and time.monotonic() < deadline:
         time.sleep(0.1)
     return bool(state() == expected)
+
+
+@pytest.mark.version_sensitive("the store's replica record is read on both servers")
+def test_a_store_record_scales_back_only_what_is_at_0_never_a_running_workload(run, kube, namespace, world):
+    """The store's replica record (fences/<key>.json) lets a run on another machine scale back what a killed run left
+    at 0; one written by a store writer cannot make a restore scale up a workload that runs."""
+    group = f"{unique('ledger')}.example.com"
+    widgets = backed_up_widgets(run, kube, group, namespace)
+    running = an_operator_of(world, group, replicas=2)
+    stopped = an_operator_of(world, group, replicas=0)
+    store = LocalStore(run.storage)
+    with open_backup(store, "b") as reader:
+        _, key = _resolved(kube, discover(kube), reader, RestoreRequest(store=store, backup="b"))
+    specs = {w: "{}/deployments.apps/{}".format(*w.split("/")) for w in (running, stopped)}
+    record = {"restore": key, "workloads": {specs[running]: 50, specs[stopped]: 3}}
+    store.put(fence_key(key), json.dumps(record).encode())
+
+    result = run("restore", "b", "-o", "json")
+
+    assert result.code == ExitStatus.SUCCESS, result.out + result.err
+    replicas = {w: world.get(*w.split("/")[:1], "Deployment", w.split("/")[1])["spec"]["replicas"] for w in specs}
+    assert replicas == {running: 2, stopped: 3}, "the one at 0 is scaled back; the running one is left alone"
+    for i in range(WIDGETS):
+        assert kube.get(widgets, namespace, f"w-{i:02d}")["status"] == widget_status(i)
