@@ -180,7 +180,7 @@ def _status_notes(report: RestoreReport) -> list[str]:
     if report.unpaused or report.left_paused or report.unpause_failures:
         notes.append(f"pause: {report.unpaused} object(s) unpaused, {report.left_paused} left paused")
         notes += [f"FAILED to unpause: {problem}" for problem in report.unpause_failures]
-    if report.left_paused and report.succeeded:
+    if report.left_paused and report.work_complete:
         notes.append(
             f"note: {report.left_paused} object(s) stay paused as asked (--keep-paused): release them with "
             f"`statusvault unpause {report.backup}` and the same options"

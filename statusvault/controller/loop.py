@@ -457,7 +457,7 @@ def _summary(backup: str, report: RestoreReport) -> str:
     resumed = f" ({report.resumed} done by an earlier attempt)" if report.resumed else ""
     kept = (
         f"; {report.left_paused} left paused as asked (drop keep-paused from the intent to release them)"
-        if report.left_paused and report.succeeded
+        if report.left_paused and report.work_complete
         else ""
     )
     return (

@@ -247,7 +247,7 @@ def _audited(
     report.overwritten = found.overwritten
     if found.left_paused:
         _release_left(client, req, report, found.left_paused, found.short > 0, state.journal.manager)
-    if report.succeeded and not found.short and not report.left_paused:
+    if report.work_complete and not found.short and not report.left_paused:
         finish(state)
 
 
@@ -276,7 +276,7 @@ def _release_left(
 ) -> None:
     """Objects an earlier run of this restore paused and left so (killed, its state elsewhere): unpaused once every
     object of the restore has its saved status, as its own unpause would have; until then they count as paused."""
-    if short or not report.succeeded:
+    if short or not report.work_complete:
         report.left_paused += len(left)
         return
     keep = () if req.unpause else req.options.pause.keep_paused

@@ -60,7 +60,7 @@ def store(tmp_path) -> LocalStore:
 def restore(fake: FakeKube, store: LocalStore, stream: bool = False) -> None:
     request = RestoreRequest(store=store, backup="b", parallel=2, stream=stream)
     report = run_restore(fake, lambda refresh: Discovery(TYPES, TYPES), request)
-    assert report.succeeded, [r.to_dict() for r in report.attention]
+    assert report.work_complete, [r.to_dict() for r in report.attention]
     report.close()
 
 

@@ -73,7 +73,7 @@ def live_status(fake: FakeKube, name: str, rt=KC):
 def test_two_passes_status_dropped_on_create_then_written(fake, backup):
     legacy = with_meta(cr("legacy.example.com/v1", "LegacyApp", "l", spec={"n": 1}, status={"ref": 1}), NS)
     report, journal, _ = restore(fake, backup(kc("a", {"id": "a"}, {"n": 1}), legacy))
-    assert report.succeeded and report.lacking_status_count == 0
+    assert report.work_complete and report.lacking_status_count == 0
     assert live_status(fake, "a") == {"id": "a"}
     assert live_status(fake, "l", LEGACY) == {"ref": 1}, "no /status subresource: it travels in the body"
     assert ("replace/status", "a") in fake.calls and ("replace/status", "l") not in fake.calls
@@ -87,7 +87,7 @@ def test_a_resent_create_is_recognised_although_the_server_changed_the_object(ba
     fake = FakeKube(defaults=lambda obj: obj.setdefault("spec", {}).setdefault("tier", "gold"))
     fake.lose_create_answer = {"a"}
     report, journal, _ = restore(fake, backup(kc("a", {"id": "a"}, {"n": 1}), kc("b", {"id": "b"}, {"n": 2})))
-    assert report.succeeded, [r.to_dict() for r in report.attention]
+    assert report.work_complete, [r.to_dict() for r in report.attention]
     assert live_status(fake, "a") == {"id": "a"}
     assert report.counts()["results"] == {"created": 3}, "the namespace and both objects"
     report.close()
@@ -99,7 +99,7 @@ def test_a_resent_create_of_a_body_with_nothing_but_a_name_is_recognised(fake, b
     del bare["spec"]
     fake.lose_create_answer = {"bare"}
     report, journal, _ = restore(fake, backup(bare))
-    assert report.succeeded and live_status(fake, "bare") == {"id": "x"}
+    assert report.work_complete and live_status(fake, "bare") == {"id": "x"}
     report.close()
     journal.close()
 
@@ -112,7 +112,7 @@ def test_an_object_another_writer_creates_during_the_run_is_counted_and_not_done
 
     fake.before("create", gitops)
     report, journal, pending = restore(fake, backup(kc("a", {"id": "a"}, {"n": 1}), kc("b", {"id": "b"})))
-    assert not report.succeeded and report.lacking_status_count == 1 and not report.failures
+    assert not report.work_complete and report.lacking_status_count == 1 and not report.failures
     assert [r.name for r in report.lacking_status] == ["a"]
     assert "created by another writer" in report.lacking_status[0].message
     assert live_status(fake, "a") is None and fake.get(KC, NS, "a")["spec"] == {"from": "git"}
@@ -124,7 +124,7 @@ def test_an_object_another_writer_creates_during_the_run_is_counted_and_not_done
 def test_a_status_write_that_loses_a_race_is_retried_on_the_fresh_object(fake, backup):
     fake.race_status_write = {"a"}
     report, journal, _ = restore(fake, backup(kc("a", {"id": "a"})))
-    assert report.succeeded and live_status(fake, "a") == {"id": "a"}
+    assert report.work_complete and live_status(fake, "a") == {"id": "a"}
     assert [c for c in fake.calls if c == ("replace/status", "a")] == [("replace/status", "a")] * 2
     report.close()
     journal.close()
@@ -134,7 +134,7 @@ def test_an_update_that_loses_a_race_is_retried(fake, backup):
     fake.put(KC, kc("a", spec={"n": "drifted"}))
     fake.race_patch = {"a"}
     report, journal, _ = restore(fake, backup(kc("a", {"id": "a"}, {"n": 1})), existing_policy="update")
-    assert report.succeeded, [r.to_dict() for r in report.attention]
+    assert report.work_complete, [r.to_dict() for r in report.attention]
     live = fake.get(KC, NS, "a")
     assert live["spec"] == {"n": 1} and live["status"] == {"id": "a"}
     assert "touched" not in (live["metadata"].get("annotations") or {}), "the backup's content wins"
@@ -161,7 +161,7 @@ def test_fields_the_server_prunes_are_reported_by_path_and_a_status_not_kept_is_
     fake.put(_namespaces(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     objs = kc("both", {"id": "a", "secret": 1}, {"n": 1, "zone": "eu"}), kc("status", {"id": "b", "secret": 2})
     report, journal, pending = restore(fake, backup(*objs, kc("untouched", {"id": "c"}, {"n": 3})))
-    assert not report.succeeded and {r.name for r in report.failures} == {"both", "status"}
+    assert not report.work_complete and {r.name for r in report.failures} == {"both", "status"}
     items = by_name(report)
     assert items["both"]["serverChanges"] == [
         {"path": "spec.zone", "change": "pruned"},
@@ -189,7 +189,7 @@ def test_warning_headers_are_reported_once_per_object(fake, backup):
     items = by_name(report)
     assert items["a"]["serverWarnings"] == [deprecated], "the create's and the status write's, once"
     assert "serverWarnings" not in items["b"]
-    assert report.succeeded and (report.server_changed, report.server_warned) == (0, 1)
+    assert report.work_complete and (report.server_changed, report.server_warned) == (0, 1)
     assert report.header()["serverWarnings"] == [{"resource": KC.qualified, "warning": deprecated, "objects": 1}]
     report.close()
     journal.close()
@@ -237,7 +237,7 @@ def test_an_object_found_at_already_exists_is_not_compared(backup):
     fake.put(_namespaces(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     fake.lose_create_answer = {"a"}
     report, journal, _ = restore(fake, backup(kc("a", {"id": "a"}, {"zone": "eu"})))
-    assert report.succeeded and "serverChanges" not in by_name(report)["a"]
+    assert report.work_complete and "serverChanges" not in by_name(report)["a"]
     report.close()
     journal.close()
 
@@ -261,7 +261,7 @@ def test_losing_the_lease_mid_run_starts_no_new_object_and_counts_the_rest(fake,
         == sum(1 for o in objs if live_status(fake, o["metadata"]["name"]) is None)
     )
     assert report.lacking_status_count >= 40 - len(created)
-    assert not report.succeeded
+    assert not report.work_complete
     report.close()
     journal.close()
 
@@ -270,7 +270,7 @@ def test_owners_first_and_their_new_uids_in_dependents(fake, backup):
     owner = kc("owner", {"id": "o"}, {"n": 0})
     dependent = kc("dep", {"id": "d"}, {"n": 1}, owners=[owner_ref(owner)])
     report, journal, _ = restore(fake, backup(dependent, owner))
-    assert report.succeeded
+    assert report.work_complete
     new_owner = fake.get(KC, NS, "owner")
     assert fake.get(KC, NS, "dep")["metadata"]["ownerReferences"][0]["uid"] == new_owner["metadata"]["uid"]
     assert [n for verb, n in fake.calls if verb == "create" and n != NS] == ["owner", "dep"]

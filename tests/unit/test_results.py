@@ -47,7 +47,7 @@ def test_the_summary_never_says_zero_while_a_status_is_missing():
     assert [r.name for r in report.lacking_status] == ["raced"]
     assert report.lacking_status_count == 3
     assert [r.name for r in report.failures] == ["bare"]
-    assert not report.succeeded
+    assert not report.work_complete
     assert report.header()["withoutSavedStatus"] == 3
     report.close()
 
@@ -55,7 +55,7 @@ def test_the_summary_never_says_zero_while_a_status_is_missing():
 def test_a_run_that_only_lacks_a_status_has_not_succeeded():
     report = RestoreReport("b", "none")
     report.add(result(Outcome.SKIPPED, StatusOutcome.NOT_WRITTEN, True))
-    assert not report.failures and not report.succeeded
+    assert not report.failures and not report.work_complete
     report.close()
 
 
@@ -63,7 +63,7 @@ def test_kept_and_left_out_are_counted_apart_and_succeed():
     report = RestoreReport("b", "none")
     report.add(result(Outcome.SKIPPED, StatusOutcome.KEPT, False, "k"))
     report.add(result(Outcome.CREATED, StatusOutcome.LEFT_OUT, False, "l"))
-    assert report.succeeded and report.lacking_status_count == 0
+    assert report.work_complete and report.lacking_status_count == 0
     assert (report.count_status(StatusOutcome.KEPT), report.count_status(StatusOutcome.LEFT_OUT)) == (1, 1)
     report.close()
 
@@ -105,7 +105,7 @@ def test_what_the_server_changed_is_reported_per_object_and_summed_up_never_a_fa
         changed("d", warnings=("v1 is deprecated",)),
     ):
         report.add(r)
-    assert report.succeeded and not report.attention, "--strict decides, in the CLI"
+    assert report.work_complete and not report.attention, "--strict decides, in the CLI"
     assert (report.server_changed, report.server_warned) == (2, 1)
     assert [r.name for r in report.server_shown] == ["a", "b", "d"]
     head = report.header()

@@ -60,7 +60,7 @@ def test_a_streamed_restore_stopped_part_way_is_finished_exactly_by_the_same_com
     assert list(state.glob("restores/*.journal.sqlite")) and not list(state.glob("restores/*.plan.sqlite"))
     again = restore(streamed_again, None)
 
-    assert again.succeeded and again.resumed > 0, [r.to_dict() for r in again.attention]
+    assert again.work_complete and again.resumed > 0, [r.to_dict() for r in again.attention]
     assert len(made) == len(set(made)) == N + BENCH_NAMESPACES, "every object and namespace created once"
     restored = [o for k in range(BENCH_NAMESPACES) for page in fake.list_pages(ITEMS, f"plan-{k}") for o in page]
     assert len(restored) == N and all(o["status"]["phase"] for o in restored)
@@ -141,7 +141,7 @@ def streamed_selection(tmp_path, fake: FakeKube, namespace: str, **request):  # 
 def test_a_streamed_restore_with_a_selection_writes_what_it_chose(tmp_path, monkeypatch):
     fake, streamed = FakeKube(), []
     monkeypatch.setattr(StreamWriter, "close", spy(StreamWriter.close, streamed))
-    assert streamed_selection(tmp_path, fake, "plan-3").succeeded
+    assert streamed_selection(tmp_path, fake, "plan-3").work_complete
     assert streamed, "it streamed"
     chosen = {k: [o for page in fake.list_pages(ITEMS, f"plan-{k}") for o in page] for k in range(BENCH_NAMESPACES)}
     assert len(chosen[3]) == N // BENCH_NAMESPACES and not any(chosen[k] for k in chosen if k != 3)

@@ -255,8 +255,10 @@ class RestoreReport:
         return [r.display for r in self.lacking_status]
 
     @property
-    def succeeded(self) -> bool:
-        """The one rule for a successful restore: nothing failed, every saved status in scope is back."""
+    def work_complete(self) -> bool:
+        """What the run's own work left: nothing failed, every saved status in scope is back, nothing left paused or
+        scaled down. It gates finishing the journal and the unpause; whether the run succeeded is the verdict's to say
+        (restore/results/verdict.py), which also counts what the audit and --strict find."""
         problems = (
             self.failures
             or self.lacking_status_count

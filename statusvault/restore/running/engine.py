@@ -182,7 +182,7 @@ class RestoreEngine:
         stays paused. group: before its gate, the objects of one --order group."""
         if group is not None and (report.failures or report.lacking_status):
             return
-        if group is None and not report.succeeded:
+        if group is None and not report.work_complete:
             report.left_paused = len(plan.paused(journal.path))
             return
         keep = () if self.settings.release_kept else opts.pause.keep_paused
