@@ -19,30 +19,35 @@ prints.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
+
+import click
 
 from statusvault.archive import VerifyReport
 from statusvault.archive.envelope import FileKek, Keyring
 from statusvault.archive.signing import FileSigner, PublicKey
-from statusvault.backup import BackupEngine, BackupRequest, BackupResult, default_backup_name
+from statusvault.backup import BackupRequest, BackupResult, backup_with, default_backup_name
 from statusvault.catalog import BackupInfo, list_backups
 from statusvault.catalog import verify as verify_backup
-from statusvault.errors import ExitStatus
+from statusvault.cli.app import App
+from statusvault.cli.restore import RestoreArgs, judged_restore, restore_cmd
+from statusvault.cli.restore import fence_plan as cli_fence_plan
+from statusvault.errors import ConfigError
 from statusvault.flagtable import COMMAND_OPTIONS, check_options, value_key
-from statusvault.kube.api import KubeApi
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import load_transport
 from statusvault.model import Selection, split_csv
-from statusvault.restore.options import RestoreOptions, restore_options
-from statusvault.restore.results.report import RestoreReport
-from statusvault.restore.results.verdict import RunOutcome, Verdict, verdict
-from statusvault.restore.runner import RestoreRequest, run_restore
+from statusvault.restore.options import FenceMode, RestoreOptions
+from statusvault.restore.quiet.fencing import FencePlan
+from statusvault.restore.runner import RestoreRequest, RestoreResult, restore_with
 from statusvault.storage import ObjectStore, open_store
 from statusvault.storage.base import S3Options, validate_backup_name
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "BackupRequest",
@@ -54,6 +59,7 @@ __all__ = [
     "Selection",
     "backup",
     "backup_with",
+    "fence_plan",
     "list_backups_in",
     "restore",
     "restore_with",
@@ -90,36 +96,6 @@ class Cluster:
             transport.close()
 
 
-@dataclasses.dataclass(frozen=True)
-class RestoreResult:
-    """A restore's report and its one verdict (restore/results/verdict.py), as the CLI's exit status reads it."""
-
-    report: RestoreReport
-    verdict: Verdict
-
-    @property
-    def succeeded(self) -> bool:
-        return self.verdict.outcome is RunOutcome.DONE
-
-    @property
-    def exit_status(self) -> ExitStatus:
-        return self.verdict.exit_status
-
-
-def backup_with(request: BackupRequest, *, client: KubeApi, discovery: Discovery) -> BackupResult:
-    """Run a typed backup request against the cluster `client` talks to (`discovery`: what it serves)."""
-    return BackupEngine(client, discovery, request).run()
-
-
-def restore_with(
-    request: RestoreRequest, *, client: KubeApi, discover: Discover, strict: bool = False
-) -> RestoreResult:
-    """Run a typed restore request and judge it: the report and its one verdict (`strict`: what the server changed
-    or warned about makes the run partial, as `--strict` does)."""
-    report = run_restore(client, discover, request)
-    return RestoreResult(report, verdict(report, strict))
-
-
 def _store(storage: str | None, s3: S3Options | None) -> ObjectStore:
     return open_store(storage, s3 or S3Options())
 
@@ -151,6 +127,7 @@ _BACKUP_OWN = ("--storage", "--encryption-key-file", "--signing-key-file", "--wi
 
 def backup(
     name: str | None = None,
+    /,
     *,
     storage: str | None = None,
     cluster: Cluster = Cluster(),
@@ -182,35 +159,68 @@ def backup(
         return backup_with(request, client=client, discovery=discovered(False))
 
 
-def restore(
-    name: str,
-    *,
-    storage: str | None = None,
-    cluster: Cluster = Cluster(),
-    s3: S3Options | None = None,
-    encryption_key_file: Strings = (),
-    verify_key_file: Strings = (),
-    state_dir: str | Path | None = None,
-    parallel: int = 8,
-    strict: bool = False,
-    **options: Any,
-) -> RestoreResult:
-    """`statusvault restore`: the restore options by the CLI's names (namespace, include_resources,
-    namespace_mapping, status_include_resources, existing_resource_policy, dry_run, pause, order, modifiers, ...,
-    read as a restore intent's are); returns the report and its verdict. state_dir: where the journal is kept
-    (None: the restore cannot be resumed)."""
-    own = ("--storage", "--encryption-key-file", "--verify-key-file", "--state-dir", "--parallel", "--strict")
-    opts = restore_options(_values("restore", options, own))
-    request = RestoreRequest(
-        store=_store(storage, s3),
-        backup=name,
-        options=opts,
-        state_dir=Path(state_dir) if state_dir is not None else None,
-        key=_keys(encryption_key_file, verify_key_file),
-        parallel=parallel,
-    )
-    with cluster.connected(pool_size=parallel * 2 + 4) as (client, discovered):
-        return restore_with(request, client=client, discover=discovered, strict=strict)
+# restore options the API takes under another form or not at all, and why (a TypeError says so)
+NOT_IN_API = {"output": "the API returns the report (RestoreResult), it prints nothing"}
+
+
+def restore(backup: str, /, *, cluster: Cluster = Cluster(), **options: Any) -> RestoreResult:
+    """`statusvault restore BACKUP`: every option of the command by its long name, dashes as underscores
+    (namespace, name, namespace_mapping, status_include_resources, existing_resource_policy, dry_run, pause, order,
+    modifiers, fence, parallel, processes, stream, at, from_velero, restart, s3_endpoint_url, kms_key_id,
+    verify_key_file, ...), read and checked by the command's own declarations, with its defaults; returns the report
+    and its verdict. Not read: the environment's STATUSVAULT_* variables (the CLI's way to give options)."""
+    args = RestoreArgs(**command_values(restore_cmd, options, NOT_IN_API, backup_name=backup))
+    if args.fence == FenceMode.REPORT:
+        raise TypeError("restore() does not take fence='report', a plan that writes nothing: call fence_plan()")
+    app = App(cluster.kubeconfig, cluster.context, quiet=True)
+    try:
+        return judged_restore(app, args, False, None, say=log.info)[1]
+    finally:
+        app.close()
+
+
+def fence_plan(backup: str, /, *, cluster: Cluster = Cluster(), **options: Any) -> FencePlan:
+    """`statusvault restore BACKUP --fence report`: the controllers that may write the restored statuses, found from
+    RBAC, and what fencing would do to each; nothing is written. Takes restore()'s options."""
+    values = command_values(restore_cmd, {**options, "fence": "report"}, NOT_IN_API, backup_name=backup)
+    app = App(cluster.kubeconfig, cluster.context, quiet=True)
+    try:
+        return cli_fence_plan(app, RestoreArgs(**values), False, say=log.info)[1]
+    finally:
+        app.close()
+
+
+def command_values(
+    command: click.Command, given: Mapping[str, Any], refused: Mapping[str, str], **fixed: Any
+) -> dict[str, Any]:
+    """Keyword options as `command`'s parameters, each read by the command's own declaration: its type, range or
+    choices, its default and its callback (a list is a Python list or a comma-separated string, as a flag repeated).
+    A name the command does not take is a TypeError, as for any function; a value it refuses a ConfigError with
+    the CLI's words."""
+    ctx = click.Context(command)
+    by_flag = {f"--{k.replace('_', '-')}": k for k in given}
+    params = {}
+    for param in command.params:
+        if isinstance(param, click.Option):
+            key = next((by_flag[o] for o in param.opts if o in by_flag), None)
+            params[param.name] = (param, key)
+    taken = {key for _, key in params.values() if key is not None}
+    for key in given:
+        if key in refused:
+            raise TypeError(f"{command.name}() does not take {key!r}: {refused[key]}")
+        if key not in taken:
+            raise TypeError(f"{command.name}() got an unexpected option {key!r}")
+    values = dict(fixed)
+    for name, (param, key) in params.items():
+        raw = given[key] if key is not None else param.get_default(ctx)
+        if param.multiple and isinstance(raw, str):
+            raw = (raw,)
+        try:
+            values[str(name)] = param.process_value(ctx, raw)
+        except click.BadParameter as e:
+            raise ConfigError(f"{key or name}: {e.format_message()}") from None
+    check_options(command.name or "", values)
+    return values
 
 
 def verify(

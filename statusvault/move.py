@@ -12,15 +12,15 @@ import functools
 import hashlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from statusvault.api import RestoreResult, backup_with, restore_with
 from statusvault.archive.crypto import Key
-from statusvault.backup import BackupRequest
+from statusvault.backup import BackupRequest, backup_with
 from statusvault.backup.selection import select_resources
 from statusvault.backupstore import BackupStore
 from statusvault.errors import ConfigError, Conflict, Invalid, NotFound, StatusVaultError
@@ -28,11 +28,12 @@ from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import JSON_PATCH, Request
 from statusvault.model import KubeObject, ResourceType, Selection, display, name_matches
-from statusvault.restore.options import FenceMode, RestoreOptions
+from statusvault.restore.options import PARALLEL, FenceMode, RestoreOptions
 from statusvault.restore.quiet.fenceread import read_fence
 from statusvault.restore.quiet.fencing import FencePlan, FenceTarget, status_managers
 from statusvault.restore.quiet.pausemarkers import RECORD, PauseOptions, pause_patch, unpause_patch
-from statusvault.restore.runner import RestoreRequest, open_backup, unfinished_manager
+from statusvault.restore.results.verdict import RunOutcome, Verdict, moved
+from statusvault.restore.runner import RestoreRequest, RestoreResult, open_backup, restore_with, unfinished_manager
 from statusvault.restore.running.writes import written_by
 from statusvault.storage.base import ObjectStore
 from statusvault.transforms import contains, map_namespace, status_annotation
@@ -57,12 +58,14 @@ class MoveRequest:
     options: RestoreOptions  # how the target is restored (pause, mapping, modifiers, ...)
     name: str = ""  # the backup kept as the audit trail; default: derived from the move, so a re-run resumes
     state_dir: Path | None = None
-    parallel: int = 8
+    parallel: int = PARALLEL
     delete_source: bool = False
     # what the moved objects need moves with them (backup/closure.py); None: where a project's rules say so
     with_dependencies: bool | None = None
     key: Key | None = None  # the record's own key, when it holds dependencies (record_key)
     distinct: bool = False  # the caller has checked that source and target are two clusters (check_distinct)
+    strict: bool = False  # --strict: what the target's server changed or warned about makes the move partial
+    cancel: threading.Event | None = None  # set: stop (a signal): no new write; the same command resumes
 
 
 @dataclasses.dataclass
@@ -75,9 +78,19 @@ class MoveReport:
     source_deleted: int = 0
     source_kept: list[str] = dataclasses.field(default_factory=list)  # --delete-source: not the object moved
 
+    delete_source: bool = False  # asked for: done only once the move's verdict is done
+
+    @property
+    def verdict(self) -> Verdict:
+        """The move's one verdict: its restore's (restore/results/verdict.py, --strict included), and what the read-back
+        of the target found short (MoveNotVerified). Interrupted before its restore: interrupted."""
+        if self.restore is None:
+            return Verdict(RunOutcome.INTERRUPTED)
+        return moved(self.restore.verdict, self.verify_problems)
+
     @property
     def succeeded(self) -> bool:
-        return self.restore is not None and self.restore.succeeded and not self.verify_problems
+        return self.verdict.outcome is RunOutcome.DONE
 
 
 @dataclasses.dataclass
@@ -104,7 +117,7 @@ def run_move(req: MoveRequest) -> MoveReport:
         check_distinct(req.source.client, req.target.client, req.options.mapping, req.selection.namespaces)
     name = request_name(req)
     req = dataclasses.replace(req, key=record_key(req, name))
-    report = MoveReport(name)
+    report = MoveReport(name, delete_source=req.delete_source)
     restore = _target_restore(req, name)
     options = restore.options
     if not BackupStore(req.store).is_complete(name):  # else a re-run: the source is paused and backed up already
@@ -112,10 +125,12 @@ def run_move(req: MoveRequest) -> MoveReport:
             fence_report(req)  # RBAC of the target that cannot be read fails here, before the source is paused
         report.source_paused, report.source_unpausable = _pause_source(req.source, req.selection, options.pause)
         _backup(req, name)
-    report.restore = restore_with(restore, client=req.target.client, discover=req.target.discover)
-    if report.restore.succeeded:
+    if req.cancel is not None and req.cancel.is_set():  # stopped while the source was paused and backed up
+        return report
+    report.restore = restore_with(restore, client=req.target.client, discover=req.target.discover, strict=req.strict)
+    if report.restore.report.work_complete and not report.restore.report.interrupted:
         report.verify_problems = verify(req.target.client, req.target.discover(True), req.store, name, options, req.key)
-    if report.succeeded and req.delete_source:
+    if report.succeeded and req.delete_source:  # judged (--strict too) before anything in the source is deleted
         report.source_deleted, report.source_kept = delete_source(
             req.source, req.store, name, req.key, req.target, req.options.mapping
         )
@@ -141,7 +156,13 @@ def _target_restore(req: MoveRequest, name: str) -> RestoreRequest:
     among them), each object created paused with the marker the source was paused with."""
     options = dataclasses.replace(req.options, pause=_source_pause(req), selection=Selection())
     return RestoreRequest(
-        store=req.store, backup=name, options=options, state_dir=req.state_dir, parallel=req.parallel, key=req.key
+        store=req.store,
+        backup=name,
+        options=options,
+        state_dir=req.state_dir,
+        parallel=req.parallel,
+        key=req.key,
+        cancel=req.cancel,
     )
 
 

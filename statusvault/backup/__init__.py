@@ -8,6 +8,7 @@ from statusvault.backup.engine import (
     BackupRequest,
     BackupResult,
     ResourceSummary,
+    backup_with,
     default_backup_name,
     prepare_object,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "BackupRequest",
     "BackupResult",
     "ResourceSummary",
+    "backup_with",
     "default_backup_name",
     "prepare_object",
 ]

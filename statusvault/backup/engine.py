@@ -471,3 +471,9 @@ def crd_defines(crd: KubeObject) -> tuple[str, str]:
     """(group, plural) of the resource a CRD defines."""
     spec = crd.get("spec") or {}
     return spec.get("group", ""), (spec.get("names") or {}).get("plural", "")
+
+
+def backup_with(request: BackupRequest, *, client: KubeApi, discovery: Discovery) -> BackupResult:
+    """Run a typed backup request against the cluster `client` talks to (`discovery`: what it serves); every front
+    end (the CLI, the API, the controller, `move`) runs its backups through this."""
+    return BackupEngine(client, discovery, request).run()

@@ -13,7 +13,7 @@ from statusvault.cli.output import LogProgress, RichProgress
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import load_transport
-from statusvault.progress import Progress
+from statusvault.progress import NullProgress, Progress
 from statusvault.storage import ObjectStore, S3Options, open_store
 
 
@@ -23,6 +23,7 @@ class App:
     context: str | None = None
     debug: bool = False
     log_format: str = "text"
+    quiet: bool = False  # no progress bar (the library: nothing prints)
     _client: KubeClient | None = None
     _settings: tuple[int, float, int] = (0, 0.0, 0)  # the client's pool size, QPS and burst
     _discovery: Discovery | None = None
@@ -67,6 +68,8 @@ class App:
         return open_store(url, s3)
 
     def progress(self) -> Progress:
+        if self.quiet:
+            return NullProgress()
         if sys.stderr.isatty() and self.log_format == "text":
             bar = RichProgress()
             self._closers.append(bar.close)

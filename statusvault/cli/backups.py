@@ -11,8 +11,7 @@ from typing import Any
 import click
 
 from statusvault import catalog
-from statusvault.api import backup_with
-from statusvault.backup import LIST_CONCURRENCY, BackupRequest, default_backup_name
+from statusvault.backup import LIST_CONCURRENCY, BackupRequest, backup_with, default_backup_name
 from statusvault.backup.listers import default_list_processes
 from statusvault.backupstore import BackupStore
 from statusvault.cli.app import App

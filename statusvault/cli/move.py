@@ -20,9 +20,8 @@ from statusvault.cli.flags import (
     strict_option,
 )
 from statusvault.cli.output import OutputFormat, emit
-from statusvault.cli.restore import RestoreOptionArgs
+from statusvault.cli.restore import RestoreOptionArgs, check_outcome
 from statusvault.cli.restoreview import render
-from statusvault.errors import PartialFailure
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.move import (
     AbortReport,
@@ -35,8 +34,9 @@ from statusvault.move import (
     request_name,
     run_move,
 )
-from statusvault.restore.options import FenceMode
-from statusvault.restore.results.verdict import RunOutcome, verdict
+from statusvault.restore.options import PARALLEL, FenceMode
+from statusvault.restore.results.verdict import RunOutcome
+from statusvault.stopping import Stop, on_signals
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -99,7 +99,9 @@ class MoveArgs(StorageArgs, RestoreOptionArgs):
 @click.option(
     "--backup-name", default="", help="The backup kept as the move's record [default: derived from the move]."
 )
-@click.option("--parallel", type=click.IntRange(1, 128), default=16, show_default=True, help="Concurrent workers.")
+@click.option(
+    "--parallel", type=click.IntRange(1, 128), default=PARALLEL, show_default=True, help="Concurrent workers."
+)
 @click.option("--delete-source", is_flag=True, help="After a verified move, delete the moved objects in the source.")
 @click.option("--yes", is_flag=True, help="Confirm --delete-source without asking.")
 @click.option("--abort", is_flag=True, help="Give the move up (the same command plus --abort): delete its paused "
@@ -127,8 +129,10 @@ def move_cmd(app: App, args: MoveArgs) -> None:
     if args.abort:
         _show_abort(abort_move(request))
         return
-    report = run_move(request)
-    _show(report, args.output, args.strict)
+    with on_signals(Stop()) as stop:  # SIGINT, SIGTERM: the writes in flight finish, then the report
+        report = run_move(dataclasses.replace(request, cancel=stop))
+    _show(report, args.output)
+    check_outcome(report.verdict, f"move {report.name}", signum=stop.signum)
 
 
 def move_request(app: App, args: MoveArgs, source: Cluster, target: Cluster) -> MoveRequest:
@@ -145,6 +149,7 @@ def move_request(app: App, args: MoveArgs, source: Cluster, target: Cluster) -> 
         parallel=args.parallel,
         delete_source=args.delete_source,
         with_dependencies=args.with_dependencies,
+        strict=args.strict,
     )
 
 
@@ -168,7 +173,7 @@ def _show_abort(report: AbortReport) -> None:
     )
 
 
-def _show(report: MoveReport, output: OutputFormat, strict: bool) -> None:
+def _show(report: MoveReport, output: OutputFormat) -> None:
     restore = report.restore.report if report.restore is not None else None
     lines = [f"Move recorded as backup {report.name}: {report.source_paused} object(s) paused in the source."]
     lines += [f"note: not paused in the source (no pause marker known): {x}" for x in report.source_unpausable]
@@ -176,11 +181,17 @@ def _show(report: MoveReport, output: OutputFormat, strict: bool) -> None:
         lines += ["", render(restore)]
     lines += [f"VERIFY FAILED: {p}" for p in report.verify_problems]
     lines += [f"note: left in the source: {x}" for x in report.source_kept]
-    if report.succeeded:
+    judged = report.verdict
+    if judged.outcome is RunOutcome.DONE:
         gone = f"; {report.source_deleted} deleted in the source" if report.source_deleted else ""
         lines.append(f"Move verified: every object and status is in the target{gone}.")
+    elif judged.outcome is RunOutcome.PARTIAL:
+        lines.append(f"The source stays paused{' and nothing in it was deleted' if report.delete_source else ''}: "
+                     "fix what is listed and run the same command again, or run it with --abort to give the source "
+                     "back.")  # fmt: skip
     data = {
         "backup": report.name,
+        "verdict": judged.to_dict(),
         "sourcePaused": report.source_paused,
         "sourceNotPaused": report.source_unpausable,
         "verifyProblems": report.verify_problems,
@@ -191,14 +202,6 @@ def _show(report: MoveReport, output: OutputFormat, strict: bool) -> None:
     emit(data, output, "\n".join(lines))
     if restore is not None:
         restore.close()
-    if not report.succeeded:
-        raise PartialFailure(
-            f"move {report.name} is not complete (the source stays paused): fix what is listed and run the same "
-            "command again, or run it with --abort to give the source back"
-        )
-    strictly = verdict(restore, strict=True) if strict and restore is not None else None
-    if strictly is not None and strictly.outcome is RunOutcome.PARTIAL:
-        raise PartialFailure(strictly.message(f"move {report.name}"))
 
 
 COMMANDS = (move_cmd,)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import signal
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import click
 
-from statusvault.api import restore_with
 from statusvault.archive.envelope import Keyring
 from statusvault.cli.app import App
 from statusvault.cli.flags import (
@@ -37,13 +39,16 @@ from statusvault.model import DryRun
 from statusvault.processes import WorkerSpec
 from statusvault.restore.configfile import read_config
 from statusvault.restore.modifiers import Modifiers, load_modifiers
-from statusvault.restore.options import FenceMode, RestoreOptions, restore_options
+from statusvault.restore.options import PARALLEL, FenceMode, RestoreOptions, restore_options
+from statusvault.restore.quiet.fencing import FencePlan
 from statusvault.restore.results.settle import SETTLE_ENV, SETTLE_SECONDS
 from statusvault.restore.results.verdict import RunOutcome, Verdict
-from statusvault.restore.runner import RestoreRequest, fence_report
+from statusvault.restore.runner import RestoreRequest, RestoreResult, fence_report, restore_with
 from statusvault.restore.running.workers import MIN_WAVE, default_processes
 from statusvault.stopping import Stop, on_signals
 from statusvault.storage.base import ObjectStore
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -119,7 +124,7 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, TrustedKeysArgs, MetricsArgs):
 @click.option(
     "--parallel",
     type=click.IntRange(1, 128),
-    default=16,
+    default=PARALLEL,
     show_default=True,
     envvar="STATUSVAULT_PARALLEL",
     help="Concurrent requests per process.",
@@ -240,63 +245,86 @@ def restore_cmd(app: App, args: RestoreArgs) -> None:
 
 
 def _restore(app: App, args: RestoreArgs, unpause: bool) -> None:
-    store = app.store(args.storage, args.s3())
-    if args.from_velero:
-        _restore_velero(app, args, store, unpause)
+    if args.fence == FenceMode.REPORT:
+        name, plan = fence_plan(app, args, unpause)
+        text = "\n".join([f"Fencing a restore of {name} would do (nothing written):", *plan.lines()])
+        emit({"backup": name, **plan.to_dict()}, args.output, text)
         return
-    if not args.at:
-        _run_restore(app, args, store, args.backup_name, unpause)
-        return
-    from statusvault.watch.pointintime import parse_at, point_in_time
-
-    moment_wanted = parse_at(args.at)
-    lineage = "" if moment_wanted else f"{args.backup_name}-at-latest"  # the latest moment moves on between runs
-    with point_in_time(store, args.backup_name, moment_wanted, args.keys()) as (moment_store, name, moment):
-        click.echo(f"restoring watch {args.backup_name} as it was at {moment.isoformat()} (as {name})", err=True)
-        _run_restore(app, args, moment_store, name, unpause, lineage)
-
-
-def _restore_velero(app: App, args: RestoreArgs, store: ObjectStore, unpause: bool) -> None:
-    """BACKUP is a Velero backup (a tarball, or a backup in the --storage location's Velero layout): read, checked and
-    made a native backup in a temporary directory, then restored as any backup is. Its journal is keyed by the Velero
-    source (a lineage), so the same command run again resumes."""
-    from statusvault import velero
-
-    source = args.backup_name
-    with velero.imported(source, store) as (temp, name, read):
-        left = read.left_out_note()
-        click.echo(f"restoring Velero backup {source} (format {read.format_version}, {read.total} objects){left}",
-                   err=True)  # fmt: skip
-        _run_restore(app, args, temp, name, unpause, lineage=f"velero-{name}")
-
-
-def _run_restore(
-    app: App, args: RestoreArgs, store: ObjectStore, backup_name: str, unpause: bool, lineage: str = ""
-) -> None:
-    options = args.options()
-    client = app.client(pool_size=args.parallel + 4, qps=args.qps, burst=args.burst)
-    if options.fence == FenceMode.REPORT:
-        request = restore_request(app, args, options=options, store=store, backup=backup_name, unpause=unpause)
-        fence = fence_report(client, lambda refresh: app.discovery(refresh=refresh), request)
-        text = "\n".join([f"Fencing a restore of {backup_name} would do (nothing written):", *fence.lines()])
-        emit({"backup": backup_name, **fence.to_dict()}, args.output, text)
-        return
-    with args.recorded("restore") as run, on_signals(Stop()) as stop:
-        request = restore_request(
-            app, args, options=options, store=store, backup=backup_name, unpause=unpause, lineage=lineage
-        )
-        request.cancel = stop  # SIGINT, SIGTERM: the writes in flight finish, then the report
-        result = restore_with(request, client=client, discover=lambda refresh: app.discovery(refresh=refresh),
-                              strict=args.strict)  # fmt: skip
-        report, judged = result.report, result.verdict
-        run.success, run.duration = judged.outcome is RunOutcome.DONE, report.duration
-        run.objects, run.errors = report.total, len(report.failures)
+    with on_signals(Stop()) as stop:  # SIGINT, SIGTERM: the writes in flight finish, then the report
+        name, result = judged_restore(app, args, unpause, stop, say=_say)
+    report, judged = result.report, result.verdict
     try:
         header = {**report.header(), "verdict": judged.to_dict()}
         emit_items(header, report.results(), args.output, lambda: render(report))
     finally:
         report.close()
-    _check_outcome(judged, backup_name, options.dry_run, stop.signum)
+    _check_outcome(judged, name, args.dry_run, stop.signum)
+
+
+def _say(line: str) -> None:
+    click.echo(line, err=True)
+
+
+Say = Callable[[str], None]
+Run = Callable[[ObjectStore, str, str], T]
+
+
+def judged_restore(
+    app: App, args: RestoreArgs, unpause: bool, cancel: threading.Event | None, say: Say
+) -> tuple[str, RestoreResult]:
+    """The restore the options ask for, run and judged, its metrics published (--metrics-*): the name it restored
+    (a watch's moment, an imported Velero backup) and its result. The CLI prints it; the API returns it."""
+    with args.recorded("restore") as run:
+        name, result = _source(app, args, say, functools.partial(_restored, app, args, unpause, cancel))
+        run.success, run.duration = result.verdict.outcome is RunOutcome.DONE, result.report.duration
+        run.objects, run.errors = result.report.total, len(result.report.failures)
+    return name, result
+
+
+def fence_plan(app: App, args: RestoreArgs, unpause: bool, say: Say = _say) -> tuple[str, FencePlan]:
+    """--fence report: what fencing a restore of the backup would do; nothing is written."""
+    return _source(app, args, say, functools.partial(_planned, app, args, unpause))
+
+
+def _source(app: App, args: RestoreArgs, say: Say, run: Run[T]) -> tuple[str, T]:
+    """`run` on the backup the options name: a stored backup, a watch's moment (--at, rebuilt unencrypted) or a
+    Velero backup (--from-velero, read and checked into a temporary native backup)."""
+    store = app.store(args.storage, args.s3())
+    if args.from_velero:
+        from statusvault import velero
+
+        with velero.imported(args.backup_name, store) as (temp, name, read):
+            say(f"restoring Velero backup {args.backup_name} (format {read.format_version}, {read.total} objects)"
+                f"{read.left_out_note()}")  # fmt: skip
+            return name, run(temp, name, f"velero-{name}")  # its journal is keyed by the Velero source
+    if not args.at:
+        return args.backup_name, run(store, args.backup_name, "")
+    from statusvault.watch.pointintime import parse_at, point_in_time
+
+    moment_wanted = parse_at(args.at)
+    lineage = "" if moment_wanted else f"{args.backup_name}-at-latest"  # the latest moment moves on between runs
+    with point_in_time(store, args.backup_name, moment_wanted, args.keys()) as (moment_store, name, moment):
+        say(f"restoring watch {args.backup_name} as it was at {moment.isoformat()} (as {name})")
+        return name, run(moment_store, name, lineage)
+
+
+def _restored(
+    app: App, args: RestoreArgs, unpause: bool, cancel: threading.Event | None, store: ObjectStore, backup: str,
+    lineage: str,
+) -> RestoreResult:  # fmt: skip
+    client = app.client(pool_size=args.parallel + 4, qps=args.qps, burst=args.burst)
+    request = restore_request(app, args, options=args.options(), store=store, backup=backup, unpause=unpause,
+                              lineage=lineage)  # fmt: skip
+    request.cancel = cancel
+    return restore_with(request, client=client, discover=lambda refresh: app.discovery(refresh=refresh),
+                        strict=args.strict)  # fmt: skip
+
+
+def _planned(app: App, args: RestoreArgs, unpause: bool, store: ObjectStore, backup: str, lineage: str) -> FencePlan:
+    client = app.client(pool_size=args.parallel + 4, qps=args.qps, burst=args.burst)
+    request = restore_request(app, args, options=args.options(), store=store, backup=backup, unpause=unpause,
+                              lineage=lineage)  # fmt: skip
+    return fence_report(client, lambda refresh: app.discovery(refresh=refresh), request)
 
 
 def _keys_of(args: RestoreArgs) -> Keyring | None:
@@ -339,9 +367,12 @@ def restore_request(
 
 
 def _check_outcome(judged: Verdict, backup_name: str, dry_run: DryRun, signum: int = 0) -> None:
-    """The exit status of a reported restore, from its one verdict (restore/results/verdict.py); an interrupted
-    one's is 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
-    what = f"restore of {backup_name}"
+    check_outcome(judged, f"restore of {backup_name}", dry_run, signum)
+
+
+def check_outcome(judged: Verdict, what: str, dry_run: DryRun = DryRun.NONE, signum: int = 0) -> None:
+    """The exit status of a reported restore or move, from its one verdict (restore/results/verdict.py); an
+    interrupted one's is 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
     if judged.outcome is RunOutcome.INTERRUPTED:
         again = ": run the same command again to resume" if dry_run == DryRun.NONE else ""
         stopped = Interrupted(f"{what} interrupted{again}")

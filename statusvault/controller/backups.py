@@ -8,10 +8,9 @@ import logging
 import threading
 from typing import Any
 
-from statusvault.api import backup_with
 from statusvault.archive.envelope import Keys
 from statusvault.archive.signing import Signer
-from statusvault.backup import BackupRequest
+from statusvault.backup import BackupRequest, backup_with
 from statusvault.backup.listers import default_list_processes
 from statusvault.controller import crd
 from statusvault.controller.conditions import Reason

@@ -17,7 +17,7 @@ from typing import Any
 from statusvault import rfc3339
 from statusvault.errors import ConfigError
 from statusvault.flagtable import flag_value
-from statusvault.restore.options import RestoreOptions, restore_options
+from statusvault.restore.options import PARALLEL, FenceMode, RestoreOptions, restore_options
 from statusvault.storage.base import validate_backup_name
 
 INTENT_LABEL = "statusvault.io/restore-intent"  # value "true" on the intent ConfigMaps the controller reconciles
@@ -88,6 +88,10 @@ class Intent:
     stream: bool | None = None  # restore --stream / --no-stream; None: by the backup's size (runner.STREAM_ABOVE)
     service_account: str = ""  # spec.serviceAccountName: whom the controller acts as ("": its default)
     from_velero: bool = False  # `backup` is a Velero backup in `storage` (a Velero backup storage location)
+    # spec.verify-key-file / spec.verify-kms-key-id: the backup must be signed by one of these (key files among the
+    # controller's own --verify-key-file; KMS keys read with its credentials)
+    verify_key_files: tuple[str, ...] = ()
+    verify_kms_key_ids: tuple[str, ...] = ()
 
     @property
     def status_name(self) -> str:
@@ -111,13 +115,16 @@ def parse_intent(cm: Mapping[str, Any]) -> Intent:
         raise ConfigError("data.backup is missing: name the backup to restore")
     validate_backup_name(backup)
     try:
-        parallel = int(data.get("parallel", "8"))
+        parallel = int(data.get("parallel", str(PARALLEL)))
     except ValueError:
         raise ConfigError(f"parallel must be a number, not {data['parallel']!r}") from None
     if not 1 <= parallel <= 128:
         raise ConfigError("parallel must be between 1 and 128")
     processes = _processes(data.get("processes", "auto").strip())
     options = restore_options({_option(k): v for k, v in data.items() if k in RESTORE_KEYS})
+    if options.fence == FenceMode.REPORT:
+        raise ConfigError("fence report plans the fencing and writes nothing, and an intent restores: preview the "
+                          "plan with `statusvault restore BACKUP --fence report`")  # fmt: skip
     return Intent(
         meta.get("name", ""),
         meta.get("namespace", ""),

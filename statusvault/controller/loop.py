@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from statusvault import rfc3339, velero
-from statusvault.api import restore_with
 from statusvault.archive.envelope import Keyring, Keys
 from statusvault.archive.signing import Signer
 from statusvault.controller.backups import BackupIntent, parse_backup, run_backup
@@ -59,7 +58,7 @@ from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.results.report import RestoreReport
 from statusvault.restore.results.verdict import RunOutcome, Verdict
-from statusvault.restore.runner import RestoreRequest
+from statusvault.restore.runner import RestoreRequest, restore_with
 from statusvault.restore.running.workers import MIN_WAVE, default_processes
 from statusvault.stopping import signalled
 from statusvault.storage.base import ObjectStore
@@ -332,7 +331,7 @@ class Controller:
                     parallel=intent.parallel,
                     workers=self._workers(intent.processes, intent.parallel, user),
                     stream=intent.stream,
-                    key=Keyring((), Keyring.of(self.key).verifiers) if intent.from_velero else self.key,
+                    key=self._keys_for(intent),
                     cancel=cancel,  # a lost Lease or a deleted Restore: stop starting objects
                     lineage=lineage,
                 )
@@ -410,6 +409,28 @@ class Controller:
                 raise ConfigError(f"this controller's API client cannot act as {user}")
             self._impersonated[user] = impersonating(user)  # one connection pool per ServiceAccount, kept
         return self._impersonated[user], user
+
+    def _keys_for(self, intent: Intent) -> Keys:
+        """The keys a restore reads its backup with: the controller's (only its verification keys for a Velero
+        backup, imported unencrypted). A Restore that names verification keys narrows them: the backup must be
+        signed by one it names, a key file among the controller's own (--verify-key-file: a Restore makes it read no
+        other file), a KMS key read with its credentials."""
+        key = Keyring((), Keyring.of(self.key).verifiers) if intent.from_velero else self.key
+        if not (intent.verify_key_files or intent.verify_kms_key_ids):
+            return key
+        ring, chosen = Keyring.of(key), []
+        for path in intent.verify_key_files:
+            found = [v for v in ring.verifiers if v.name == f"verification key {path}"]
+            if not found:
+                raise ConfigError(f"spec.verify-key-file {path[:200]!r} is not one of the controller's "
+                                  "verification keys (controller run --verify-key-file): a Restore only narrows "
+                                  "them")  # fmt: skip
+            chosen += found
+        if intent.verify_kms_key_ids:
+            from statusvault.kms import KmsKek  # only KMS users pay for boto3's import
+
+            chosen += [KmsKek(k).public_key() for k in intent.verify_kms_key_ids]
+        return dataclasses.replace(ring, verifiers=tuple(chosen))
 
     def _workers(self, processes: int, parallel: int, user: str = "") -> WorkerSpec:
         """Large waves across processes, as `statusvault restore` does: auto (0) uses the CPUs the pod may use;

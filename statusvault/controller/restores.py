@@ -18,14 +18,15 @@ from statusvault.errors import ConfigError, Conflict, NotFound
 from statusvault.flagtable import value_key
 from statusvault.kube.api import KubeApi
 from statusvault.model import KubeObject, ResourceType
-from statusvault.restore.options import restore_options
+from statusvault.restore.options import PARALLEL, RESTORE_VALUES, FenceMode, restore_options
 from statusvault.storage.base import validate_backup_name
 
 log = logging.getLogger(__name__)
 RESTORES = ResourceType(crd.GROUP, crd.VERSION, crd.PLURAL, crd.KIND, namespaced=True, has_status=True)
 BACKUPS = ResourceType(crd.GROUP, crd.VERSION, crd.BACKUP_PLURAL, crd.BACKUP_KIND, namespaced=True, has_status=True)
 OWN_FIELDS = ("backup", "storage", "parallel", "processes", "modifiers", crd.SERVICE_ACCOUNT)  # not restore options
-DEFAULT_PARALLEL = 8
+# read into the Intent beside the restore options
+INTENT_FIELDS = ("stream", "from-velero", "verify-key-file", "verify-kms-key-id")
 
 
 def spec_digest(obj: KubeObject) -> str:
@@ -46,6 +47,14 @@ def parse_restore(obj: KubeObject) -> Intent:
         value_key(f"--{k}"): tuple(v) if isinstance(v, list) else v for k, v in spec.items() if k not in OWN_FIELDS
     }
     options = restore_options(values)
+    if options.fence == FenceMode.REPORT:
+        raise ConfigError("spec.fence report plans the fencing and writes nothing, and a Restore restores: preview "
+                          "the plan with `statusvault restore BACKUP --fence report`")  # fmt: skip
+    unread = sorted(
+        k for k in spec if k not in (*OWN_FIELDS, *INTENT_FIELDS) and value_key(f"--{k}") not in RESTORE_VALUES
+    )
+    if unread:  # a field of the schema no part of a Restore reads: refused, never dropped
+        raise ConfigError(f"spec field(s) {', '.join(unread)} are not honoured by the controller")
     return Intent(
         meta.get("name", ""),
         meta.get("namespace", ""),
@@ -53,13 +62,15 @@ def parse_restore(obj: KubeObject) -> Intent:
         backup,
         str(spec.get("storage") or "").strip() or None,
         options,
-        int(spec.get("parallel") or DEFAULT_PARALLEL),
+        int(spec.get("parallel") or PARALLEL),
         spec_digest(obj),
         str(spec.get("modifiers") or "").strip(),
         int(spec.get("processes") or 0),
         spec["stream"] if isinstance(spec.get("stream"), bool) else None,
         str(spec.get(crd.SERVICE_ACCOUNT) or "").strip(),
         spec.get("from-velero") is True,
+        tuple(str(v) for v in spec.get("verify-key-file") or ()),
+        tuple(str(v) for v in spec.get("verify-kms-key-id") or ()),
     )
 
 

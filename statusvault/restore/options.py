@@ -14,6 +14,8 @@ from statusvault.restore.modifiers import Modifiers
 from statusvault.restore.ordering.order import Order, read_order
 from statusvault.restore.quiet.pausemarkers import PauseOptions, pause_options
 
+PARALLEL = 16  # --parallel's default, for every front end: requests in flight per process
+
 
 class ExistingPolicy(enum.StrEnum):
     """--existing-resource-policy: what becomes of an object the cluster has already."""
@@ -61,6 +63,15 @@ class RestoreOptions:
 
 
 E = TypeVar("E", bound=enum.StrEnum)
+
+# the values restore_options reads (a flag's long name, dashes as underscores, as click names them): a front end
+# that is given any other restore option must honour it itself or refuse it (controller/restores.py)
+RESTORE_VALUES = frozenset({
+    "namespaces", "include_resources", "exclude_resources", "selector", "names", "include_cluster_resources",
+    "namespace_mapping", "status_include_resources", "status_exclude_resources", "no_status",
+    "existing_resource_policy", "dry_run", "scale_down", "fence", "fence_exclude", "pause", "pause_annotation",
+    "pause_field", "pause_resources", "keep_paused", "order", "allow_privileged_resources",
+})  # fmt: skip
 
 
 def restore_options(values: Mapping[str, Any]) -> RestoreOptions:

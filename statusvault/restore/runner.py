@@ -15,14 +15,14 @@ from statusvault.archive.envelope import WRAPPINGS, Keyring, Keys
 from statusvault.archive.format import summary_objects
 from statusvault.backupstore import BackupStore
 from statusvault.catalog import readable_archive
-from statusvault.errors import ArchiveError, ConfigError
+from statusvault.errors import ArchiveError, ConfigError, ExitStatus
 from statusvault.killpoints import kill_point
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import DryRun, ResourceType
 from statusvault.processes import WorkerSpec
 from statusvault.progress import NullProgress, Progress
-from statusvault.restore.options import FenceMode, RestoreOptions
+from statusvault.restore.options import PARALLEL, FenceMode, RestoreOptions
 from statusvault.restore.planning.build import (
     Sink,
     build_plan,
@@ -40,6 +40,7 @@ from statusvault.restore.quiet.unpause import release_left
 from statusvault.restore.results.audit import audit
 from statusvault.restore.results.report import RestoreReport
 from statusvault.restore.results.settle import default_settle
+from statusvault.restore.results.verdict import RunOutcome, Verdict, verdict
 from statusvault.restore.running.engine import EngineSettings, RestoreEngine
 from statusvault.restore.running.state import RestoreState, earlier_manager, finish, restore_state, state_key
 from statusvault.storage.base import ObjectStore
@@ -60,7 +61,7 @@ class RestoreRequest:
     # is authenticated (encrypted, or signed and verified) and holds more than STREAM_ABOVE objects (streamable())
     stream: bool | None = None
     key: Keys = None  # key files and KMS keys, to decrypt an encrypted backup; verification keys, for a signed one
-    parallel: int = 8  # threads (per process)
+    parallel: int = PARALLEL  # threads (per process)
     workers: WorkerSpec | None = None  # worker processes for large waves
     progress: Progress = dataclasses.field(default_factory=NullProgress)
     cancel: threading.Event | None = None  # set from outside (a lost Lease): stop starting objects
@@ -98,6 +99,9 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
 
     discover(refresh) gives the cluster's resource types; refresh=True re-reads them after CRDs."""
     opts = req.options
+    if opts.fence == FenceMode.REPORT:  # a plan to read, never a restore: fence_report() gives it
+        raise ConfigError("fence report plans the fencing and writes nothing: ask for the plan (fence_report), or "
+                          "restore with fence auto, best-effort or none")  # fmt: skip
     origin = time.monotonic()
     workloads = resolve_workloads(opts.scale_down, discover(False))  # a bad name fails before anything
     scaler = ScaleDown(client)
@@ -373,3 +377,29 @@ def _planner(
         )
 
     return plan
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreResult:
+    """A restore's report and its one verdict (restore/results/verdict.py), as the CLI's exit status reads it."""
+
+    report: RestoreReport
+    verdict: Verdict
+
+    @property
+    def succeeded(self) -> bool:
+        return self.verdict.outcome is RunOutcome.DONE
+
+    @property
+    def exit_status(self) -> ExitStatus:
+        return self.verdict.exit_status
+
+
+def restore_with(
+    request: RestoreRequest, *, client: KubeApi, discover: Callable[[bool], Discovery], strict: bool = False
+) -> RestoreResult:
+    """Run a typed restore request and judge it: the report and its one verdict (`strict`: what the server changed
+    or warned about makes the run partial, as `--strict` does). Every front end (the CLI, the API, the controller,
+    `move`) runs its restores through this."""
+    report = run_restore(client, discover, request)
+    return RestoreResult(report, verdict(report, strict))

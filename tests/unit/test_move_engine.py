@@ -233,3 +233,34 @@ def test_a_restore_that_fails_part_way_is_finished_by_the_same_command(move):
     assert report.succeeded and report.restore.report.resumed == 3 + 1, "the three databases and the CRD were done"
     assert move.statuses(move.target) == {n: {"id": f"ext-{i}"} for i, n in enumerate(NAMES)}
     assert move.paused(move.target) == []
+
+
+def test_strict_is_judged_before_delete_source_deletes_anything(tmp_path):
+    """`move --strict --delete-source`: a write the target's server answered with a Warning makes the move partial
+    under --strict, so the source is kept (paused) and the verdict says why; without --strict the same move deletes."""
+    import dataclasses
+
+    from statusvault.restore.results.verdict import RunOutcome, Shortfall
+
+    for strict in (True, False):
+        move = Move(tmp_path / str(strict), delete_source=True)
+        move.request = dataclasses.replace(move.request, strict=strict)
+        move.target.warn["db-1"] = "example.com/v1 Instance is deprecated"
+        report = move.run()
+        if strict:
+            assert report.verdict.outcome is RunOutcome.PARTIAL
+            assert report.verdict.shortfalls == (Shortfall.SERVER_WARNED,)
+            assert report.source_deleted == 0 and move.paused(move.source) == NAMES, "nothing deleted in the source"
+        else:
+            assert report.verdict.outcome is RunOutcome.DONE and report.source_deleted == 4
+
+
+def test_a_read_back_that_finds_the_target_short_is_a_shortfall_of_the_verdict(move):
+    from statusvault.restore.results.verdict import RunOutcome, Shortfall
+
+    report = move.run()
+    assert report.succeeded
+    report.verify_problems = ["db.example.com team-a/db-1 lacks its saved status in the target"]
+    judged = report.verdict
+    assert judged.outcome is RunOutcome.PARTIAL and judged.shortfalls == (Shortfall.MOVE_NOT_VERIFIED,)
+    assert "db-1 lacks its saved status" in judged.message("move m") and judged.exit_status == 3

@@ -54,13 +54,13 @@ def test_only_the_s3_backend_imports_boto():
     assert offenders == []
 
 
-def test_nothing_imports_the_cli():
+def test_nothing_but_the_api_imports_the_cli():
     offenders = [
         m
         for m, imps in modules()
         if any(i.startswith("statusvault.cli") for i in imps)
         and not m.startswith("cli/")
-        and m not in ("testing/clidoc.py", "__main__.py")
+        and m not in ("testing/clidoc.py", "__main__.py", "api.py")  # the API runs the command's declarations
     ]
     assert offenders == []
 
@@ -85,10 +85,10 @@ LAYERS = (
     ("backupstore",),
     ("backup", "catalog", "kms"),
     ("restore", "keys", "velero"),
-    ("api",),
     ("controller", "move"),
     ("watch",),
     ("cli",),
+    ("api",),  # the library face: the restore command's own declarations and run, called as a function
     ("testing",),
 )
 

@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 import pytest
 
-from statusvault.api import RestoreResult
 from statusvault.cli.restore import _check_outcome
 from statusvault.controller.conditions import Reason
 from statusvault.controller.loop import REASONS
@@ -18,6 +17,7 @@ from statusvault.restore.ordering.gates import PASSED, TIMED_OUT, GateResult
 from statusvault.restore.results.report import ItemResult, Outcome, RestoreReport, StatusOutcome
 from statusvault.restore.results.verdict import RunOutcome as Verdict
 from statusvault.restore.results.verdict import Shortfall, verdict
+from statusvault.restore.runner import RestoreResult
 from statusvault.transforms import PRUNED, ServerChange
 
 W = "widgets.example.com"
@@ -111,7 +111,7 @@ def test_every_shortfall_is_named_and_exit_3_and_partially_restored_everywhere(s
     assert judged.outcome is Verdict.PARTIAL and judged.shortfalls == (shortfall,)
     assert judged.exit_status == ExitStatus.PARTIAL_FAILURE == cli_exit(report, strict)
     assert REASONS[judged.outcome] == Reason.PARTIALLY_RESTORED
-    assert not MoveReport("m", restore=RestoreResult(report, verdict(report))).succeeded or strict, (
+    assert not MoveReport("m", restore=RestoreResult(report, judged)).succeeded, (
         "a move is not verified over a shortfall"
     )
     line = judged.message("restore of b")

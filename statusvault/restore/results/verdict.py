@@ -34,6 +34,7 @@ class Shortfall(enum.StrEnum):
     GATE_NOT_PASSED = "GateNotPassed"  # timed out, or objects of its group failed
     SERVER_CHANGED = "ServerChanged"  # --strict only
     SERVER_WARNED = "ServerWarned"  # --strict only
+    MOVE_NOT_VERIFIED = "MoveNotVerified"  # move: the read-back of the target found an object missing or short
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +60,7 @@ _WHAT = {
     Shortfall.GATE_NOT_PASSED: "gate(s) did not pass",
     Shortfall.SERVER_CHANGED: "object(s) changed by the server",
     Shortfall.SERVER_WARNED: "object(s) drew server warnings",
+    Shortfall.MOVE_NOT_VERIFIED: "object(s) short in the target when it was read back",
 }
 
 
@@ -159,3 +161,14 @@ def verdict(report: RestoreReport, strict: bool = False) -> Verdict:
 def _objects(shortfall: Shortfall, names: list[str], advice: str, count: int | None = None) -> Finding | None:
     n = len(names) if count is None else count
     return Finding(shortfall, n, tuple(names[:NAMED]), advice) if n else None
+
+
+def moved(restored: Verdict, verify_problems: list[str]) -> Verdict:
+    """A move's verdict: its restore's, and the objects its read-back of the target found missing or short. The
+    read-back runs only after a restore that ended with its work complete, so its shortfall adds to a verdict that
+    was done or partial."""
+    if restored.outcome in (RunOutcome.FAILED, RunOutcome.INTERRUPTED) or not verify_problems:
+        return restored
+    advice = "the source stays paused: run the same command again, or with --abort to give the source back"
+    found = _objects(Shortfall.MOVE_NOT_VERIFIED, verify_problems, advice)
+    return Verdict(RunOutcome.PARTIAL, (*restored.findings, *(f for f in (found,) if f is not None)))
