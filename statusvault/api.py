@@ -48,6 +48,7 @@ from statusvault.storage import ObjectStore, open_store
 from statusvault.storage.base import S3Options, validate_backup_name
 
 log = logging.getLogger(__name__)
+_UNSET = getattr(click.core, "UNSET", None)  # click 8.2+: what an option without a default is before the CLI's None
 
 __all__ = [
     "BackupRequest",
@@ -216,9 +217,10 @@ def command_values(
         if param.multiple and isinstance(raw, str):
             raw = (raw,)
         try:
-            values[str(name)] = param.process_value(ctx, raw)
+            value = param.process_value(ctx, raw)
         except click.BadParameter as e:
             raise ConfigError(f"{key or name}: {e.format_message()}") from None
+        values[str(name)] = None if value is _UNSET else value  # no default: None, as the CLI passes it
     check_options(command.name or "", values)
     return values
 

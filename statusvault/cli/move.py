@@ -132,7 +132,8 @@ def move_cmd(app: App, args: MoveArgs) -> None:
     with on_signals(Stop()) as stop:  # SIGINT, SIGTERM: the writes in flight finish, then the report
         report = run_move(dataclasses.replace(request, cancel=stop))
     _show(report, args.output)
-    check_outcome(report.verdict, f"move {report.name}", signum=stop.signum)
+    left = "; the source stays paused: run the same command again, or with --abort to give the source back"
+    check_outcome(report.verdict, f"move {report.name}", signum=stop.signum, then=left)
 
 
 def move_request(app: App, args: MoveArgs, source: Cluster, target: Cluster) -> MoveRequest:

@@ -370,9 +370,10 @@ def _check_outcome(judged: Verdict, backup_name: str, dry_run: DryRun, signum: i
     check_outcome(judged, f"restore of {backup_name}", dry_run, signum)
 
 
-def check_outcome(judged: Verdict, what: str, dry_run: DryRun = DryRun.NONE, signum: int = 0) -> None:
+def check_outcome(judged: Verdict, what: str, dry_run: DryRun = DryRun.NONE, signum: int = 0, then: str = "") -> None:
     """The exit status of a reported restore or move, from its one verdict (restore/results/verdict.py); an
-    interrupted one's is 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
+    interrupted one's is 128 + the signal's number (130 for SIGINT, 143 for SIGTERM). `then`: what else a run that
+    fell short leaves to do (a move's source stays paused)."""
     if judged.outcome is RunOutcome.INTERRUPTED:
         again = ": run the same command again to resume" if dry_run == DryRun.NONE else ""
         stopped = Interrupted(f"{what} interrupted{again}")
@@ -381,9 +382,9 @@ def check_outcome(judged: Verdict, what: str, dry_run: DryRun = DryRun.NONE, sig
         raise stopped
     if judged.outcome is RunOutcome.FAILED:
         again = "; run the same command again to resume" if dry_run == DryRun.NONE else ""
-        raise StatusVaultError(judged.message(what) + again)
+        raise StatusVaultError(judged.message(what) + again + then)
     if judged.outcome is RunOutcome.PARTIAL:
-        raise PartialFailure(judged.message(what))
+        raise PartialFailure(judged.message(what) + then)
 
 
 def worker_spec(app: App, args: RestoreArgs) -> WorkerSpec:

@@ -70,3 +70,48 @@ def test_the_verdict_and_errors_are_the_clis(kube, crds, make, namespace, cluste
     with pytest.raises(TypeError, match="unexpected option 'page_size'"):
         api.backup("c", page_size=10, **where)  # a backup option the API does not offer
     assert [b.name for b in api.list_backups_in(where["storage"])] == ["b"]
+
+
+def test_every_restore_option_is_honoured_or_refused_as_the_cli_does(kube, crds, make, namespace, cluster, tmp_path):
+    """The options the keyword call once took and dropped: modifiers patch, a verification key refuses an unsigned
+    backup before anything is written, name= selects objects, fence='report' is a plan of its own, and values
+    the CLI refuses are refused."""
+    from statusvault.archive import signing
+    from statusvault.errors import StatusVaultError
+    from statusvault.restore.quiet.fencing import FencePlan
+
+    for i in range(2):
+        make(cr("xyz.example.com/v1", "KubernetesCluster", f"m-{i}", spec={"region": "eu"}, status=kc_status(i)),
+             namespace)  # fmt: skip
+    where = {"storage": str(tmp_path / "store"), "cluster": api.Cluster(str(cluster.kubeconfig))}
+    assert api.backup("opts", namespace=namespace, include_crds=False, **where).objects == 2
+    kc = crds.resolve("kc")
+
+    pub, _ = signing.generate(tmp_path / "signing.pem")
+    target = unique("unsigned")
+    with pytest.raises(StatusVaultError, match="not signed|unsigned|signature") as refused:
+        api.restore("opts", namespace_mapping=f"{namespace}:{target}", verify_key_file=str(pub), **where)
+    assert refused.value.exit_status != 0
+    assert kube.list_names(kc, target) == set(), "nothing written from a backup the caller's key did not sign"
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "version: v1\nresourceModifierRules:\n- conditions:\n    groupResource: kubernetesclusters.xyz.example.com\n"
+        "  patches:\n  - operation: replace\n    path: /spec/region\n    value: us\n"
+    )
+    target = unique("patched")
+    restored = api.restore("opts", namespace_mapping=f"{namespace}:{target}", modifiers=str(rules), name="m-1",
+                           state_dir=str(tmp_path / "state"), **where)  # fmt: skip
+    assert restored.succeeded, restored.verdict.findings
+    assert kube.list_names(kc, target) == {"m-1"}, "name= selects the objects"
+    live = kube.get(kc, target, "m-1")
+    assert (live["spec"]["region"], live["status"]) == ("us", kc_status(1)), "the modifiers file patched it"
+
+    plan = api.fence_plan("opts", namespace_mapping=f"{namespace}:{unique('plan')}", **where)
+    assert isinstance(plan, FencePlan)
+    with pytest.raises(TypeError, match="fence='report'"):
+        api.restore("opts", fence="report", **where)
+    with pytest.raises(TypeError, match="does not take 'output'"):
+        api.restore("opts", output="json", **where)
+    with pytest.raises(ConfigError, match="parallel"):
+        api.restore("opts", parallel=0, **where)

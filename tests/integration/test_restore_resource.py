@@ -647,3 +647,35 @@ def test_a_restore_reads_a_velero_backup_of_a_storage_location(run, kube, crds, 
     done = wait_for(restores, kube, ctl_ns, "r-velero")["status"]
     assert done["phase"] == "Complete", done
     assert [kube.get(kc, namespace, f"k-{i}")["status"] for i in range(2)] == [kc_status(0), kc_status(1)]
+
+
+def test_a_restore_naming_a_verification_key_never_restores_a_backup_it_did_not_sign(
+    run, kube, crds, make, namespace, restores, ctl_ns, controller, tmp_path
+):
+    """spec.verify-key-file narrows the controller's verification keys: an unsigned backup is refused before
+    anything is written; a key file the controller was not given is refused (a Restore makes it read no other file);
+    the backup signed by the key named is restored."""
+    from statusvault.archive import signing
+
+    pub, _ = signing.generate(tmp_path / "signing.pem")
+    make(cr(KC, "KubernetesCluster", "k-0", status=kc_status(0)), namespace)
+    assert run("backup", "nightly", "-n", namespace).code == 0
+    assert run("backup", "signed", "-n", namespace, "--signing-key-file", str(tmp_path / "signing.pem")).code == 0
+    delete_namespace(kube, namespace)
+    stranger = tmp_path / "stranger.pub"
+    stranger.write_bytes(pub.read_bytes())
+    kube.create(restores, ctl_ns, restore_body("r-unsigned", backup="nightly", namespace=[namespace],
+                                               **{"verify-key-file": [str(pub)]}))  # fmt: skip
+    kube.create(restores, ctl_ns, restore_body("r-stranger", backup="signed", namespace=[namespace],
+                                               **{"verify-key-file": [str(stranger)]}))  # fmt: skip
+    controller(ctl_ns, None, "--verify-key-file", str(pub))
+
+    unsigned = wait_phase(restores, kube, ctl_ns, "r-unsigned", "Failed")
+    assert "sign" in unsigned["message"], unsigned
+    stranger_refused = wait_phase(restores, kube, ctl_ns, "r-stranger", "Failed")
+    assert "is not one of the controller's verification keys" in stranger_refused["message"]
+    assert kube.list_names(crds.resolve("kc"), namespace) == set(), "nothing written by either"
+    kube.create(restores, ctl_ns, restore_body("r-signed", backup="signed", namespace=[namespace],
+                                               **{"verify-key-file": [str(pub)]}))  # fmt: skip
+    assert wait_for(restores, kube, ctl_ns, "r-signed")["status"]["phase"] == "Complete"
+    assert kube.get(crds.resolve("kc"), namespace, "k-0")["status"] == kc_status(0)

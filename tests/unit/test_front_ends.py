@@ -1,0 +1,153 @@
+"""Every option of `statusvault restore` walked through every front end that takes restore options: the API's
+keyword call, the Restore resource and restore intents. Each front end honours an option (it changes what is run) or
+refuses it in one line; none drops one. Defaults are the command's, everywhere."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import click
+import pytest
+
+from statusvault import api
+from statusvault.cli.restore import RestoreArgs, restore_cmd
+from statusvault.cli.specfields import restore_fields
+from statusvault.controller.intent import PARALLEL as INTENT_PARALLEL
+from statusvault.controller.intent import parse_intent
+from statusvault.controller.restores import parse_restore
+from statusvault.errors import ConfigError
+from statusvault.move import MoveRequest
+from statusvault.restore.options import PARALLEL
+from statusvault.restore.runner import RestoreRequest
+
+# a value each option accepts alone (the option table's needs satisfied) that differs from its default
+SAMPLES = {
+    "namespace_mapping": ("a:b",),
+    "scale_down": ("ops/deployment/op",),
+    "fence_exclude": ("ops/op",),
+    "pause_annotation": "example.com/paused=true",
+    "pause_field": "/spec/paused=true",
+    "order": "crossplane",
+    "at": "latest",
+    "selector": "app=x",
+}
+NEEDS = {  # what an option needs beside it (flagtable.NEEDS)
+    "pause_annotation": {"pause_resources": ("x.example.com",)},
+    "pause_field": {"pause_resources": ("x.example.com",)},
+    "pause_resources": {"pause_annotation": "example.com/paused=true"},
+    "keep_paused": {"pause": "auto"},
+    "fence_exclude": {"fence": "auto"},
+}
+
+
+def options() -> list[click.Option]:
+    return [p for p in restore_cmd.params if isinstance(p, click.Option)]
+
+
+def sample(param: click.Option) -> object:
+    name = str(param.name)
+    key = next(o for o in param.opts if o.startswith("--"))[2:].replace("-", "_")
+    if key in SAMPLES or name in SAMPLES:
+        return SAMPLES.get(key, SAMPLES.get(name))
+    kind = param.type
+    if param.is_flag and not param.secondary_opts:
+        return True
+    if param.secondary_opts:
+        return not param.default
+    if isinstance(kind, click.Choice):
+        return next(str(c) for c in kind.choices if str(c) != str(param.default))
+    if isinstance(kind, click.IntRange):
+        return int(kind.min or 0) + 2
+    if isinstance(kind, click.FloatRange):
+        return 7.5
+    if str(kind.name) == "dry-run":
+        return "client"
+    return ("x.example.com",) if param.multiple else "x"
+
+
+def api_key(param: click.Option) -> str:
+    return next(o for o in param.opts if o.startswith("--"))[2:].replace("-", "_")
+
+
+@pytest.mark.parametrize("param", options(), ids=lambda p: p.opts[-1])
+def test_the_api_takes_every_restore_option_by_its_long_name_or_refuses_it_in_one_line(param):
+    key = api_key(param)
+    given = {key: sample(param), **NEEDS.get(key, {})}
+    if key in api.NOT_IN_API:
+        with pytest.raises(TypeError, match=f"does not take '{key}'"):
+            api.command_values(restore_cmd, given, api.NOT_IN_API, backup_name="b")
+        return
+    values = api.command_values(restore_cmd, given, api.NOT_IN_API, backup_name="b")
+    default = api.command_values(restore_cmd, {}, api.NOT_IN_API, backup_name="b")
+    args, plain = RestoreArgs(**values), RestoreArgs(**default)
+    assert getattr(args, str(param.name)) != getattr(plain, str(param.name)), f"{key} is read into the run's values"
+
+
+def test_the_api_reads_values_with_the_commands_declarations():
+    with pytest.raises(ConfigError, match="parallel"):
+        api.command_values(restore_cmd, {"parallel": 0}, api.NOT_IN_API, backup_name="b")
+    with pytest.raises(ConfigError, match="strict"):
+        api.command_values(restore_cmd, {"strict": "maybe"}, api.NOT_IN_API, backup_name="b")
+    with pytest.raises(TypeError, match="unexpected option 'namespaces'"):
+        api.command_values(restore_cmd, {"namespaces": "a"}, api.NOT_IN_API, backup_name="b")
+    values = api.command_values(restore_cmd, {"name": "db-*", "namespace": "a,b"}, api.NOT_IN_API, backup_name="b")
+    assert (values["names"], values["namespaces"], values["backup_name"]) == (("db-*",), ("a,b",), "b")
+    assert RestoreArgs(**values).options().selection.names == ("db-*",), "name= is the objects' names"
+    assert next(iter(inspect.signature(api.restore).parameters)) == "backup", "the backup is positional only"
+    with pytest.raises(TypeError, match="fence='report'"):
+        api.restore("b", fence="report")
+
+
+def test_one_default_per_option_everywhere():
+    defaults = {p.name: p.default for p in options()}
+    api_values = api.command_values(restore_cmd, {}, api.NOT_IN_API, backup_name="b")
+    assert defaults["parallel"] == PARALLEL == INTENT_PARALLEL == api_values["parallel"]
+    assert RestoreRequest.__dataclass_fields__["parallel"].default == PARALLEL
+    assert MoveRequest.__dataclass_fields__["parallel"].default == PARALLEL
+    assert parse_restore({"metadata": {"name": "r"}, "spec": {"backup": "b"}}).parallel == PARALLEL
+    assert parse_intent({"metadata": {"name": "i"}, "data": {"backup": "b"}}).parallel == PARALLEL
+    assert api_values["processes"] is None, "auto, as the CLI's: the CPUs this process may use"
+
+
+def spec_sample(field) -> object:
+    schema = field.schema
+    one = schema.get("items", schema)
+    name = field.name.replace("-", "_")
+    if name in SAMPLES:
+        value = SAMPLES[name]
+        return list(value) if isinstance(value, tuple) else value
+    if one.get("type") == "boolean":
+        return True
+    if "enum" in one:
+        return next(v for v in one["enum"] if v not in ("none", "report"))
+    if one.get("type") == "integer":
+        return int(one.get("minimum", 0)) + 2
+    if one.get("type") == "number":
+        return 7.5
+    return ["x.example.com"] if schema.get("type") == "array" else "x"
+
+
+@pytest.mark.parametrize("field", restore_fields(), ids=lambda f: f.name)
+def test_a_restore_resource_honours_every_field_of_its_schema(field):
+    """Each spec field changes the restore the controller runs (never a field the schema takes and nothing reads)."""
+    needs = {k.replace("_", "-"): list(v) if isinstance(v, tuple) else v
+             for k, v in NEEDS.get(field.name.replace("-", "_"), {}).items()}  # fmt: skip
+    plain = parse_restore({"metadata": {"name": "r"}, "spec": {"backup": "b"}})
+    if field.name == "backup":
+        return
+    given = parse_restore({"metadata": {"name": "r"}, "spec": {"backup": "b", field.name: spec_sample(field), **needs}})
+    differs = {f.name for f in dataclasses.fields(given) if getattr(given, f.name) != getattr(plain, f.name)}
+    assert differs - {"digest"}, f"spec.{field.name} is read into the Intent"
+
+
+def test_fence_report_is_refused_by_the_resource_and_the_intent_never_run():
+    with pytest.raises(ConfigError, match="fence report plans the fencing and writes nothing"):
+        parse_restore({"metadata": {"name": "r"}, "spec": {"backup": "b", "fence": "report"}})
+    with pytest.raises(ConfigError, match="fence report plans the fencing and writes nothing"):
+        parse_intent({"metadata": {"name": "i"}, "data": {"backup": "b", "fence": "report"}})
+
+
+def test_a_spec_field_nothing_reads_is_refused_not_dropped():
+    with pytest.raises(ConfigError, match="not honoured by the controller"):
+        parse_restore({"metadata": {"name": "r"}, "spec": {"backup": "b", "settle-seconds": 3}})
