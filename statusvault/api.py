@@ -2,12 +2,12 @@
 
 Two forms. `backup_with` / `restore_with` run a typed request (BackupRequest, RestoreRequest) on a client the
 caller holds: the CLI, the controller and `move` run every backup and restore through them, so the verdict a
-restore returns is the one all of them act on. The keyword forms (`backup`, `restore`) build that request from
-options first. Each keyword call takes what the matching command takes, by the same names (a long option,
-dashes as underscores), reads them with the same parsers (`Selection.from_options`, `restore_options`: a value is
-a list or a comma-separated string, as in a restore intent), and returns the report with its verdict; what the CLI
-refuses with one line raises the same `StatusVaultError` (`.exit_status` is the CLI's exit status). Nothing here
-prints.
+restore returns is the one all of them act on. The keyword forms take what the matching command takes, by the same
+names (a long option, dashes as underscores). `restore` reads them with the restore command's own declarations
+(command_values: type, range, choices, default) and runs the command's own run (cli/restore.py: judged_restore),
+so an option the CLI honours the API honours, and one it does not take (`output`) is a TypeError; `backup` reads
+the selection with `Selection.from_options`. What the CLI refuses with one line raises the same `StatusVaultError`
+(`.exit_status` is the CLI's exit status). Nothing here prints.
 
     from statusvault import api
     result = api.backup("nightly", storage="/var/backups", namespace="team-a", with_dependencies=True)
