@@ -124,7 +124,7 @@ def test_move_killed_at_each_step_then_the_same_command_ends_exact(
         again = run(*args[2:], "-o", "json", kubeconfig=kubeconfig)
 
         assert again.code == ExitStatus.SUCCESS, again.out + again.err
-        assert json.loads(again.out)["verifyProblems"] == []
+        assert json.loads(again.out)["verifyProblems"] == [] and json.loads(again.out)["verdict"]["outcome"] == "done"
         moved = discover(target_kube).by_qualified(QUALIFIED)
         assert_exact(before, snapshot(target_kube, [moved], namespace))
         source = census(kube, instances, namespace)
@@ -221,7 +221,7 @@ def test_a_fenced_move_killed_at_each_step_of_fencing_then_run_again_ends_with_t
         again = run(*args[2:], "-o", "json", kubeconfig=kubeconfig)
 
         assert again.code == ExitStatus.SUCCESS, again.out + again.err
-        assert json.loads(again.out)["verifyProblems"] == []
+        assert json.loads(again.out)["verifyProblems"] == [] and json.loads(again.out)["verdict"]["outcome"] == "done"
         assert state() == (2, None), "the original count: never fenced twice (which would remember 0)"
         moved = discover(target_kube).by_qualified(f"widgets.{group}")
         for i in range(WIDGETS):

@@ -86,3 +86,62 @@ def test_a_signal_stops_new_writes_waits_for_those_in_flight_then_scales_back_an
     assert json.loads(again.out)["resumed"] == written
     for i in range(WIDGETS):
         assert kube.get(widgets, namespace, f"w-{i:02d}")["status"] == widget_status(i)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_a_move_as_it_stops_a_restore_and_the_same_command_resumes_it(
+    run, kube, namespace, cluster, proxied, sig
+):
+    """`move` is judged by the restore's one verdict: a signal mid-restore into the target exits 130/143 (not 3)
+    with `-o json`'s verdict interrupted and nothing deleted in the source; the same command finishes the move."""
+    from statusvault.testing.fixtures import create_with_status, install_crds
+    from tests.builders import cr, crd
+
+    group = f"{unique('mvsig')}.example.com"
+    rt = install_crds(kube, [crd(group, "Widget")]).by_qualified(f"widgets.{group}")
+    d = discover_of(kube)
+    for i in range(WIDGETS):
+        create_with_status(kube, d, cr(f"{group}/v1", "Widget", f"w-{i:02d}", status=widget_status(i)), namespace)
+    target = unique("mvsig-to")
+    proxy, to_kubeconfig = proxied(0.0)
+    writing = threading.Event()
+
+    def slow_status(method: str, path: str, body: bytes | None) -> None:
+        if method == "PUT" and path.split("?")[0].endswith("/status"):
+            writing.set()
+            time.sleep(0.4)
+
+    proxy.before = slow_status
+    args = ["move", "-n", namespace, "--include-resources", rt.qualified, "--namespace-mapping",
+            f"{namespace}:{target}", "--to-kubeconfig", str(to_kubeconfig), "--delete-source", "--yes",
+            "--parallel", "2", "-o", "json"]  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "statusvault", "--kubeconfig", str(cluster.kubeconfig), *args],
+        env={**os.environ, **env_of(run)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert writing.wait(60), "the move reached its status writes in the target"
+    process.send_signal(sig)
+    out, err = process.communicate(timeout=120)
+
+    assert process.returncode == (ExitStatus.INTERRUPTED if sig == signal.SIGINT else ExitStatus.TERMINATED), err
+    assert "Traceback" not in err and "interrupted" in err.strip().splitlines()[-1]
+    report = json.loads(out)
+    assert report["verdict"] == {"outcome": "interrupted", "reasons": []} and report["sourceDeleted"] == 0
+    assert kube.list_names(rt, namespace) == {f"w-{i:02d}" for i in range(WIDGETS)}, "the source is kept"
+
+    proxy.before = lambda method, path, body: None
+    again = run(*args)
+    assert again.code == ExitStatus.SUCCESS, again.out + again.err
+    assert json.loads(again.out)["verdict"]["outcome"] == "done"
+    assert [kube.get(rt, target, f"w-{i:02d}")["status"] for i in range(WIDGETS)] == [
+        widget_status(i) for i in range(WIDGETS)
+    ]
+
+
+def discover_of(kube):
+    from statusvault.kube.discovery import discover
+
+    return discover(kube)
