@@ -162,12 +162,29 @@ class _Decider:
         self.allow = frozenset(opts.allow_privileged)
         self._custom: dict[str, bool] = {}
         self._privileged: dict[str, str] = {}
-        self._refuse_privileged()
+        # built-in types named by --status-include-resources: restored with their status (the docs' promise), as
+        # if --include-resources named them; a rule that keeps one out is a refusal naming the rule
+        self.status_brings = frozenset(q for q in self.status_include if q in self.backup_types and not self.custom(q))
+        self._refuse_kept_out()
+        self._refuse_privileged(self.include, "--include-resources")
+        if not self.include:
+            self._refuse_privileged(self.status_brings, "--status-include-resources")
 
-    def _refuse_privileged(self) -> None:
+    def _refuse_kept_out(self) -> None:
+        """A built-in type whose status is asked for, left out by --include-resources or --exclude-resources: the
+        restore would write nothing of what was asked, so it is refused before anything is read or written."""
+        for qualified in sorted(self.status_brings):
+            if qualified in self.exclude or (self.include and qualified not in self.include):
+                rule = "--exclude-resources" if qualified in self.exclude else "--include-resources"
+                raise ConfigError(
+                    f"--status-include-resources names {qualified}, which {rule} leaves out: no object of it would "
+                    f"be restored; name it in --include-resources too, or drop it from {rule}"
+                )
+
+    def _refuse_privileged(self, named: Iterable[str], flag: str) -> None:
         """Before anything is read or written: a privileged type named without --allow-privileged-resources."""
         refused = []
-        for qualified in sorted(self.include - {trust.CRDS}):  # a CRD is privileged only when it replaces one
+        for qualified in sorted(set(named) - {trust.CRDS}):  # a CRD is privileged only when it replaces one
             rt = self.live.by_qualified(qualified) or self.backup_types[qualified]
             why = trust.privileged(rt)
             if why and not trust.allowed(rt, self.allow):
@@ -175,7 +192,7 @@ class _Decider:
         if refused:
             names = ",".join(r.split(" ", 1)[0] for r in refused)
             raise ConfigError(
-                f"--include-resources names privileged type(s): {'; '.join(refused)}: a backup is not trusted to "
+                f"{flag} names privileged type(s): {'; '.join(refused)}: a backup is not trusted to "
                 f"write them; add --allow-privileged-resources {names} to restore them (docs/security.md)"
             )
 
@@ -211,12 +228,13 @@ class _Decider:
 
     def resource_selected(self, qualified: str) -> bool:
         """Named by --include-resources; without it, every custom resource type (and Namespaces): a built-in
-        type only when named, whatever the backup holds (restore/planning/trust.py)."""
+        type only when named there or by --status-include-resources, whatever the backup holds
+        (restore/planning/trust.py)."""
         if qualified in self.exclude:
             return False
         if self.include:
             return qualified in self.include
-        return qualified == NAMESPACES.qualified or self.custom(qualified)
+        return qualified == NAMESPACES.qualified or self.custom(qualified) or qualified in self.status_brings
 
     def crd_selected(self, name: str) -> bool:
         """A CRD of the backup comes with the restore unless CRDs are excluded: always without

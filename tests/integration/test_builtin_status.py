@@ -1,0 +1,48 @@
+"""A built-in type named in --status-include-resources comes back with its status, as the user guide says: the
+seed's worked example (a LoadBalancer Service's `status.loadBalancer.ingress`, restored beside a custom resource).
+A rule that keeps it out is a refusal naming the rule, exit 2, never "0 objects", exit 0."""
+
+from __future__ import annotations
+
+import pytest
+
+from statusvault.errors import ExitStatus
+from statusvault.kube.discovery import discover
+from statusvault.transforms import contains
+from tests.builders import cr, kc_status
+
+pytestmark = pytest.mark.version_sensitive("a Service's status is defaulted differently by version (ipMode)")
+INGRESS = {"loadBalancer": {"ingress": [{"ip": "203.0.113.10", "hostname": "lb.example.com"}]}}
+
+
+def service(name: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 443, "targetPort": 8443}], "selector": {"app": name}},
+    }
+
+
+def test_the_seeds_example_restores_a_services_load_balancer_status(run, kube, crds, make, namespace):
+    svc = discover(kube).by_qualified("services")
+    made = kube.create(svc, namespace, service("argocd-server"))
+    kube.replace(svc, namespace, "argocd-server", {**made, "status": INGRESS}, sub="status")
+    make(cr("xyz.example.com/v1", "KubernetesCluster", "k-0", status=kc_status(0)), namespace)
+    kc = crds.resolve("kc")
+    taken = run("backup", "argocd", "-n", namespace, "--include-resources", f"services,{kc.qualified}")
+    assert taken.code == 0, taken.err
+    kube.delete(svc, namespace, "argocd-server")
+    kube.delete(kc, namespace, "k-0")
+
+    kept_out = run("restore", "argocd", "--status-include-resources", "Service",
+                   "--include-resources", kc.qualified)  # fmt: skip
+    assert kept_out.code == ExitStatus.USAGE, kept_out.out + kept_out.err
+    assert "--status-include-resources names services, which --include-resources leaves out" in kept_out.err
+    assert kube.get(svc, namespace, "argocd-server") is None and kube.get(kc, namespace, "k-0") is None
+
+    restored = run("restore", "argocd", "--status-include-resources", f"Service,{kc.qualified}")
+    assert restored.code == 0, restored.out + restored.err
+    live = kube.get(svc, namespace, "argocd-server")["status"]
+    assert contains(live, INGRESS), f"the Service with its status (the server may add defaults: ipMode): {live}"
+    assert kube.get(kc, namespace, "k-0")["status"] == kc_status(0), "and the custom resource beside it"
