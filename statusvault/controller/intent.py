@@ -121,7 +121,7 @@ def parse_intent(cm: Mapping[str, Any]) -> Intent:
     if not 1 <= parallel <= 128:
         raise ConfigError("parallel must be between 1 and 128")
     processes = _processes(data.get("processes", "auto").strip())
-    options = restore_options({_option(k): v for k, v in data.items() if k in RESTORE_KEYS})
+    options = restore_options({_option(k): v for k, v in data.items() if k in RESTORE_KEYS}, files=False)
     if options.fence == FenceMode.REPORT:
         raise ConfigError("fence report plans the fencing and writes nothing, and an intent restores: preview the "
                           "plan with `statusvault restore BACKUP --fence report`")  # fmt: skip

@@ -46,7 +46,7 @@ def parse_restore(obj: KubeObject) -> Intent:
     values = {
         value_key(f"--{k}"): tuple(v) if isinstance(v, list) else v for k, v in spec.items() if k not in OWN_FIELDS
     }
-    options = restore_options(values)
+    options = restore_options(values, files=False)
     if options.fence == FenceMode.REPORT:
         raise ConfigError("spec.fence report plans the fencing and writes nothing, and a Restore restores: preview "
                           "the plan with `statusvault restore BACKUP --fence report`")  # fmt: skip

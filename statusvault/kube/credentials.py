@@ -27,11 +27,17 @@ from statusvault import rfc3339
 from statusvault.errors import ConfigError
 
 _temp_files: set[str] = set()
+_memory_files: dict[str, int] = {}  # /proc/self/fd/N -> N: files that live in memory only
 
 
 def data_file(data: str | bytes, suffix: str) -> str:
-    """Write base64 text (str) or raw PEM (bytes) to a private temp file, removed at exit, for the TLS layer."""
+    """Base64 text (str) or raw PEM (bytes) as a file the TLS layer can load: in memory where Linux can (a memfd
+    read through /proc/self/fd, gone with the process however it ends, a SIGKILL included), else a private temp file
+    removed at exit."""
     raw = base64.b64decode(data) if isinstance(data, str) else data
+    memory = _memory_file(raw, suffix)
+    if memory is not None:
+        return memory
     fd, path = tempfile.mkstemp(prefix="statusvault-", suffix=suffix)
     with os.fdopen(fd, "wb") as f:
         f.write(raw)
@@ -41,8 +47,27 @@ def data_file(data: str | bytes, suffix: str) -> str:
     return path
 
 
+def _memory_file(raw: bytes, suffix: str) -> str | None:
+    create = getattr(os, "memfd_create", None)
+    if create is None or not os.path.isdir("/proc/self/fd"):
+        return None
+    fd = create(f"statusvault{suffix}")
+    os.write(fd, raw)
+    path = f"/proc/self/fd/{fd}"
+    with open(path, "rb") as check:  # /proc reachable and the bytes there: else a temp file
+        if check.read() != raw:
+            os.close(fd)
+            return None
+    _memory_files[path] = fd
+    return path
+
+
 def discard_files(paths: list[str]) -> None:
     for path in paths:
+        fd = _memory_files.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+            continue
         Path(path).unlink(missing_ok=True)
         _temp_files.discard(path)
 

@@ -74,10 +74,12 @@ RESTORE_VALUES = frozenset({
 })  # fmt: skip
 
 
-def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
+def restore_options(values: Mapping[str, Any], files: bool = True) -> RestoreOptions:
     """Options from the CLI's flag values or an intent's data, by the flags' long names (dashes as underscores).
 
-    Lists are comma-separated strings (or tuples of them); booleans are bools or "true"/"false"."""
+    Lists are comma-separated strings (or tuples of them); booleans are bools or "true"/"false". `files`: the values
+    may name local files to read (the CLI's); a Restore's or an intent's may not (the controller's disk is not its
+    author's)."""
 
     def csv(key: str) -> tuple[str, ...]:
         return split_csv(values.get(key) or ())
@@ -124,7 +126,7 @@ def restore_options(values: Mapping[str, Any]) -> RestoreOptions:
             csv("pause_resources"),
             csv("keep_paused"),
         ),
-        order=read_order(str(values["order"])) if values.get("order") else None,
+        order=read_order(str(values["order"]), files) if values.get("order") else None,
         allow_privileged=csv("allow_privileged_resources"),
     )
 

@@ -679,3 +679,21 @@ def test_a_restore_naming_a_verification_key_never_restores_a_backup_it_did_not_
                                                **{"verify-key-file": [str(pub)]}))  # fmt: skip
     assert wait_for(restores, kube, ctl_ns, "r-signed")["status"]["phase"] == "Complete"
     assert kube.get(crds.resolve("kc"), namespace, "k-0")["status"] == kc_status(0)
+
+
+def test_a_restore_cannot_make_the_controller_read_a_file_by_naming_it_as_its_order(
+    run, kube, crds, make, namespace, restores, ctl_ns, controller, tmp_path
+):
+    """A tenant's Restore names a file on the controller's disk as spec.order: refused as an unknown profile, the
+    file never read, its content in no status and no Event."""
+    secret = tmp_path / "db-password.yaml"
+    secret.write_text("db-password=hunter2-very-secret\n")
+    backed_up(run, kube, make, namespace, 1)
+    kube.create(restores, ctl_ns, restore_body("r-peek", backup="nightly", order=str(secret)))
+    controller(ctl_ns)
+
+    refused = wait_phase(restores, kube, ctl_ns, "r-peek", "Invalid")
+    assert "names a profile, never a file" in refused["message"]
+    seen = json.dumps(kube.get(restores, ctl_ns, "r-peek")) + json.dumps(events_on(kube, ctl_ns, "r-peek"))
+    assert "hunter2" not in seen and "hunter2" not in refused["message"]
+    assert kube.list_names(crds.resolve("kc"), namespace) == set(), "nothing restored"

@@ -98,7 +98,12 @@ def test_exec_plugin_certificates_rotate_and_old_files_go(tmp_path):
         loads.append(source.refresh(loads[-1]))
     assert [Path(c.cert_file).read_text() for c in loads[-2:]] == ["CERT 2", "CERT 3"]
     assert Path(loads[-1].key_file).read_text() == "KEY 3"
-    assert not Path(loads[0].cert_file).exists() and not Path(loads[1].key_file).exists(), "two pairs are kept"
+    from statusvault.kube import credentials
+
+    kept = set(credentials._memory_files) | credentials._temp_files  # a closed memfd's number is reused: read them
+    contents = {Path(p).read_bytes() for p in kept}
+    assert {b"CERT 2", b"KEY 2", b"CERT 3", b"KEY 3"} <= contents, "two pairs are kept"
+    assert not contents & {b"CERT 0", b"KEY 0", b"CERT 1", b"KEY 1"}, "the older ones are gone"
     assert loads[-1].token is None
 
 
@@ -144,3 +149,21 @@ def test_auth_provider_reads_through_its_hook_and_reloads_on_refresh():
     assert source.current().token == "t2"
     assert source.refresh(first).token == "t2" and reloads == [], "an older load: no reload"
     assert source.refresh(source.current()).token == "reloaded" and reloads == [1]
+
+
+def test_a_kubeconfigs_embedded_key_is_kept_in_memory_not_left_on_disk(tmp_path, monkeypatch):
+    """A client key from a kubeconfig's client-key-data never lands in $TMPDIR, where a SIGKILL would leave it: it
+    lives in a memfd that the TLS layer reads through /proc/self/fd, and is gone with the process."""
+    import tempfile
+
+    from statusvault.kube import credentials
+    from statusvault.kube.credentials import data_file, discard_files
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    path = data_file(b"-----BEGIN PRIVATE KEY-----\nsecret\n", ".key")
+    assert path.startswith("/proc/self/fd/") and list(tmp_path.iterdir()) == []
+    with open(path, "rb") as f:
+        assert f.read() == b"-----BEGIN PRIVATE KEY-----\nsecret\n", "read again from the start, as ssl reads it"
+    discard_files([path])
+    assert path not in credentials._memory_files and list(tmp_path.iterdir()) == []

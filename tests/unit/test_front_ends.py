@@ -151,3 +151,16 @@ def test_fence_report_is_refused_by_the_resource_and_the_intent_never_run():
 def test_a_spec_field_nothing_reads_is_refused_not_dropped():
     with pytest.raises(ConfigError, match="not honoured by the controller"):
         parse_restore({"metadata": {"name": "r"}, "spec": {"backup": "b", "settle-seconds": 3}})
+
+
+def test_a_restore_or_intent_names_an_order_profile_never_a_file(tmp_path):
+    planted = tmp_path / "order.yaml"
+    planted.write_text("version: v1\ngroups:\n- name: secret-value-42\n  resources: [x]\n")
+    for parse, body in (
+        (parse_restore, {"metadata": {"name": "r"}, "spec": {"backup": "b", "order": str(planted)}}),
+        (parse_intent, {"metadata": {"name": "i"}, "data": {"backup": "b", "order": str(planted)}}),
+    ):
+        with pytest.raises(ConfigError, match="names a profile, never a file") as refused:
+            parse(body)
+        assert "secret-value-42" not in str(refused.value)
+    assert parse_restore({"metadata": {"name": "r"}, "spec": {"backup": "b", "order": "cnpg"}}).options.order

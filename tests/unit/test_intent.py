@@ -58,7 +58,7 @@ def test_an_intent_carries_the_restore_options_by_their_long_names():
         ({"backup": "b", "parallel": "0"}, "between 1 and 128"),
         ({"backup": "b", "processes": "0"}, "processes must be auto or a number from 1 to 64"),
         ({"backup": "b", "processes": "many"}, "processes must be auto"),
-        ({"backup": "b", "order": "nope"}, "unknown --order profile 'nope'"),
+        ({"backup": "b", "order": "nope"}, "unknown order profile 'nope'"),
     ],
 )
 def test_a_bad_intent_is_a_clear_error(data, message):

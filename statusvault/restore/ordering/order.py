@@ -102,12 +102,17 @@ def profile_names() -> list[str]:
                   if p.name.endswith(".yaml"))  # fmt: skip
 
 
-def read_order(value: str) -> Order:
-    """A profile's name, or the path of an order file; a one-line ConfigError for anything else."""
+def read_order(value: str, files: bool = True) -> Order:
+    """A profile's name, or (`files`: the CLI's own user) the path of an order file; a one-line ConfigError for
+    anything else. A Restore or intent names a profile only: what its author names is read by the controller, whose
+    files are not theirs to read, and an order file's errors quote it."""
     name = ALIASES.get(value, value)
     if name in profile_names():
         text = resources.files(__package__).joinpath("profiles", f"{name}.yaml").read_text()
         return dataclasses.replace(load_order(text, f"profile {name}"), profile=True)
+    if not files:
+        raise ConfigError(f"unknown order profile {value[:100]!r}: one of {', '.join(profile_names())} (a Restore "
+                          "names a profile, never a file)")  # fmt: skip
     path = Path(value)
     if "/" not in value and not value.endswith((".yaml", ".yml")) and not path.exists():
         raise ConfigError(f"unknown --order profile {value!r}: one of {', '.join(profile_names())}, or a file")

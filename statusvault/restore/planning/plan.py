@@ -154,7 +154,7 @@ class RestorePlan:
         self._fields(backup, manifest, path, kept)
         self._building = path.with_name(path.name + ".building")
         remove_db(self._building)  # what a run killed while planning left (the caller holds the state's lock)
-        self._db = sqlite3.connect(self._building, isolation_level=None)
+        self._db = sqlite3.connect(private_db(self._building), isolation_level=None)
         self._db.execute("PRAGMA journal_mode = OFF")  # while building: one transaction, nothing to protect
         self._db.execute("PRAGMA synchronous = OFF")
         self._db.executescript(_SCHEMA)
@@ -469,6 +469,13 @@ def _read_only(path: Path) -> sqlite3.Connection:
 def _type(fields: dict[str, Any]) -> ResourceType:
     args: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
     return ResourceType(**args)
+
+
+def private_db(path: Path) -> Path:
+    """`path` made (if missing) readable by its owner alone before SQLite opens it: a plan or journal names the
+    objects of a (perhaps encrypted) backup, and SQLite gives its -wal and -shm files the database file's mode."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    return path
 
 
 def remove_db(path: Path) -> None:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from statusvault.errors import StatusVaultError
-from statusvault.restore.planning.plan import PlanItem, remove_db
+from statusvault.restore.planning.plan import PlanItem, private_db, remove_db
 
 _SCHEMA = """
 CREATE TABLE done (seq INTEGER PRIMARY KEY);  -- finished by this or an earlier (interrupted) run
@@ -251,7 +251,8 @@ def _connect(path: Path, must_exist: bool = False) -> sqlite3.Connection:
     if must_exist and not path.exists():
         raise sqlite3.DatabaseError("no such file")
     # several processes write it (a restore's workers): wait for a busy writer rather than fail
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60.0)
+    db = sqlite3.connect(path if must_exist else private_db(path), isolation_level=None, check_same_thread=False,
+                         timeout=60.0)  # fmt: skip
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = NORMAL")
     return db

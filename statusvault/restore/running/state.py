@@ -229,7 +229,7 @@ def _locked(lock: Path, backup: str, journal: Path) -> Iterator[None]:
     """An exclusive flock on the state's .lock file. The lock file is removed with the state, so after locking
     check that the file locked is still the one at that path (else a remover won the race: try again)."""
     while True:
-        with open(lock, "a") as f:
+        with os.fdopen(os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a") as f:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
