@@ -94,11 +94,39 @@ def update_patch(live: KubeObject, desired: KubeObject) -> list[dict[str, Any]]:
     Guarded by a `test` of resourceVersion, so a concurrent writer makes it fail instead of being overwritten.
     Returns [] when nothing differs.
     """
-    ops: list[dict[str, Any]] = jsonpatch.make_patch(_content(live), _content(desired)).patch
+    ops: list[dict[str, Any]] = jsonpatch.make_patch(_content(live), _content(assigned_kept(live, desired))).patch
     if not ops:
         return []
     rv = (live.get("metadata") or {}).get("resourceVersion")
     return [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}, *ops]
+
+
+# a Service's fields the server assigns when the body leaves them out: an update keeps the live values (unsetting
+# the primary cluster IP is refused, 422; a node port or health-check port would be reallocated)
+_SERVICE_ASSIGNED = ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "healthCheckNodePort")
+
+
+def assigned_kept(live: KubeObject, desired: KubeObject) -> KubeObject:
+    """`desired` with the server-assigned fields it leaves out taken from `live` (a Service's cluster IPs, node
+    ports, health-check port), so that an update changes what the backup says and nothing the server chose."""
+    if desired.get("kind") != "Service" or desired.get("apiVersion") != "v1":
+        return desired
+    have, want = live.get("spec") or {}, dict(desired.get("spec") or {})
+    for field in _SERVICE_ASSIGNED:
+        if field not in want and field in have:
+            want[field] = have[field]
+    live_ports = {(p.get("port"), p.get("protocol", "TCP"), p.get("name")): p for p in have.get("ports") or ()
+                  if isinstance(p, dict)}  # fmt: skip
+    ports = []
+    for port in want.get("ports") or ():
+        found = live_ports.get((port.get("port"), port.get("protocol", "TCP"), port.get("name"))) if isinstance(
+            port, dict) else None  # fmt: skip
+        if found is not None and "nodePort" not in port and "nodePort" in found:
+            port = {**port, "nodePort": found["nodePort"]}
+        ports.append(port)
+    if ports:
+        want["ports"] = ports
+    return {**desired, "spec": want}
 
 
 ABSENT = object()

@@ -142,10 +142,14 @@ class DependencyCollector:
         for rt in sorted(owned, key=lambda t: t.qualified):
             self._write_crd(rt, write)
             self._write_type(rt, functools.partial(_owned_by, owned[rt]), write)
-        for rt in OWNED_BUILTINS:
-            served = self.discovery.by_qualified(rt.qualified)
-            if served is not None and "list" in served.verbs and served.qualified not in self.selected:
-                self._write_type(served, self._builtin_reason(served), write)
+        builtins = [
+            served
+            for served in (self.discovery.by_qualified(rt.qualified) for rt in OWNED_BUILTINS)
+            if served is not None and "list" in served.verbs and served.qualified not in self.selected
+        ]
+        self._seed_owned_builtins(builtins)
+        for served in builtins:
+            self._write_type(served, self._builtin_reason(served), write)
         taken = {_triple(e.target) for e in self.closure.edges}
         for target, refs in sorted(self.named.items()):
             if target not in taken and target not in self.refused:
@@ -189,6 +193,23 @@ class DependencyCollector:
                 self.seeds[child] = key
                 frontier.append(child)
         return owned
+
+    def _seed_owned_builtins(self, builtins: list[ResourceType]) -> None:
+        """Ownership among the built-in types followed to a fixed point, whatever order they are listed in: a Secret
+        owned by a Service that a custom resource owns (or names, or a project's rule ties to it) is the Service's
+        dependency as much as the Service is the custom resource's. From metadata-only LISTs, before any is
+        written: each one brought makes its UID a seed, so what it owns is brought in turn."""
+        metas = [(rt, meta) for rt in builtins for meta in self._metadata(rt)]
+        changed = True
+        while changed:
+            changed = False
+            for rt, meta in metas:
+                uid = meta.get("uid")
+                if not isinstance(uid, str) or not uid or uid in self.seeds:
+                    continue
+                if self._builtin_reason(rt)({"metadata": meta}) is not None:
+                    self.seeds[uid] = ObjectKey(rt.qualified, meta.get("namespace", ""), meta.get("name", ""))
+                    changed = True
 
     def _metadata(self, rt: ResourceType) -> Iterator[dict[str, Any]]:
         for ns in self._scopes():

@@ -46,3 +46,24 @@ def test_the_seeds_example_restores_a_services_load_balancer_status(run, kube, c
     live = kube.get(svc, namespace, "argocd-server")["status"]
     assert contains(live, INGRESS), f"the Service with its status (the server may add defaults: ipMode): {live}"
     assert kube.get(kc, namespace, "k-0")["status"] == kc_status(0), "and the custom resource beside it"
+
+
+def test_an_update_of_an_existing_service_keeps_what_the_server_assigned_it(run, kube, namespace):
+    """`--existing-resource-policy update` over a live Service the backup holds: its selector (what the backup says)
+    is put back; its cluster IP and node port (what the server chose) stay. Once a 422, on every run."""
+    svc = discover(kube).by_qualified("services")
+    body = service("web")
+    body["spec"] = {**body["spec"], "type": "NodePort"}
+    made = kube.create(svc, namespace, body)
+    assert run("backup", "svc", "-n", namespace, "--include-resources", "services").code == 0
+    drifted = {**made, "spec": {**made["spec"], "selector": {"app": "drifted"}}}
+    live = kube.replace(svc, namespace, "web", drifted)
+
+    updated = run("restore", "svc", "--include-resources", "services", "--existing-resource-policy", "update")
+    assert updated.code == 0, updated.out + updated.err
+    after = kube.get(svc, namespace, "web")["spec"]
+    assert after["selector"] == {"app": "web"}, "the backup's content is back"
+    assert (
+        after["clusterIP"] == live["spec"]["clusterIP"]
+        and after["ports"][0]["nodePort"] == (live["spec"]["ports"][0]["nodePort"])
+    ), "what the server assigned is kept"

@@ -388,3 +388,42 @@ def test_cluster_api_objects_bring_their_dependencies_unasked_but_never_secrets_
     assert off.code == 0 and json.loads(run("describe", "off", "-o", "json").out)["dependencies"] is None
     other = run("backup", "other", "-n", world.ns, "--include-resources", ROOTS[1])  # cert-manager: off by default
     assert other.code == 0 and json.loads(run("describe", "other", "-o", "json").out)["dependencies"] is None
+
+
+def test_ownership_is_followed_through_built_in_types_whatever_order_they_are_listed_in(run, kube, namespace, key_file):
+    """A custom resource owns a Service, which owns a Secret (OpenShift's service-ca operator sets exactly this
+    owner): the backup takes both, whatever order it lists Secrets and Services in, and the restore brings them
+    back owned by the new objects' UIDs."""
+    from tests.builders import cr, crd
+
+    group = f"{unique('chain')}.example.com"
+    rt = install_crds(kube, [crd(group, "Database")]).by_qualified(f"databases.{group}")
+    served = discover(kube)
+    db = create_with_status(kube, served, cr(f"{group}/v1", "Database", "pg", status={"id": "db-1"}), namespace)
+    services = served.by_qualified("services")
+    svc = kube.create(services, namespace, {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "pg-rw", "ownerReferences": [owner_of(db)]},
+        "spec": {"ports": [{"port": 5432}], "selector": {"app": "pg"}},
+    })  # fmt: skip
+    kube.create(SECRETS, namespace, secret(namespace, "pg-rw-tls", owner=owner_of(svc)))
+    kube.create(SECRETS, namespace, secret(namespace, "unrelated"))
+
+    backed = run("backup", "chain", "-n", namespace, "--include-resources", rt.qualified, "--with-dependencies",
+                 "--encryption-key-file", key_file)  # fmt: skip
+    assert backed.code == 0, backed.err
+    edges = {
+        (e[2], e[5], e[6]) for e in json.loads(run("describe", "chain", "-o", "json").out)["dependencies"]["edges"]
+    }
+    assert ("pg-rw", "pg", "ownerReferences") in edges and ("pg-rw-tls", "pg-rw", "ownerReferences") in edges, edges
+    assert not any(e[0] == "unrelated" for e in edges)
+    delete_namespace(kube, namespace)
+
+    restored = run("restore", "chain", "--encryption-key-file", key_file)
+    assert restored.code == ExitStatus.SUCCESS, restored.out + restored.err
+    new_db, new_svc = kube.get(rt, namespace, "pg"), kube.get(services, namespace, "pg-rw")
+    tls = kube.get(SECRETS, namespace, "pg-rw-tls")
+    assert new_db["status"] == {"id": "db-1"}
+    assert new_svc["metadata"]["ownerReferences"][0]["uid"] == new_db["metadata"]["uid"]
+    assert tls["metadata"]["ownerReferences"][0]["uid"] == new_svc["metadata"]["uid"], "owned by the new Service"
+    assert kube.get(SECRETS, namespace, "unrelated") is None

@@ -1,5 +1,3 @@
-
-
 def test_a_journal_and_its_wal_are_readable_by_their_owner_alone(tmp_path):
     """A journal names objects read from inside (perhaps encrypted) backups: 0600, whatever the umask."""
     import os

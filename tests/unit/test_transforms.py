@@ -253,3 +253,22 @@ def test_a_secrets_values_are_masked_in_a_diff_as_kubectl_masks_them():
     assert diff["/data/token"] == {"path": "/data/token", "backup": "*** (backup)"}
     assert diff["/type"] == {"path": "/type", "backup": "Opaque"}, "what is not a value is shown"
     assert "aHVudGVyMg" not in str(diff) and "c2VjcmV0" not in str(diff)
+
+
+def test_an_update_keeps_what_the_server_assigned_a_service():
+    """`--existing-resource-policy update` of a Service: the backup's body had its cluster IPs dropped (they belong
+    to the old cluster) and may lack node ports; the update keeps the live ones (unsetting the primary cluster IP is
+    a 422) and changes only what the backup says."""
+    from statusvault.transforms import sanitize, update_patch
+
+    backup = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "resourceVersion": "1"},
+              "spec": {"type": "NodePort", "clusterIP": "10.1.0.5", "clusterIPs": ["10.1.0.5"],
+                       "ports": [{"port": 80, "protocol": "TCP"}], "selector": {"app": "new"}}}  # fmt: skip
+    live = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "resourceVersion": "7"},
+            "spec": {"type": "NodePort", "clusterIP": "10.0.0.9", "clusterIPs": ["10.0.0.9"], "ipFamilies": ["IPv4"],
+                     "ipFamilyPolicy": "SingleStack", "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}],
+                     "selector": {"app": "old"}}}  # fmt: skip
+    ops = update_patch(live, sanitize(backup))
+    assert [op for op in ops if op["op"] != "test"] == [
+        {"op": "replace", "path": "/spec/selector/app", "value": "new"}
+    ], ops
