@@ -22,7 +22,7 @@ from statusvault.archive.format import ENVELOPE_FORMAT_VERSION
 from statusvault.archive.signing import Signer
 from statusvault.backup.closure import DependencyCollector
 from statusvault.backup.listers import ListJob, list_in_worker
-from statusvault.backup.selection import select_resources
+from statusvault.backup.selection import CONTROLLED, select_resources
 from statusvault.backup.spools import InOrder, Record, Spool
 from statusvault.backupstore import BackupStore
 from statusvault.dependencies import PROJECT_RULES, default_on
@@ -175,9 +175,12 @@ class BackupEngine:
         validate_backup_name(name)
         started = time.monotonic()
         created_at = dt.datetime.now(dt.UTC)
-        types = select_resources(self.discovery, selection)  # unknown names fail here, before any write
+        types = select_resources(self.discovery, selection, whole_namespaces=True)  # unknown names fail here
         if any(rt.qualified == SECRETS.qualified for rt in types) and self.plaintext_secrets:
-            raise ConfigError(f"--include-resources names secrets, and {self.plaintext_secrets}")
+            if selection.include_resources:
+                raise ConfigError(f"--include-resources names secrets, and {self.plaintext_secrets}")
+            types = [rt for rt in types if rt.qualified != SECRETS.qualified]
+            log.warning("left out the namespace's Secrets: %s", self.plaintext_secrets)
         _check_namespaces(self.client, self.discovery, selection.namespaces)
         for kek in self.keyring.keks:
             kek.ref()  # a KMS key that cannot be found or read fails here, before any write
@@ -212,9 +215,16 @@ class BackupEngine:
     ) -> dict[str, Any]:
         """Write the archive (it lands only while the lease is this run's); return the summary manifest."""
         explicit_crds = any(self.discovery.resolve(n).is_crd for n in selection.include_resources)
-        defined = {(rt.group, rt.resource) for rt in types if rt.custom}
+        whole = bool(selection.namespaces) and not selection.include_resources  # a namespace's objects, unnamed
+        defined = {(rt.group, rt.resource) for rt in types if rt.custom and (not whole or self._used(rt, selection))}
         streams = [
-            _Stream(rt, ns, selection, None if (not rt.is_crd or explicit_crds) else defined)
+            _Stream(
+                rt,
+                ns,
+                selection,
+                None if (not rt.is_crd or explicit_crds) else defined,
+                optional=whole and not rt.custom,
+            )
             for rt in types
             for ns in self._scopes(rt, selection)
         ]
@@ -245,6 +255,17 @@ class BackupEngine:
         if self.request.signer is not None:  # last: it covers every field above
             manifest[signing.FIELD] = signing.sign(manifest, signing.BACKUP, self.request.signer)
         return manifest
+
+    def _used(self, rt: ResourceType, sel: Selection) -> bool:
+        """Whether a custom type has an object in the namespaces backed up (one LIST of one name per namespace): a
+        namespace backup takes the CRDs of the types it takes objects of, not every CRD of the cluster."""
+        try:
+            return any(
+                next(iter(self.client.list_metadata(rt, ns, sel.label_selector, limit=1)), None) is not None
+                for ns in sel.namespaces
+            )
+        except (Forbidden, NotFound):
+            return True  # its LIST says what is wrong, or the CRD is kept
 
     @property
     def plaintext_secrets(self) -> str:
@@ -400,6 +421,7 @@ class _Stream:
     namespace: str | None
     selection: Selection
     crd_filter: set[tuple[str, str]] | None  # CRDs: only those defining a selected resource
+    optional: bool = False  # a namespace's built-in type nobody named: a refused LIST leaves it out, with a warning
 
     @property
     def label(self) -> str:
@@ -418,7 +440,10 @@ def stream_pages(client: KubeApi, stream: _Stream, page_size: int) -> Iterator[l
             listed += len(records)
             yield records
     except Forbidden as e:
-        raise _refused(stream, e) from e
+        if not stream.optional:
+            raise _refused(stream, e) from e
+        log.warning("left out %s: may not list it (%s); grant list on it, or name the types to take with "
+                    "--include-resources", stream.label, e.reason)  # fmt: skip
     except NotFound:
         held = f"the {listed} object(s) listed before" if listed else "none of it"
         log.warning("%s is no longer served (its CRD was deleted during the backup?): the backup holds %s",
@@ -433,11 +458,18 @@ def _records(stream: _Stream, page: list[KubeObject]) -> list[Record]:
             continue
         if not rt.is_crd and not name_matches(obj["metadata"].get("name", ""), sel.names):
             continue
+        if stream.optional and rt.qualified in CONTROLLED and _controlled(obj):
+            continue  # a Deployment's ReplicaSet, a ReplicaSet's Pod: its controller makes it again
         flags = (WITH_STATUS if obj.get("status") and not rt.is_crd else 0) | (
             TERMINATING if "deletionTimestamp" in obj["metadata"] else 0
         )
         records.append((member_path(object_key(rt, obj)), prepare_object(obj), flags))
     return records
+
+
+def _controlled(obj: KubeObject) -> bool:
+    refs = obj["metadata"].get("ownerReferences") or ()
+    return any(isinstance(r, dict) and r.get("controller") is True for r in refs)
 
 
 def _refused(stream: _Stream, e: KubeApiError) -> KubeApiError:

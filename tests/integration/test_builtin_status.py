@@ -4,6 +4,8 @@ A rule that keeps it out is a refusal naming the rule, exit 2, never "0 objects"
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from statusvault.errors import ExitStatus
@@ -67,3 +69,43 @@ def test_an_update_of_an_existing_service_keeps_what_the_server_assigned_it(run,
         after["clusterIP"] == live["spec"]["clusterIP"]
         and after["ports"][0]["nodePort"] == (live["spec"]["ports"][0]["nodePort"])
     ), "what the server assigned is kept"
+
+
+def test_the_seeds_commands_as_typed_back_up_the_namespace_and_restore_the_service_with_its_status(
+    run, kube, crds, make, namespace
+):
+    """`statusvault backup argocd --namespace argocd`, the Service deleted, `restore --status-include-resources
+    Service`: the namespace backup takes the namespace's objects as Velero does (not what only makes sense live:
+    Events, a controller's ReplicaSets; not Secrets in clear, said with the flag that takes them) and only the CRDs of
+    the custom resources it took."""
+    served = discover(kube)
+    svc = served.by_qualified("services")
+    made = kube.create(svc, namespace, service("argocd-server"))
+    kube.replace(svc, namespace, "argocd-server", {**made, "status": INGRESS}, sub="status")
+    make(cr("xyz.example.com/v1", "KubernetesCluster", "k-0", status=kc_status(0)), namespace)
+    kube.create(served.by_qualified("configmaps"), namespace, {"metadata": {"name": "argocd-cm"}, "data": {"a": "b"}})
+    kube.create(served.by_qualified("secrets"), namespace, {"metadata": {"name": "argocd-secret"}, "data": {}})
+    about = {"kind": "Service", "name": "argocd-server", "namespace": namespace}
+    event = {"metadata": {"name": "e1"}, "involvedObject": about, "reason": "Test", "message": "m"}
+    kube.create(served.by_qualified("events"), namespace, event)
+    owner = {"apiVersion": "v1", "kind": "Service", "name": "argocd-server", "uid": made["metadata"]["uid"],
+             "controller": True}  # fmt: skip
+    pod = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    spec = {"replicas": 0, "selector": {"matchLabels": {"app": "x"}}, "template": pod}
+    kube.create(served.by_qualified("replicasets.apps"), namespace,
+                {"metadata": {"name": "owned", "ownerReferences": [owner]}, "spec": spec})  # fmt: skip
+
+    taken = run("backup", "argocd", "--namespace", namespace, "-o", "json")
+    assert taken.code == 0, taken.err
+    resources = json.loads(taken.out)["resources"]
+    counts = {name: r["count"] for name, r in resources.items() if r["count"]}
+    assert counts["services"] == 1 and counts["configmaps"] == 1 and counts["kubernetesclusters.xyz.example.com"] == 1
+    assert "events" not in counts and "replicasets.apps" not in counts and "secrets" not in counts, counts
+    assert counts["customresourcedefinitions.apiextensions.k8s.io"] == 1, "only the CRD of what it took"
+    assert "left out the namespace's Secrets" in taken.err and "--allow-plaintext-secrets" in taken.err
+    kube.delete(svc, namespace, "argocd-server")
+
+    restored = run("restore", "argocd", "--status-include-resources", "Service")
+    assert restored.code == 0, restored.out + restored.err
+    live = kube.get(svc, namespace, "argocd-server")
+    assert live is not None and contains(live["status"], INGRESS), "the Service is back with its load balancer"

@@ -107,7 +107,7 @@ def test_a_crd_deleted_while_its_objects_are_listed_keeps_what_was_listed_and_sa
 def test_a_list_the_server_refuses_fails_the_backup_with_one_line_naming_the_resource_and_the_verb(
     fake, store, concurrency
 ):
-    fake.fail("list", WIDGETS, 403)
+    fake.fail("list", WIDGETS, 403, times=None)  # RBAC refuses every LIST, not one
     with pytest.raises(KubeApiError) as refused:
         backup(fake, store, concurrency, namespaces=("team-a",))
     message = str(refused.value)

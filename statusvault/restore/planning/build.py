@@ -491,6 +491,11 @@ class _Planner:
             raise ConfigError(f"nothing in backup {plan.backup} matches {_selection(sel)}: nothing to restore")
         plan.warnings += [f"no object in the selection is named {p!r}" for p in sel.names if p not in self.named]
         plan.warnings += self._trust_warnings()
+        if self.sink is None and (sel.namespaces or sel.names or sel.label_selector):  # a part of the backup asked
+            dropped = plan.drop_unneeded_crds(self.decider.include)  # for: only the CRDs its objects need
+            if dropped:
+                plan.warnings.append(f"left out {len(dropped)} CRD(s) of the backup no restored object needs: "
+                                     f"{', '.join(dropped[:5])}{' ...' if len(dropped) > 5 else ''}")  # fmt: skip
         if self.decider.live.by_qualified(NAMESPACES.qualified) is not None and self.sink is None:  # a server
             _add_namespaces(plan, self.namespaces_needed, self.exists)  # without the core API takes any name
         plan.seal()

@@ -255,6 +255,17 @@ class RestorePlan:
             self._db.executemany("INSERT INTO refs VALUES (?, ?)", self._refs)
             self._refs = []
 
+    def drop_unneeded_crds(self, keep: Iterable[str]) -> list[str]:
+        """Before sealing: the CRDs of the plan whose type no other item of the plan is an object of (nor named in
+        `keep`), taken out; their names."""
+        self._flush()
+        crd = int(Category.CRD)
+        needed = {q for (q,) in self._db.execute("SELECT DISTINCT qualified FROM items WHERE category != ?", (crd,))}
+        rows = self._db.execute("SELECT name FROM items WHERE category = ?", (crd,)).fetchall()
+        dropped = sorted(n for (n,) in rows if n not in needed and n not in set(keep))
+        self._db.executemany("DELETE FROM items WHERE category = ? AND name = ?", [(crd, n) for n in dropped])
+        return dropped
+
     def seal(self) -> None:
         """Order owners before their dependents, index the rows for reading wave by wave, and move the
         plan into place, read-only from here on."""
