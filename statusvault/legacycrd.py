@@ -1,7 +1,14 @@
-"""A CustomResourceDefinition of `apiextensions.k8s.io/v1beta1` written as `v1`, as the API server converts it.
+"""A CustomResourceDefinition in a shape a current API server refuses, written as the `v1` it accepts.
 
-Servers from Kubernetes 1.22 on serve CRDs only as v1, and a backup taken on a cluster of 1.15 or older (a Velero
-backup, typically) holds them as v1beta1. The fields that moved:
+Servers from Kubernetes 1.22 on serve CRDs only as v1 and refuse a v1 CRD without a structural schema. Backups
+(Velero's, typically) hold both older shapes:
+
+- `apiextensions.k8s.io/v1beta1`, from clusters of 1.21 or older for any CRD (Velero writes them so from 1.16 to
+  1.21 too, for a CRD without a structural schema);
+- `apiextensions.k8s.io/v1` as an older server returned a CRD without a schema: `preserveUnknownFields: true`
+  and no `openAPIV3Schema` (Velero writes it with `--features=EnableAPIGroupVersions`).
+
+The fields that moved from v1beta1:
 
 - `spec.version` (one version) -> `spec.versions` when the CRD lists none;
 - `spec.validation`, `spec.subresources`, `spec.additionalPrinterColumns` (one for every version) -> each version's
@@ -33,8 +40,26 @@ def is_v1beta1(crd: dict[str, Any]) -> bool:
     return crd.get("apiVersion") == V1BETA1 and crd.get("kind") == "CustomResourceDefinition"
 
 
+def refused_shape(crd: dict[str, Any]) -> bool:
+    """Whether a current server refuses the CRD as it is: v1beta1, or v1 keeping unknown fields at the top
+    (`preserveUnknownFields: true`) or with a version that has no schema."""
+    if is_v1beta1(crd):
+        return True
+    if crd.get("apiVersion") != V1 or crd.get("kind") != "CustomResourceDefinition":
+        return False
+    spec = crd.get("spec")
+    if not isinstance(spec, dict):
+        return False
+    versions = [v for v in spec.get("versions") or () if isinstance(v, dict)]
+    schemaless = any(not ((v.get("schema") or {}).get("openAPIV3Schema")) for v in versions)
+    return spec.get("preserveUnknownFields") is True or schemaless
+
+
 def as_v1(crd: dict[str, Any]) -> dict[str, Any]:
-    """The v1 form of a v1beta1 CRD (a new object; the argument is not changed)."""
+    """The v1 form a current server accepts of a CRD in a refused shape (refused_shape; a new object, the argument
+    is not changed)."""
+    if not is_v1beta1(crd):
+        return _v1_kept(crd)
     out = copy.deepcopy(crd)
     out["apiVersion"] = V1
     spec = out.get("spec")
@@ -49,6 +74,27 @@ def as_v1(crd: dict[str, Any]) -> dict[str, Any]:
     spec["versions"] = [_version(v, shared, keep_unknown) for v in versions if isinstance(v, dict)]
     if isinstance(spec.get("conversion"), dict):
         spec["conversion"] = _conversion(spec["conversion"])
+    return out
+
+
+def _v1_kept(crd: dict[str, Any]) -> dict[str, Any]:
+    """A v1 CRD without a schema, or keeping unknown fields at the top: each version's schema (one keeping every
+    field where it has none) keeps unknown fields, as the top-level setting did; the setting goes (v1: false only)."""
+    out = copy.deepcopy(crd)
+    spec = out["spec"]
+    keep_unknown = spec.pop("preserveUnknownFields", False) is True
+    versions = []
+    for version in spec.get("versions") or ():
+        if not isinstance(version, dict):
+            continue
+        schema = (
+            (version.get("schema") or {}).get("openAPIV3Schema") if isinstance(version.get("schema"), dict) else None
+        )
+        root = dict(schema) if isinstance(schema, dict) and schema else dict(_KEEP_ALL)
+        root.setdefault("type", "object")
+        version["schema"] = {"openAPIV3Schema": _keeping_unknown(root) if keep_unknown or not schema else root}
+        versions.append(version)
+    spec["versions"] = versions
     return out
 
 

@@ -93,7 +93,7 @@ class VeleroBackup:
         self.other_versions: dict[str, set[str]] = {}  # left out, by resource
         self.left_out = 0  # objects of other API versions
         self.sha256 = ""  # of the tarball as read
-        self.converted_crds: set[str] = set()  # CRDs held as apiextensions.k8s.io/v1beta1, read as v1 (legacycrd.py)
+        self.converted_crds: set[str] = set()  # CRDs in a shape current servers refuse, read as v1 (legacycrd.py)
         self._db = sqlite3.connect("", check_same_thread=False)  # "": on disk, private, deleted on close
         self._db.executescript(_SPOOL)
         self._lock = threading.Lock()  # the backup engine lists resources from several threads
@@ -142,7 +142,12 @@ class VeleroBackup:
         neither)."""
         left = f"; {self.left_out} object(s) of other API versions left out" if self.left_out else ""
         converted = len(self.converted_crds)
-        return left + (f"; {converted} apiextensions.k8s.io/v1beta1 CRD(s) converted to v1" if converted else "")
+        return left + (
+            f"; {converted} CRD(s) in a shape current servers refuse (v1beta1, or v1 without a schema) "
+            "converted to the v1 they accept"
+            if converted
+            else ""
+        )
 
     def pages(self, qualified: str, namespace: str | None = None, limit: int = 500) -> Iterator[list[KubeObject]]:
         """The resource's objects (in `namespace` when given) in etcd's order (namespace, then name), `limit` a
@@ -244,7 +249,7 @@ def _read(path: Path, backup: VeleroBackup) -> None:
                 raise ArchiveError(f"member {shown(name)} is larger than {MAX_OBJECT_BYTES:,} bytes (the limit)")
             data = tar.read(member)
             obj = _object(data, name, place)
-            if place[0] == CRDS.qualified and legacycrd.is_v1beta1(obj):  # a cluster of 1.15 or older backed it up
+            if place[0] == CRDS.qualified and legacycrd.refused_shape(obj):  # v1beta1, or v1 with no schema
                 obj = legacycrd.as_v1(obj)
                 data = orjson.dumps(obj)
                 backup.converted_crds.add(place[2])

@@ -328,7 +328,7 @@ def _origin(imported: Any) -> list[str]:
         names = ", ".join(str(c)[:253] for c in converted[:5]) + (
             f", ... ({len(converted)})" if len(converted) > 5 else ""
         )
-        lines.append(f"            CRDs converted from apiextensions.k8s.io/v1beta1: {names}")
+        lines.append(f"            CRDs converted to the v1 current servers accept: {names}")
     return lines
 
 
@@ -445,12 +445,12 @@ def _verify_velero(store: ObjectStore, source: str, output: OutputFormat) -> Non
 
     with velero.imported(source, store) as (temp, native, read):
         report = catalog.verify(temp, native)
+    if not report.ok:  # judged before anything says OK
+        raise ArchiveError(f"Velero backup {source!r} failed verification: {catalog.describe_problems(report)}")
     left = read.left_out_note()
     data = {"name": source, "ok": report.ok, "veleroFormat": read.format_version, "objects": read.total,
-            "otherVersionsLeftOut": read.left_out}  # fmt: skip
+            "otherVersionsLeftOut": read.left_out, "convertedCRDs": sorted(read.converted_crds)}  # fmt: skip
     emit(data, output, f"Velero backup {source}: OK (format {read.format_version}, {read.total} objects checked{left})")
-    if not report.ok:
-        raise ArchiveError(f"Velero backup {source!r} failed verification: {catalog.describe_problems(report)}")
 
 
 @click.command()

@@ -204,7 +204,7 @@ def test_a_v1beta1_crd_of_a_cluster_of_1_15_or_older_is_restored_as_v1(run, kube
         result = run("restore", str(path), "--from-velero", "-o", "json")
 
         assert result.code == ExitStatus.SUCCESS, result.err
-        assert "1 apiextensions.k8s.io/v1beta1 CRD(s) converted to v1" in result.err
+        assert "1 CRD(s) in a shape current servers refuse (v1beta1, or v1 without a schema) converted" in result.err
         live = kube.get(CRDS, None, f"{plural}.{group}")
         [version] = live["spec"]["versions"]
         assert version["subresources"] == {"status": {}}
@@ -217,6 +217,48 @@ def test_a_v1beta1_crd_of_a_cluster_of_1_15_or_older_is_restored_as_v1(run, kube
         imported = run("import-velero", str(path), "--name", "old-cluster")
         assert imported.code == ExitStatus.SUCCESS, imported.err
         origin = run("describe", "old-cluster").out
-        assert f"CRDs converted from apiextensions.k8s.io/v1beta1: {plural}.{group}" in origin, origin
+        assert f"CRDs converted to the v1 current servers accept: {plural}.{group}" in origin, origin
+    finally:
+        kube.delete(CRDS, None, f"{plural}.{group}")
+
+
+def test_a_v1_crd_without_a_schema_as_velero_writes_it_is_restored_with_its_objects(
+    run, kube, namespace, fresh_discovery, tmp_path
+):
+    """`apiextensions.k8s.io/v1` with `preserveUnknownFields: true` and no schema, the shape an older server returned
+    for a CRD without one and Velero writes with EnableAPIGroupVersions: a current server refuses it ("schemas are
+    required"), so it is written with a schema keeping every field, and its objects come back with their statuses;
+    verify and import say it was converted."""
+    group = f"{unique('noschema')}.example.com"
+    plural = "gadgets"
+    definition = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "preserveUnknownFields": True,
+            "names": {"plural": plural, "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
+            "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}}}],
+        },
+    }
+    gadgets = []
+    for i in range(2):
+        obj = cr(f"{group}/v1", "Gadget", f"g-{i}", spec={"size": i, "anything": {"deep": "kept"}}, status=kc_status(i))
+        obj["metadata"]["namespace"] = namespace
+        gadgets.append((f"{plural}.{group}", obj))
+    path = tarball(tmp_path / "noschema.tar.gz", [(CRDS.qualified, definition), *gadgets], "1.1.0")
+    delete_namespace(kube, namespace)
+    try:
+        verified = run("verify", str(path), "--from-velero")
+        assert verified.code == ExitStatus.SUCCESS and "converted" in verified.out + verified.err, verified.err
+        result = run("restore", str(path), "--from-velero", "-o", "json")
+        assert result.code == ExitStatus.SUCCESS, result.out + result.err
+        rt = fresh_discovery().resolve(f"{plural}.{group}")
+        for i in range(2):
+            restored = kube.get(rt, namespace, f"g-{i}")
+            assert restored["status"] == kc_status(i)
+            assert restored["spec"] == {"size": i, "anything": {"deep": "kept"}}, "every field kept, as before"
     finally:
         kube.delete(CRDS, None, f"{plural}.{group}")

@@ -68,3 +68,25 @@ def test_a_malformed_spec_is_converted_as_far_as_it_goes():
         "apiextensions.k8s.io/v1"
     )
     assert as_v1(old(versions="nonsense"))["spec"]["versions"] == [], "the server refuses it, and says why"
+
+
+def test_a_v1_crd_without_a_schema_gets_one_keeping_every_field_and_loses_the_top_level_setting():
+    from statusvault.legacycrd import as_v1, refused_shape
+
+    typed = {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object"}}}}
+    versions = [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}}},
+                {"name": "v2", "served": True, "storage": False, "schema": typed}]  # fmt: skip
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "a.b"},
+           "spec": {"group": "b", "preserveUnknownFields": True, "names": {"plural": "a", "kind": "A"},
+                    "versions": versions}}  # fmt: skip
+    assert refused_shape(crd)
+    out = as_v1(crd)
+    assert "preserveUnknownFields" not in out["spec"] and crd["spec"]["preserveUnknownFields"] is True, "a copy"
+    v1, v2 = out["spec"]["versions"]
+    assert v1["schema"]["openAPIV3Schema"] == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    assert v1["subresources"] == {"status": {}}
+    spec = v2["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["x-kubernetes-preserve-unknown-fields"] is True, "kept unknown fields at every level, as before"
+    assert not refused_shape(out)
+    current = {**out, "spec": {**out["spec"], "versions": [v2]}}
+    assert not refused_shape(current), "a CRD a current server accepts is left alone"
