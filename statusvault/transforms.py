@@ -72,9 +72,14 @@ def remap_owner_refs(
     return kept, dropped
 
 
+VELERO_RESTORE_STATUS = "velero.io/restore-status"  # Velero's design for a controller's per-object opt-in
+
+
 def status_annotation(obj: KubeObject) -> bool | None:
-    """The per-object override: statusvault.io/restore-status "true"/"false", else None."""
-    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(RESTORE_STATUS_ANNOTATION)
+    """The per-object override: statusvault.io/restore-status "true"/"false", else Velero's velero.io/restore-status
+    (which a resource's own controller sets, in Velero's design for object-level status restore), else None."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(RESTORE_STATUS_ANNOTATION, annotations.get(VELERO_RESTORE_STATUS))
     if value is None:
         return None
     return str(value).strip().lower() in ("true", "yes", "1")

@@ -272,3 +272,16 @@ def test_an_update_keeps_what_the_server_assigned_a_service():
     assert [op for op in ops if op["op"] != "test"] == [
         {"op": "replace", "path": "/spec/selector/app", "value": "new"}
     ], ops
+
+
+def test_veleros_restore_status_annotation_is_honoured_as_statusvaults_own():
+    from statusvault.transforms import status_annotation
+
+    def annotated(**a: str) -> dict:
+        return {"metadata": {"annotations": a}}
+
+    assert status_annotation(annotated(**{"velero.io/restore-status": "true"})) is True
+    assert status_annotation(annotated(**{"velero.io/restore-status": "false"})) is False
+    both = {"statusvault.io/restore-status": "false", "velero.io/restore-status": "true"}
+    assert status_annotation(annotated(**both)) is False, "statusvault's own says last"
+    assert status_annotation(annotated()) is None
