@@ -52,8 +52,8 @@ from statusvault.archive.reader import file_sha256
 from statusvault.archive.stream import TarStream
 from statusvault.backup import BackupEngine, BackupRequest, BackupResult
 from statusvault.backup.engine import crd_defines
-from statusvault.errors import ArchiveError, BackupNotFoundError
-from statusvault.kinds import CRDS
+from statusvault.errors import ArchiveError, BackupNotFoundError, ConfigError
+from statusvault.kinds import CRDS, SECRETS
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject, ResourceType, Selection
 from statusvault.storage.base import ObjectStore
@@ -348,6 +348,13 @@ def import_backup(backup: VeleroBackup, store: ObjectStore, name: str, **request
     kinds = backup.types()
     if not kinds:
         raise ArchiveError(f"Velero backup {backup.label} holds no object")
+    secrets = any(rt.qualified == SECRETS.qualified for rt in kinds)
+    if secrets and not request.get("key") and not request.get("allow_plaintext_secrets"):
+        raise ConfigError(
+            f"Velero backup {backup.label} holds Secrets, and the native backup would hold their data in clear: "
+            "encrypt it (--encryption-key-file or --kms-key-id), or say it may be stored in clear with "
+            "--allow-plaintext-secrets"
+        )
     selection = Selection(include_resources=tuple(rt.qualified for rt in kinds), include_cluster_resources=True)
     req = BackupRequest(
         store=store,
@@ -474,9 +481,20 @@ def imported(source: str, store: ObjectStore | None) -> Iterator[tuple[ObjectSto
         temp = LocalStore(Path(tmp))
         where = path.resolve() if Path(source).expanduser().is_file() or store is None else f"{store.url}#{source}"
         temp.url = f"velero:{where}"  # the journal's key names the Velero source: the same restore resumes
-        with read_tarball(path) as backup:  # spooled until imported; its counts stay
-            import_backup(backup, temp, name, allow_plaintext_secrets=True)  # as the Velero backup holds them
+        with read_tarball(path) as backup, _quiet(logging.getLogger("statusvault.backup")):  # its own lines, not
+            import_backup(backup, temp, name, allow_plaintext_secrets=True)  # a backup the user ran; Secrets as held
         yield temp, name, backup
+
+
+@contextlib.contextmanager
+def _quiet(logger: logging.Logger) -> Iterator[None]:
+    """The logger's INFO lines left out while inside (its warnings still said)."""
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def native_name(filename: str) -> str:

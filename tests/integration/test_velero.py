@@ -262,3 +262,20 @@ def test_a_v1_crd_without_a_schema_as_velero_writes_it_is_restored_with_its_obje
             assert restored["spec"] == {"size": i, "anything": {"deep": "kept"}}, "every field kept, as before"
     finally:
         kube.delete(CRDS, None, f"{plural}.{group}")
+
+
+def test_importing_a_velero_backup_with_secrets_says_what_is_wrong_and_restoring_one_prints_no_import_lines(
+    run, kube, crds, namespace, velero_objects, tmp_path
+):
+    """import-velero of a tarball holding a Secret, unencrypted: the refusal names the Secrets and the options that
+    take them (never an --include-resources the user did not give); a restore --from-velero prints the restore's
+    lines, not the internal import's "backed up N ..." lines."""
+    path = tarball(tmp_path / "with-secret.tar.gz", velero_objects, "1.1.0")
+    refused = run("import-velero", str(path))
+    assert refused.code == ExitStatus.USAGE, refused.err
+    assert "holds Secrets" in refused.err and "--allow-plaintext-secrets" in refused.err
+    assert "--include-resources" not in refused.err
+
+    restored = run("restore", str(path), "--from-velero")
+    assert restored.code == ExitStatus.SUCCESS, restored.err
+    assert "backed up" not in restored.err, restored.err
