@@ -99,7 +99,7 @@ def render(report: RestoreReport) -> str:
     if report.fence:
         unfenced = " (a dry run: nothing was fenced)" if report.dry_run != DryRun.NONE else ""
         lines += ["", f"Fencing{unfenced}:", *report.fence]
-    if report.warnings and report.dry_run != DryRun.CLIENT:
+    if report.warnings:  # a dry run's too: what the real run would leave out or bring is part of its plan
         lines += ["", *(f"warning: {w}" for w in report.warnings)]
     verb = "Dry run of restore" if report.dry_run != DryRun.NONE else "Restore"
     lines.append("")

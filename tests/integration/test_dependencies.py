@@ -210,6 +210,7 @@ def test_a_backup_with_dependencies_restores_what_each_resource_needs_and_nothin
     world.destroy()
     planned = run("restore", "deps", "--encryption-key-file", key_file, "--dry-run", "client")
     assert planned.code == 0 and "DEPENDENCY" in planned.out, planned.err
+    assert "dependency object(s) the backup's graph brings" in planned.out, "the line the real restore prints"
     assert re.search(rf"secrets {world.ns}/web-tls +certificates.cert-manager.io {world.ns}/web +spec.secretName",
                      planned.out), planned.out  # fmt: skip
 
