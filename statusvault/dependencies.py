@@ -154,16 +154,17 @@ def _object_target(field: str, schema: dict[str, Any], props: dict[str, Any]) ->
 
 
 def references(obj: KubeObject, fields: list[RefField] | None, source: ObjectKey) -> Iterator[Reference]:
-    """The Secrets and ConfigMaps `obj` names, each once, through the schema's fields (or, without a schema, its
-    field names); object references with `kind: Secret|ConfigMap` anywhere in its spec too."""
-    seen: set[tuple[str, str, str]] = set()
+    """The Secrets and ConfigMaps `obj` names, once per reference (two fields naming one Secret are two), through
+    the schema's fields (or, without a schema, its field names); object references with `kind: Secret|ConfigMap`
+    anywhere in its spec too (one field found both ways is one reference)."""
+    seen: set[tuple[str, str, str, str]] = set()
     own_ns = source.namespace
     for ref in _found(obj, fields):
         target, ns, name, via = ref
         ns = ns or own_ns
-        if not name or not ns or (target, ns, name) in seen:
+        if not name or not ns or (target, ns, name, via) in seen:
             continue  # a cluster-scoped object's reference without a namespace names nothing it can be found by
-        seen.add((target, ns, name))
+        seen.add((target, ns, name, via))
         yield Reference(ObjectKey(target, ns, name), source, via)
 
 

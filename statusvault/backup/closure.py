@@ -247,6 +247,17 @@ class DependencyCollector:
 
         return reason
 
+    def _labelled_edges(self, rt: ResourceType, obj: KubeObject) -> list[Reference]:
+        """The project rules' label references to an object (recorded beside an owner or spec reference to it)."""
+        meta = obj.get("metadata") or {}
+        key, labels = object_key(rt, obj), meta.get("labels") or {}
+        found = []
+        for label, value in labels.items() if isinstance(labels, dict) else ():
+            edge = self.labelled.get((key.namespace, label, value)) or self.labelled.get((key.namespace, label, ""))
+            if edge is not None:
+                found.append(Reference(key, edge.source, edge.via))
+        return found
+
     def _write_type(self, rt: ResourceType, reason: Callable[[KubeObject], Reference | None], write: Write) -> None:
         for ns in self._scopes():
             try:
@@ -297,8 +308,11 @@ class DependencyCollector:
                 raise ConfigError(
                     f"{edge.target} ({edge.via} of {edge.source}) holds Secret data, and {self.secrets_allowed}"
                 )
-        refs = self.named.get(_triple(edge.target))
-        self.closure.edges += [edge, *(r for r in refs or () if r != edge)]  # each object once, every reference
+        refs = [*(self.named.get(_triple(edge.target)) or ()), *self._labelled_edges(rt, obj)]
+        self.closure.edges += [
+            edge,
+            *(r for r in dict.fromkeys(refs) if r != edge),
+        ]  # each object once, every reference
         self.closure.written[rt.qualified] = self.closure.written.get(rt.qualified, 0) + 1
         uid = _uid(obj)
         if uid:

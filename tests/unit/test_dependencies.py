@@ -204,3 +204,13 @@ def test_a_malformed_graph_fails_the_plan(tmp_path):
 def test_edges_round_trip():
     e = Reference(ObjectKey("secrets", "a", "b"), ObjectKey("x.y", "", "c"), "spec.r")
     assert Reference.from_list(e.to_list()) == e
+
+
+def test_two_fields_naming_one_secret_are_two_references():
+    """docs/dependencies.md: once per reference. A field found both by the schema and as a typed reference is one."""
+    from statusvault.dependencies import references
+
+    obj = {"spec": {"tlsSecretRef": {"name": "shared"}, "backupSecretRef": {"name": "shared"}}}
+    found = list(references(obj, None, ObjectKey("dbs.example.com", "team-a", "db")))
+    assert sorted(r.via for r in found) == ["spec.backupSecretRef", "spec.tlsSecretRef"], found
+    assert {r.target for r in found} == {ObjectKey("secrets", "team-a", "shared")}
