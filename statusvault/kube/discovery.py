@@ -45,7 +45,8 @@ _Lookup = tuple[dict[str, ResourceType], dict[tuple[str, str, str], ResourceType
 
 @dataclasses.dataclass
 class Discovery:
-    """The server's resources in their preferred versions, plus every served version for lookups."""
+    """The server's resources, each in its group's preferred version (or, for a type that version does not serve,
+    the first version that does), plus every served version for lookups."""
 
     preferred: list[ResourceType]
     all_versions: list[ResourceType]
@@ -152,6 +153,12 @@ def discover(client: KubeClient, workers: int = 8) -> Discovery:
     with ThreadPoolExecutor(max_workers=workers) as pool:
         lists = list(pool.map(fetch, wanted))
     preferred = [rt for item, rts in zip(wanted, lists, strict=True) if item[2] for rt in rts]
+    have = {(rt.group, rt.resource) for rt in preferred}
+    for item, rts in zip(wanted, lists, strict=True):  # a type its group's preferred version lacks (Velero's
+        for rt in rts if not item[2] else ():  # DataUploads: velero.io/v2alpha1 only): in the first version that
+            if (rt.group, rt.resource) not in have:  # serves it, as the server lists them (priority order)
+                have.add((rt.group, rt.resource))
+                preferred.append(rt)
     everything = [rt for rts in lists for rt in rts]
     return Discovery(preferred, everything)
 
