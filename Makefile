@@ -79,8 +79,11 @@ cluster-up: cluster-bin
 cluster-down: $(STAMP)
 	@$(PY) -m statusvault.testing.cluster down
 
+# docs/cli.md regenerated from --help, then the docs site built in strict mode (mkdocs.yml): a broken link or
+# anchor, or a page outside the navigation, fails it (and CI).
 docs: $(STAMP)
 	$(PY) -m statusvault.testing.clidoc > docs/cli.md
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q -d site
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
