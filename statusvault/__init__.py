@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 
+VERSION = "0.2.0"  # the release (CHANGELOG.md): pyproject.toml and the default container image read it
+
 
 def __getattr__(name: str) -> str:
     """`statusvault.__version__`, read from the installed package's metadata when first asked: importlib.metadata

@@ -6,13 +6,14 @@ import dataclasses
 import shlex
 from typing import Any
 
+from statusvault import VERSION
 from statusvault.errors import ConfigError
 from statusvault.kinds import CRDS
 from statusvault.model import KubeObject, ResourceType, Selection
 from statusvault.storage.base import S3Options
 
 LABELS = {"app.kubernetes.io/name": "statusvault", "app.kubernetes.io/component": "scheduled-backup"}
-DEFAULT_IMAGE = "ghcr.io/statusvault/statusvault:0.1.0"
+DEFAULT_IMAGE = f"ghcr.io/statusvault/statusvault:{VERSION}"  # the image of this release
 READ_VERBS = ["get", "list"]
 
 

@@ -78,7 +78,7 @@ def test_adapters_do_not_import_engines():
 # The layering, bottom first: a unit (a top-level module, or a package as a whole) imports only units listed before
 # it. Foundations, then adapters (archive, storage, kube), then the engines, the commands built on engines, the CLI.
 LAYERS = (
-    ("installed_version", "errors", "model", "rfc3339", "progress", "metrics", "throttle", "killpoints"),
+    ("VERSION", "installed_version", "errors", "model", "rfc3339", "progress", "metrics", "throttle", "killpoints"),
     ("kinds", "labels", "transforms", "logs", "flagtable", "retention", "legacycrd", "stopping"),
     ("storage", "kube"),
     ("archive", "schedule", "writerlease", "processes", "dependencies"),
