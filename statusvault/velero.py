@@ -94,6 +94,7 @@ class VeleroBackup:
         self.left_out = 0  # objects of other API versions
         self.sha256 = ""  # of the tarball as read
         self.converted_crds: set[str] = set()  # CRDs in a shape current servers refuse, read as v1 (legacycrd.py)
+        self.written_at = 0.0  # the earliest member's time: when Velero wrote the backup (its own tarball says no more)
         self._db = sqlite3.connect("", check_same_thread=False)  # "": on disk, private, deleted on close
         self._db.executescript(_SPOOL)
         self._lock = threading.Lock()  # the backup engine lists resources from several threads
@@ -235,6 +236,8 @@ def _read(path: Path, backup: VeleroBackup) -> None:
                 raise ArchiveError(f"Velero backup {path.name} has more than {MAX_MEMBERS:,} members (the limit)")
             _check_path(name, path.name)
             backup._add_member(name)
+            if member.mtime > 0 and (not backup.written_at or member.mtime < backup.written_at):
+                backup.written_at = float(member.mtime)
             if name == VERSION_MEMBER:
                 backup.format_version = _version(tar.read(member) if member.size <= 64 else b"", path.name)
                 continue

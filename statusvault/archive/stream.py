@@ -41,6 +41,15 @@ _OCTAL = re.compile(rb"[0-7]+")
 class Member(NamedTuple):  # a tuple: made once per member, 10,000s per archive
     name: str
     size: int
+    mtime: int = 0  # seconds since the epoch, as its header says (0: unreadable)
+
+
+def _mtime(block: bytes) -> int:
+    """A ustar header's modification time (octal, bytes 136-148); 0 when it is not a number."""
+    try:
+        return int(block[136:148].strip(b"\0 ") or b"0", 8)
+    except ValueError:
+        return 0
 
 
 class _Inflater:
@@ -124,13 +133,14 @@ class TarStream:
             if block == ZERO:
                 return  # the end-of-archive marker; anything after it is not part of the archive
             name, size, kind = _header(block, self.label)
+            mtime = _mtime(block)
             if kind == b"x":
                 name, size, kind = self._extended(size)
             if kind not in REGULAR:
                 what = _NOT_REGULAR.get(kind, f"member of type {shown(kind)}")
                 raise ArchiveError(f"archive member {shown(name)} is a {what}, not a regular file")
             self._left = size + (-size % BLOCK)
-            yield Member(name, size)
+            yield Member(name, size, mtime)
 
     def read(self, member: Member) -> bytes:
         """The data of the member just yielded (the caller has checked its size)."""

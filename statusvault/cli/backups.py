@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from statusvault import catalog
+from statusvault import catalog, rfc3339
 from statusvault.backup import LIST_CONCURRENCY, BackupRequest, backup_with, default_backup_name
 from statusvault.backup.listers import default_list_processes
 from statusvault.backupstore import BackupStore
@@ -285,6 +285,9 @@ def describe(app: App, args: DescribeArgs) -> None:
         with velero.imported(args.name, store) as (temp, native, read):
             data = {**catalog.describe(temp, native), "storage": f"Velero backup {args.name}"}
             data["veleroFormat"], data["otherVersionsLeftOut"] = read.format_version, read.left_out
+            data["formatVersion"] = f"Velero {read.format_version}"  # the backup's own, not the import's
+            written = dt.datetime.fromtimestamp(read.written_at, dt.UTC) if read.written_at else None
+            data["createdAt"] = rfc3339.format_seconds(written) if written else "unknown"
     else:
         data = catalog.describe(store, args.name)
     rows = [

@@ -65,6 +65,8 @@ def test_an_imported_velero_backup_verifies_and_restores_like_any_other(run, kub
     assert checked.code == 0 and "OK (format 1.1.0, 5 objects checked; 3 object(s) of other" in checked.out, checked
     described = run("describe", str(path), "--from-velero", "-o", "json")
     assert described.code == 0 and json.loads(described.out)["resources"][KCS]["withStatus"] == 3, described.err
+    told = json.loads(described.out)
+    assert told["formatVersion"] == "Velero 1.1.0" and told["createdAt"] == "unknown", "the backup's own, not now"
     refused = run("import-velero", str(path), "--name", "from-velero")
     assert refused.code == ExitStatus.USAGE and "--allow-plaintext-secrets" in refused.err, "it holds a Secret"
     imported = run("import-velero", str(path), "--name", "from-velero", "--allow-plaintext-secrets", "-o", "json")

@@ -233,3 +233,27 @@ def test_a_partially_failed_backup_is_read_with_a_warning_and_a_bad_velero_json_
     assert "PartiallyFailed (2 error(s))" in caplog.text
     store.put(velero.velero_json_key("daily-1"), b"[not json")
     assert velero.velero_json(store, "daily-1") == {}
+
+
+def test_a_velero_tarball_says_when_velero_wrote_it(tmp_path):
+    """describe --from-velero shows the Velero backup's own time (its members' earliest), not the time it ran."""
+    import io
+    import tarfile
+
+    from statusvault import velero
+
+    path = tmp_path / "b.tar.gz"
+    with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for name, data, when in (
+            ("metadata/version", b"1.1.0\n", 1_700_000_100),
+            (
+                "resources/configmaps/namespaces/a/c.json",
+                b'{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "a"}}',
+                1_700_000_000,
+            ),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime = len(data), when
+            tar.addfile(info, io.BytesIO(data))
+    with velero.read_tarball(path) as read:
+        assert read.written_at == 1_700_000_000
