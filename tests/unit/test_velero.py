@@ -243,15 +243,13 @@ def test_a_velero_tarball_says_when_velero_wrote_it(tmp_path):
     from statusvault import velero
 
     path = tmp_path / "b.tar.gz"
+    config_map = b'{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "a"}}'
+    members = [
+        ("metadata/version", b"1.1.0\n", 1_700_000_100),
+        ("resources/configmaps/namespaces/a/c.json", config_map, 1_700_000_000),
+    ]
     with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tar:
-        for name, data, when in (
-            ("metadata/version", b"1.1.0\n", 1_700_000_100),
-            (
-                "resources/configmaps/namespaces/a/c.json",
-                b'{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "a"}}',
-                1_700_000_000,
-            ),
-        ):
+        for name, data, when in members:
             info = tarfile.TarInfo(name)
             info.size, info.mtime = len(data), when
             tar.addfile(info, io.BytesIO(data))
