@@ -69,7 +69,7 @@ COMMAND_OPTIONS: dict[str, frozenset[str]] = {
 
 
 @dataclasses.dataclass(frozen=True)
-class Conflict:
+class OptionConflict:
     first: str
     second: str
     why: str
@@ -89,14 +89,20 @@ class Needs:
 
 
 CONFLICTS = (
-    Conflict("--no-status", "--status-include-resources", "--no-status restores no status for a filter to choose"),
-    Conflict("--no-status", "--status-exclude-resources", "--no-status restores no status for a filter to choose"),
-    Conflict("--pause-annotation", "--pause-field", "an object is created with one generic pause marker"),
-    Conflict("--all-namespaces", "--namespace", "-A takes every namespace, -n only the ones named"),
-    Conflict("--dry-run", "--restart", "--restart discards an unfinished restore's journal, a dry run changes nothing"),
-    Conflict("--abort", "--delete-source", "--abort gives the move up, --delete-source finishes it"),
-    Conflict("--signing-key-file", "--signing-kms-key-id", "a backup is signed by one key"),
-    Conflict("--at", "--from-velero", "--at names a watch's moment, --from-velero a Velero backup"),
+    OptionConflict(
+        "--no-status", "--status-include-resources", "--no-status restores no status for a filter to choose"
+    ),
+    OptionConflict(
+        "--no-status", "--status-exclude-resources", "--no-status restores no status for a filter to choose"
+    ),
+    OptionConflict("--pause-annotation", "--pause-field", "an object is created with one generic pause marker"),
+    OptionConflict("--all-namespaces", "--namespace", "-A takes every namespace, -n only the ones named"),
+    OptionConflict(
+        "--dry-run", "--restart", "--restart discards an unfinished restore's journal, a dry run changes nothing"
+    ),
+    OptionConflict("--abort", "--delete-source", "--abort gives the move up, --delete-source finishes it"),
+    OptionConflict("--signing-key-file", "--signing-kms-key-id", "a backup is signed by one key"),
+    OptionConflict("--at", "--from-velero", "--at names a watch's moment, --from-velero a Velero backup"),
 )
 
 NEEDS = (

@@ -44,15 +44,17 @@ Patch = list[dict[str, Any]]
 
 
 @dataclasses.dataclass
-class Cluster:
+class Side:
+    """One side of a move (the source or the target cluster): a client, and what it serves."""
+
     client: KubeApi
     discover: Callable[[bool], Discovery]  # refresh=True re-reads (after CRDs are restored)
 
 
 @dataclasses.dataclass(kw_only=True)
 class MoveRequest:
-    source: Cluster
-    target: Cluster
+    source: Side
+    target: Side
     store: ObjectStore
     selection: Selection
     options: RestoreOptions  # how the target is restored (pause, mapping, modifiers, ...)
@@ -238,7 +240,7 @@ def abort_move(req: MoveRequest) -> AbortReport:
     return report
 
 
-def _selected(cluster: Cluster, selection: Selection) -> Iterator[tuple[ResourceType, KubeObject]]:
+def _selected(cluster: Side, selection: Selection) -> Iterator[tuple[ResourceType, KubeObject]]:
     """The custom resources the selection takes in `cluster`, as its backup takes them (--name included)."""
     for rt in select_resources(cluster.discover(False), selection):
         if rt.is_crd or not rt.custom:
@@ -248,7 +250,7 @@ def _selected(cluster: Cluster, selection: Selection) -> Iterator[tuple[Resource
                 yield from ((rt, obj) for obj in page if name_matches(obj["metadata"]["name"], selection.names))
 
 
-def _pause_source(source: Cluster, selection: Selection, pause: PauseOptions) -> tuple[int, list[str]]:
+def _pause_source(source: Side, selection: Selection, pause: PauseOptions) -> tuple[int, list[str]]:
     """Pause every selected object in the source, so two operators never manage the same external resource."""
     paused, unknown = 0, []
     for rt, obj in _selected(source, selection):
@@ -324,11 +326,11 @@ def _check(client: KubeApi, discovery: Discovery, data: bytes, opts: RestoreOpti
 
 
 def delete_source(
-    source: Cluster,
+    source: Side,
     store: ObjectStore,
     name: str,
     key: Key | None = None,
-    target: Cluster | None = None,
+    target: Side | None = None,
     mapping: Mapping[str, str] | None = None,
 ) -> tuple[int, list[str]]:
     """Delete in the source exactly the objects the move backed up (by UID): never one created or replaced
@@ -350,7 +352,7 @@ def delete_source(
     return deleted, kept
 
 
-def _same_object(target: Cluster, rt: ResourceType, live: KubeObject, mapping: Mapping[str, str]) -> bool:
+def _same_object(target: Side, rt: ResourceType, live: KubeObject, mapping: Mapping[str, str]) -> bool:
     """Whether the target's copy of `live` (its name, in the namespace the move mapped it to) is `live` itself."""
     meta = live["metadata"]
     namespace = map_namespace(meta.get("namespace", ""), mapping) if rt.namespaced else None
@@ -361,7 +363,7 @@ def _same_object(target: Cluster, rt: ResourceType, live: KubeObject, mapping: M
     return copy is not None and copy["metadata"].get("uid") == meta.get("uid")
 
 
-def _delete_exact(cluster: Cluster, obj: KubeObject) -> int:
+def _delete_exact(cluster: Side, obj: KubeObject) -> int:
     """Delete this very object (a UID precondition): 1, or 0 when it is gone or was replaced meanwhile."""
     meta = obj["metadata"]
     group, _, version = str(obj.get("apiVersion", "")).rpartition("/")

@@ -25,9 +25,9 @@ from statusvault.cli.restoreview import render
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.move import (
     AbortReport,
-    Cluster,
     MoveReport,
     MoveRequest,
+    Side,
     abort_move,
     check_distinct,
     fence_report,
@@ -136,7 +136,7 @@ def move_cmd(app: App, args: MoveArgs) -> None:
     check_outcome(report.verdict, f"move {report.name}", signum=stop.signum, then=left)
 
 
-def move_request(app: App, args: MoveArgs, source: Cluster, target: Cluster) -> MoveRequest:
+def move_request(app: App, args: MoveArgs, source: Side, target: Side) -> MoveRequest:
     """The move the options ask for, between the two clusters."""
     options = args.options()
     return MoveRequest(
@@ -154,7 +154,7 @@ def move_request(app: App, args: MoveArgs, source: Cluster, target: Cluster) -> 
     )
 
 
-def _cluster(app: App, kubeconfig: str | None, context: str | None) -> Cluster:
+def _cluster(app: App, kubeconfig: str | None, context: str | None) -> Side:
     client = app.client_of(kubeconfig, context, pool_size=20)
     cache: dict[str, Discovery] = {}
 
@@ -163,7 +163,7 @@ def _cluster(app: App, kubeconfig: str | None, context: str | None) -> Cluster:
             cache["d"] = discover(client)
         return cache["d"]
 
-    return Cluster(client, discovered)
+    return Side(client, discovered)
 
 
 def _show_abort(report: AbortReport) -> None:

@@ -30,7 +30,7 @@ from statusvault.storage.base import ObjectStore, validate_backup_name
 from statusvault.watch.chains import read_head, why_not_continued
 from statusvault.watch.metrics import WatchMetrics
 from statusvault.watch.segments import parse_record_time
-from statusvault.watch.streams import Change, Gone, Item, Position, StreamSet, streams_for
+from statusvault.watch.streams import Change, Item, Position, Relisted, StreamSet, streams_for
 from statusvault.watch.writer import ChainWriter, FencedError
 
 log = logging.getLogger(__name__)
@@ -177,10 +177,10 @@ class _Loop:
         elif isinstance(item, Position):
             for w in writers:
                 w.note(item.stream, item.rv)
-        elif isinstance(item, Gone):
+        elif isinstance(item, Relisted):
             self._gone(item, now)
 
-    def _gone(self, item: Gone, now: dt.datetime) -> None:
+    def _gone(self, item: Relisted, now: dt.datetime) -> None:
         """Changes of one stream were lost: the current chain ends here, a new base starts one."""
         if self.current is not None:
             self._flush(closed=True)

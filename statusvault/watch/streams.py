@@ -72,14 +72,14 @@ class Position:
 
 
 @dataclasses.dataclass(frozen=True)
-class Gone:
+class Relisted:
     """The stream's position was compacted away (410): changes in between are unknown; it resumed from rv."""
 
     stream: str
     rv: str
 
 
-Item = Change | Position | Gone
+Item = Change | Position | Relisted
 
 
 class StreamSet:
@@ -104,10 +104,10 @@ class StreamSet:
         backoff, attempt, gone = Backoff(), 0, False
         while not self.stop.is_set():
             try:
-                if gone:  # the new position is taken before Gone is queued: a base made after it misses nothing
+                if gone:  # the new position is taken before Relisted is queued: a base made after it misses nothing
                     rv = collection_version(self.client, s.rt, s.namespace, s.selector)
                     log.warning("%s: resourceVersion too old (410 Gone): re-listed, now at %s", s.key, rv)
-                    self.out.put(Gone(s.key, rv))
+                    self.out.put(Relisted(s.key, rv))
                     gone = False
                 for ev in self.client.watch(s.rt, s.namespace, s.selector, rv, self.timeout):
                     attempt = 0

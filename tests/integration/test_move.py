@@ -19,7 +19,7 @@ from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import load_transport
 from statusvault.model import Selection
-from statusvault.move import Cluster, MoveRequest, run_move
+from statusvault.move import MoveRequest, Side, run_move
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.quiet.pausemarkers import RECORD
 from statusvault.storage.local import LocalStore
@@ -115,8 +115,8 @@ def test_move_refuses_one_cluster_reached_by_two_names_and_touches_nothing(run, 
     other_kube = KubeClient(load_transport(str(other)))
     store = LocalStore(tmp_path / "api-store")
     request = MoveRequest(
-        source=Cluster(kube, lambda refresh: discover(kube)),
-        target=Cluster(other_kube, lambda refresh: discover(other_kube)),
+        source=Side(kube, lambda refresh: discover(kube)),
+        target=Side(other_kube, lambda refresh: discover(other_kube)),
         store=store, selection=Selection(namespaces=(moving,)), options=RestoreOptions(), delete_source=True,
     )  # fmt: skip
     with pytest.raises(ConfigError, match="are the same cluster"):
@@ -300,7 +300,7 @@ def test_delete_source_deletes_exactly_the_objects_moved(kube, cluster, target, 
         return discover(target_kube)
 
     request = MoveRequest(
-        source=Cluster(kube, lambda refresh: discover(kube)), target=Cluster(target_kube, target_discovery),
+        source=Side(kube, lambda refresh: discover(kube)), target=Side(target_kube, target_discovery),
         store=LocalStore(tmp_path / "store"), selection=Selection(namespaces=(ns,)), options=RestoreOptions(),
         state_dir=tmp_path / "state", delete_source=True,
     )  # fmt: skip

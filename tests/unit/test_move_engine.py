@@ -15,7 +15,7 @@ from statusvault.errors import StatusVaultError
 from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
-from statusvault.move import AbortReport, Cluster, MoveReport, MoveRequest, abort_move, request_name, run_move
+from statusvault.move import AbortReport, MoveReport, MoveRequest, Side, abort_move, request_name, run_move
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.quiet.pausemarkers import RECORD
 from statusvault.storage.base import WRITER_FILE, backup_prefix, manifest_key
@@ -68,8 +68,8 @@ class Move:
         self.store = Store(tmp_path / "store")
         self.refreshes: list[Callable[[], None]] = []  # kills at the target's next rediscoveries, in turn
         self.request = MoveRequest(
-            source=Cluster(self.source, lambda refresh: self.source.discovery(NAMESPACES)),
-            target=Cluster(self.target, self._target_discovery),
+            source=Side(self.source, lambda refresh: self.source.discovery(NAMESPACES)),
+            target=Side(self.target, self._target_discovery),
             store=self.store,
             selection=Selection(namespaces=(NS,)),
             options=RestoreOptions(),

@@ -66,7 +66,9 @@ class Grant:
 
 
 @dataclasses.dataclass(frozen=True)
-class Controller:
+class Operator:
+    """A workload (an operator, in the fenced sense) whose RBAC lets it write the restored statuses."""
+
     kind: str  # Deployment | StatefulSet | DaemonSet
     namespace: str
     name: str
@@ -87,14 +89,14 @@ class Controller:
 
 @dataclasses.dataclass(frozen=True)
 class FencePlan:
-    controllers: tuple[Controller, ...] = ()
+    controllers: tuple[Operator, ...] = ()
     managers: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # resource -> status managers
     unmatched: tuple[str, ...] = ()  # status managers no workload found here stands for
     warnings: tuple[str, ...] = ()
     managers_from: str = "cluster"  # where the managers were read: "backup" (format 1.2 on), "cluster", ...
     rbac_read: bool = True  # False: --fence best-effort could not read RBAC, so it knows nothing of the writers
 
-    def acting(self, action: FenceAction) -> list[Controller]:
+    def acting(self, action: FenceAction) -> list[Operator]:
         return [c for c in self.controllers if c.action == action]
 
     @property
@@ -174,7 +176,7 @@ def plan_fencing(
             continue
         named = _managers_naming(managers, {g.resource for g in found}, (name, sa))
         action, why = _action(obj, targets, found, excluded, pause or PauseOptions(auto=True))
-        controllers.append(Controller(obj.get("kind", ""), ns, name, sa, tuple(found), named, action, why))
+        controllers.append(Operator(obj.get("kind", ""), ns, name, sa, tuple(found), named, action, why))
     matched = {m for c in controllers for m in c.managers}
     unmatched = sorted({m for ms in managers.values() for m in ms if m not in matched and not _ours(m)})
     controllers.sort(key=lambda c: (c.namespace, c.kind, c.name))
