@@ -312,8 +312,9 @@ def _restored(
     app: App, args: RestoreArgs, unpause: bool, cancel: threading.Event | None, store: ObjectStore, backup: str,
     lineage: str,
 ) -> RestoreResult:  # fmt: skip
+    options = args.options()  # a bad option is refused before the cluster is reached
     client = app.client(pool_size=args.parallel + 4, qps=args.qps, burst=args.burst)
-    request = restore_request(app, args, options=args.options(), store=store, backup=backup, unpause=unpause,
+    request = restore_request(app, args, options=options, store=store, backup=backup, unpause=unpause,
                               lineage=lineage)  # fmt: skip
     request.cancel = cancel
     return restore_with(request, client=client, discover=lambda refresh: app.discovery(refresh=refresh),
@@ -321,8 +322,9 @@ def _restored(
 
 
 def _planned(app: App, args: RestoreArgs, unpause: bool, store: ObjectStore, backup: str, lineage: str) -> FencePlan:
+    options = args.options()
     client = app.client(pool_size=args.parallel + 4, qps=args.qps, burst=args.burst)
-    request = restore_request(app, args, options=args.options(), store=store, backup=backup, unpause=unpause,
+    request = restore_request(app, args, options=options, store=store, backup=backup, unpause=unpause,
                               lineage=lineage)  # fmt: skip
     return fence_report(client, lambda refresh: app.discovery(refresh=refresh), request)
 
