@@ -405,7 +405,16 @@ class _Planner:
         comes)."""
         if self.deps is None or key.qualified in self.decider.exclude:
             return False
-        return any(source in self.planned for source in self.deps.brought_by((key.qualified, key.namespace, key.name)))
+        deps, seen = self.deps, set()
+        todo = [(key.qualified, key.namespace, key.name)]
+        while todo:  # through other dependencies, at any depth: a Secret owned by a Service a planned object owns,
+            for source in deps.brought_by(todo.pop()):  # whatever order the archive holds them in
+                if source in self.planned:
+                    return True
+                if source not in seen:
+                    seen.add(source)
+                    todo.append(source)
+        return False
 
     def _dependency_allowed(self, key: ObjectKey, obj: dict[str, Any]) -> bool:
         """Whether a dependency of a type the restore was not asked for may come: custom, or of a type a rule brings
