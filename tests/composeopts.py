@@ -148,6 +148,7 @@ def model_options(row: Row, ctx: Context) -> refmodel.Options:
         gated=(f"gizmos.{w.group}",) if row["order"] else (),
         later=(f"pools.{w.group}",) if row["order"] else (),
         replace_crds=row["privileged"] is not None,
+        streamed=row.get("stream") == "on" and not (row.get("dry_run") or row.get("fence") or row.get("order")),
     )
 
 

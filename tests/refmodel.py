@@ -70,6 +70,7 @@ class Options:
     gated: tuple[str, ...] = ()  # --order: types whose group has a gate (that passes) before the next group
     later: tuple[str, ...] = ()  # --order: types of the next group (every other type comes first)
     replace_crds: bool = False  # --allow-privileged-resources covers CRDs: policy update replaces an existing one
+    streamed: bool = False  # --stream (and nothing that plans first): CRDs are written as the archive is read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +131,12 @@ def restore(
     user_selection = opts.namespaces or opts.include or opts.selector or opts.names
     if not chosen and user_selection:
         return Expected(2, copy.deepcopy(before), {}, set())
-    served = before.served | {t.qualified for t in types if _crd_comes(t, opts)}
+    # a restore of part of the backup (-n, -l, --name), planned first, creates only the CRDs its objects need
+    needed = {t.qualified for t, _ in chosen} | set(opts.include)
+    partial = bool(opts.namespaces or opts.selector or opts.names) and not opts.streamed
+    served = before.served | {
+        t.qualified for t in types if _crd_comes(t, opts) and (not partial or t.qualified in needed)
+    }
     after = Target(set(served), dict(before.objects))
     results: dict[Key, str] = {}
     lacking: set[Key] = set()

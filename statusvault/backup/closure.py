@@ -61,6 +61,9 @@ class Closure:
         }
 
 
+_BUILTIN_DEPENDENCIES = frozenset(rt.qualified for rt in OWNED_BUILTINS)
+
+
 class DependencyCollector:
     """Sees every selected object as it is archived, then lists and writes what they need."""
 
@@ -84,6 +87,9 @@ class DependencyCollector:
         self.with_crds = with_crds  # the CRDs of the custom types taken come too (as the selected types' do)
         self.crds: set[str] = set()  # CRDs archived
         self.refused: set[tuple[str, str, str]] = set()  # found, never taken (service account tokens)
+        # Secrets, ConfigMaps and Services the selection archived itself (a namespace backup takes them): a reference
+        # to one is recorded, the object not written again
+        self.archived: set[tuple[str, str, str]] = set()
         # asked for (--with-dependencies), or on by default: then only from the objects of projects whose rules say
         # so, and what may not be listed or archived in clear is left out with a warning instead of failing the backup
         self.explicit = explicit
@@ -94,6 +100,9 @@ class DependencyCollector:
         """A selected object, in its archived form (parsed again: the archive's writer has only its bytes)."""
         obj = orjson.loads(data)
         key = object_key(rt, obj)
+        if rt.qualified in _BUILTIN_DEPENDENCIES:
+            self.archived.add(_triple(key))
+            return
         if rt.is_crd:
             self.crds.add(key.name)
             return
@@ -145,7 +154,7 @@ class DependencyCollector:
         builtins = [
             served
             for served in (self.discovery.by_qualified(rt.qualified) for rt in OWNED_BUILTINS)
-            if served is not None and "list" in served.verbs and served.qualified not in self.selected
+            if served is not None and "list" in served.verbs
         ]
         self._seed_owned_builtins(builtins)
         for served in builtins:
@@ -308,6 +317,10 @@ class DependencyCollector:
                 raise ConfigError(
                     f"{edge.target} ({edge.via} of {edge.source}) holds Secret data, and {self.secrets_allowed}"
                 )
+        if _triple(edge.target) in self.archived:  # the selection took it: its references are recorded, no more
+            self.closure.edges += [edge, *(r for r in dict.fromkeys(self.named.get(_triple(edge.target)) or ())
+                                           if r != edge)]  # fmt: skip
+            return
         refs = [*(self.named.get(_triple(edge.target)) or ()), *self._labelled_edges(rt, obj)]
         self.closure.edges += [
             edge,

@@ -179,8 +179,10 @@ class BackupEngine:
         if any(rt.qualified == SECRETS.qualified for rt in types) and self.plaintext_secrets:
             if selection.include_resources:
                 raise ConfigError(f"--include-resources names secrets, and {self.plaintext_secrets}")
+            secrets = next(rt for rt in types if rt.qualified == SECRETS.qualified)
             types = [rt for rt in types if rt.qualified != SECRETS.qualified]
-            log.warning("left out the namespace's Secrets: %s", self.plaintext_secrets)
+            if self._used(secrets, selection, unknown=False):  # said only when there are Secrets to leave out
+                log.warning("left out the namespace's Secrets: %s", self.plaintext_secrets)
         _check_namespaces(self.client, self.discovery, selection.namespaces)
         for kek in self.keyring.keks:
             kek.ref()  # a KMS key that cannot be found or read fails here, before any write
@@ -256,16 +258,17 @@ class BackupEngine:
             manifest[signing.FIELD] = signing.sign(manifest, signing.BACKUP, self.request.signer)
         return manifest
 
-    def _used(self, rt: ResourceType, sel: Selection) -> bool:
-        """Whether a custom type has an object in the namespaces backed up (one LIST of one name per namespace): a
-        namespace backup takes the CRDs of the types it takes objects of, not every CRD of the cluster."""
+    def _used(self, rt: ResourceType, sel: Selection, unknown: bool = True) -> bool:
+        """Whether a type has an object in the namespaces backed up (one LIST of one name per namespace): a
+        namespace backup takes the CRDs of the custom types it takes objects of, not every CRD of the cluster.
+        `unknown`: the answer when the server will not say (its LIST then says what is wrong, or the CRD is kept)."""
         try:
             return any(
                 next(iter(self.client.list_metadata(rt, ns, sel.label_selector, limit=1)), None) is not None
                 for ns in sel.namespaces
             )
         except (Forbidden, NotFound):
-            return True  # its LIST says what is wrong, or the CRD is kept
+            return unknown
 
     @property
     def plaintext_secrets(self) -> str:

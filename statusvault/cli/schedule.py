@@ -164,7 +164,8 @@ def schedule_spec(args: ScheduleRenderArgs, cronjob_api: str) -> ScheduleSpec:
 def _cronjob_api(kube_version: str, discovery: Discovery | None) -> str:
     if kube_version:
         return cronjob_api_for(kube_version)
-    if discovery is not None and not discovery.find("batch", "v1", "CronJob"):
+    served = discovery.find("batch", "v1", "CronJob") if discovery is not None else None
+    if discovery is not None and (served is None or served.version != "v1"):  # 1.20: batch/v1beta1 only
         return "batch/v1beta1"
     return "batch/v1"
 

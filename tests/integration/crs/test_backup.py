@@ -13,7 +13,6 @@ import pytest
 
 from statusvault.archive import ArchiveReader
 from statusvault.errors import ExitStatus
-from statusvault.kinds import CRDS
 from tests.builders import cr, kc_status, unique
 
 pytestmark = pytest.mark.version_sensitive(
@@ -67,7 +66,7 @@ def seeded(make, namespace, core_api):
     return namespace
 
 
-def test_default_selection_takes_custom_resources_with_status_and_their_crds(run, seeded):
+def test_default_selection_takes_custom_resources_with_status_and_their_crds(run, seeded, core_api):
     ns = seeded
     result = run("backup", "b1", "-n", ns, "-o", "json")
     assert result.code == 0, result.err
@@ -81,9 +80,10 @@ def test_default_selection_takes_custom_resources_with_status_and_their_crds(run
     assert files[f"resources/legacyapps.legacy.example.com/namespaces/{ns}/billing.json"]["status"] == {
         "externalRef": "app-1"
     }
-    assert not any(p.startswith("resources/configmaps") for p in files), "built-ins only when named"
+    taken_configmap = f"resources/configmaps/namespaces/{ns}/cfg.json" in files
+    assert taken_configmap == bool(core_api), "a namespace backup takes the namespace's built-in objects too"
     crd_names = {p.rsplit("/", 1)[1] for p in files if p.startswith("resources/customresourcedefinitions")}
-    assert crd_names >= {  # other tests' CRDs may be in the shared cluster too: the fixture's are all there
+    assert crd_names == {  # other tests' CRDs may be in the shared cluster too: only those of what it took
         "kubernetesclusters.xyz.example.com.json",
         "databases.db.example.com.json",
         "legacyapps.legacy.example.com.json",
@@ -256,14 +256,13 @@ def s3_args(endpoint: str) -> list[str]:
     return ["--s3-endpoint-url", endpoint, "--s3-addressing-style", "path", "--s3-checksum", "when_required"]
 
 
-def test_s3_backup_list_verify_download_delete(run, kube, seeded, s3_endpoint, bucket, tmp_path):
+def test_s3_backup_list_verify_download_delete(run, kube, seeded, core_api, s3_endpoint, bucket, tmp_path):
     storage = f"s3://{bucket}/team/prod"
     result = run("backup", "s1", "-n", seeded, "--storage", storage, *s3_args(s3_endpoint))
     assert result.code == 0, result.err
-    # the 5 seeded objects, and the CRD of every namespaced custom type the server serves: other tests of this
-    # worker (under xdist, in any order) may have installed more than the fixtures' 4
-    crds = [c for page in kube.list_pages(CRDS, None) for c in page]
-    objects = 5 + sum(1 for c in crds if c["spec"]["scope"] == "Namespaced")
+    # the 5 seeded custom resources, the ConfigMap (with the core API: a namespace backup takes built-in objects
+    # too), and the CRDs of the 4 custom types it took (not every CRD the server serves)
+    objects = 5 + (1 if core_api else 0) + 4
     import boto3
 
     keys = {o["Key"] for o in boto3.client("s3", endpoint_url=s3_endpoint).list_objects_v2(Bucket=bucket)["Contents"]}
