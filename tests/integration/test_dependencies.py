@@ -203,6 +203,7 @@ def test_a_backup_with_dependencies_restores_what_each_resource_needs_and_nothin
             ("r1-pw", "spec.forProvider.passwordSecretRef"), ("c1-cp", "ownerReferences"),
             ("c1-ca", "ownerReferences"), ("c1-kubeconfig", "ownerReferences"),
             ("c1-etcd", "label cluster.x-k8s.io/cluster-name=<name>"),
+            ("c1-ca", "label cluster.x-k8s.io/cluster-name=<name>"),  # owned and labelled: both references
             ("c1-files", "spec.kubeadmConfigSpec.files[0].contentFrom.secret"),
             ("capi-extra", "label clusterctl.cluster.x-k8s.io/move")} <= edges, edges  # fmt: skip
     taken = {e[2] for e in described["dependencies"]["edges"]}

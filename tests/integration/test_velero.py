@@ -281,3 +281,25 @@ def test_importing_a_velero_backup_with_secrets_says_what_is_wrong_and_restoring
     restored = run("restore", str(path), "--from-velero")
     assert restored.code == ExitStatus.SUCCESS, restored.err
     assert "backed up" not in restored.err, restored.err
+
+
+def test_veleros_restore_status_annotation_is_honoured_as_statusvaults_own(
+    run, kube, crds, namespace, velero_objects, tmp_path
+):
+    """An object its controller marked `velero.io/restore-status: "false"` (Velero's design for object-level status
+    restore) comes back without its status, as statusvault's own annotation would say; the others with theirs."""
+    objects = []
+    for qualified, obj in velero_objects:
+        if obj["metadata"]["name"] == "k-1":
+            meta = {**obj["metadata"], "annotations": {**obj["metadata"].get("annotations", {}),
+                                                       "velero.io/restore-status": "false"}}  # fmt: skip
+            obj = {**obj, "metadata": meta}
+        objects.append((qualified, obj))
+    path = tarball(tmp_path / "annotated.tar.gz", objects, "1.1.0")
+
+    result = run("restore", str(path), "--from-velero", "-o", "json")
+
+    assert result.code == ExitStatus.SUCCESS, result.out + result.err
+    kc = crds.resolve("kc")
+    assert kube.get(kc, namespace, "k-1").get("status") in (None, {}), "left without status, as its annotation says"
+    assert [kube.get(kc, namespace, f"k-{i}")["status"] for i in (0, 2)] == [kc_status(0), kc_status(2)]
