@@ -1,4 +1,4 @@
-"""Velero backups read as a source (issue 39): a Velero backup tarball holds every object as the API server returned
+"""Velero backups read as a source: a Velero backup tarball holds every object as the API server returned
 it, status included, and statusvault writes it into a native, verifiable backup with the ordinary backup engine,
 so everything after reading (selection, status filters, modifiers, pause, fencing, order, resume, the verdict) is
 the ordinary restore's.

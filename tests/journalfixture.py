@@ -1,5 +1,5 @@
 """The restore-state fixture of this release: a restore killed part-way, as it left its journal, its plan and the
-cluster, kept so that every later statusvault is tested to resume it (issue 42: a restore stopped by one version
+cluster, kept so that every later statusvault is tested to resume it (a restore stopped by one version
 must resume under the next, never silently start over).
 
     python -m tests.journalfixture regenerate

@@ -201,7 +201,7 @@ def test_a_fence_auto_intent_fences_a_racing_operator_with_the_controllers_own_p
 
 
 def test_an_intent_restores_a_velero_backup_of_a_storage_location(run, kube, crds, make, namespace, ctl_ns, tmp_path):
-    """data.from-velero: "true": the backup is a Velero backup of the storage the intent names (issue 39)."""
+    """data.from-velero: "true": the backup is a Velero backup of the storage the intent names."""
     from tests.velerotar import tarball
 
     kc = crds.resolve("kc")

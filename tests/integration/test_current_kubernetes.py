@@ -1,4 +1,4 @@
-"""What current Kubernetes adds, against statusvault (issue 30): ValidatingAdmissionPolicy on 1.36 alone; API
+"""What current Kubernetes adds, against statusvault: ValidatingAdmissionPolicy on 1.36 alone; API
 Priority and Fairness (flowcontrol v1 on 1.36, v1beta1 on 1.20), managedFields and watch bookmarks on both, each
 version's answer asserted where they differ (docs/user-guide.md, *Tested Kubernetes versions*)."""
 

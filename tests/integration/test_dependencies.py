@@ -1,4 +1,4 @@
-"""What a custom resource needs comes with it (issue 37), on the real server with the projects' real CRDs (vendored
+"""What a custom resource needs comes with it, on the real server with the projects' real CRDs (vendored
 in fixtures/crds/vendored/): a Cluster API cluster with its control plane and the Secrets CAPI owns and labels, a
 cert-manager Certificate and its TLS Secret, a CloudNativePG cluster and the Secrets its spec names, a Crossplane
 managed resource (cluster-scoped) with its connection and password Secrets in a namespace it names.

@@ -385,7 +385,7 @@ FENCE_KILLS = [(step, "same") for step in FENCE_STEPS] + [
 ]
 
 
-@pytest.mark.version_sensitive("issue 42 asks each of its fixes to be shown on both servers")
+@pytest.mark.version_sensitive("each of these fixes is shown on both servers")
 @pytest.mark.parametrize(("step", "rerun"), FENCE_KILLS)
 def test_a_restore_killed_at_each_step_of_fencing_then_run_again_ends_with_the_original_replicas(
     run, kube, namespace, world, proxied, tmp_path, step, rerun

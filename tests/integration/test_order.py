@@ -207,7 +207,7 @@ def test_a_gate_that_never_passes_stops_the_run_and_a_rerun_resumes_at_it(
     assert phases(kube, types, backed_up) == ["Ready"] * N
 
 
-@pytest.mark.version_sensitive("issue 42 asks each of its fixes to be shown on both servers")
+@pytest.mark.version_sensitive("each of these fixes is shown on both servers")
 def test_on_timeout_continue_goes_on_and_exits_partial(run, kube, types, backed_up, tmp_path):
     path = order_file(tmp_path, "{condition: Ready, timeout: 0.5s, onTimeout: continue}")
     result = run("restore", "b", "--order", str(path))
@@ -220,7 +220,7 @@ def test_on_timeout_continue_goes_on_and_exits_partial(run, kube, types, backed_
     assert kube.get(types[1], backed_up, "c-0") is not None, "the next group was restored"
 
 
-@pytest.mark.version_sensitive("issue 42 asks each of its fixes to be shown on both servers")
+@pytest.mark.version_sensitive("each of these fixes is shown on both servers")
 @pytest.mark.parametrize(
     ("text", "error"),
     [

@@ -103,7 +103,7 @@ def test_managed_resources_are_observed_first_and_get_their_policies_back(run, k
         assert RECORD not in (obj["metadata"].get("annotations") or {})
 
 
-@pytest.mark.version_sensitive("issue 42 asks each of its fixes to be shown on both servers")
+@pytest.mark.version_sensitive("each of these fixes is shown on both servers")
 def test_a_copied_profile_and_a_provider_config_usage_restore_as_they_are(run, kube, buckets, namespace, tmp_path):
     """The profile copied verbatim into a file, as its header suggests, over a backup that lacks most of what it
     names; a ProviderConfigUsage of the same API group (no spec: its fields are top-level, as Crossplane's) is no

@@ -188,7 +188,7 @@ def read_cluster(kube, user: str, resources: list[tuple[str, str]]) -> None:
             kube.create(rt, None, body)
 
 
-@pytest.mark.version_sensitive("issue 42 asks each of its fixes to be shown on both servers")
+@pytest.mark.version_sensitive("each of these fixes is shown on both servers")
 def test_an_unpause_the_server_refuses_exits_3_naming_what_stays_paused(
     run, kube, cluster, instances, backed_up, grant
 ):

@@ -179,7 +179,7 @@ def test_ctrl_c_mid_wave_starts_no_new_object_and_the_rerun_ends_exact(run, kube
 def test_by_default_a_wave_moves_to_worker_processes_only_once_this_process_is_cpu_bound(
     run, kube, crds, source, monkeypatch, cpu_bound, processes
 ):
-    """Issue 41: the default (no --processes) starts each large wave in this process's threads and hands the rest
+    """The default (no --processes) starts each large wave in this process's threads and hands the rest
     to worker processes only when this process is CPU-bound; when the server is the limit it never starts them.
     Both end exact. (The machine's CPU use is made certain by the threshold: 0 always, 2 cores never.)"""
     from statusvault.cli import restore as cli_restore

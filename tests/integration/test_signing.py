@@ -21,7 +21,7 @@ from tests.integration.crs.servers import wait_gone
 from tests.integration.test_trust import none_written, plant_smuggled
 
 pytestmark = pytest.mark.version_sensitive(
-    "the attack suite of issue 40 runs on both servers: a refusal must come before the first write on each"
+    "the attack suite runs on both servers: a refusal must come before the first write on each"
 )
 KC = "xyz.example.com/v1"
 

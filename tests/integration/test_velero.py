@@ -1,4 +1,4 @@
-"""A Velero backup restored by statusvault on the real server (issue 39): objects as the API server returned them,
+"""A Velero backup restored by statusvault on the real server: objects as the API server returned them,
 status included, in Velero's tarball layout (format 1.1.0 with another API version kept, and format 1); restored
 with --from-velero into an empty cluster, every status exact; imported as a native backup that verifies; a hostile
 tarball refused with nothing written; the trust rules of a plaintext backup apply (its Secret is left out)."""

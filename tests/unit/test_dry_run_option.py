@@ -1,4 +1,4 @@
-"""One --dry-run shape for every command that has one (issue 38): kubectl's --dry-run=none|client|server, the modes
+"""One --dry-run shape for every command that has one: kubectl's --dry-run=none|client|server, the modes
 the command has; the old bare --dry-run still means client, with a deprecation line."""
 
 from __future__ import annotations

@@ -32,3 +32,16 @@ def test_every_path_named_in_prose_exists():
         if not exists(m.group(1), text)
     )
     assert missing == []
+
+
+def test_no_internal_issue_numbers_in_docs_or_code():
+    """Docs and code comments say what is true, not which internal ticket asked for it (the history is in git)."""
+    ticket = re.compile(r"\bissues? #?\d+\b", re.IGNORECASE)
+    places = [*texts(), *ROOT.glob("tests/**/*.py")]
+    found = sorted(
+        f"{path.relative_to(ROOT)}: {m.group(0)}"
+        for path in places
+        if path.name != "test_prose_paths.py"
+        for m in ticket.finditer(path.read_text())
+    )
+    assert found == []

@@ -1,4 +1,4 @@
-"""A restore stopped by an earlier release resumes under this one (issue 42): the journal, plan and cluster that
+"""A restore stopped by an earlier release resumes under this one: the journal, plan and cluster that
 tests/journalfixture.py kept (fixtures/restore-state/v2/, written by the release that introduced state key
 version 2) are put back, and this code must take the run up where it stopped: the objects it created are finished
 with their saved status, nothing is created twice, and the run ends with every status exact. A change to the

@@ -1,4 +1,4 @@
-"""The default restore's rule for worker processes (restore/running/waves.py ScaleUp, issue 41): a wave starts in this
+"""The default restore's rule for worker processes (restore/running/waves.py ScaleUp): a wave starts in this
 process's threads and moves to worker processes only once this process is CPU-bound over PROBE objects."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ interpreter lock, for results nobody waits on. Here an object costs a put and a 
 
 The submitting thread (a wave's archive walk) is woken by the writers once per half of the bound, not once per
 finished task: each wake-up is a hand-off of the interpreter lock, and a thread that waits for one free slot at a
-time is woken for every object (issue 41)."""
+time is woken for every object."""
 
 from __future__ import annotations
 

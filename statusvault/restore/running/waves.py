@@ -170,7 +170,7 @@ class ScaleUp:
     """A wave that starts in this process's threads and moves to worker processes only when they would raise the
     rate: when this process is CPU-bound (its CPU time over the last PROBE objects at least CPU_BOUND of the wall
     time, all its threads together). When the server is the limit the threads wait on its answers, this process
-    stays well below one core, and worker processes would only add CPU per object (issue 41: 45-75 % more for
+    stays well below one core, and worker processes would only add CPU per object (measured: 45-75 % more for
     the same rate)."""
 
     def __init__(
