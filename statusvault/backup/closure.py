@@ -101,8 +101,7 @@ class DependencyCollector:
         obj = orjson.loads(data)
         key = object_key(rt, obj)
         if rt.qualified in _BUILTIN_DEPENDENCIES:
-            self.archived.add(_triple(key))
-            return
+            self.archived.add(_triple(key))  # and, selected, what it owns is its dependency (below)
         if rt.is_crd:
             self.crds.add(key.name)
             return
