@@ -136,6 +136,11 @@ class Selection:
         )
 
     @property
+    def whole_namespaces(self) -> bool:
+        """Namespaces (-n) asked for without naming types: a backup then takes their objects, built-ins too."""
+        return bool(self.namespaces) and not self.include_resources
+
+    @property
     def cluster_resources(self) -> bool:
         if self.include_cluster_resources is None:
             return not self.namespaces

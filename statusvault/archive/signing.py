@@ -98,6 +98,11 @@ class FileSigner:
         return bytes(self._key.sign(message, ec.ECDSA(hashes.SHA256())))
 
 
+def file_key_name(path: str | Path) -> str:
+    """The name a verification key read from a file carries (and by which the controller finds one of its own)."""
+    return f"verification key {path}"
+
+
 @dataclasses.dataclass(frozen=True)
 class PublicKey:
     """A key that checks signatures."""
@@ -119,7 +124,7 @@ class PublicKey:
         data = _read(path, "verification key")
         for load in (serialization.load_pem_public_key, _private_half):
             try:
-                return cls.of(load(data), f"verification key {path}")
+                return cls.of(load(data), file_key_name(path))
             except (ValueError, TypeError):
                 continue
         raise ConfigError(f"{path} does not hold a PEM public key") from None
@@ -187,7 +192,7 @@ def generate(path: str | Path) -> tuple[Path, PublicKey]:
         pub.write_bytes(public)
     except OSError as e:
         raise ConfigError(f"cannot write the key: {e}") from None
-    return pub, PublicKey.of(key.public_key(), f"verification key {pub}")
+    return pub, PublicKey.of(key.public_key(), file_key_name(pub))
 
 
 def statement(document: dict[str, Any], kind: str) -> bytes:

@@ -217,7 +217,7 @@ class BackupEngine:
     ) -> dict[str, Any]:
         """Write the archive (it lands only while the lease is this run's); return the summary manifest."""
         explicit_crds = any(self.discovery.resolve(n).is_crd for n in selection.include_resources)
-        whole = bool(selection.namespaces) and not selection.include_resources  # a namespace's objects, unnamed
+        whole = selection.whole_namespaces
         defined = {(rt.group, rt.resource) for rt in types if rt.custom and (not whole or self._used(rt, selection))}
         streams = [
             _Stream(

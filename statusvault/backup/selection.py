@@ -41,7 +41,7 @@ def select_resources(discovery: Discovery, sel: Selection, whole_namespaces: boo
     excluded = {rt.qualified for rt in resolve_names(discovery, sel.exclude_resources)}
     explicit = {rt.qualified for rt in included}
     candidates = included if included else discovery.custom()
-    if not included and whole_namespaces and sel.namespaces:
+    if whole_namespaces and sel.whole_namespaces:
         candidates = [*candidates, *namespace_objects(discovery)]
     chosen: dict[str, ResourceType] = {}
     for rt in candidates:

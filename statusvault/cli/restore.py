@@ -35,6 +35,7 @@ from statusvault.cli.flags import (
 from statusvault.cli.output import OutputFormat, emit, emit_items
 from statusvault.cli.restoreview import render
 from statusvault.errors import ExitStatus, Interrupted, PartialFailure, StatusVaultError
+from statusvault.kube.client import KubeClient
 from statusvault.model import DryRun
 from statusvault.processes import WorkerSpec
 from statusvault.restore.configfile import read_config
@@ -312,21 +313,27 @@ def _restored(
     app: App, args: RestoreArgs, unpause: bool, cancel: threading.Event | None, store: ObjectStore, backup: str,
     lineage: str,
 ) -> RestoreResult:  # fmt: skip
-    options = args.options()  # a bad option is refused before the cluster is reached
-    client = app.client(pool_size=args.parallel + 4, qps=args.qps, burst=args.burst)
-    request = restore_request(app, args, options=options, store=store, backup=backup, unpause=unpause,
-                              lineage=lineage)  # fmt: skip
+    client, request = _on_cluster(app, args, unpause, store, backup, lineage)
     request.cancel = cancel
     return restore_with(request, client=client, discover=lambda refresh: app.discovery(refresh=refresh),
                         strict=args.strict)  # fmt: skip
 
 
 def _planned(app: App, args: RestoreArgs, unpause: bool, store: ObjectStore, backup: str, lineage: str) -> FencePlan:
+    client, request = _on_cluster(app, args, unpause, store, backup, lineage)
+    return fence_report(client, lambda refresh: app.discovery(refresh=refresh), request)
+
+
+def _on_cluster(
+    app: App, args: RestoreArgs, unpause: bool, store: ObjectStore, backup: str, lineage: str
+) -> tuple[KubeClient, RestoreRequest]:
+    """The client the options ask for and the restore's request; a bad option is refused before the cluster is
+    reached."""
     options = args.options()
     client = app.client(pool_size=args.parallel + 4, qps=args.qps, burst=args.burst)
     request = restore_request(app, args, options=options, store=store, backup=backup, unpause=unpause,
                               lineage=lineage)  # fmt: skip
-    return fence_report(client, lambda refresh: app.discovery(refresh=refresh), request)
+    return client, request
 
 
 def _keys_of(args: RestoreArgs) -> Keyring | None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from statusvault import rfc3339, velero
 from statusvault.archive.envelope import Keyring, Keys
-from statusvault.archive.signing import Signer
+from statusvault.archive.signing import Signer, file_key_name
 from statusvault.controller.backups import BackupIntent, parse_backup, run_backup
 from statusvault.controller.conditions import PENDING, Reason
 from statusvault.controller.intent import (
@@ -420,7 +420,7 @@ class Controller:
             return key
         ring, chosen = Keyring.of(key), []
         for path in intent.verify_key_files:
-            found = [v for v in ring.verifiers if v.name == f"verification key {path}"]
+            found = [v for v in ring.verifiers if v.name == file_key_name(path)]
             if not found:
                 raise ConfigError(f"spec.verify-key-file {path[:200]!r} is not one of the controller's "
                                   "verification keys (controller run --verify-key-file): a Restore only narrows "

@@ -34,14 +34,9 @@ def env_of(run) -> dict[str, str]:
     return {"STATUSVAULT_STORAGE": str(run.storage), "STATUSVAULT_STATE_DIR": str(run.state)}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_stops_new_writes_waits_for_those_in_flight_then_scales_back_and_reports(
-    run, kube, namespace, world, proxied, sig
-):
-    group = f"{unique('sig')}.example.com"
-    widgets = backed_up_widgets(run, kube, group, namespace)
-    ops, name = an_operator_of(world, group, replicas=2).split("/")
-    proxy, kubeconfig = proxied(0.0)
+def signalled_mid_status_write(proxy, run, argv: list[str], sig: int) -> tuple[subprocess.Popen[str], str, str]:
+    """`statusvault ARGV` in its own process, its status writes slowed through `proxy` (each takes 0.4 s), sent `sig`
+    while one is in flight; the finished process and what it printed."""
     writing = threading.Event()
 
     def slow_status(method: str, path: str, body: bytes | None) -> None:
@@ -50,17 +45,29 @@ def test_a_signal_stops_new_writes_waits_for_those_in_flight_then_scales_back_an
             time.sleep(0.4)  # a status write in flight when the signal comes
 
     proxy.before = slow_status
-    args = ["--kubeconfig", str(kubeconfig), "restore", "b", "--scale-down", f"{ops}/deployments/{name}"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "statusvault", *args, "--parallel", "2", "-o", "json"],
+        [sys.executable, "-m", "statusvault", *argv],
         env={**os.environ, **env_of(run)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert writing.wait(60), "the restore reached its status writes"
+    assert writing.wait(60), "the run reached its status writes"
     process.send_signal(sig)
     out, err = process.communicate(timeout=120)
+    return process, out, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_new_writes_waits_for_those_in_flight_then_scales_back_and_reports(
+    run, kube, namespace, world, proxied, sig
+):
+    group = f"{unique('sig')}.example.com"
+    widgets = backed_up_widgets(run, kube, group, namespace)
+    ops, name = an_operator_of(world, group, replicas=2).split("/")
+    proxy, kubeconfig = proxied(0.0)
+    args = ["--kubeconfig", str(kubeconfig), "restore", "b", "--scale-down", f"{ops}/deployments/{name}"]
+    process, out, err = signalled_mid_status_write(proxy, run, [*args, "--parallel", "2", "-o", "json"], sig)
 
     assert process.returncode == (ExitStatus.INTERRUPTED if sig == signal.SIGINT else ExitStatus.TERMINATED), err
     for broken in ("Traceback", "closed file", "ProgrammingError"):
@@ -104,27 +111,10 @@ def test_a_signal_stops_a_move_as_it_stops_a_restore_and_the_same_command_resume
         create_with_status(kube, d, cr(f"{group}/v1", "Widget", f"w-{i:02d}", status=widget_status(i)), namespace)
     target = unique("mvsig-to")
     proxy, to_kubeconfig = proxied(0.0)
-    writing = threading.Event()
-
-    def slow_status(method: str, path: str, body: bytes | None) -> None:
-        if method == "PUT" and path.split("?")[0].endswith("/status"):
-            writing.set()
-            time.sleep(0.4)
-
-    proxy.before = slow_status
     args = ["move", "-n", namespace, "--include-resources", rt.qualified, "--namespace-mapping",
             f"{namespace}:{target}", "--to-kubeconfig", str(to_kubeconfig), "--delete-source", "--yes",
             "--parallel", "2", "-o", "json"]  # fmt: skip
-    process = subprocess.Popen(
-        [sys.executable, "-m", "statusvault", "--kubeconfig", str(cluster.kubeconfig), *args],
-        env={**os.environ, **env_of(run)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert writing.wait(60), "the move reached its status writes in the target"
-    process.send_signal(sig)
-    out, err = process.communicate(timeout=120)
+    process, out, err = signalled_mid_status_write(proxy, run, ["--kubeconfig", str(cluster.kubeconfig), *args], sig)
 
     assert process.returncode == (ExitStatus.INTERRUPTED if sig == signal.SIGINT else ExitStatus.TERMINATED), err
     assert "Traceback" not in err and "interrupted" in err.strip().splitlines()[-1]
