@@ -1,12 +1,15 @@
 """A small operator for the tests: it "provisions" (writes a new external ID into status, and logs it) every
 object of its resource that it sees without `status.externalID`, unless the object is paused
-(`crossplane.io/paused: "true"`) or its Deployment is scaled to 0 (as if its pod were gone).
+(`crossplane.io/paused: "true"`) or its Deployment is scaled to 0 (as if its pod were gone). With --observes it also
+does what every real operator does with an object it finds provisioned: it writes `status.observedGeneration`, a
+status write built on the status it found.
 
-python -m tests.operator KUBECONFIG QUALIFIED NAMESPACE LOGFILE [DEPLOYMENT_NS/NAME]
+python -m tests.operator KUBECONFIG QUALIFIED NAMESPACE LOGFILE [DEPLOYMENT_NS/NAME] [--observes]
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 import time
@@ -29,11 +32,17 @@ def running(kube: KubeClient, deployment: str) -> bool:
     return int((scale.get("spec") or {}).get("replicas") or 0) > 0
 
 
-def reconcile(kube: KubeClient, rt, namespace: str, log: Path) -> None:
+def reconcile(kube: KubeClient, rt, namespace: str, log: Path, observes: bool = False) -> None:
     for page in kube.list_pages(rt, namespace):
         for obj in page:
             meta = obj["metadata"]
-            if (meta.get("annotations") or {}).get(PAUSED) == "true" or (obj.get("status") or {}).get("externalID"):
+            if (meta.get("annotations") or {}).get(PAUSED) == "true":
+                continue
+            if (obj.get("status") or {}).get("externalID"):
+                if observes and obj["status"].get("observedGeneration") != meta.get("generation"):
+                    obj["status"] = {**obj["status"], "observedGeneration": meta.get("generation")}
+                    with contextlib.suppress(KubeApiError):  # changed under us: look again next pass
+                        kube.replace(rt, namespace, meta["name"], obj, sub="status", manager="test-operator")
                 continue
             new_id = f"dup-{uuid.uuid4().hex[:8]}"
             obj["status"] = {**(obj.get("status") or {}), "externalID": new_id}
@@ -46,6 +55,8 @@ def reconcile(kube: KubeClient, rt, namespace: str, log: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
+    observes = "--observes" in argv
+    argv = [a for a in argv if a != "--observes"]
     kubeconfig, qualified, namespace, log = argv[:4]
     deployment = argv[4] if len(argv) > 4 else ""
     kube = KubeClient(load_transport(kubeconfig))
@@ -58,7 +69,7 @@ def main(argv: list[str]) -> int:
     for n in itertools.count(1):
         try:
             if running(kube, deployment):
-                reconcile(kube, rt, namespace, Path(log))
+                reconcile(kube, rt, namespace, Path(log), observes)
         except KubeApiError:
             pass  # a namespace being deleted and the like: the next pass sees
         passes.write_text(str(n))

@@ -136,9 +136,11 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
                         if not state.journal.resumed:
                             finish(state)  # no journal left behind, as when planning first
                         raise
+                    finished = _audited(client, discover, req, report, state)
                 report.timings["planned"] = planned
                 _scaled_back(report, scaler, earlier)
-                _audited(client, discover, req, report, state)
+                if finished:
+                    finish(state)
                 return report
             fence = read_fence_plan(client, state.plan, opts, reader) if opts.fence != FenceMode.NONE else None
             if fence is not None:
@@ -148,17 +150,21 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
             engine = _engine(client, discover, req, origin)
             if opts.dry_run != DryRun.NONE or not workloads:
                 report = engine.run(reader, state.plan, state.journal, opts)
+                finished = _audited(client, discover, req, report, state)
             elif not state.plan.pending(state.journal.path):  # all restored; the run died before scaling back
                 for w in workloads:
                     scaler.scale_back(w)
                 report = engine.run(reader, state.plan, state.journal, opts)
+                finished = _audited(client, discover, req, report, state)
             else:
                 with scaler.scaled_down(workloads):
                     report = engine.run(reader, state.plan, state.journal, opts)
+                    finished = _audited(client, discover, req, report, state)
             report.timings["planned"] = planned
             report.fence = fence.lines() if fence is not None else []
             _scaled_back(report, scaler, earlier)
-            _audited(client, discover, req, report, state)
+            if finished:
+                finish(state)
             return report
 
 
@@ -237,13 +243,15 @@ def _audited(
     req: RestoreRequest,
     report: RestoreReport,
     state: RestoreState,
-) -> None:
+) -> bool:
     """Once the cluster settles, the cluster read back (restore/results/audit.py): the verdict counts what it holds,
-    whatever this run or an earlier one of the same restore did. The state is finished only when nothing is short.
-    Not after a dry run or a run that stopped early (its verdict says so; the journal resumes it)."""
+    whatever this run or an earlier one of the same restore did. A fenced restore reads it back before its
+    operators are scaled back: what they write after that is their own work, not a race with the restore. Returns
+    whether the state may be finished: only when nothing is short. Not after a dry run or a run that stopped early
+    (its verdict says so; the journal resumes it)."""
     report.server_away = _server_away(client)
     if report.dry_run != DryRun.NONE or report.interrupted or report.aborted or state.plan is None:
-        return
+        return False
     kill_point("restore.looking-again")  # every write done and journalled, the state not finished yet
     if req.settle > 0:
         (req.cancel or threading.Event()).wait(req.settle)  # stopped meanwhile: the writes are done, read it now
@@ -251,8 +259,7 @@ def _audited(
     report.overwritten = found.overwritten
     if found.left_paused:
         _release_left(client, req, report, found.left_paused, found.short > 0, state.journal.manager)
-    if report.work_complete and not found.short and not report.left_paused:
-        finish(state)
+    return report.work_complete and not found.short and not report.left_paused
 
 
 class _Served:

@@ -58,8 +58,17 @@ def backed_up(run, kube, instances, namespace):
 
 
 class Operator:
-    def __init__(self, cluster, namespace: str, log: Path, deployment: str = "", qualified: str = QUALIFIED):
+    def __init__(
+        self,
+        cluster,
+        namespace: str,
+        log: Path,
+        deployment: str = "",
+        qualified: str = QUALIFIED,
+        observes: bool = False,
+    ):
         args = [str(cluster.kubeconfig), qualified, namespace, str(log), *([deployment] if deployment else [])]
+        args += ["--observes"] if observes else []
         self.log = log
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.operator", *args])
         deadline = time.monotonic() + 30
@@ -86,8 +95,8 @@ class Operator:
 def operator(cluster, tmp_path):
     started: list[Operator] = []
 
-    def _start(namespace: str, deployment: str = "") -> Operator:
-        op = Operator(cluster, namespace, tmp_path / f"provisions-{len(started)}.log", deployment)
+    def _start(namespace: str, deployment: str = "", observes: bool = False) -> Operator:
+        op = Operator(cluster, namespace, tmp_path / f"provisions-{len(started)}.log", deployment, observes=observes)
         started.append(op)
         return op
 
@@ -129,6 +138,55 @@ def test_pause_auto_while_the_operator_runs_provisions_nothing(run, kube, instan
     assert report["summary"]["pause"] == {"paused": N - 1, "kept": 1}
     assert op.provisions() == [], "the operator never saw an object of the restore without its status"
     assert_intact_and_unpaused(kube, instances, backed_up)
+
+
+def observed(kube, instances, namespace: str) -> list[str]:
+    """The objects whose status is the saved one plus the operator's observedGeneration (it took them over)."""
+    out = []
+    for i in range(N):
+        obj = kube.get(instances, namespace, f"db-{i:02d}")
+        if obj["status"] == {**saved(i), "observedGeneration": obj["metadata"]["generation"]}:
+            out.append(obj["metadata"]["name"])
+    return out
+
+
+def test_an_operator_reconciling_what_a_paused_restore_handed_it_is_its_own_work_not_a_race(
+    run, kube, instances, backed_up, operator
+):
+    """Once unpaused with its saved status on, an object's status is its operator's: the status writes it makes from
+    then on (built on the restored status) are not counted against the restore, which exits 0."""
+    op = operator(backed_up, observes=True)
+    result = run("restore", "b", "--pause", "auto", "-o", "json")
+    assert result.code == ExitStatus.SUCCESS, result.out[-2000:] + result.err
+    report = json.loads(result.out)
+    assert report["verdict"] == {"outcome": "done", "reasons": []}
+    assert report["unpaused"] == N - 1
+    op.provisions()
+    assert len(observed(kube, instances, backed_up)) == N - 1, "the operator took over every unpaused object"
+    assert op.provisions() == []
+
+
+def test_a_fenced_restore_reads_the_cluster_back_before_its_operator_runs_again(
+    run, kube, instances, backed_up, operator
+):
+    """The operator scaled back reconciles what it finds (observedGeneration): its writes come after the restore's
+    read-back, so they are not counted as a race; the restore exits 0 and the operator then takes every object."""
+    ops = unique("ops")
+    ensure_namespace(kube, ops)
+    deployments = discover(kube).resolve("deployments.apps")
+    labels = {"app": "op"}
+    template = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "op:1"}]}}
+    spec = {"replicas": 1, "selector": {"matchLabels": labels}, "template": template}
+    body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "op"}, "spec": spec}
+    kube.create(deployments, ops, body)
+    op = operator(backed_up, f"{ops}/op", observes=True)
+    result = run("restore", "b", "--scale-down", f"{ops}/deployment/op", "--settle-seconds", "1", "-o", "json")
+    assert result.code == ExitStatus.SUCCESS, result.out[-2000:] + result.err
+    assert json.loads(result.out)["statusesOverwritten"]["count"] == 0
+    op.provisions()
+    assert len(observed(kube, instances, backed_up)) == N - 1, "scaled back, it took over every unpaused object"
+    assert op.provisions() == []
+    kube.delete(NAMESPACES, None, ops)
 
 
 def test_keep_paused_then_unpause(run, kube, instances, backed_up, operator):

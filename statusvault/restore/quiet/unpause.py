@@ -11,10 +11,11 @@ from typing import Any
 from statusvault.errors import Conflict, Invalid, KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH, MERGE_PATCH
-from statusvault.model import ResourceType, display
+from statusvault.model import KubeObject, ResourceType, display
 from statusvault.restore.planning.plan import RestorePlan
 from statusvault.restore.planning.servedtypes import ServedTypes
 from statusvault.restore.quiet.pausemarkers import RECORD, PauseOptions, still_paused, unpause_patch
+from statusvault.restore.results.settle import still_as_written
 from statusvault.restore.running.journal import Journal
 
 ATTEMPTS = 5
@@ -37,7 +38,9 @@ def unpause_all(
     group: int | None = None,
 ) -> UnpauseOutcome:
     """Unpause every object the journal says this restore paused (of one --order group), except types `keep` names
-    (wildcards)."""
+    (wildcards). Each unpaused with the status the restore wrote still on is handed over to its operator (the
+    journal's mark says so): from then on the audit does not hold its operator's status writes against the restore.
+    One whose status another writer changed while it was paused keeps its mark, and the audit names that writer."""
     keeps = PauseOptions(keep_paused=keep or ())
     outcome = UnpauseOutcome()
     todo = []
@@ -47,7 +50,13 @@ def unpause_all(
         else:
             todo.append(served.target(item))
     targets = [(item.rt, item.namespace, item.name) for item in todo]
-    _unpause_each(client, targets, journal.manager, parallel, outcome, lambda k: journal.mark_unpaused(todo[k]))
+    marks = journal.marks_of([item.seq for item in todo])
+
+    def unpaused(k: int, answer: KubeObject | None) -> None:
+        mark = marks.get(todo[k].seq, "")
+        journal.mark_unpaused(todo[k], handed_over=answer is not None and still_as_written(mark, answer))
+
+    _unpause_each(client, targets, journal.manager, parallel, outcome, unpaused)
     return outcome
 
 
@@ -70,17 +79,18 @@ def _unpause_each(
     manager: str,
     parallel: int,
     outcome: UnpauseOutcome,
-    unpaused: Callable[[int], None] = lambda k: None,
+    unpaused: Callable[[int, KubeObject | None], None] = lambda k, answer: None,
 ) -> None:
-    """Unpause the targets `parallel` at a time, counting each in `outcome`; `unpaused(k)` after the k-th is."""
+    """Unpause the targets `parallel` at a time, counting each in `outcome`; `unpaused(k, answer)` after the k-th is
+    (answer: the object as its unpause left it, None when there was nothing to unpause)."""
 
     def one(k: int) -> str:
         rt, ns, name = targets[k]
         try:
-            unpause_one(client, rt, ns, name, manager)
+            answer = unpause_one(client, rt, ns, name, manager)
         except StatusVaultError as e:
             return f"{display(rt.qualified, ns, name)}: {e}"
-        unpaused(k)
+        unpaused(k, answer)
         return ""
 
     with ThreadPoolExecutor(max(1, parallel), thread_name_prefix="unpause") as pool:
@@ -91,16 +101,17 @@ def _unpause_each(
                 outcome.unpaused += 1
 
 
-def unpause_one(client: KubeApi, rt: ResourceType, namespace: str, name: str, manager: str) -> None:
-    """Remove our marker and record with a patch guarded by resourceVersion; a lost race re-reads and retries."""
+def unpause_one(client: KubeApi, rt: ResourceType, namespace: str, name: str, manager: str) -> KubeObject | None:
+    """Remove our marker and record with a patch guarded by resourceVersion; a lost race re-reads and retries.
+    Returns the object as the unpause left it (None: deleted, or unpaused already)."""
     ns = namespace or None
     for _ in range(ATTEMPTS):
         live = client.get(rt, ns, name)
         if live is None:
-            return  # deleted since: nothing is paused any more
+            return None  # deleted since: nothing is paused any more
         patch = unpause_patch(live)
         if patch is None:
-            return  # unpaused already (an earlier run, or by hand)
+            return None  # unpaused already (an earlier run, or by hand)
         try:
             answer = client.patch(rt, ns, name, patch, JSON_PATCH, manager=manager)
         except (Conflict, Invalid):  # changed since it was read: read it again
@@ -110,7 +121,7 @@ def unpause_one(client: KubeApi, rt: ResourceType, namespace: str, name: str, ma
         if still_paused(live, answer):
             _keep_record(client, rt, ns, name, live, manager)
             raise StatusVaultError("the server answered the unpause with the marker still on (a mutating webhook?)")
-        return
+        return answer
     raise StatusVaultError("could not unpause: it kept changing under other writers")
 
 

@@ -3,7 +3,9 @@ looked up, whatever this run or an earlier run of it did, and the verdict counts
 
 An object is short when it is not on the cluster, when no run of this restore has written its saved status (the
 journal keeps no mark of it: it failed, was never reached, or was found without it), or when its status is not the
-one the restore's status write left (another writer wrote it since). The cost is the settle check's: one
+one the restore's status write left (another writer wrote it since). An object the restore paused is judged when it
+is handed back to its operator: unpaused with its saved status on, its status is its operator's from then on
+(quiet/unpause.py), and the audit only checks that it is there. The cost is the settle check's: one
 metadata-only LIST per resource and namespace, then a whole read of only the objects whose resourceVersion moved on
 since the restore's write (restore/results/settle.py). What it finds short is taken out of the journal's done
 objects, so the same command writes it again; the journal is kept until an audit finds nothing short."""
@@ -20,7 +22,7 @@ from statusvault.kube.api import KubeApi
 from statusvault.model import ResourceType, display, writes_status
 from statusvault.restore.planning.plan import RestorePlan
 from statusvault.restore.results.settle import Overwritten, compare_marks, listed, status_writers_since
-from statusvault.restore.running.journal import Journal
+from statusvault.restore.running.journal import HANDED_OVER, Journal
 
 log = logging.getLogger(__name__)
 NAMED = 20  # objects the audit names; the rest are counted
@@ -83,8 +85,9 @@ def audit(client: KubeApi, served: Served, plan: RestorePlan, journal: Journal) 
         if rt is None:
             continue
         live = listed(client, rt, namespace, {r.name for r in group})
-        marks = {r.name: r.mark for r in scoped if r.mark}
+        marks = {r.name: r.mark for r in scoped if r.mark and r.mark != HANDED_OVER}
         gone, again = compare_marks(client, rt, namespace, marks, journal.manager, out.overwritten, live)
+        gone |= {r.name for r in scoped if r.mark == HANDED_OVER and r.name not in live}
         unmarked = [r.name for r in scoped if r.done and not r.mark]  # an older release's journal
         gone |= _unmarked(client, rt, namespace, unmarked, journal.manager, out.overwritten, again)
         for name in sorted(gone):

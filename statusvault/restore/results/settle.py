@@ -28,6 +28,7 @@ from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject, ResourceType, display, writes_status
 from statusvault.restore.quiet.pausemarkers import RECORD
+from statusvault.restore.running.journal import HANDED_OVER
 
 SETTLE_SECONDS = 2.0  # the default wait before looking (--settle-seconds; 0: do not look)
 SETTLE_ENV = "STATUSVAULT_SETTLE_SECONDS"  # the same for every restore of a process: CLI, controller, move
@@ -65,6 +66,11 @@ class Overwritten:
 def status_digest(status: Any) -> str:
     """What a status write left, as the server answered it: compared with the object read again later."""
     return hashlib.sha256(orjson.dumps(status, option=orjson.OPT_SORT_KEYS)).hexdigest()[:_DIGEST]
+
+
+def still_as_written(mark: str, answer: Mapping[str, Any]) -> bool:
+    """Whether an object read (or answered) now still has the status its status write left (`mark`)."""
+    return len(mark) > _DIGEST and mark != HANDED_OVER and status_digest(answer.get("status")) == mark[:_DIGEST]
 
 
 def write_mark(answer: Mapping[str, Any]) -> str:

@@ -36,6 +36,10 @@ DONE_BATCH = 256
 DONE_EVERY = 0.2  # seconds
 
 
+# The mark of an object handed over to its operator: unpaused by the restore with its saved status still on. From then
+# on its status is its operator's to write (that is what the pause was for), so the audit only looks it up.
+HANDED_OVER = "handed-over"
+
 MANAGER_PREFIX = "statusvault-restore-"  # every restore's field manager, in every release since 0.1
 
 
@@ -178,8 +182,23 @@ class Journal:
         """Before the create that pauses it: a run killed right after still knows to unpause it."""
         self._write("INSERT OR IGNORE INTO paused VALUES (?)", (item.seq,))
 
-    def mark_unpaused(self, item: PlanItem) -> None:
+    def mark_unpaused(self, item: PlanItem, handed_over: bool = False) -> None:
+        """handed_over: unpaused with the status this restore wrote still on; its mark says so from then on (the
+        audit leaves its status to its operator: HANDED_OVER)."""
         self._write("DELETE FROM paused WHERE seq = ?", (item.seq,))
+        if handed_over:
+            self._write("UPDATE marks SET mark = ? WHERE seq = ?", (HANDED_OVER, item.seq))
+
+    def marks_of(self, seqs: list[int]) -> dict[int, str]:
+        """The marks of these objects' status writes (settle.write_mark), those there are."""
+        self.flush()
+        out: dict[int, str] = {}
+        with self._db_lock:
+            for start in range(0, len(seqs), 500):
+                chunk = seqs[start : start + 500]
+                query = f"SELECT seq, mark FROM marks WHERE seq IN ({', '.join('?' * len(chunk))})"
+                out.update(self._db.execute(query, chunk).fetchall())
+        return out
 
     def mark_gate(self, group: int, outcome: str, waited: float) -> None:
         """The gate after `group` is behind this restore (passed, or timed out with onTimeout continue)."""
