@@ -12,7 +12,7 @@ XDIST := -n $(TEST_WORKERS) --dist loadgroup
 # PYTHONDONTWRITEBYTECODE set (as on these machines) each worker, each run, rewrites them all again (about 4 s).
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 
-.PHONY: install cluster-bin kube136-bin apiext-bin s3-bin operators-bin operators-report test test-all unit lint demo bench cluster-up cluster-down clean docs
+.PHONY: install cluster-bin kube136-bin apiext-bin s3-bin operators-bin operators-report kubectl-bin test test-all unit lint demo bench cluster-up cluster-down clean docs
 
 install: $(STAMP)
 
@@ -49,6 +49,11 @@ apiext-bin: $(STAMP)
 s3-bin: $(STAMP)
 	@$(PY) -m statusvault.testing.s3server build >/dev/null
 
+# kubectl 1.36 (statusvault/testing/kubectl136/), built from the Go module proxy once per machine (a minute or two)
+# into the same cache: tests/integration/test_tutorial.py types docs/tutorial.md's commands with it.
+kubectl-bin: $(STAMP)
+	@$(PY) -m statusvault.testing.kubectl build >/dev/null
+
 # Flux's source-controller and kustomize-controller (v1.9.6), built from the Go module proxy once per machine (a few
 # minutes on 2 cores) into the same cache: tests/integration/test_operator_*.py run the real operators.
 operators-bin: $(STAMP)
@@ -59,11 +64,11 @@ operators-report: cluster-bin kube136-bin operators-bin
 	$(PYTEST) -s -q -p no:cacheprovider tests/integration/test_operator_flux.py
 
 # Every behaviour on Kubernetes 1.36, and on 1.20 (and the CRD-only server) what differs by version (docs/testing.md).
-test: cluster-bin kube136-bin apiext-bin s3-bin operators-bin
+test: cluster-bin kube136-bin apiext-bin s3-bin operators-bin kubectl-bin
 	$(PYTEST) $(XDIST) $(PYTEST_ARGS)
 
 # The full matrix: every integration test on both control planes.
-test-all: cluster-bin kube136-bin apiext-bin s3-bin operators-bin
+test-all: cluster-bin kube136-bin apiext-bin s3-bin operators-bin kubectl-bin
 	STATUSVAULT_TEST_ALL=1 $(PYTEST) $(XDIST) $(PYTEST_ARGS)
 
 # The tests that need no cluster (everything not marked `integration`), on both cores.

@@ -33,7 +33,7 @@ from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import Request
 from statusvault.model import KubeObject
 from statusvault.testing.cluster import cache_dir, kubeconfig_yaml
-from statusvault.testing.controlplane import alive, free_ports, terminate
+from statusvault.testing.controlplane import free_ports, terminate
 from statusvault.testing.fixtures import ensure_namespace, install_crds, read_docs
 
 
@@ -135,13 +135,12 @@ class Flux:
             raise
         return flux
 
-    def install(self) -> Discovery:
+    def install(self) -> None:
         """Flux's CRDs, its namespace, and for each controller a ServiceAccount with its release's ClusterRole. The
         kustomize-controller is also bound to cluster-admin, as Flux's install binds it ("cluster-reconciler"): it
         applies whatever its sources hold."""
-        discovery = install_crds(
-            self.admin, [d for p in sorted((self.root / "crds").glob("*.yaml")) for d in read_docs(p)]
-        )
+        crds = [doc for path in sorted((self.root / "crds").glob("*.yaml")) for doc in read_docs(path)]
+        install_crds(self.admin, crds)
         ensure_namespace(self.admin, self.NAMESPACE)
         for controller in FLUX:
             (role,) = read_docs(self.root / "rbac" / f"{controller.name}.yaml")
@@ -154,7 +153,6 @@ class Flux:
                 *(_binding(f"flux-{controller.name}-{r}", r, controller.name, self.NAMESPACE) for r in roles),
             ]  # fmt: skip
             apply_docs(self.admin, discover(self.admin), docs)
-        return discovery
 
     def run(self) -> None:
         storage, *ports = free_ports(5)
@@ -229,9 +227,6 @@ class Flux:
             with contextlib.suppress(OSError):
                 tails.append(f"{n}: " + "\n".join((self.workdir / f"{n}.log").read_text().splitlines()[-lines:]))
         return "\n".join(tails)
-
-    def running(self) -> bool:
-        return bool(self.processes) and all(alive(p.pid) for p in self.processes.values())
 
     def stop(self) -> None:
         for process in self.processes.values():
