@@ -40,3 +40,20 @@ def test_a_writer_that_took_every_status_field_over_is_named_and_none_is_nothing
     untouched = {"managedFields": [entry(ME, "05"), entry("gitops", "09", status=False, spec=True)]}
     assert status_writers_since(untouched, ME) == []
     assert status_writers_since({}, ME) == []
+
+
+def test_a_status_is_as_written_whatever_its_conditions_say_but_not_when_its_state_changed():
+    """Conditions are the operator's observations (a paused Cluster API object records Paused there); the rest is
+    the state a restore brought back."""
+    from statusvault.restore.results.settle import still_as_written, write_mark
+
+    saved = {"status": {"providerID": "in-memory://m-1", "conditions": [{"type": "Ready", "status": "True"}],
+                        "deprecated": {"v1beta1": {"conditions": [{"type": "Ready", "status": "True"}]}}},
+             "metadata": {"resourceVersion": "7"}}  # fmt: skip
+    mark = write_mark(saved)
+    paused = {"status": {"providerID": "in-memory://m-1", "conditions": [{"type": "Paused", "status": "True"}],
+                         "deprecated": {"v1beta1": {"conditions": []}}}}  # fmt: skip
+    assert still_as_written(mark, paused)
+    assert not still_as_written(mark, {"status": {**paused["status"], "providerID": "in-memory://m-2"}})
+    assert not still_as_written(mark, {"status": {"conditions": paused["status"]["conditions"]}})
+    assert not still_as_written("handed-over", saved), "a mark handed over is compared with nothing"

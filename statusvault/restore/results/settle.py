@@ -64,8 +64,19 @@ class Overwritten:
 
 
 def status_digest(status: Any) -> str:
-    """What a status write left, as the server answered it: compared with the object read again later."""
-    return hashlib.sha256(orjson.dumps(status, option=orjson.OPT_SORT_KEYS)).hexdigest()[:_DIGEST]
+    """What a status write left, as the server answered it: compared with the object read again later. Condition
+    lists are left out (a `conditions` list at any depth): they are what the operator observes now, which it
+    rewrites as it pleases, a paused one too (Cluster API records Paused there). The state a restore brings back,
+    which the operator cannot recompute, is the rest."""
+    return hashlib.sha256(orjson.dumps(_without_conditions(status), option=orjson.OPT_SORT_KEYS)).hexdigest()[:_DIGEST]
+
+
+def _without_conditions(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_conditions(v) for k, v in value.items() if not (k == "conditions" and isinstance(v, list))}
+    if isinstance(value, list):
+        return [_without_conditions(v) for v in value]
+    return value
 
 
 def still_as_written(mark: str, answer: Mapping[str, Any]) -> bool:
