@@ -54,14 +54,16 @@ s3-bin: $(STAMP)
 kubectl-bin: $(STAMP)
 	@$(PY) -m statusvault.testing.kubectl build >/dev/null
 
-# Flux's source-controller and kustomize-controller (v1.9.6), built from the Go module proxy once per machine (a few
-# minutes on 2 cores) into the same cache: tests/integration/test_operator_*.py run the real operators.
+# Flux's source-controller and kustomize-controller (v1.9.6) and Cluster API's managers (v1.13.6, with the in-memory
+# infrastructure provider), built from the Go module proxy once per machine into the same cache:
+# tests/integration/test_operator_*.py run the real operators.
 operators-bin: $(STAMP)
 	@$(PY) -m statusvault.testing.operators build >/dev/null
+	@$(PY) -m statusvault.testing.capi build >/dev/null
 
 # The real operators' scenarios alone, printing what each operator redid after each kind of restore (docs/operators.md).
 operators-report: cluster-bin kube136-bin operators-bin
-	$(PYTEST) -s -q -p no:cacheprovider tests/integration/test_operator_flux.py
+	$(PYTEST) -s -q -p no:cacheprovider tests/integration/test_operator_flux.py tests/integration/test_operator_capi.py
 
 # Every behaviour on Kubernetes 1.36, and on 1.20 (and the CRD-only server) what differs by version (docs/testing.md).
 test: cluster-bin kube136-bin apiext-bin s3-bin operators-bin kubectl-bin

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from statusvault.errors import KubeApiError
 from statusvault.kube.client import KubeClient
@@ -109,7 +109,41 @@ def _build(go: str, controller: GoController, root: Path) -> None:
         shutil.move(out, root / "bin" / controller.name)
 
 
-class Flux:
+class Processes:
+    """Operator processes a test started, each logging to a file in a temporary directory of its own; `stop()`
+    ends them all and removes the directory."""
+
+    def __init__(self, prefix: str):
+        self._tmp = tempfile.TemporaryDirectory(prefix=prefix)
+        self.workdir = Path(self._tmp.name)
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - the process holds it
+        self.processes[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def log_tail(self, name: str = "", lines: int = 15) -> str:
+        """The last lines of one process's log (every process's, without a name): for a failure's message."""
+        tails = []
+        for n in [name] if name else list(self.processes):
+            with contextlib.suppress(OSError):
+                tails.append(f"{n}: " + "\n".join((self.workdir / f"{n}.log").read_text().splitlines()[-lines:]))
+        return "\n".join(tails)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            terminate(process.pid)
+        self.processes.clear()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class Flux(Processes):
     """source-controller and kustomize-controller running against one control plane, in namespace flux-system:
     `Flux.start(kubeconfig)` installs what they need and returns once both are reconciling; `stop()` ends them
     (their CRDs and objects stay, as when a cluster's operators are gone)."""
@@ -117,10 +151,8 @@ class Flux:
     NAMESPACE = "flux-system"
 
     def __init__(self, admin: KubeClient, root: Path):
+        super().__init__("statusvault-flux-")
         self.admin, self.root = admin, root
-        self._tmp = tempfile.TemporaryDirectory(prefix="statusvault-flux-")
-        self.workdir = Path(self._tmp.name)
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.storage_port = 0
 
     @classmethod
@@ -173,9 +205,8 @@ class Flux:
                 str(self.root / "bin" / controller.name), *extra, "--enable-leader-election=false",
                 f"--metrics-addr=127.0.0.1:{metrics}", f"--health-addr=127.0.0.1:{health}", "--log-encoding=json",
             ]  # fmt: skip
-            log = open(self.workdir / f"{controller.name}.log", "ab")  # noqa: SIM115 - the process holds it
             env = {**os.environ, "KUBECONFIG": str(kubeconfig), "RUNTIME_NAMESPACE": self.NAMESPACE}
-            self.processes[controller.name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.spawn(controller.name, argv, env)
             self._wait_healthy(controller.name, health)
 
     def _token(self, account: str) -> str:
@@ -219,26 +250,6 @@ class Flux:
         for probe in reversed(probes):
             delete_doc(self.admin, discovery, probe)
         wait_for(lambda: all(get_doc(self.admin, discovery, p) is None for p in probes), timeout, "probes deleted")
-
-    def log_tail(self, name: str = "", lines: int = 15) -> str:
-        names = [name] if name else list(self.processes)
-        tails = []
-        for n in names:
-            with contextlib.suppress(OSError):
-                tails.append(f"{n}: " + "\n".join((self.workdir / f"{n}.log").read_text().splitlines()[-lines:]))
-        return "\n".join(tails)
-
-    def stop(self) -> None:
-        for process in self.processes.values():
-            terminate(process.pid)
-        self.processes.clear()
-        self._tmp.cleanup()
-
-    def __enter__(self) -> Flux:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop()
 
 
 def _binding(name: str, role: str, account: str, namespace: str) -> KubeObject:

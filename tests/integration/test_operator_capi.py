@@ -1,0 +1,183 @@
+"""Cluster API, the real controllers, after a disaster: does it find its Machines and redo nothing?
+
+A Machine's provider ID and node reference, and its infrastructure machine's state, are what tell Cluster API that a
+machine exists. The scenario: a workload cluster on the in-memory backend (a control plane of 1, a MachineDeployment
+of 3) reaches a steady state on a control plane of its own, and its namespace is backed up with the documented
+command (encrypted: it holds the cluster's CA and kubeconfig Secrets). That control plane is lost. A fresh one is
+bootstrapped with Cluster API running, the restore runs paused with `--order cluster-api`, and the test counts what
+Cluster API did with the Machines once it had them back: recreated, deleted, or left alone.
+
+- statusvault: every Machine kept (same names and provider IDs), none recreated or deleted, nothing left paused,
+  exit 0.
+- The comparison, the same restore without status: its counts are recorded, not held to a number.
+docs/operators.md has the table; `make operators-report` prints the counts.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from statusvault.errors import ExitStatus
+from statusvault.kube.client import KubeClient
+from statusvault.kube.discovery import discover
+from statusvault.kube.transport import load_transport
+from statusvault.testing.capi import ClusterAPI
+from statusvault.testing.cluster import LocalCluster
+from statusvault.testing.fixtures import FIXTURES, read_docs
+from statusvault.testing.operators import apply_docs, condition, wait_for
+
+pytestmark = pytest.mark.current_only("Cluster API v1.13 is built against the current Kubernetes (client-go 1.35+)")
+
+NS = "capi-test"
+WORKLOAD = FIXTURES / "operators" / "capi-inmemory.yaml"
+CONTROL_PLANE, WORKERS = 1, 3
+CAPI_TYPES = (
+    "clusters.cluster.x-k8s.io", "machinedeployments.cluster.x-k8s.io", "machinesets.cluster.x-k8s.io",
+    "machines.cluster.x-k8s.io", "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io",
+    "kubeadmconfigs.bootstrap.cluster.x-k8s.io", "kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io",
+    "devclusters.infrastructure.cluster.x-k8s.io", "devmachines.infrastructure.cluster.x-k8s.io",
+    "devmachinetemplates.infrastructure.cluster.x-k8s.io",
+)  # fmt: skip
+PAUSED = "cluster.x-k8s.io/paused"
+OBSERVED = 15  # seconds Cluster API runs on after the workload cluster is steady and reconciled, before the count
+
+
+def listed(kube: KubeClient, qualified: str) -> list[dict[str, Any]]:
+    rt = discover(kube).by_qualified(qualified)
+    assert rt is not None, qualified
+    return [o for page in kube.list_pages(rt, NS) for o in page]
+
+
+def steady(kube: KubeClient) -> bool:
+    """Every Machine Running with a provider ID and a node, the control plane and the workers ready."""
+    machines = listed(kube, "machines.cluster.x-k8s.io")
+    running = [
+        m for m in machines
+        if (m.get("status") or {}).get("phase") == "Running" and (m.get("spec") or {}).get("providerID")
+        and (m.get("status") or {}).get("nodeRef") and not m["metadata"].get("deletionTimestamp")
+    ]  # fmt: skip
+    kcps = listed(kube, "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io")
+    mds = listed(kube, "machinedeployments.cluster.x-k8s.io")
+    return (
+        len(machines) == len(running) == CONTROL_PLANE + WORKERS
+        and all((k.get("status") or {}).get("readyReplicas") == CONTROL_PLANE for k in kcps)
+        and all((condition(k, "Available") or {}).get("status") == "True" for k in kcps)
+        and all((d.get("status") or {}).get("readyReplicas") == WORKERS for d in mds)
+        and bool(kcps and mds)
+    )
+
+
+def reconciled(kube: KubeClient) -> bool:
+    """Cluster API has reconciled every object of the restore since it got it back: each status that records an
+    observedGeneration records the object's own (a restored status carries the old object's, a higher one)."""
+    for qualified in CAPI_TYPES:
+        for o in listed(kube, qualified):
+            seen = (o.get("status") or {}).get("observedGeneration")
+            if seen is not None and seen != o["metadata"].get("generation"):
+                return False
+    return True
+
+
+def machines(kube: KubeClient) -> dict[str, str]:
+    """Each Machine and infrastructure machine: kind/name -> provider ID (infrastructure: its own name)."""
+    out = {f"Machine/{m['metadata']['name']}": str((m.get("spec") or {}).get("providerID") or "")
+           for m in listed(kube, "machines.cluster.x-k8s.io")}  # fmt: skip
+    out |= {
+        f"DevMachine/{m['metadata']['name']}": "" for m in listed(kube, "devmachines.infrastructure.cluster.x-k8s.io")
+    }
+    return out
+
+
+def paused(kube: KubeClient) -> int:
+    count = sum(1 for c in listed(kube, "clusters.cluster.x-k8s.io") if (c.get("spec") or {}).get("paused"))
+    for qualified in CAPI_TYPES:
+        count += sum(1 for o in listed(kube, qualified) if PAUSED in (o["metadata"].get("annotations") or {}))
+    return count
+
+
+@pytest.fixture(scope="module")
+def capi_backup(tmp_path_factory) -> Iterator[dict[str, Any]]:
+    """The workload cluster steady on a control plane of its own, backed up encrypted; then that control plane is
+    gone."""
+    from statusvault.cli import main
+
+    work = tmp_path_factory.mktemp("capi")
+    key = work / "backup.key"
+    key.write_text(base64.b64encode(os.urandom(32)).decode())
+    store = work / "store"
+    with LocalCluster.start(version="1.36") as plane:
+        kube = KubeClient(load_transport(str(plane.kubeconfig)))
+        with ClusterAPI.start(kube, plane.kubeconfig) as capi:
+            apply_docs(kube, discover(kube), read_docs(WORKLOAD))
+            wait_for(lambda: steady(kube), 300, "the workload cluster steady", capi.log_tail, every=2)
+            before = machines(kube)
+            code = main(["--kubeconfig", str(plane.kubeconfig), "backup", "capi", "--storage", str(store),
+                         "--namespace", NS, "--encryption-key-file", str(key)])  # fmt: skip
+            assert code == ExitStatus.SUCCESS
+    yield {"store": store, "key": key, "before": before}
+
+
+def disaster_restore(capi_backup: dict[str, Any], options: list[str]) -> dict[str, Any]:
+    """A fresh control plane with Cluster API running (a bootstrap-first rebuild), the paused restore with
+    `options`, then up to 3 minutes for Cluster API to have reconciled every object and the workload cluster to be
+    steady again, and 15 seconds more: what Cluster API did."""
+    from statusvault.cli import main
+
+    with LocalCluster.start(version="1.36") as plane:
+        kube = KubeClient(load_transport(str(plane.kubeconfig)))
+        with ClusterAPI.start(kube, plane.kubeconfig) as capi:
+            started = time.monotonic()
+            code = main(["--kubeconfig", str(plane.kubeconfig), "restore", "capi",
+                         "--storage", str(capi_backup["store"]), "--encryption-key-file", str(capi_backup["key"]),
+                         "--order", "cluster-api", "--pause", "auto",
+                         "--include-resources", ",".join([*CAPI_TYPES, "secrets"]),
+                         "--allow-privileged-resources", "secrets", "-o", "json", *options])  # fmt: skip
+            restored = time.monotonic() - started
+            try:
+                wait_for(lambda: reconciled(kube) and steady(kube), 180, "steady again", capi.log_tail, every=2)
+                settled: float | None = time.monotonic() - started
+                time.sleep(OBSERVED)  # what Cluster API does next, with everything reconciled once, counts too
+                settled = settled if steady(kube) else None
+            except TimeoutError:
+                settled = None
+            after = machines(kube)
+            left_paused = paused(kube)
+    before = capi_backup["before"]
+    return {
+        "exitCode": int(code),
+        "machines": len(before),
+        "recreated": len(set(after) - set(before)),
+        "deleted": len(set(before) - set(after)),
+        "providerIDsChanged": sum(1 for k in before if k in after and after[k] != before[k]),
+        "leftPaused": left_paused,
+        "restoreSeconds": round(restored, 1),
+        "steadyAfterSeconds": round(settled, 1) if settled is not None else None,
+    }
+
+
+def record(request: pytest.FixtureRequest, variant: str, counts: dict[str, Any]) -> None:
+    request.config.cache.set(f"statusvault/operators/capi/{variant}", counts)
+    print(f"cluster-api {variant}: {json.dumps(counts)}")
+
+
+def test_a_paused_restore_gives_cluster_api_its_machines_and_it_recreates_none(capi_backup, request):
+    counts = disaster_restore(capi_backup, [])
+    record(request, "statusvault-paused", counts)
+    assert counts["exitCode"] == ExitStatus.SUCCESS
+    assert counts["steadyAfterSeconds"] is not None, "the workload cluster is steady again"
+    assert (counts["recreated"], counts["deleted"], counts["providerIDsChanged"], counts["leftPaused"]) == (0, 0, 0, 0)
+
+
+def test_without_status_cluster_api_is_counted(capi_backup, request):
+    """The comparison, Velero's default: recorded, not held to a number."""
+    counts = disaster_restore(capi_backup, ["--no-status"])
+    record(request, "no-status", counts)
+    assert counts["machines"] == 2 * (CONTROL_PLANE + WORKERS), "each Machine with its infrastructure machine"
+    assert counts["exitCode"] in (ExitStatus.SUCCESS, ExitStatus.PARTIAL_FAILURE)
