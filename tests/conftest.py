@@ -57,13 +57,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _worker_group(item: pytest.Item) -> str:
     """The tests that must share a worker (its servers): those of 1.20, and of the CRD-only server, each on one
-    worker (one such server started instead of one per worker: the suite is CPU-bound on 2 cores), and those of
-    a module that starts a second control plane (`target`)."""
+    worker (one such server started instead of one per worker: the suite is CPU-bound on 2 cores), those of
+    a module that starts a second control plane (`target`), and those of a module that runs a real operator (its
+    steady state, set up once per module, is minutes of work)."""
     version = item.callspec.params.get("kube_version", "") if hasattr(item, "callspec") else ""
     if version and version != CURRENT:
         return f"kube-{version}"
     if "target" in getattr(item, "fixturenames", ()):
         return f"{item.module.__name__}-{version}"
+    if item.module.__name__.rpartition(".")[2].startswith("test_operator_"):  # one operator set-up per module
+        return item.module.__name__
     return ""
 
 

@@ -167,6 +167,7 @@ def record(request: pytest.FixtureRequest, variant: str, counts: dict[str, Any])
     print(f"cluster-api {variant}: {json.dumps(counts)}")
 
 
+@pytest.mark.timeout(900)  # a control plane, four managers and a workload cluster, on a loaded machine
 def test_a_paused_restore_gives_cluster_api_its_machines_and_it_recreates_none(capi_backup, request):
     counts = disaster_restore(capi_backup, [])
     record(request, "statusvault-paused", counts)
@@ -175,6 +176,7 @@ def test_a_paused_restore_gives_cluster_api_its_machines_and_it_recreates_none(c
     assert (counts["recreated"], counts["deleted"], counts["providerIDsChanged"], counts["leftPaused"]) == (0, 0, 0, 0)
 
 
+@pytest.mark.timeout(900)
 def test_without_status_cluster_api_is_counted(capi_backup, request):
     """The comparison, Velero's default: recorded, not held to a number."""
     counts = disaster_restore(capi_backup, ["--no-status"])

@@ -158,7 +158,7 @@ def flux_backup(tmp_path_factory, s3_endpoint, cluster) -> Iterator[dict[str, An
         ensure_namespace(kube, APPS)
         with Flux.start(kube) as flux:
             apply_docs(kube, discover(kube), flux_objects(s3_endpoint, bucket))
-            wait_for(lambda: applied(kube) and len(app_state(kube)) == OBJECTS, 180, "Flux applied", flux.log_tail)
+            wait_for(lambda: applied(kube) and len(app_state(kube)) == OBJECTS, 400, "Flux applied", flux.log_tail)
             assert inventory_size(kube) == OBJECTS
             code = main(["--kubeconfig", str(plane.kubeconfig), "backup", "flux", "--storage", str(store),
                          "--namespace", f"{Flux.NAMESPACE},{APPS}"])  # fmt: skip
@@ -195,7 +195,7 @@ def disaster_restore(flux_backup: dict[str, Any], options: list[str], flux_first
             assert set(restored) >= names(set(range(OBJECTS)) - DROPPED)
             inventory = None if flux else inventory_size(kube)
             flux = flux or Flux.start(kube)
-            wait_for(lambda: applied(kube), 180, "Flux applied the source's revision", flux.log_tail)
+            wait_for(lambda: applied(kube), 400, "Flux applied the source's revision", flux.log_tail)
             after = app_state(kube)
         finally:
             if flux:
@@ -218,6 +218,7 @@ def record(request: pytest.FixtureRequest, variant: str, counts: dict[str, Any])
         print(f"flux {variant}: {json.dumps(counts)}")
 
 
+@pytest.mark.timeout(900)
 def test_a_statusvault_restore_gives_flux_its_inventory_and_flux_prunes_what_the_source_dropped(
     flux_backup, request, capsys
 ):
@@ -227,6 +228,7 @@ def test_a_statusvault_restore_gives_flux_its_inventory_and_flux_prunes_what_the
                       "rewritten": 0, "missing": 0}  # fmt: skip
 
 
+@pytest.mark.timeout(900)  # a control plane and Flux, on a loaded machine
 def test_flux_running_during_a_paused_restore_redoes_nothing(flux_backup, request, capsys):
     """Flux prunes the 10 objects only from the restored inventory, which it first saw when it was unpaused."""
     counts = disaster_restore(flux_backup, [*RESTORE, "--pause", "auto"], flux_first=True, capsys=capsys)
@@ -235,6 +237,7 @@ def test_flux_running_during_a_paused_restore_redoes_nothing(flux_backup, reques
                       "rewritten": 0, "missing": 0}  # fmt: skip
 
 
+@pytest.mark.timeout(900)
 def test_without_status_flux_loses_track_of_what_it_applied(flux_backup, request, capsys):
     """The comparison: Velero's default, Flux installed first (a restore without status has no saved Ready for the
     sources' gate, which waits for Flux to make them Ready). Flux has no inventory, so the objects the source dropped
