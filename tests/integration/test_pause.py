@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -171,14 +172,7 @@ def test_a_fenced_restore_reads_the_cluster_back_before_its_operator_runs_again(
 ):
     """The operator scaled back reconciles what it finds (observedGeneration): its writes come after the restore's
     read-back, so they are not counted as a race; the restore exits 0 and the operator then takes every object."""
-    ops = unique("ops")
-    ensure_namespace(kube, ops)
-    deployments = discover(kube).resolve("deployments.apps")
-    labels = {"app": "op"}
-    template = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "op:1"}]}}
-    spec = {"replicas": 1, "selector": {"matchLabels": labels}, "template": template}
-    body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "op"}, "spec": spec}
-    kube.create(deployments, ops, body)
+    ops, _ = operator_deployment(kube)
     op = operator(backed_up, f"{ops}/op", observes=True)
     result = run("restore", "b", "--scale-down", f"{ops}/deployment/op", "--settle-seconds", "1", "-o", "json")
     assert result.code == ExitStatus.SUCCESS, result.out[-2000:] + result.err
@@ -271,7 +265,9 @@ def test_an_unpause_the_server_refuses_exits_3_naming_what_stays_paused(
     assert kube.get(instances, backed_up, "db-05")["status"] == saved(5)
 
 
-def test_scale_down_stops_the_operator_instead(run, kube, instances, backed_up, operator):
+def operator_deployment(kube) -> tuple[str, Any]:
+    """A Deployment `op` of 1 replica in a namespace of its own, standing for the operator's pod: (namespace, the
+    deployments resource). The stand-in operator acts only while it is scaled up."""
     ops = unique("ops")
     ensure_namespace(kube, ops)
     deployments = discover(kube).resolve("deployments.apps")
@@ -281,6 +277,11 @@ def test_scale_down_stops_the_operator_instead(run, kube, instances, backed_up, 
     kube.create(
         deployments, ops, {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "op"}, "spec": spec}
     )
+    return ops, deployments
+
+
+def test_scale_down_stops_the_operator_instead(run, kube, instances, backed_up, operator):
+    ops, deployments = operator_deployment(kube)
     op = operator(backed_up, f"{ops}/op")
     result = run("restore", "b", "--scale-down", f"{ops}/deployment/op")
     assert result.code == ExitStatus.SUCCESS, result.err
