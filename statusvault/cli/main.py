@@ -30,6 +30,7 @@ COMMAND_MODULES = {
     "controller": "controller",
     "watch": "watch",
     **dict.fromkeys(("hold", "keys"), "keys"),
+    "version": "version",
 }
 
 
