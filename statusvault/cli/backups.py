@@ -15,6 +15,7 @@ from statusvault.backup import LIST_CONCURRENCY, BackupRequest, backup_with, def
 from statusvault.backup.listers import default_list_processes
 from statusvault.backupstore import BackupStore
 from statusvault.cli.app import App
+from statusvault.cli.completion import complete_backup
 from statusvault.cli.flags import (
     DependencyArgs,
     KeysArgs,
@@ -271,7 +272,7 @@ def list_cmd(app: App, args: ListArgs) -> None:
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_backup)
 @storage_options
 @FROM_VELERO
 @output_option
@@ -372,7 +373,7 @@ def _protection(data: dict[str, Any]) -> list[str]:
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_backup)
 @storage_options
 @keys_options
 @verify_options
@@ -457,7 +458,7 @@ def _verify_velero(store: ObjectStore, source: str, output: OutputFormat) -> Non
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_backup)
 @click.option(
     "-f",
     "--file",
@@ -481,7 +482,7 @@ def download(app: App, args: DownloadArgs) -> None:
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_backup)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @storage_options
 @output_option

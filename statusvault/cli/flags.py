@@ -133,7 +133,8 @@ class DryRunMode(click.ParamType[DryRun]):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> DryRun:
         if value == _BARE:
-            click.echo("warning: --dry-run without a value is deprecated: give --dry-run=client", err=True)
+            if not (ctx and ctx.resilient_parsing):  # not on every TAB press of shell completion
+                click.echo("warning: --dry-run without a value is deprecated: give --dry-run=client", err=True)
             value = DryRun.CLIENT
         if value not in self.modes:
             self.fail(f"{value!r} is not one of {', '.join(self.modes)}", param, ctx)

@@ -11,6 +11,7 @@ from statusvault.archive import signing
 from statusvault.backupstore import BackupStore
 from statusvault.cli.app import App
 from statusvault.cli.backups import StoredArgs
+from statusvault.cli.completion import complete_backup
 from statusvault.cli.flags import StorageArgs, kek_of, output_option, pass_args, storage_options
 from statusvault.cli.output import OutputFormat, emit, table
 from statusvault.errors import ConfigError, PartialFailure
@@ -45,7 +46,7 @@ def _set_hold(app: App, args: HoldArgs, on: bool) -> None:
 
 
 @hold.command("set")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_backup)
 @storage_options
 @output_option
 @pass_args(HoldArgs)
@@ -56,7 +57,7 @@ def hold_set(app: App, args: HoldArgs) -> None:
 
 
 @hold.command("release")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_backup)
 @storage_options
 @output_option
 @pass_args(HoldArgs)
@@ -71,7 +72,7 @@ def keys_group() -> None:
 
 
 @keys_group.command("rotate")
-@click.argument("names", nargs=-1, metavar="[BACKUP]...")
+@click.argument("names", nargs=-1, metavar="[BACKUP]...", shell_complete=complete_backup)
 @click.option("--from", "old", required=True, metavar="KEY", help="The key that opens the backups now: a key "
               "file's path, or kms:ID|ARN|alias/NAME.")  # fmt: skip
 @click.option("--to", "new", required=True, metavar="KEY", help="The key to wrap their data keys by as well.")

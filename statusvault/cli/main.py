@@ -11,6 +11,7 @@ import click
 
 from statusvault import installed_version
 from statusvault.cli.app import App
+from statusvault.cli.completion import COMPLETE_VAR, CobraComplete
 from statusvault.cli.flags import output_option
 from statusvault.cli.output import OutputFormat, emit, table
 from statusvault.errors import ExitStatus, StatusVaultError
@@ -31,6 +32,7 @@ COMMAND_MODULES = {
     "watch": "watch",
     **dict.fromkeys(("hold", "keys"), "keys"),
     "version": "version",
+    "completion": "completion",
 }
 
 
@@ -155,15 +157,16 @@ def load_commands(module: str) -> list[click.Command]:
     return commands
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; every failure becomes one line on stderr and an ExitStatus."""
+def main(argv: list[str] | None = None, prog_name: str = "statusvault") -> int:
+    """Run the CLI; every failure becomes one line on stderr and an ExitStatus. `prog_name` is what usage lines
+    and help call it (`kubectl statusvault` when kubectl runs it as a plugin)."""
     debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or os.environ.get("STATUSVAULT_DEBUG", "") in (
         "1",
         "true",
         "yes",
     )
     try:
-        cli.main(args=argv, prog_name="statusvault", standalone_mode=False)
+        cli.main(args=argv, prog_name=prog_name, complete_var=COMPLETE_VAR, standalone_mode=False)
     except click.exceptions.Exit as e:
         return int(e.exit_code)
     except click.UsageError as e:
@@ -190,3 +193,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     sys.exit(main())
+
+
+KUBECTL_PROG_NAME = "kubectl statusvault"
+
+
+def kubectl_entry() -> None:
+    """kubectl-statusvault: the CLI as a kubectl plugin (`kubectl statusvault ...`), its help naming it so."""
+    sys.exit(main(prog_name=KUBECTL_PROG_NAME))
+
+
+def kubectl_complete_entry() -> None:
+    """kubectl_complete-statusvault: kubectl 1.26+ runs it to complete `kubectl statusvault ...`."""
+    click.echo(CobraComplete(cli, sys.argv[1:], KUBECTL_PROG_NAME).complete())

@@ -14,6 +14,7 @@ import click
 
 from statusvault.archive.envelope import Keyring
 from statusvault.cli.app import App
+from statusvault.cli.completion import complete_backup
 from statusvault.cli.flags import (
     MetricsArgs,
     SelectionArgs,
@@ -100,7 +101,7 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, TrustedKeysArgs, MetricsArgs):
 
 
 @click.command("restore")
-@click.argument("backup_name", metavar="BACKUP")
+@click.argument("backup_name", metavar="BACKUP", shell_complete=complete_backup)
 @storage_options
 @selection_options
 @cluster_resources_option
