@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.shell_completion import CompletionItem
 
 from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import FileKek, Kek, Keyring
@@ -139,6 +140,9 @@ class DryRunMode(click.ParamType[DryRun]):
         if value not in self.modes:
             self.fail(f"{value!r} is not one of {', '.join(self.modes)}", param, ctx)
         return DryRun(value)
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem[str]]:
+        return [CompletionItem(mode) for mode in self.modes if mode.startswith(incomplete)]
 
 
 def dry_run_option(help: str, modes: tuple[str, ...] = DRY_RUNS) -> Callable[[F], F]:

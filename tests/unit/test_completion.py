@@ -127,6 +127,8 @@ def test_kubectl_plugin_completion_answers_in_cobras_format(store):
     assert answer[0].startswith("restore\tRestore a backup")
     assert cobra("restore", "") == ["nightly-1", "nightly-2", ":4"]
     assert cobra("version", "--output", "") == ["text", "json", "yaml", ":4"]
+    assert cobra("restore", "--dry-run=") == ["none", "client", "server", ":4"], "a command's own modes"
+    assert cobra("prune", "--dry-run=") == ["none", "client", ":4"]
     assert cobra("--kubeconfig", "") == [":0"], "a file name: the shell's own completion (Default)"
     assert cobra() == cobra("")
 
