@@ -12,7 +12,7 @@ XDIST := -n $(TEST_WORKERS) --dist loadgroup
 # PYTHONDONTWRITEBYTECODE set (as on these machines) each worker, each run, rewrites them all again (about 4 s).
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 
-.PHONY: install cluster-bin kube136-bin apiext-bin s3-bin operators-bin operators-report kubectl-bin test test-all unit lint demo bench cluster-up cluster-down clean docs
+.PHONY: install cluster-bin kube136-bin apiext-bin s3-bin operators-bin operators-report kubectl-bin helm-bin test test-all unit lint demo bench cluster-up cluster-down clean docs
 
 install: $(STAMP)
 
@@ -54,6 +54,11 @@ s3-bin: $(STAMP)
 kubectl-bin: $(STAMP)
 	@$(PY) -m statusvault.testing.kubectl build >/dev/null
 
+# helm v3.22.0, built from the Go module proxy once per machine (about 2-3 minutes on 2 cores) into the same cache:
+# tests/integration/test_helm_chart.py lints, renders and installs charts/statusvault/ with it.
+helm-bin: $(STAMP)
+	@$(PY) -m statusvault.testing.helm build >/dev/null
+
 # Flux's source-controller and kustomize-controller (v1.9.6) and Cluster API's managers (v1.13.6, with the in-memory
 # infrastructure provider), built from the Go module proxy once per machine into the same cache:
 # tests/integration/test_operator_*.py run the real operators.
@@ -66,11 +71,11 @@ operators-report: cluster-bin kube136-bin operators-bin
 	$(PYTEST) -s -q -p no:cacheprovider tests/integration/test_operator_flux.py tests/integration/test_operator_capi.py
 
 # Every behaviour on Kubernetes 1.36, and on 1.20 (and the CRD-only server) what differs by version (docs/testing.md).
-test: cluster-bin kube136-bin apiext-bin s3-bin operators-bin kubectl-bin
+test: cluster-bin kube136-bin apiext-bin s3-bin operators-bin kubectl-bin helm-bin
 	$(PYTEST) $(XDIST) $(PYTEST_ARGS)
 
 # The full matrix: every integration test on both control planes.
-test-all: cluster-bin kube136-bin apiext-bin s3-bin operators-bin kubectl-bin
+test-all: cluster-bin kube136-bin apiext-bin s3-bin operators-bin kubectl-bin helm-bin
 	STATUSVAULT_TEST_ALL=1 $(PYTEST) $(XDIST) $(PYTEST_ARGS)
 
 # The tests that need no cluster (everything not marked `integration`), on both cores.
