@@ -103,10 +103,11 @@ def by_identity(manifests: str) -> dict[tuple[str, str, str], dict[str, Any]]:
     return out
 
 
-# --- a. lint ---
+# --- lint ---
 
 
 def test_the_chart_lints_strictly(helm):
+    """As shipped (helm lint reports a `required` value as information, not an error) and with values."""
     for strict in ((), ("--strict",)):
         helm("lint", *strict, str(CHART))
         helm("lint", *strict, str(CHART), "--set", f"storage={STORAGE}", "--set", "schedules[0].name=nightly",
@@ -119,7 +120,7 @@ def test_the_chart_refuses_a_missing_or_local_storage(helm):
     assert "storage" in refused and "s3://" in refused, refused
 
 
-# --- b. no drift from `controller render` ---
+# --- no drift from `controller render` ---
 
 BASE_VALUES: dict[str, Any] = {"storage": STORAGE, "restoreTypes": [KC_TYPE]}
 BASE_ARGS = ("--storage", STORAGE, "--include-resources", "kc")
@@ -197,7 +198,7 @@ def test_the_chart_only_values_land_where_they_belong(helm, tmp_path):
     assert pod["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "50m", "memory": "64Mi"}}
 
 
-# --- c. install, upgrade, uninstall on the real server ---
+# --- install, upgrade, uninstall on the real server ---
 
 
 def wait_gone(kube: KubeClient, rt: ResourceType, ns: str | None, name: str) -> None:
@@ -254,7 +255,7 @@ def test_install_upgrade_and_uninstall(run, kube, crds, cluster, helm, tmp_path,
     delete_namespace(kube, ns)
 
 
-# --- d. the installed ServiceAccount's rights are enough, and no more ---
+# --- the installed ServiceAccount's rights are enough, and no more ---
 
 
 def test_the_installed_controller_account_restores_and_backs_up_and_may_not_grant_itself_more(
