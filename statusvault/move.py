@@ -7,6 +7,7 @@ leave the source paused (or delete what was moved). The same command resumes a m
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -330,7 +331,13 @@ def delete_source(
 ) -> tuple[int, list[str]]:
     """Delete in the source exactly the objects the move backed up (by UID): never one created or replaced
     there since, nor one the target holds as itself (the same UID: the two are one cluster, so the copy is the
-    source). Returns how many were deleted and the objects left alone."""
+    source). Returns how many were deleted and the objects left alone.
+
+    An object's finalizers are its operator's clean-up of what the object manages, which now belongs to the
+    target's copy: they must not run. The source's operator is paused, so they never would, and the object would
+    stay there, terminating, until someone unpaused it and let them run. So a paused object is deleted and then
+    released (its finalizers taken off), as `clusterctl move` does. An object with finalizers the move could not
+    pause is left alone and listed: its operator is live, and a delete would start its clean-up at once."""
     deleted, kept = 0, []
     for rt, obj in _backed_up(source.discover(False), store, name, key):
         meta = obj["metadata"]
@@ -343,8 +350,24 @@ def delete_source(
         if target is not None and _same_object(target, rt, live, mapping or {}):
             kept.append(f"{_display(rt, obj)} (the target holds this very object: source and target are one cluster)")
             continue
-        deleted += _delete_exact(source, live)
+        if live["metadata"].get("finalizers") and RECORD not in (live["metadata"].get("annotations") or {}):
+            kept.append(f"{_display(rt, obj)} (not paused in the source, and its finalizers would have its live "
+                        "operator clean up what the target's copy now manages)")  # fmt: skip
+            continue
+        gone = _delete_exact(source, live)
+        deleted += gone
+        if gone and live["metadata"].get("finalizers"):
+            with contextlib.suppress(NotFound):  # gone already: nothing held it
+                _patch(source.client, rt, live, functools.partial(_release, uid=live["metadata"]["uid"]))
     return deleted, kept
+
+
+def _release(live: KubeObject, uid: str) -> Patch | None:
+    """Take the finalizers off this very object (a test of its UID), which the move has deleted."""
+    meta = live["metadata"]
+    if meta.get("uid") != uid or not meta.get("finalizers"):
+        return None
+    return [{"op": "test", "path": "/metadata/uid", "value": uid}, {"op": "remove", "path": "/metadata/finalizers"}]
 
 
 def _same_object(target: Side, rt: ResourceType, live: KubeObject, mapping: Mapping[str, str]) -> bool:

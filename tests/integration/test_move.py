@@ -17,7 +17,7 @@ from statusvault.errors import ConfigError, ExitStatus
 from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
-from statusvault.kube.transport import load_transport
+from statusvault.kube.transport import MERGE_PATCH, load_transport
 from statusvault.model import Selection
 from statusvault.move import MoveRequest, Side, run_move
 from statusvault.restore.options import RestoreOptions
@@ -314,6 +314,42 @@ def test_delete_source_deletes_exactly_the_objects_moved(kube, cluster, target, 
     moved = discover(target_kube).by_qualified(QUALIFIED)
     assert target_kube.get(moved, ns, "db-01")["status"] == saved(1), "the object moved is the backed-up one"
     report.restore.report.close()
+
+
+def test_delete_source_releases_what_it_paused_and_keeps_what_a_live_operator_would_clean_up(
+    run, kube, cluster, target, moving
+):
+    """A moved object's finalizers are its operator's clean-up of what the target's copy now manages. The move
+    paused the Instances' operator, so their finalizers would never run and the objects would stay terminating:
+    the move deletes and releases them, as clusterctl move does. A type the move cannot pause keeps its operator
+    live, and a delete would start the clean-up: such an object is left in the source and named."""
+    ns = moving
+    instances = discover(kube).by_qualified(QUALIFIED)
+    finalizers = {"metadata": {"finalizers": ["example.com/clean-up"]}}
+    for i in range(N):
+        kube.patch(instances, ns, f"db-{i:02d}", finalizers, MERGE_PATCH)
+    group, kind = f"{unique('fin')}.example.com", unique_kind("Widget")
+    install_crds(kube, [crd(group, kind)])
+    widgets = discover(kube).by_qualified(f"{kind.lower()}s.{group}")
+    for name in ("held", "free"):
+        kube.create(widgets, ns, cr(f"{group}/v1", kind, name, spec={"size": 1}))
+    kube.patch(widgets, ns, "held", finalizers, MERGE_PATCH)
+
+    result = run("move", "--from-kubeconfig", str(cluster.kubeconfig), "--to-kubeconfig", str(target.kubeconfig),
+                 "-n", ns, "--delete-source", "--yes", "-o", "json")  # fmt: skip
+    assert result.code == ExitStatus.SUCCESS, result.out + result.err
+    report = json.loads(result.out)
+
+    assert [o for page in kube.list_pages(instances, ns) for o in page] == [], "gone, not left terminating"
+    left = [o["metadata"] for page in kube.list_pages(widgets, ns) for o in page]
+    assert [(m["name"], m.get("deletionTimestamp")) for m in left] == [("held", None)], "never deleted"
+    assert report["sourceKept"] == [
+        f"{widgets.qualified} {ns}/held (not paused in the source, and its finalizers would have its live operator "
+        "clean up what the target's copy now manages)"
+    ]
+    target_kube = KubeClient(load_transport(str(target.kubeconfig)))
+    moved = discover(target_kube).by_qualified(QUALIFIED)
+    assert [target_kube.get(moved, ns, f"db-{i:02d}")["status"] for i in range(N)] == [saved(i) for i in range(N)]
 
 
 def test_move_with_include_resources_takes_the_crd_the_target_lacks(run, kube, cluster, target, namespace):
