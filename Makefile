@@ -66,9 +66,10 @@ operators-bin: $(STAMP)
 	@$(PY) -m statusvault.testing.operators build >/dev/null
 	@$(PY) -m statusvault.testing.capi build >/dev/null
 
-# The real operators' scenarios alone, printing what each operator redid after each kind of restore (docs/operators.md).
+# The real operators' scenarios alone, with the comparison runs `make test` leaves out (a restore without status,
+# clusterctl move), printing what each operator redid after each kind of restore or move (docs/operators.md).
 operators-report: cluster-bin kube136-bin operators-bin
-	$(PYTEST) -s -q -p no:cacheprovider tests/integration/test_operator_flux.py tests/integration/test_operator_capi.py
+	STATUSVAULT_COMPARISONS=1 $(PYTEST) -s -q -p no:cacheprovider tests/integration/test_operator_flux.py tests/integration/test_operator_capi.py
 
 # Every behaviour on Kubernetes 1.36, and on 1.20 (and the CRD-only server) what differs by version (docs/testing.md).
 test: cluster-bin kube136-bin apiext-bin s3-bin operators-bin kubectl-bin helm-bin

@@ -42,11 +42,17 @@ from tests.builders import unique
 from tests.faultproxy import S3_FAULTS, FaultProxy, s3_faults_on, s3_operation, self_signed
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test under tests/integration/ is marked `integration` (it needs a real server): `-m "not
     integration"` selects the tests that need none. Under `--dist loadgroup`, tests that share servers go to one
-    worker (_worker_group)."""
+    worker (_worker_group). A `comparison` (how another tool or a restore without status does, for the docs'
+    tables) runs only when asked for (STATUSVAULT_COMPARISONS=1: make operators-report, make test-all)."""
     root = Path(__file__).parent / "integration"
+    if not (COMPARISONS or EVERY_VERSION):
+        left_out = [item for item in items if item.get_closest_marker("comparison")]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if not item.get_closest_marker("comparison")]
     for item in items:
         if root in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.integration)
@@ -120,6 +126,7 @@ os.environ["STATUSVAULT_SERVER_WAIT_SECONDS"] = "0"
 CRD_ONLY = "1.36-crd"  # the apiextensions-apiserver 1.36 of tests/integration/crs/ (no core API)
 CURRENT = "1.36"  # the version users run: every integration test runs on it
 EVERY_VERSION = os.environ.get("STATUSVAULT_TEST_ALL") == "1"  # make test-all: every test on every control plane
+COMPARISONS = os.environ.get("STATUSVAULT_COMPARISONS") == "1"  # make operators-report: the docs' comparison runs
 
 
 def servers(metafunc: pytest.Metafunc) -> tuple[str, ...]:

@@ -13,6 +13,14 @@ Running outside a cluster takes:
 - POD_IP=127.0.0.1 for CAPD, whose in-memory workload API servers listen there. CAPD also binds :19000 and ports
   from 20000 (fixed in the release), so one runs per machine at a time: `ClusterAPI.start` holds a file lock.
 
+A move needs Cluster API in two management clusters at once, with every provider's webhooks reachable in both
+(`clusterctl move` and statusvault's create and delete objects on both sides). The one CAPD is the source's: the
+target's `ClusterAPI.start(..., infrastructure_from=source)` runs the other three managers and points its CAPD
+webhook configurations at the source's CAPD (admission webhooks only check what they are sent). Once the move is
+done, `take_infrastructure()` hands CAPD over: the source's stops, the target's starts and serves its webhooks.
+The in-memory provider rebuilds its simulated machines from its objects, as a real provider finds its machines in
+the cloud that both management clusters share.
+
 The managers run with the admin token, not with their release's RBAC (core's role is aggregated from the providers'
 by labels): that part of running as a release does is not reproduced yet.
 
@@ -60,6 +68,10 @@ class Manager:
     flags: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def infrastructure(self) -> bool:
+        return self.module == TEST
+
 
 MANAGERS = (
     Manager("capi-manager", CORE, ".", "config", "cluster-api", False,
@@ -79,15 +91,20 @@ PROVIDERS = (  # what `clusterctl init` records: clusterctl move refuses a clust
 )
 
 
+CLUSTERCTL = "clusterctl"  # from core's ./cmd/clusterctl: the comparison's `clusterctl move`
+
+
 def capi_dir() -> Path:
     return cache_dir() / f"capi-{CORE_VERSION}"
 
 
 def ensure_capi() -> Path:
-    """The directory holding the managers (bin/), their CRDs (crds/NAME/) and webhook configurations (webhooks/),
-    built the first time."""
+    """The directory holding the managers and clusterctl (bin/), the managers' CRDs (crds/NAME/) and webhook
+    configurations (webhooks/), built the first time (what is missing only)."""
     root = capi_dir()
-    if all((root / "bin" / m.name).exists() for m in MANAGERS):
+    builds = [(m.name, m.module, m.package) for m in MANAGERS] + [(CLUSTERCTL, CORE, "./cmd/clusterctl")]
+    missing = [b for b in builds if not (root / "bin" / b[0]).exists()]
+    if not missing:
         return root
     go = shutil.which("go")
     if go is None:
@@ -115,36 +132,61 @@ def ensure_capi() -> Path:
             for crd in sorted((config / "crd" / "bases").glob("*.yaml")):
                 shutil.copy(crd, root / "crds" / m.name / crd.name)
             shutil.copy(config / "webhook" / "manifests.yaml", root / "webhooks" / f"{m.name}.yaml")
-            out = Path(tmp) / m.name
-            build = [go, "build", "-trimpath", "-ldflags=-s", "-o", str(out), m.package]
-            subprocess.run(build, check=True, env=env, cwd=sources[m.module])
-            shutil.move(out, root / "bin" / m.name)
+        for name, module, package in missing:
+            out = Path(tmp) / name
+            build = [go, "build", "-trimpath", "-ldflags=-s", "-o", str(out), package]
+            subprocess.run(build, check=True, env=env, cwd=sources[module])
+            shutil.move(out, root / "bin" / name)
     return root
 
 
 class ClusterAPI(Processes):
     """The four managers running against one control plane: `ClusterAPI.start(admin)` installs what they need
-    and returns once each answers ready (webhooks included); `stop()` ends them."""
+    and returns once each answers ready (webhooks included); `stop()` ends them. With `infrastructure_from`,
+    the infrastructure provider is another ClusterAPI's until `take_infrastructure()`."""
 
-    def __init__(self, admin: KubeClient, kubeconfig: Path, root: Path):
+    def __init__(self, admin: KubeClient, kubeconfig: Path, root: Path, infrastructure_from: ClusterAPI | None = None):
         super().__init__("statusvault-capi-")
         self.admin, self.kubeconfig, self.root = admin, kubeconfig, root
         kinds = ("webhook", "health", "diagnostics")
         self.ports = {m.name: dict(zip(kinds, free_ports(3), strict=True)) for m in MANAGERS}
+        self.lent = infrastructure_from  # whose CAPD serves this control plane's infrastructure webhooks
         self._lock: IO[str] | None = None
 
     @classmethod
-    def start(cls, admin: KubeClient, kubeconfig: Path, timeout: float = 120.0) -> ClusterAPI:
-        capi = cls(admin, kubeconfig, ensure_capi())
+    def start(
+        cls, admin: KubeClient, kubeconfig: Path, timeout: float = 120.0, infrastructure_from: ClusterAPI | None = None
+    ) -> ClusterAPI:
+        capi = cls(admin, kubeconfig, ensure_capi(), infrastructure_from)
         try:
-            capi._lock = open(cache_dir() / ".capd.lock", "w")  # noqa: SIM115 - held until stop()
-            fcntl.flock(capi._lock, fcntl.LOCK_EX)  # CAPD's fixed ports: one at a time on this machine
+            if infrastructure_from is None:
+                capi._lock = open(cache_dir() / ".capd.lock", "w")  # noqa: SIM115 - held until stop()
+                fcntl.flock(capi._lock, fcntl.LOCK_EX)  # CAPD's fixed ports: one at a time on this machine
+            capi._certificate()
             capi.install()
             capi.run(timeout)
         except BaseException:
             capi.stop()
             raise
         return capi
+
+    def take_infrastructure(self, timeout: float = 120.0) -> None:
+        """The infrastructure provider moves here: the lender's CAPD stops (its lock comes here), this control
+        plane's starts, and its webhook configurations point at it."""
+        lender, self.lent = self.lent, None
+        assert lender is not None, "this control plane runs its own infrastructure provider"
+        (infra,) = (m for m in MANAGERS if m.infrastructure)
+        lender.end(infra.name)
+        self._lock, lender._lock = lender._lock, None
+        apply_docs(self.admin, discover(self.admin), self._webhooks(infra))
+        self._spawn(infra)
+        wait_for(lambda: self._ready(infra), timeout, f"{infra.name} ready", self.log_tail)
+
+    def clusterctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run clusterctl (its version check off, its config in this set-up's directory)."""
+        env = {**os.environ, "CLUSTERCTL_DISABLE_VERSIONCHECK": "true", "XDG_CONFIG_HOME": str(self.workdir)}
+        argv = [str(self.root / "bin" / CLUSTERCTL), *args]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
 
     def _certificate(self) -> Path:
         certs = self.workdir / "certs"
@@ -181,30 +223,39 @@ class ClusterAPI(Processes):
             docs.append({"apiVersion": "clusterctl.cluster.x-k8s.io/v1alpha3", "kind": "Provider",
                          "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
                          "providerName": provider, "type": kind, "version": version})  # fmt: skip
-        certs = self._certificate()
-        ca = base64.b64encode((certs / "tls.crt").read_bytes()).decode()
         for m in MANAGERS:
-            for config in read_docs(self.root / "webhooks" / f"{m.name}.yaml"):
-                config["metadata"] = {"name": f"statusvault-test-{m.name}-{config['metadata']['name']}"}
-                for hook in config["webhooks"]:
-                    path = hook["clientConfig"]["service"]["path"]
-                    hook["clientConfig"] = {"url": f"https://127.0.0.1:{self.ports[m.name]['webhook']}{path}",
-                                            "caBundle": ca}  # fmt: skip
-                docs.append(config)
+            docs += self._webhooks(m)
         apply_docs(self.admin, discover(self.admin), docs)
 
+    def _webhooks(self, m: Manager) -> list[KubeObject]:
+        """The manager's webhook configurations, pointed at the process that serves them: its own, or the
+        lender's CAPD."""
+        server = self.lent if m.infrastructure and self.lent is not None else self
+        ca = base64.b64encode((server.workdir / "certs" / "tls.crt").read_bytes()).decode()
+        docs = read_docs(self.root / "webhooks" / f"{m.name}.yaml")
+        for config in docs:
+            config["metadata"] = {"name": f"statusvault-test-{m.name}-{config['metadata']['name']}"}
+            for hook in config["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                url = f"https://127.0.0.1:{server.ports[m.name]['webhook']}{path}"
+                hook["clientConfig"] = {"url": url, "caBundle": ca}
+        return docs
+
     def run(self, timeout: float) -> None:
-        certs = self.workdir / "certs"
-        for m in MANAGERS:
-            p = self.ports[m.name]
-            argv = [
-                str(self.root / "bin" / m.name), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
-                f"--webhook-port={p['webhook']}", f"--webhook-cert-dir={certs}",
-                f"--health-addr=127.0.0.1:{p['health']}", f"--diagnostics-address=127.0.0.1:{p['diagnostics']}",
-                "--insecure-diagnostics", *m.flags,
-            ]  # fmt: skip
-            self.spawn(m.name, argv, {**os.environ, **dict(m.env)})
-        wait_for(lambda: all(self._ready(m) for m in MANAGERS), timeout, "Cluster API's managers ready", self.log_tail)
+        running = [m for m in MANAGERS if not (m.infrastructure and self.lent is not None)]
+        for m in running:
+            self._spawn(m)
+        wait_for(lambda: all(self._ready(m) for m in running), timeout, "Cluster API's managers ready", self.log_tail)
+
+    def _spawn(self, m: Manager) -> None:
+        p = self.ports[m.name]
+        argv = [
+            str(self.root / "bin" / m.name), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
+            f"--webhook-port={p['webhook']}", f"--webhook-cert-dir={self.workdir / 'certs'}",
+            f"--health-addr=127.0.0.1:{p['health']}", f"--diagnostics-address=127.0.0.1:{p['diagnostics']}",
+            "--insecure-diagnostics", *m.flags,
+        ]  # fmt: skip
+        self.spawn(m.name, argv, {**os.environ, **dict(m.env)})
 
     def _ready(self, m: Manager) -> bool:
         process = self.processes[m.name]

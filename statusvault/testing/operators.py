@@ -130,6 +130,10 @@ class Processes:
                 tails.append(f"{n}: " + "\n".join((self.workdir / f"{n}.log").read_text().splitlines()[-lines:]))
         return "\n".join(tails)
 
+    def end(self, name: str) -> None:
+        """Stop one process (its log stays)."""
+        terminate(self.processes.pop(name).pid)
+
     def stop(self) -> None:
         for process in self.processes.values():
             terminate(process.pid)
