@@ -8,12 +8,14 @@ import dataclasses
 import click
 
 from statusvault.cli.backups import BackupArgs, DeleteArgs, DescribeArgs, DownloadArgs, ImportArgs, ListArgs, VerifyArgs
+from statusvault.cli.completion import CompletionArgs
 from statusvault.cli.controller import ControllerInstallArgs, ControllerRenderArgs, ControllerRunArgs
 from statusvault.cli.keys import GenerateKeyArgs, HoldArgs, RotateArgs
 from statusvault.cli.main import COMMAND_MODULES, cli, load_commands
 from statusvault.cli.move import MoveArgs
 from statusvault.cli.restore import RestoreArgs
 from statusvault.cli.schedule import PruneArgs, ScheduleRenderArgs
+from statusvault.cli.version import VersionArgs
 from statusvault.cli.watch import WatchRenderArgs, WatchRunArgs
 
 ARGS = {
@@ -38,6 +40,8 @@ ARGS = {
     "keys rotate": RotateArgs,
     "keys generate-signing-key": GenerateKeyArgs,
     "import-velero": ImportArgs,
+    "version": VersionArgs,
+    "completion": CompletionArgs,
 }
 
 
