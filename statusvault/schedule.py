@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from pathlib import Path
 from typing import Any
+
+from cryptography import x509
 
 from statusvault import VERSION
 from statusvault.errors import ConfigError
@@ -40,10 +43,17 @@ class ScheduleSpec:
     legal_hold: bool = False
     account_name: str = ""  # a shared ServiceAccount (the controller's BackupSchedules); default: its own
     backup_tuning: tuple[str, ...] = ()  # more `backup` options (--page-size N, ...), after the rendered ones
+    ca_pem: str = ""  # the S3 CA bundle's content: rendered as its own ConfigMap, mounted into the pod
+    ca_configmap_name: str = ""  # a shared ConfigMap holding the bundle (the controller's, for its BackupSchedules)
 
     @property
     def account(self) -> str:
         return self.account_name or f"statusvault-{self.name}"
+
+    @property
+    def ca_configmap(self) -> str:
+        """The ConfigMap whose ca.crt the pod mounts: a shared one, else its own when it carries a bundle."""
+        return self.ca_configmap_name or (f"{self.cronjob_name}-s3-ca" if self.ca_pem else "")
 
     @property
     def cronjob_name(self) -> str:
@@ -159,12 +169,55 @@ def mount_encryption_key(pod: dict[str, Any], secret: str) -> None:
     spec["containers"][0]["volumeMounts"].append({"name": "encryption-key", "mountPath": KEY_DIR, "readOnly": True})
 
 
-def storage_args(storage: str, s3: S3Options) -> list[str]:
+CA_DIR = "/etc/statusvault/s3-ca"
+CA_KEY = "ca.crt"
+CA_FILE = f"{CA_DIR}/{CA_KEY}"
+CONFIGMAP_MAX_BYTES = 1 << 20  # the API server's limit on a ConfigMap
+
+
+def read_ca_bundle(path: str) -> str:
+    """The PEM certificates of a CA bundle file, read now to be carried into the cluster as a ConfigMap (a pod has
+    none of this machine's files); ConfigError names the file and what is wrong with it."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise ConfigError(f"--s3-ca-bundle {path}: cannot read it ({e.strerror or e})") from e
+    if len(data) > CONFIGMAP_MAX_BYTES - 1024:  # room for the ConfigMap's metadata
+        raise ConfigError(f"--s3-ca-bundle {path}: {len(data)} bytes, more than a ConfigMap holds (1 MiB)")
+    try:
+        pem = data.decode("ascii")
+        x509.load_pem_x509_certificates(data)
+    except ValueError as e:  # UnicodeDecodeError included
+        raise ConfigError(f"--s3-ca-bundle {path}: not a PEM file of certificates (-----BEGIN CERTIFICATE-----)") from e
+    if "PRIVATE KEY-----" in pem:
+        raise ConfigError(f"--s3-ca-bundle {path}: holds a private key; a CA bundle holds certificates only")
+    return pem
+
+
+def ca_bundle_configmap(name: str, namespace: str, pem: str, labels: dict[str, str]) -> KubeObject:
+    """The ConfigMap that carries the S3 CA bundle into the cluster, under "ca.crt"."""
+    meta = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {CA_KEY: pem}}
+
+
+def mount_ca_bundle(pod: dict[str, Any], configmap: str) -> None:
+    """Mount the ConfigMap holding the S3 CA bundle (its "ca.crt") read-only into the pod's container, at CA_FILE."""
+    if not configmap:
+        return
+    spec = pod["spec"]
+    items = [{"key": CA_KEY, "path": CA_KEY}]
+    spec["volumes"].append({"name": "s3-ca", "configMap": {"name": configmap, "items": items}})
+    spec["containers"][0]["volumeMounts"].append({"name": "s3-ca", "mountPath": CA_DIR, "readOnly": True})
+
+
+def storage_args(storage: str, s3: S3Options, ca_configmap: str = "") -> list[str]:
+    """The store's options for a pod: the CA bundle is the one mounted from `ca_configmap` (mount_ca_bundle), never
+    a path of the machine that rendered them; a profile is not carried."""
     args = ["--storage", storage]
     for flag, value in (
         ("--s3-endpoint-url", s3.endpoint_url),
         ("--s3-region", s3.region),
-        ("--s3-ca-bundle", s3.ca_bundle),
+        ("--s3-ca-bundle", CA_FILE if ca_configmap else None),
         ("--s3-sse", s3.sse),
         ("--s3-kms-key-id", s3.kms_key_id),
     ):
@@ -183,7 +236,7 @@ def backup_args(spec: ScheduleSpec, types: list[ResourceType]) -> list[str]:
     """The backup takes exactly the resources the RBAC was rendered for: a CRD added later is not silently
     backed up without permission (re-render to add it)."""
     sel = spec.selection
-    args = ["backup", "--schedule", spec.name, *storage_args(spec.storage, spec.s3)]
+    args = ["backup", "--schedule", spec.name, *storage_args(spec.storage, spec.s3, spec.ca_configmap)]
     for ns in sel.namespaces:
         args += ["-n", ns]
     names = [rt.qualified for rt in types if not rt.is_crd]
@@ -212,7 +265,7 @@ def backup_args(spec: ScheduleSpec, types: list[ResourceType]) -> list[str]:
 
 
 def prune_args(spec: ScheduleSpec) -> list[str]:
-    args = ["prune", "--schedule", spec.name, *storage_args(spec.storage, spec.s3)]
+    args = ["prune", "--schedule", spec.name, *storage_args(spec.storage, spec.s3, spec.ca_configmap)]
     for flag, value in (
         ("--keep-last", spec.keep_last),
         ("--ttl", spec.ttl),
@@ -304,6 +357,7 @@ def cronjob(spec: ScheduleSpec, types: list[ResourceType]) -> KubeObject:
     container = secure_container("backup", spec.image, command(spec, types), spec.credentials_secret)
     pod = secure_pod(spec.account, container, "Never")
     mount_encryption_key(pod, spec.encryption_secret)
+    mount_ca_bundle(pod, spec.ca_configmap)
     return {
         "apiVersion": spec.cronjob_api,
         "kind": "CronJob",
@@ -324,9 +378,11 @@ def cronjob(spec: ScheduleSpec, types: list[ResourceType]) -> KubeObject:
 
 def render(spec: ScheduleSpec, types: list[ResourceType]) -> list[KubeObject]:
     """Every manifest of the schedule, in apply order."""
+    own_ca = [ca_bundle_configmap(spec.ca_configmap, spec.job_namespace, spec.ca_pem, LABELS)] if spec.ca_pem else []
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(spec.job_namespace)},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(spec.account, spec.job_namespace)},
+        *own_ca,
         *rbac(spec, types),
         cronjob(spec, types),
     ]

@@ -54,6 +54,7 @@ class ControllerRunArgs(StorageArgs, EncryptionArgs, SigningArgs, VerifyKeysArgs
     image: str
     credentials_secret: str
     encryption_key_secret: str
+    s3_ca_configmap: str
     interval: float
     once: bool
     holder: str
@@ -137,6 +138,13 @@ def controller() -> None:
     help="Lockdown: refuse a Restore or Backup that names no spec.serviceAccountName (unless "
     "--default-service-account gives one); the controller never acts with its own rights on the cluster.",
 )
+@click.option(
+    "--s3-ca-configmap",
+    default="",
+    metavar="NAME",
+    help="A ConfigMap (in --namespace) whose ca.crt is the S3 CA bundle: each BackupSchedule's CronJob mounts it "
+    "(`controller install --s3-ca-bundle` makes it and passes it, with --s3-ca-bundle the file it is mounted as).",
+)
 @state_dir_option
 @encryption_option
 @signing_options
@@ -204,6 +212,7 @@ def controller_config(app: App, args: ControllerRunArgs) -> ControllerConfig:
             image=args.image,
             credentials_secret=args.credentials_secret,
             encryption_secret=args.encryption_key_secret,
+            ca_configmap=args.s3_ca_configmap,
         ),
     )
 
@@ -280,9 +289,6 @@ def render_cmd(app: App, args: ControllerRenderArgs) -> None:
 
 def _render(app: App, args: ControllerRenderArgs) -> None:
     args.check_in_cluster("an in-cluster controller")
-    discovery = app.discovery()
-    names = split_csv(args.include_resources)
-    types = [discovery.resolve(n) for n in names] if names else [rt for rt in discovery.custom() if not rt.is_crd]
     spec = ControllerSpec(
         namespace=args.namespace,
         storage=str(args.storage),
@@ -293,7 +299,11 @@ def _render(app: App, args: ControllerRenderArgs) -> None:
         interval=args.interval,
         encryption_secret=args.encryption_key_secret,
         require_service_account=args.require_service_account,
+        ca_pem=args.ca_pem(),
     )
+    discovery = app.discovery()
+    names = split_csv(args.include_resources)
+    types = [discovery.resolve(n) for n in names] if names else [rt for rt in discovery.custom() if not rt.is_crd]
     own = crds()
     types = [rt for rt in types if rt.qualified not in {c["metadata"]["name"] for c in own}]
     print_or_apply(app, discovery, render(spec, types, own), args)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
 from statusvault.archive.crypto import Key
@@ -25,7 +26,7 @@ from statusvault.flagtable import check_options
 from statusvault.metrics import RunMetrics, recorded
 from statusvault.model import DryRun, Selection
 from statusvault.retention import parse_duration
-from statusvault.schedule import DEFAULT_IMAGE
+from statusvault.schedule import DEFAULT_IMAGE, read_ca_bundle
 from statusvault.storage import S3Options
 from statusvault.storage.base import ObjectLock
 
@@ -342,7 +343,8 @@ def storage_options(f: F) -> F:
                 "--s3-ca-bundle",
                 envvar="STATUSVAULT_S3_CA_BUNDLE",
                 type=click.Path(dir_okay=False),
-                help="CA bundle for the S3 endpoint's TLS certificate.",
+                help="CA bundle (PEM) for the S3 endpoint's TLS certificate. The commands that render in-cluster "
+                "manifests carry it into the cluster: a ConfigMap whose ca.crt is mounted read-only into each pod.",
             ),
             click.option(
                 "--s3-insecure-skip-tls-verify",
@@ -365,7 +367,12 @@ def storage_options(f: F) -> F:
                 show_default=True,
                 help="Request checksums; non-AWS stores need when_required.",
             ),
-            click.option("--s3-profile", envvar=["STATUSVAULT_S3_PROFILE", "AWS_PROFILE"], help="AWS profile."),
+            click.option(
+                "--s3-profile",
+                envvar=["STATUSVAULT_S3_PROFILE", "AWS_PROFILE"],
+                help="AWS profile of this machine (refused by the commands that render in-cluster manifests: a pod "
+                "gets credentials from --credentials-secret or its own identity).",
+            ),
         ],
     )
 
@@ -477,9 +484,21 @@ class StorageArgs:
         )
 
     def check_in_cluster(self, what: str) -> None:
-        """What runs in a pod stores in S3: a pod's filesystem does not last."""
+        """What runs in a pod stores in S3 (a pod's filesystem does not last) and has none of this machine's files:
+        --s3-profile is refused (one only in the environment, such as $AWS_PROFILE, is left on this machine)."""
         if not str(self.storage or "").startswith("s3://"):
             raise ConfigError(f"{what} needs --storage s3://bucket/prefix: a pod's filesystem does not last")
+        ctx = click.get_current_context(silent=True)
+        from_environment = ctx is not None and ctx.get_parameter_source("s3_profile") == ParameterSource.ENVIRONMENT
+        if self.s3_profile and not from_environment:
+            raise ConfigError(
+                f"{what} cannot use --s3-profile: a profile is a file on this machine; in a cluster, credentials "
+                "come from --credentials-secret or the pod's identity"
+            )
+
+    def ca_pem(self) -> str:
+        """The --s3-ca-bundle's certificates, read now to be carried into the cluster ("" without one)."""
+        return read_ca_bundle(self.s3_ca_bundle) if self.s3_ca_bundle else ""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -158,6 +158,7 @@ def schedule_spec(args: ScheduleRenderArgs, cronjob_api: str) -> ScheduleSpec:
         lock_mode=args.lock_mode or "",
         lock_for=args.lock_for or "",
         legal_hold=args.legal_hold,
+        ca_pem=args.ca_pem(),
     )
 
 

@@ -187,7 +187,7 @@ def watch_spec(args: WatchRenderArgs) -> WatchSpec:
     schedule = ScheduleSpec(name=args.name, cron="", selection=args.selection(), storage=str(args.storage),
                             s3=args.s3(), job_namespace=args.namespace_of_watch, image=args.image,
                             credentials_secret=args.credentials_secret,
-                            encryption_secret=args.encryption_key_secret)  # fmt: skip
+                            encryption_secret=args.encryption_key_secret, ca_pem=args.ca_pem())  # fmt: skip
     return WatchSpec(
         schedule, replicas=args.replicas, flush_interval=args.flush_interval, base_interval=args.base_interval
     )

@@ -13,6 +13,8 @@ from statusvault.model import CRD_GROUP, CRD_RESOURCE, KubeObject, ResourceType
 from statusvault.schedule import (
     DEFAULT_IMAGE,
     KEY_ARGS,
+    ca_bundle_configmap,
+    mount_ca_bundle,
     mount_encryption_key,
     rules_for,
     secure_container,
@@ -22,6 +24,7 @@ from statusvault.schedule import (
 from statusvault.storage.base import S3Options
 
 NAME = "statusvault-controller"
+CA_CONFIGMAP = "statusvault-s3-ca"  # the S3 CA bundle, mounted by the controller and its BackupSchedules' CronJobs
 LABELS = {"app.kubernetes.io/name": "statusvault", "app.kubernetes.io/component": "restore-controller"}
 STATE_DIR = "/var/lib/statusvault"
 RBAC_API = "rbac.authorization.k8s.io/v1"
@@ -40,6 +43,7 @@ class ControllerSpec:
     interval: float = 10.0
     encryption_secret: str = ""  # a Secret whose "key" is the base64 encryption key
     require_service_account: bool = False  # lockdown: no ClusterRole; it acts only as each resource's ServiceAccount
+    ca_pem: str = ""  # the S3 CA bundle's content, carried into the namespace as the ConfigMap CA_CONFIGMAP
 
 
 def restore_rules(types: list[ResourceType]) -> list[dict[str, Any]]:
@@ -125,7 +129,9 @@ def backup_account(spec: ControllerSpec, types: list[ResourceType]) -> list[Kube
 
 def deployment(spec: ControllerSpec) -> KubeObject:
     args = ["statusvault", "--log-format", "json", "controller", "run", "--interval", f"{spec.interval:g}"]
-    args += ["--state-dir", STATE_DIR, *storage_args(spec.storage, spec.s3), "--image", spec.image]
+    ca = CA_CONFIGMAP if spec.ca_pem else ""
+    args += ["--state-dir", STATE_DIR, *storage_args(spec.storage, spec.s3, ca)]
+    args += [*(["--s3-ca-configmap", ca] if ca else []), "--image", spec.image]
     if spec.encryption_secret:
         args += [*KEY_ARGS, "--encryption-key-secret", spec.encryption_secret]
     if spec.credentials_secret:
@@ -138,6 +144,7 @@ def deployment(spec: ControllerSpec) -> KubeObject:
     pod = secure_pod(NAME, container, "Always", LABELS)
     pod["spec"]["volumes"].append({"name": "state", "emptyDir": {}})  # journals survive container restarts
     mount_encryption_key(pod, spec.encryption_secret)
+    mount_ca_bundle(pod, ca)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -167,6 +174,7 @@ def render(spec: ControllerSpec, types: list[ResourceType], crds: list[KubeObjec
         *crds,
         {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(spec.namespace)},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, spec.namespace)},
+        *([ca_bundle_configmap(CA_CONFIGMAP, spec.namespace, spec.ca_pem, LABELS)] if spec.ca_pem else []),
         *([] if spec.require_service_account else cluster_rights),
         {
             "apiVersion": RBAC_API,

@@ -39,13 +39,15 @@ BACKUP_TUNING = ("page-size", "list-concurrency", "processes")  # backup options
 
 @dataclasses.dataclass(frozen=True)
 class JobSettings:
-    """How the controller's CronJobs reach the store: its own --storage and S3 options, image and Secrets."""
+    """How the controller's CronJobs reach the store: its own --storage and S3 options, image, Secrets and the
+    ConfigMap holding its S3 CA bundle."""
 
     storage: str = ""
     s3: S3Options = dataclasses.field(default_factory=S3Options)
     image: str = DEFAULT_IMAGE
     credentials_secret: str = ""
     encryption_secret: str = ""
+    ca_configmap: str = ""  # in the controller's namespace, its "ca.crt" the bundle (`controller install` makes it)
 
 
 def parse_schedule(obj: KubeObject, namespace: str, job: JobSettings, cronjob_api: str) -> ScheduleSpec:
@@ -58,6 +60,11 @@ def parse_schedule(obj: KubeObject, namespace: str, job: JobSettings, cronjob_ap
     storage = intent.storage or job.storage
     if not storage:
         raise ConfigError("spec.storage is missing and the controller has no --storage: name where backups go")
+    if job.s3.ca_bundle and not job.ca_configmap:
+        raise ConfigError(
+            "the controller's --s3-ca-bundle is a file its CronJobs do not have: give it --s3-ca-configmap, a "
+            "ConfigMap in its namespace whose ca.crt holds the bundle (as `controller install` does)"
+        )
     return ScheduleSpec(
         name=intent.backup,
         cron=str(spec.get("schedule") or ""),
@@ -74,6 +81,7 @@ def parse_schedule(obj: KubeObject, namespace: str, job: JobSettings, cronjob_ap
         cronjob_api=cronjob_api,
         encryption_secret=job.encryption_secret,
         account_name=BACKUP_ACCOUNT,
+        ca_configmap_name=job.ca_configmap,
         backup_tuning=tuple(a for k in BACKUP_TUNING if spec.get(k) for a in (f"--{k}", str(int(spec[k])))),
     )
 

@@ -12,6 +12,8 @@ from statusvault.schedule import (
     DEFAULT_IMAGE,
     ScheduleSpec,
     backup_args,
+    ca_bundle_configmap,
+    mount_ca_bundle,
     mount_encryption_key,
     rbac,
     secure_container,
@@ -71,6 +73,7 @@ def deployment(spec: WatchSpec, types: list[ResourceType]) -> KubeObject:
     labels = {**LABELS, "statusvault.io/watch": s.name}
     pod: dict[str, Any] = secure_pod(s.account, container, "Always", labels)
     mount_encryption_key(pod, s.encryption_secret)
+    mount_ca_bundle(pod, s.ca_configmap)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -85,6 +88,7 @@ def render(spec: WatchSpec, types: list[ResourceType]) -> list[KubeObject]:
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": s.job_namespace, **meta}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": s.account, "namespace": ns, **meta}},
+        *([ca_bundle_configmap(s.ca_configmap, ns, s.ca_pem, LABELS)] if s.ca_pem else []),
         *watch_rbac(spec, types),
         deployment(spec, types),
     ]

@@ -140,7 +140,8 @@ def pod_templates(manifest: dict[str, Any]) -> list[Pod]:
 
 
 KC = resource_type("xyz.example.com", "KubernetesCluster")
-SECRETS = {"credentials_secret": "s3", "encryption_secret": "backup-key"}
+# what a pod mounts: the Secrets, and the CA bundle's ConfigMap
+MOUNTED = {"credentials_secret": "s3", "encryption_secret": "backup-key", "ca_pem": "-----BEGIN CERTIFICATE-----"}
 S3 = S3Options(endpoint_url="https://minio:9000", region="eu-1", ca_bundle="/etc/ca.pem", sse="AES256")
 
 
@@ -151,18 +152,18 @@ def _schedule(cron: str = "0 2 * * *", selection: Selection | None = None, **kw:
 RENDERS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "schedule": lambda: render_schedule(_schedule(), [KC]),
     "schedule-namespaced-secrets-retention": lambda: render_schedule(
-        _schedule(selection=Selection(namespaces=("prod",)), s3=S3, keep_last=7, ttl="30d", **SECRETS), [KC]
+        _schedule(selection=Selection(namespaces=("prod",)), s3=S3, keep_last=7, ttl="30d", **MOUNTED), [KC]
     ),
     "schedule-batch-v1beta1-pushgateway": lambda: render_schedule(
         _schedule(cronjob_api="batch/v1beta1", metrics_pushgateway="http://pgw:9091"), [KC]
     ),
     "controller": lambda: controller.render(controller.ControllerSpec("sv", "s3://b/p"), [KC], []),
     "controller-secrets-replicas": lambda: controller.render(
-        controller.ControllerSpec("sv", "s3://b/p", S3, replicas=3, **SECRETS), [KC], []
+        controller.ControllerSpec("sv", "s3://b/p", S3, replicas=3, **MOUNTED), [KC], []
     ),
     "watch": lambda: watch.render(watch.WatchSpec(_schedule(cron="")), [KC]),
     "watch-namespaced-secrets": lambda: watch.render(
-        watch.WatchSpec(_schedule(cron="", selection=Selection(namespaces=("prod",)), s3=S3, **SECRETS), 3), [KC]
+        watch.WatchSpec(_schedule(cron="", selection=Selection(namespaces=("prod",)), s3=S3, **MOUNTED), 3), [KC]
     ),
 }
 
