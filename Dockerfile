@@ -1,9 +1,11 @@
 # The image the scheduled-backup CronJob runs: slim Python, statusvault installed, non-root, no shell tools needed
 # beyond /bin/sh (the CronJob chains `backup && prune`).
-#   docker build -t registry.example.com/statusvault:0.1.0 .
+#   docker build -t registry.example.com/statusvault:0.2.0 .
+# tests/unit/test_package.py builds the wheel from exactly what the build stage copies, and holds the user to the
+# one the rendered pods run as.
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY statusvault ./statusvault
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 

@@ -12,7 +12,7 @@ XDIST := -n $(TEST_WORKERS) --dist loadgroup
 # PYTHONDONTWRITEBYTECODE set (as on these machines) each worker, each run, rewrites them all again (about 4 s).
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 
-.PHONY: install cluster-bin kube136-bin apiext-bin s3-bin operators-bin operators-report kubectl-bin helm-bin test test-all unit lint demo bench cluster-up cluster-down clean docs
+.PHONY: install dist cluster-bin kube136-bin apiext-bin s3-bin operators-bin operators-report kubectl-bin helm-bin test test-all unit lint demo bench cluster-up cluster-down clean docs
 
 install: $(STAMP)
 
@@ -88,8 +88,15 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check statusvault tests
 	$(VENV)/bin/mypy
 
+# The demo runs the wheel's statusvault, installed into a virtual environment of its own (as pip gives it to a user).
 demo: cluster-bin
-	$(PY) -m statusvault.testing.demo
+	@$(PY) -m statusvault.testing.release venv $(VENV)-demo >/dev/null
+	$(PY) -m statusvault.testing.demo --cli $(VENV)-demo/bin/statusvault
+
+# What a release ships, into dist/: the wheel and sdist (from the tracked files), the Helm chart packaged, and
+# SHA256SUMS; the wheel is installed into a fresh virtual environment and run (its version, its kubectl plugin).
+dist: $(STAMP) helm-bin
+	$(PY) -m statusvault.testing.release dist dist
 
 bench: cluster-bin kube136-bin
 	$(PY) -m statusvault.testing.bench
@@ -108,4 +115,4 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q -d site
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(VENV)-demo dist .pytest_cache .mypy_cache .ruff_cache *.egg-info

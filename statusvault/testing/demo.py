@@ -1,7 +1,11 @@
-"""`make demo`: the whole story on a local cluster. Load CRs with status, back up, lose them, restore, compare."""
+"""`make demo`: the whole story on a local cluster. Load CRs with status, back up, lose them, restore, compare.
+
+`--cli PATH` runs that statusvault (make demo: the wheel's, installed into a virtual environment of its own, as a
+user gets it) instead of the checkout's."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -23,9 +27,12 @@ def step(text: str) -> None:
     print(f"\n==> {text}", flush=True)
 
 
+CLI = [sys.executable, "-m", "statusvault"]  # or --cli
+
+
 def statusvault(*args: str) -> None:
     print(f"$ statusvault {' '.join(args)}", flush=True)
-    subprocess.run([sys.executable, "-m", "statusvault", *args], check=True)
+    subprocess.run([*CLI, *args], check=True)
 
 
 def snapshot(client: KubeClient, d: Discovery) -> dict[str, Any]:
@@ -89,7 +96,13 @@ def _brief(status: Any) -> str:
     return f"{len(status)} fields"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m statusvault.testing.demo")
+    parser.add_argument("--cli", help="the statusvault to run [default: this checkout's]")
+    cli = parser.parse_args(argv).cli
+    if cli:
+        CLI[:] = [cli]
+        print(f"statusvault: {cli}")
     os.environ.setdefault("STATUSVAULT_STORAGE", os.path.join(os.getcwd(), ".demo", "backups"))
     step("Starting a local kube-apiserver + etcd + controller-manager (v1.20.2)")
     with LocalCluster.start() as cluster:

@@ -3,36 +3,24 @@ the sdist carries the licence too."""
 
 from __future__ import annotations
 
+import re
 import shutil
-import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from statusvault.schedule import secure_pod
+from statusvault.testing.release import ROOT, build, tracked_sources
+
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tracked files a build reads, copied out of the checkout (nothing untracked or built gets in)."""
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    src = tmp_path_factory.mktemp("src")
-    for rel in tracked.split():
-        if rel.startswith(("statusvault/", "pyproject.toml", "README.md", "LICENSE")):
-            (src / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / rel, src / rel)
-    return src
-
-
-def build(source: Path, hook: str, out: Path) -> Path:
-    """Run one of setuptools' PEP 517 hooks (build_wheel, build_sdist) and return what it built."""
-    code = f"import sys; from setuptools.build_meta import {hook}; print({hook}(sys.argv[1]))"
-    run = subprocess.run([sys.executable, "-c", code, str(out)], cwd=source, capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-2000:]
-    return out / run.stdout.strip().splitlines()[-1]
+    return tracked_sources(tmp_path_factory.mktemp("src"))
 
 
 def test_the_wheel_leaves_the_test_support_out(source, tmp_path):
@@ -53,3 +41,35 @@ def test_the_wheel_and_the_sdist_carry_the_licence(source, tmp_path):
         top = sdist.getnames()[0].split("/")[0]
         member = sdist.extractfile(f"{top}/LICENSE")
         assert member is not None and member.read() == licence
+
+
+def test_the_image_builds_its_wheel_from_what_its_build_stage_copies(source, tmp_path):
+    """No Docker engine runs here: the Dockerfile's build stage is replayed. The wheel is built from exactly the
+    files its COPY lines bring in, and holds what the release's wheel holds (a file the package build reads and the
+    Dockerfile leaves out, such as the licence, is missing from it)."""
+    stage = DOCKERFILE.split("\nFROM ", 2)[1]
+    copies = [line.split()[1:-1] for line in stage.splitlines() if line.startswith("COPY ")]
+    assert copies, "the build stage copies the sources"
+    context = tracked_sources(tmp_path / "context")
+    image = tmp_path / "src"
+    for sources in copies:
+        for rel in sources:
+            target = image / rel
+            if (context / rel).is_dir():
+                shutil.copytree(context / rel, target)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(context / rel, target)
+    out, release = tmp_path / "wheels", tmp_path / "release"
+    out.mkdir()
+    release.mkdir()
+    in_image = zipfile.ZipFile(build(image, "build_wheel", out)).namelist()
+    assert sorted(in_image) == sorted(zipfile.ZipFile(build(source, "build_wheel", release)).namelist())
+
+
+def test_the_image_runs_as_the_user_the_rendered_pods_ask_for():
+    """The pods statusvault renders run as a fixed non-root user; the image's USER is that user, so its HOME
+    (/tmp) and files fit."""
+    (user,) = re.findall(r"^USER (\d+):(\d+)$", DOCKERFILE, re.MULTILINE)
+    pod = secure_pod("x", {"name": "x", "volumeMounts": []}, "Never", {})["spec"]["securityContext"]
+    assert (int(user[0]), int(user[1])) == (pod["runAsUser"], pod["runAsGroup"])
