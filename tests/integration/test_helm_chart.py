@@ -23,6 +23,7 @@ from statusvault.kube.transport import load_transport
 from statusvault.model import ResourceType
 from statusvault.testing.helm import ensure_helm
 from tests.builders import cr, kc_status, unique
+from tests.faultproxy import self_signed
 from tests.integration.crs.servers import delete_namespace
 from tests.integration.crs.test_restore import KC
 from tests.integration.test_restore_resource import wait_for
@@ -124,11 +125,12 @@ def test_the_chart_refuses_a_missing_or_local_storage(helm):
 
 BASE_VALUES: dict[str, Any] = {"storage": STORAGE, "restoreTypes": [KC_TYPE]}
 BASE_ARGS = ("--storage", STORAGE, "--include-resources", "kc")
+CA = "<ca.pem>"  # a throwaway CA certificate: its file for `controller render`, its PEM content for the chart
 S3 = {
     "endpointUrl": "https://minio.example.com:9000",
     "region": "eu-west-1",
     "addressingStyle": "path",
-    "caBundle": "/etc/ssl/minio-ca.pem",
+    "caBundle": CA,
     "insecureSkipTlsVerify": True,
     "sse": "aws:kms",
     "kmsKeyId": "alias/backups",
@@ -157,10 +159,17 @@ CASES = {
 }
 
 
+def with_ca(values: dict[str, Any], args: tuple[str, ...], cert: Path) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The case with CA's placeholder replaced: the certificate's content in the values, its file in the args."""
+    s3 = {k: cert.read_text() if v == CA else v for k, v in values.get("s3", {}).items()}
+    return ({**values, "s3": s3} if s3 else values), tuple(str(cert) if a == CA else a for a in args)
+
+
 @pytest.mark.parametrize(("values", "args"), list(CASES.values()), ids=list(CASES))
 def test_the_chart_renders_what_controller_render_renders(run, crds, helm, tmp_path, monkeypatch, values, args):
     for name in STORAGE_ENV:
         monkeypatch.delenv(name, raising=False)
+    values, args = with_ca(values, args, self_signed(tmp_path)[0])
     ns = unique("helmr")
     rendered = run("controller", "render", "-n", ns, *BASE_ARGS, *args)
     assert rendered.code == 0, rendered.err
@@ -174,6 +183,14 @@ def test_the_chart_renders_what_controller_render_renders(run, crds, helm, tmp_p
     assert sorted(set(chart) - set(want)) == [], "only the chart renders these"
     for key, obj in want.items():
         assert chart[key] == obj, f"{key} differs"
+
+
+def test_the_chart_refuses_a_path_as_the_ca_bundle(helm):
+    """s3.caBundle was a path inside the container: now the content, carried into the cluster as a ConfigMap."""
+    refused = helm.fails(
+        "template", "sv", str(CHART), "--set", f"storage={STORAGE}", "--set", "s3.caBundle=/etc/ca.pem"
+    )
+    assert "s3.caBundle is the CA bundle's PEM content (--set-file s3.caBundle=ca.pem), not a path" in refused
 
 
 def test_the_chart_only_values_land_where_they_belong(helm, tmp_path):

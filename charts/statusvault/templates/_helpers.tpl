@@ -4,6 +4,7 @@ release's namespace, cluster-scoped ones suffixed with that namespace, so that o
 */}}
 {{- define "statusvault.controller" -}}statusvault-controller{{- end -}}
 {{- define "statusvault.backupAccount" -}}statusvault-backup{{- end -}}
+{{- define "statusvault.caConfigMap" -}}statusvault-s3-ca{{- end -}}
 
 {{/* A cluster-scoped object's name: one per install's namespace. */}}
 {{- define "statusvault.clusterName" -}}{{ .name }}-{{ .root.Release.Namespace }}{{- end -}}
