@@ -19,6 +19,7 @@ from statusvault.model import ResourceType
 from statusvault.testing.cluster import kubeconfig_yaml
 from statusvault.testing.fixtures import ensure_namespace
 from tests.builders import cr, kc_status, unique
+from tests.faultproxy import self_signed
 from tests.unit.test_pod_security import pod_templates, restricted_violations
 
 pytestmark = pytest.mark.version_sensitive("the CronJob it renders is batch/v1beta1 on 1.20 and batch/v1 from 1.21")
@@ -98,22 +99,33 @@ RENDER_COMMANDS = {
     "watch": ("watch", "render", "nightly", "--namespace-of-watch"),
 }
 SECRETS = ("--credentials-secret", "s3", "--encryption-key-secret", "backup-key")
+CA_BUNDLE = ("--s3-ca-bundle", "<ca.pem>")  # a throwaway self-signed certificate's file
 
 
-@pytest.mark.parametrize("options", [(), SECRETS], ids=["plain", "secrets"])
+@pytest.mark.parametrize("options", [(), SECRETS, (*SECRETS, *CA_BUNDLE)], ids=["plain", "secrets", "ca-bundle"])
 @pytest.mark.parametrize("command", RENDER_COMMANDS)
-def test_each_render_command_makes_a_restricted_pod_the_server_accepts(run, kube, crds, command, options):
-    """Pod Security "restricted" and a projected token (no token Secret): valid for Kubernetes 1.30+ too."""
+def test_each_render_command_makes_a_restricted_pod_the_server_accepts(run, kube, crds, command, options, tmp_path):
+    """Pod Security "restricted" and a projected token (no token Secret): valid for Kubernetes 1.30+ too. A CA
+    bundle comes with its ConfigMap, which the pod mounts."""
     job_ns = unique("sv")
     ensure_namespace(kube, job_ns)  # a server dry run cannot create the namespace its other objects go into
+    options = tuple(str(self_signed(tmp_path)[0]) if o == CA_BUNDLE[1] else o for o in options)
     args = (*RENDER_COMMANDS[command], job_ns, "--storage", "s3://b/p", "--include-resources", "kc", *options)
     try:
         rendered = run(*args)
         assert rendered.code == 0, rendered.err
-        pods = [pod for doc in yaml.safe_load_all(rendered.out) for pod in pod_templates(doc)]
+        docs = list(yaml.safe_load_all(rendered.out))
+        pods = [pod for doc in docs for pod in pod_templates(doc)]
         assert len(pods) == 1 and restricted_violations(pods[0]) == []
+        configmaps = [d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"]
+        mounted = [v["configMap"]["name"] for v in pods[0]["spec"]["volumes"] if v["name"] == "s3-ca"]
+        assert mounted == configmaps, "the pod mounts the ConfigMap rendered with it"
+        assert len(configmaps) == (1 if CA_BUNDLE[0] in options else 0)
         dry = run(*args, "--apply", "--dry-run", "server")
         assert dry.code == 0, dry.err
+        assert [line for line in dry.out.splitlines() if line.startswith("configmap/")] == [
+            f"configmap/{name} applied (server dry run)" for name in configmaps
+        ]
     finally:
         kube.delete(NAMESPACES, None, job_ns)
 
