@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 # Tests side by side (pytest-xdist): the suite mostly waits on its servers, so more workers than cores pay
-# (docs/testing.md has the measurements behind the number).
+# (docs/development/testing.md has the measurements behind the number).
 TEST_WORKERS ?= 4
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 # pytest rewrites every test module's asserts at import and caches the result as bytecode; with
@@ -71,7 +71,7 @@ operators-bin: $(STAMP)
 operators-report: cluster-bin kube136-bin operators-bin
 	STATUSVAULT_COMPARISONS=1 $(PYTEST) -s -q -p no:cacheprovider tests/integration/test_operator_flux.py tests/integration/test_operator_capi.py
 
-# Every behaviour on Kubernetes 1.36, and on 1.20 (and the CRD-only server) what differs by version (docs/testing.md).
+# Every behaviour on Kubernetes 1.36, and on 1.20 (and the CRD-only server) what differs by version (docs/development/testing.md).
 test: cluster-bin kube136-bin apiext-bin s3-bin operators-bin kubectl-bin helm-bin
 	$(PYTEST) $(XDIST) $(PYTEST_ARGS)
 

@@ -1,7 +1,8 @@
 """Shared fixtures: a real kube-apiserver + etcd (session), a moto S3 server (session), per-test namespaces.
 
-Where each integration test runs is a decision every module states (docs/testing.md; tests/unit/test_suite.py holds
-every module to it), as a session-scoped parameter `kube_version` (test ids `[1.20]`, `[1.36]`):
+Where each integration test runs is a decision every module states (docs/development/testing.md;
+tests/unit/test_suite.py holds every module to it), as a session-scoped parameter `kube_version` (test ids `[1.20]`,
+`[1.36]`):
 
 - `version_neutral(why)`: on Kubernetes 1.36 (with etcd 3.6), the version users run: what it tests does not differ
   by server.

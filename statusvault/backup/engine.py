@@ -412,7 +412,7 @@ class BackupEngine:
         }
 
 
-LIST_CONCURRENCY = 4  # the CLI's default (docs/performance.md: the measurement behind it)
+LIST_CONCURRENCY = 4  # the CLI's default (docs/development/benchmarks.md: the measurement behind it)
 WITH_STATUS, TERMINATING = 1, 2  # record flags
 SPLIT_MIN = 5000  # objects of one type before its cluster-wide LIST is split by namespace
 SPLIT_PER_NAMESPACE = 100  # ...and only if namespaces hold this many of them on average

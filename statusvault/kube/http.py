@@ -12,7 +12,7 @@ Requests run on blocking sockets, their time limit kept by one thread (`Deadline
 checked with a call that keeps the interpreter lock (`Connection.dropped`): a socket with a timeout polls before
 every read, and every poll, like every blocking call, hands the interpreter lock to another thread and takes it
 back. With 16 writer threads those hand-offs cost about a tenth of a restore's CPU (
-docs/performance.md)."""
+docs/development/benchmarks.md)."""
 
 from __future__ import annotations
 

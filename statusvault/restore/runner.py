@@ -169,8 +169,8 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
 
 
 # Objects above which a restore of an encrypted backup streams unless told not to: planning first costs ~0.05 ms
-# per object after the ~0.4 s start-up (docs/performance.md), so up to here the first write still comes within
-# about 1.5 s with the whole archive checked before it; above it the first write would wait ever longer (32-37 s
+# per object after the ~0.4 s start-up (docs/development/benchmarks.md), so up to here the first write still comes
+# within about 1.5 s with the whole archive checked before it; above it the first write would wait ever longer (32-37 s
 # at a million).
 STREAM_ABOVE = 20_000
 

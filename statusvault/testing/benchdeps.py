@@ -1,7 +1,7 @@
 """The `dependencies` section of `make bench` (BENCH_ONLY=dependencies): a backup of N custom resources (BENCH_N,
 10,000 by default), each naming a Secret of its own (`spec.credentialsSecretRef`), taken without and with
 --with-dependencies, encrypted: what following the references costs in time, CPU per selected object and peak
-memory (docs/performance.md)."""
+memory (docs/development/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What current Kubernetes adds, against statusvault: ValidatingAdmissionPolicy on 1.36 alone; API
 Priority and Fairness (flowcontrol v1 on 1.36, v1beta1 on 1.20), managedFields and watch bookmarks on both, each
-version's answer asserted where they differ (docs/user-guide.md, *Tested Kubernetes versions*)."""
+version's answer asserted where they differ (docs/reference/kubernetes-versions.md)."""
 
 from __future__ import annotations
 
@@ -262,9 +262,9 @@ def ours(obj: dict[str, Any]) -> list[dict[str, Any]]:
 def test_the_restores_field_manager_owns_the_spec_after_the_create_and_the_status_after_its_write(
     run, kube, namespace, proxied, kube_version
 ):
-    """docs/architecture.md, *Identity*: the restore's manager is in managedFields from the create on (owning the
-    spec) and owns the status after the /status PUT: on 1.36 as a second entry with `subresource: status`; on 1.20
-    (no `subresource` key before 1.22) in the create's entry, as both writes are the manager's Updates. After an
+    """docs/development/architecture.md, *Identity*: the restore's manager is in managedFields from the create on
+    (owning the spec) and owns the status after the /status PUT: on 1.36 as a second entry with `subresource: status`;
+    on 1.20 (no `subresource` key before 1.22) in the create's entry, as both writes are the manager's Updates. After an
     operator rewrites every status field, the manager is still named: it owns the spec (and the `status` map itself,
     `f:status: {}`), not a status field."""
     rt = own_kind(kube)

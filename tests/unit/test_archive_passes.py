@@ -1,5 +1,5 @@
-"""How often a whole restore reads its archive, counted rather than assumed (docs/architecture.md, *How often
-a restore reads the archive*): the first, checking read plans as it goes; then each wave that has objects to
+"""How often a whole restore reads its archive, counted rather than assumed (docs/development/architecture.md,
+*How often a restore reads the archive*): the first, checking read plans as it goes; then each wave that has objects to
 send walks the archive from its start, up to the wave's last object."""
 
 from __future__ import annotations

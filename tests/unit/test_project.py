@@ -99,7 +99,7 @@ def unit_of(module: str) -> str | None:
 
 
 def test_nothing_imports_upward_or_within_its_layer():
-    """The import test of docs/architecture.md's layering: no cycles, nothing reaches up."""
+    """The import test of docs/development/architecture.md's layering: no cycles, nothing reaches up."""
     rank = {u: i for i, layer in enumerate(LAYERS) for u in layer}
     offenders, unlisted = [], set()
     for path in PKG.rglob("*.py"):
@@ -158,11 +158,11 @@ def test_cli_reference_is_current():
 
 
 def test_the_architecture_places_every_module():
-    """Every module of the package is named in docs/architecture.md: by its path, or by its file name within its
-    package's entry of the module map (a package's name, then its modules' file names)."""
+    """Every module of the package is named in docs/development/architecture.md: by its path, or by its file name
+    within its package's entry of the module map (a package's name, then its modules' file names)."""
     import re
 
-    text = (ROOT / "docs" / "architecture.md").read_text()
+    text = (ROOT / "docs" / "development" / "architecture.md").read_text()
     unplaced = []
     for path in sorted(PKG.rglob("*.py")):
         rel = path.relative_to(PKG)
@@ -174,14 +174,14 @@ def test_the_architecture_places_every_module():
         entry = text.find(package) if package else 0
         if entry < 0 or not re.search(rf"\b{re.escape(rel.name)}\b", text[entry:]):
             unplaced.append(rel.as_posix())
-    assert unplaced == [], "name them in docs/architecture.md's module map"
+    assert unplaced == [], "name them in docs/development/architecture.md's module map"
 
 
 def test_every_module_the_architecture_names_exists():
-    """docs/architecture.md names modules as `dir/name.py` or `name.py` (within its module map's dir)."""
+    """docs/development/architecture.md names modules as `dir/name.py` or `name.py` (within its module map's dir)."""
     import re
 
-    text = (ROOT / "docs" / "architecture.md").read_text()
+    text = (ROOT / "docs" / "development" / "architecture.md").read_text()
     files = {p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.py") if ".venv" not in p.parts}
     named = set(re.findall(r"\b([a-z_]+(?:/[a-z_]+)*\.py)\b", text))
     missing = [n for n in named if not any(f == n or f.endswith("/" + n) for f in files)]

@@ -1,5 +1,5 @@
-"""What runs where is a decision each integration module states (docs/testing.md): on 1.20 and 1.36 because what
-it tests differs by version, or on 1.36 alone because it does not, with the reason, and the docs list them all."""
+"""What runs where is a decision each integration module states (docs/development/testing.md): on 1.20 and 1.36 because
+what it tests differs by version, or on 1.36 alone because it does not, with the reason, and the docs list them all."""
 
 from __future__ import annotations
 
@@ -49,10 +49,11 @@ def test_every_integration_module_says_where_it_runs_and_why(path):
 
 
 def test_docs_testing_lists_every_module_where_its_marker_says():
-    text = (ROOT / "docs" / "testing.md").read_text()
+    text = (ROOT / "docs" / "development" / "testing.md").read_text()
     missing = [row for row in policy() if f"| `{row[0]}` | {row[1]} | {row[2]} |" not in text]
-    assert not missing, "docs/testing.md lacks these rows (python -m tests.unit.test_suite prints them):\n" + "\n".join(
-        f"| `{m}` | {where} | {why} |" for m, where, why in missing
+    assert not missing, (
+        "docs/development/testing.md lacks these rows (python -m tests.unit.test_suite prints them):\n"
+        + "\n".join(f"| `{m}` | {where} | {why} |" for m, where, why in missing)
     )
 
 

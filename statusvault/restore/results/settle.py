@@ -7,8 +7,9 @@ metadata-only LIST per resource and namespace says which objects changed at all 
 only those are read whole (a GET each, or one LIST when many changed), and a status whose digest changed was
 written since. An object with the resourceVersion its status write answered has not changed, so the answer is the
 one a full read of every object gives, for about half the client's CPU (the LIST of whole objects was 6-8 % of a
-default restore's; docs/performance.md). Who wrote it comes from managedFields: the other field managers whose
-status entries are as recent as this restore's (a status write is an entry of its own from Kubernetes 1.22; on
+default restore's; docs/development/benchmarks.md). Who wrote it comes from managedFields: the other field
+managers whose status entries are as recent as this restore's (a status write is an entry of its own from
+Kubernetes 1.22; on
 1.20 the status fields join the writer's entry)."""
 
 from __future__ import annotations

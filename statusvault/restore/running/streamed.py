@@ -1,6 +1,6 @@
 """A streamed restore: objects written as the archive's first read decides them, in bounded pages, while the
 next page is read. CRDs first (then awaited), namespaces next; objects with owners wait in the plan for the
-depth waves that follow the stream (docs/architecture.md, *Streamed restore*)."""
+depth waves that follow the stream (docs/development/architecture.md, *Streamed restore*)."""
 
 from __future__ import annotations
 
