@@ -6,7 +6,7 @@ still holds the version read (a second run, or a `hold` at the same moment, is n
 of them opens with NEW (unwrapped with it to be sure) does `retire` remove OLD's wrappings. So each backup opens
 with OLD or NEW throughout, and a run that stopped is finished by running it again: a backup that has NEW's
 wrapping is left as it is. A manifest under S3 Object Lock is rewritten as a new version carrying the same lock;
-the version before it keeps the old wrappings until its retention ends (docs/user-guide.md)."""
+the version before it keeps the old wrappings until its retention ends (docs/how-to/encrypt-and-rotate-keys.md)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from statusvault.testing.fixtures import create_with_status, ensure_namespace, i
 from tests import refmodel
 from tests.builders import cr, crd, unique
 
-RECORD = "statusvault.io/paused-by-restore"  # docs/user-guide.md: what a pause added, recorded on the object
+RECORD = "statusvault.io/paused-by-restore"  # docs/how-to/fence-operators.md: what a pause added, on the object
 HOLD = refmodel.Marker("annotation", "example.com/hold", "true")
 HOLD_FIELD = refmodel.Marker("field", "/spec/hold", True)
 PHASES = frozenset({"Ready", "Restored"})  # the only phases a strict Gizmo status may have

@@ -1,5 +1,5 @@
 """The reference model of a restore: from a backup's objects, the options and the target as it was before, the
-state a restore must leave and what its report must count, as docs/user-guide.md ("Restoring") promises.
+state a restore must leave and what its report must count, as docs/how-to/restore.md promises.
 
 Small, slow and plain on purpose: every rule is written out again over dicts, sharing no code with statusvault,
 so that the pairwise suite (tests/integration/test_compose.py) can hold the real restore to it. Resource names

@@ -284,15 +284,16 @@ def fenced_by(out: str, ctx: Context) -> bool:
 
 
 def unpaused(target: refmodel.Target, result: Any, kube: KubeClient, ctx: Context, where: str) -> None:
-    """docs/user-guide.md: `statusvault unpause` with the same options releases what --keep-paused left paused."""
+    """docs/how-to/fence-operators.md: `statusvault unpause` with the same options releases what --keep-paused left
+    paused."""
     assert result.code == ExitStatus.SUCCESS, where + result.err
     released = {k: dataclasses.replace(live, paused_with=None) for k, live in target.objects.items()}
     assert differences(released, observe(kube, ctx.world).objects) == {}, where
 
 
 def fixed_and_run_again(row: Row, backed: Backed, ctx: Context, before, run, kube, args: list[str], name: str) -> None:
-    """docs/user-guide.md: fix the cause and run the same command again; it finishes what is left (statuses the
-    server refused, objects whose CRD was missing), and the cluster ends as if it had been right the first time."""
+    """docs/how-to/resume-a-restore.md: fix the cause and run the same command again; it finishes what is left (statuses
+    the server refused, objects whose CRD was missing), and the cluster ends as if it had been right the first time."""
     fix(kube, ctx.world)
     result = run("restore", name, "--storage", ctx.store, "-o", "json", *args)
     right = dataclasses.replace(before, served=set(ctx.world.qualified), phases={})
