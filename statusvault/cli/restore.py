@@ -200,13 +200,13 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, TrustedKeysArgs, MetricsArgs):
     "--modifiers",
     "modifiers_file",
     type=click.Path(dir_okay=False),
-    help="Restore-time patches: a YAML file in Velero's resource-modifier format (see the user guide).",
+    help="Restore-time patches: a YAML file in Velero's resource-modifier format (docs/how-to/restore-elsewhere.md).",
 )
 @click.option(
     "--order",
     metavar="PROFILE|FILE",
     help="Restore in dependency groups, waiting on a readiness gate between them: a profile (crossplane, "
-    "cluster-api/capi, cnpg, flux, argo-rollouts) or an order file (see the user guide).",
+    "cluster-api/capi, cnpg, flux, argo-rollouts) or an order file (docs/how-to/restore-in-order.md).",
 )
 @strict_option
 @state_dir_option
