@@ -131,9 +131,10 @@ def restore(
     user_selection = opts.namespaces or opts.include or opts.selector or opts.names
     if not chosen and user_selection:
         return Expected(2, copy.deepcopy(before), {}, set())
-    # a restore of part of the backup (-n, -l, --name), planned first, creates only the CRDs its objects need
+    # a restore of part of the backup (-n, -l, --name), planned first or streamed, creates only the CRDs its objects
+    # need (and those --include-resources names)
     needed = {t.qualified for t, _ in chosen} | set(opts.include)
-    partial = bool(opts.namespaces or opts.selector or opts.names) and not opts.streamed
+    partial = bool(opts.namespaces or opts.selector or opts.names)
     served = before.served | {
         t.qualified for t in types if _crd_comes(t, opts) and (not partial or t.qualified in needed)
     }

@@ -163,7 +163,7 @@ RESTORE_STEPS: dict[str, Step] = {
         lambda c: c.with_status >= 3 and c.marked == c.created - 1,
     ),
     "streamed-before-unpause": (Request("PATCH", INSTANCES), lambda c: c == (N, N, N - 1)),
-    # --stream -n: the CRD that comes along is held until the selection's first match, then handed on
+    # --stream -n: the CRD that comes along is held until the first object of its type, then handed on
     "streamed-selection-held": (Pause("restore.stream-held"), lambda c: c.created == 0),
     "streamed-selection-mid-wave": (post("db-06"), lambda c: 0 < c.created < N),
     "between-create-and-status": (Request("PUT", "/status"), lambda c: c.created > c.with_status),

@@ -29,7 +29,8 @@ from statusvault.transforms import map_namespace, status_annotation
 STATUS_ALL = "*"
 BARE_SEQ = 1 << 40  # a streamed plan numbers the namespaces it adds from here: the objects' numbers never move
 
-HELD_STEP = "restore.stream-held"  # kill point (statusvault/killpoints.py): a selection's first match, held items
+HELD_STEP = "restore.stream-held"  # kill point (statusvault/killpoints.py): held items handed on (a selection's
+# first match; the first object of a CRD's type)
 Sink = Callable[[PlanItem, "dict[str, Any] | None"], None]  # a streamed restore's writer: each item as decided
 
 
@@ -340,6 +341,7 @@ class _Planner:
         self.sink: Sink | None = None
         self.namespaces: dict[str, bool] = {}  # streamed: target namespaces met so far -> whether the backup has it
         self.held = _Held()  # streamed with a selection: what waits until the selection has matched something
+        self.crds_waiting: dict[str, _Held] = {}  # streamed, part of the backup: a CRD until an object of its type
         self.left_out: Counter[str] = Counter()  # objects of built-in types the restore was not asked for
         self.privileged: dict[str, int] = {}  # privileged types written as allowed: objects
         self.crds_kept: list[str] = []  # existing CRDs not replaced (policy update without the allowance)
@@ -463,11 +465,19 @@ class _Planner:
         """Hand the item to the sink unless it has owners (those wait for the waves after the stream, in depth
         order); CRDs and namespaces always go, as in the waves their category comes before their owners'.
 
-        With a selection, what comes before its first match (the CRDs that come along) is held, spooled, until
-        the selection has matched something: one that matches nothing fails in finish() with nothing written."""
+        With a selection, what comes before its first match is held, spooled, until the selection has matched
+        something: one that matches nothing fails in finish() with nothing written. A restore of a part of the backup
+        holds each CRD until an object of its type comes (one that never comes is never written)."""
         holding = not self.matched and bool(_selection(self.opts.selection))
         if self.held and not holding and self.sink is not None:
             self.held.release(self.sink)
+        if item.category == Category.CRD and self._part() and item.name not in self.decider.include:
+            self.plan.add(item, owners, True)  # written before the first object of its type, or left out
+            self.crds_waiting.setdefault(item.name, _Held()).hold(item, obj)
+            return
+        waiting = self.crds_waiting.pop(item.rt.qualified, None)
+        if waiting is not None and self.sink is not None:
+            waiting.release(self.sink)
         if item.category == Category.NAMESPACE:
             self.namespaces[item.name] = True
         elif item.rt.namespaced:
@@ -478,6 +488,12 @@ class _Planner:
             self.held.hold(item, obj)
         elif streamed and self.sink is not None:
             self.sink(item, obj)
+
+    def _part(self) -> bool:
+        """Whether the restore takes a part of the backup (-n, --name, -l): then it creates only the CRDs its
+        objects need, and those named in --include-resources."""
+        sel = self.opts.selection
+        return bool(sel.namespaces or sel.names or sel.label_selector)
 
     def _bare_namespace(self, ns: str) -> None:
         """A target namespace that neither exists nor comes from the backup is created before the first object in
@@ -500,8 +516,10 @@ class _Planner:
             raise ConfigError(f"nothing in backup {plan.backup} matches {_selection(sel)}: nothing to restore")
         plan.warnings += [f"no object in the selection is named {p!r}" for p in sel.names if p not in self.named]
         plan.warnings += self._trust_warnings()
-        if self.sink is None and (sel.namespaces or sel.names or sel.label_selector):  # a part of the backup asked
-            dropped = plan.drop_unneeded_crds(self.decider.include)  # for: only the CRDs its objects need
+        if self._part():  # a part of the backup asked for: only the CRDs its objects need (streamed: never written)
+            for waiting in self.crds_waiting.values():
+                waiting.close()
+            dropped = plan.drop_unneeded_crds(self.decider.include)
             if dropped:
                 plan.warnings.append(f"left out {len(dropped)} CRD(s) of the backup no restored object needs: "
                                      f"{', '.join(dropped[:5])}{' ...' if len(dropped) > 5 else ''}")  # fmt: skip

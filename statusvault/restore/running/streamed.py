@@ -24,8 +24,10 @@ class StreamWriter:
 
     Phases: CRDs are written as they come; before the first other object they are drained and awaited
     (`after_crds`). Namespaces and other cluster-scoped objects follow; before the first namespaced object
-    they are drained, so every namespace exists before anything is written into it. A page is what the
-    writers may hold in flight (parallel x 4): the walk blocks when they are full, so memory stays flat."""
+    they are drained, so every namespace exists before anything is written into it. A CRD that comes later (a
+    restore of part of the backup holds each one back until the first object of its type) is written at once and
+    awaited before anything else is handed out. A page is what the writers may hold in flight (parallel x 4): the
+    walk blocks when they are full, so memory stays flat."""
 
     def __init__(
         self,
@@ -45,9 +47,14 @@ class StreamWriter:
     def __call__(self, item: PlanItem, obj: dict[str, Any] | None) -> None:
         if self.journal.resumed and self.journal.is_done(item.seq):
             return  # an earlier, killed run of this restore finished it
+        late_crd = item.category == Category.CRD and self.phase != Category.CRD
         self._enter(item.category)
         item = self.served.target(item)
         item.old_uid = ""  # not learnt: the owned objects after the stream find their owners by name (one GET each)
+        if late_crd:  # the first object of its type comes next: the CRD is written and served before it
+            self.waves.offer(item, obj, self._now)
+            self.after_crds()
+            return
         if not item.in_archive:  # a namespace the plan adds: there before the object that needs it
             self.waves.offer(item, None, self._now)
             return

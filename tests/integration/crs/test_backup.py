@@ -13,7 +13,10 @@ import pytest
 
 from statusvault.archive import ArchiveReader
 from statusvault.errors import ExitStatus
-from tests.builders import cr, kc_status, unique
+from statusvault.kube.discovery import discover
+from statusvault.testing.fixtures import create_with_status, install_crds
+from tests.builders import cr, crd, kc_status, unique, unique_kind
+from tests.integration.crs.servers import wait_gone
 
 pytestmark = pytest.mark.version_sensitive(
     "backups read what each server serves: discovery, LIST pages, managedFields, no core API (CRD-only)"
@@ -118,6 +121,29 @@ def test_two_served_versions_are_backed_up_once_in_the_preferred_version(run, ma
     assert widget_files == [f"resources/widgets.example.com/namespaces/{namespace}/old.json"]
     assert files[widget_files[0]]["apiVersion"] == "example.com/v1"
     assert files[widget_files[0]]["status"] == {"state": "Idle"}
+
+
+def test_a_type_only_a_non_preferred_version_serves_is_backed_up_and_restored(run, kube, namespace):
+    """Two CRDs of one group: the group prefers v1 (the first one's only version), and the second one's kind is
+    served only as v2alpha1, as Velero's DataUploads are. Discovery takes it in the version that serves it, so it
+    is backed up with its status and restored."""
+    group, kind = f"{unique('pv')}.example.com", unique_kind("Upload")
+    install_crds(kube, [crd(group, "Holder"), crd(group, kind, versions=("v2alpha1",))])
+    discovery = discover(kube)
+    uploads = discovery.by_qualified(f"{kind.lower()}s.{group}")
+    assert uploads is not None and uploads.version == "v2alpha1"
+    assert discovery.by_qualified(f"holders.{group}").version == "v1", "the group's preferred version"
+    status = {"phase": "Completed", "bytesDone": 4096}
+    create_with_status(kube, discovery, cr(f"{group}/v2alpha1", kind, "u-1", spec={"size": 3}, status=status),
+                       namespace)  # fmt: skip
+
+    assert run("backup", "pv", "-n", namespace, "--include-resources", uploads.qualified).code == ExitStatus.SUCCESS
+    kube.delete(uploads, namespace, "u-1")
+    wait_gone(kube, uploads, namespace, "u-1")
+    restored = run("restore", "pv", "-n", namespace)
+    assert restored.code == ExitStatus.SUCCESS, restored.out + restored.err
+    back = kube.get(uploads, namespace, "u-1")
+    assert (back["apiVersion"], back["spec"], back["status"]) == (f"{group}/v2alpha1", {"size": 3}, status)
 
 
 def test_resource_label_and_exclude_filters(run, seeded):
