@@ -21,8 +21,9 @@ done, `take_infrastructure()` hands CAPD over: the source's stops, the target's 
 The in-memory provider rebuilds its simulated machines from its objects, as a real provider finds its machines in
 the cloud that both management clusters share.
 
-The managers run with the admin token, not with their release's RBAC (core's role is aggregated from the providers'
-by labels): that part of running as a release does is not reproduced yet.
+Each manager runs as its own ServiceAccount (a TokenRequest token), with its release's ClusterRole
+(config/rbac/role.yaml) bound as the release binds it: where the release aggregates it (core, kubeadm control
+plane), to the aggregated role that takes it in by its label.
 
 python -m statusvault.testing.capi build   # build or find the managers, print the directory
 """
@@ -50,7 +51,7 @@ from statusvault.model import KubeObject
 from statusvault.testing.cluster import cache_dir
 from statusvault.testing.controlplane import free_ports
 from statusvault.testing.fixtures import install_crds, read_docs
-from statusvault.testing.operators import Processes, apply_docs, wait_for
+from statusvault.testing.operators import Processes, apply_docs, cluster_role_binding, own_kubeconfig, wait_for
 
 CORE, CORE_VERSION = "sigs.k8s.io/cluster-api", "v1.13.6"
 TEST, TEST_VERSION = "sigs.k8s.io/cluster-api/test", "v1.13.7"
@@ -99,12 +100,12 @@ def capi_dir() -> Path:
 
 
 def ensure_capi() -> Path:
-    """The directory holding the managers and clusterctl (bin/), the managers' CRDs (crds/NAME/) and webhook
-    configurations (webhooks/), built the first time (what is missing only)."""
+    """The directory holding the managers and clusterctl (bin/), the managers' CRDs (crds/NAME/), webhook
+    configurations (webhooks/) and roles (rbac/NAME/), built the first time (what is missing only)."""
     root = capi_dir()
     builds = [(m.name, m.module, m.package) for m in MANAGERS] + [(CLUSTERCTL, CORE, "./cmd/clusterctl")]
     missing = [b for b in builds if not (root / "bin" / b[0]).exists()]
-    if not missing:
+    if not missing and all((root / "rbac" / m.name / "role.yaml").exists() for m in MANAGERS):
         return root
     go = shutil.which("go")
     if go is None:
@@ -122,7 +123,7 @@ def ensure_capi() -> Path:
         # the test module replaces core with ../ (its repository's tree): the release of core instead
         subprocess.run([go, "mod", "edit", f"-replace={CORE}={CORE}@{CORE_VERSION}"], check=True, env=env,
                        cwd=sources[TEST])  # fmt: skip
-        for sub in ("bin", "crds", "webhooks"):
+        for sub in ("bin", "crds", "webhooks", "rbac"):
             (root / sub).mkdir(parents=True, exist_ok=True)
         clusterctl_crd = sources[CORE] / "cmd/clusterctl/config/crd/bases/clusterctl.cluster.x-k8s.io_providers.yaml"
         shutil.copy(clusterctl_crd, root / "crds" / "clusterctl-providers.yaml")
@@ -132,6 +133,10 @@ def ensure_capi() -> Path:
             for crd in sorted((config / "crd" / "bases").glob("*.yaml")):
                 shutil.copy(crd, root / "crds" / m.name / crd.name)
             shutil.copy(config / "webhook" / "manifests.yaml", root / "webhooks" / f"{m.name}.yaml")
+            (root / "rbac" / m.name).mkdir(exist_ok=True)
+            for role in ("role.yaml", "aggregated_role.yaml"):
+                if (config / "rbac" / role).exists():
+                    shutil.copy(config / "rbac" / role, root / "rbac" / m.name / role)
         for name, module, package in missing:
             out = Path(tmp) / name
             build = [go, "build", "-trimpath", "-ldflags=-s", "-o", str(out), package]
@@ -224,8 +229,26 @@ class ClusterAPI(Processes):
                          "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
                          "providerName": provider, "type": kind, "version": version})  # fmt: skip
         for m in MANAGERS:
-            docs += self._webhooks(m)
+            docs += self._rbac(m) + self._webhooks(m)
         apply_docs(self.admin, discover(self.admin), docs)
+
+    def _rbac(self, m: Manager) -> list[KubeObject]:
+        """The manager's ServiceAccount and its release's ClusterRole, bound as the release binds it: to the
+        aggregated role that selects it by a label, where the release has one."""
+        rbac = self.root / "rbac" / m.name
+        (role,) = read_docs(rbac / "role.yaml")
+        role["metadata"] = {"name": f"statusvault-test-{m.name}"}
+        bound, docs = role["metadata"]["name"], [role]
+        if (rbac / "aggregated_role.yaml").exists():
+            (aggregated,) = read_docs(rbac / "aggregated_role.yaml")
+            (selector,) = aggregated["aggregationRule"]["clusterRoleSelectors"]
+            role["metadata"]["labels"] = dict(selector["matchLabels"])
+            aggregated["metadata"] = {"name": f"statusvault-test-{m.name}-aggregated"}
+            bound = aggregated["metadata"]["name"]
+            docs.append(aggregated)
+        account: KubeObject = {"apiVersion": "v1", "kind": "ServiceAccount",
+                               "metadata": {"name": m.name, "namespace": NAMESPACE}}  # fmt: skip
+        return [account, *docs, cluster_role_binding(f"statusvault-test-{m.name}", bound, m.name, NAMESPACE)]
 
     def _webhooks(self, m: Manager) -> list[KubeObject]:
         """The manager's webhook configurations, pointed at the process that serves them: its own, or the
@@ -249,8 +272,9 @@ class ClusterAPI(Processes):
 
     def _spawn(self, m: Manager) -> None:
         p = self.ports[m.name]
+        kubeconfig = own_kubeconfig(self.admin, NAMESPACE, m.name, self.workdir)
         argv = [
-            str(self.root / "bin" / m.name), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
+            str(self.root / "bin" / m.name), f"--kubeconfig={kubeconfig}", "--leader-elect=false",
             f"--webhook-port={p['webhook']}", f"--webhook-cert-dir={self.workdir / 'certs'}",
             f"--health-addr=127.0.0.1:{p['health']}", f"--diagnostics-address=127.0.0.1:{p['diagnostics']}",
             "--insecure-diagnostics", *m.flags,

@@ -137,12 +137,19 @@ class LocalCluster(ControlPlane):
         return path
 
     @classmethod
-    def start(cls, workdir: Path | None = None, detach: bool = False, version: str = DEFAULT_VERSION) -> LocalCluster:
+    def start(
+        cls,
+        workdir: Path | None = None,
+        detach: bool = False,
+        version: str = DEFAULT_VERSION,
+        apiserver_flags: tuple[str, ...] = (),
+    ) -> LocalCluster:
+        """`apiserver_flags` are added to kube-apiserver's (an API a test needs that is off by default, say)."""
         release = RELEASES[version]
         bindir = ensure_binaries(version)
-        return cls.launch(workdir, lambda cluster: cluster._start(release, bindir, detach))
+        return cls.launch(workdir, lambda cluster: cluster._start(release, bindir, detach, apiserver_flags))
 
-    def _start(self, release: Release, bindir: Path, detach: bool) -> None:
+    def _start(self, release: Release, bindir: Path, detach: bool, apiserver_flags: tuple[str, ...] = ()) -> None:
         wd = self.workdir
         self.release = release
         self.port, etcd_port, peer_port = free_ports(3)
@@ -170,6 +177,7 @@ class LocalCluster(ControlPlane):
             "--disable-admission-plugins=ServiceAccount",
             "--max-requests-inflight=800",
             "--max-mutating-requests-inflight=400",
+            *apiserver_flags,
         ]
         self.spawn("kube-apiserver", self.apiserver_argv, detach)
         self.kubeconfig.write_text(kubeconfig_yaml(self.server, "admin", ADMIN_TOKEN))
@@ -181,7 +189,8 @@ class LocalCluster(ControlPlane):
                 f"--kubeconfig={self.kubeconfig}",
                 "--leader-elect=false",
                 # no serviceaccount-token: no token Secrets, as on Kubernetes 1.24+ (tests use TokenRequest)
-                "--controllers=namespace,garbagecollector,deployment,replicaset,cronjob",
+                # clusterrole-aggregation: operators' releases bind aggregated ClusterRoles (Cluster API's do)
+                "--controllers=namespace,garbagecollector,deployment,replicaset,cronjob,clusterrole-aggregation",
                 "--bind-address=127.0.0.1",
                 "--secure-port=0",
                 *release.controller_manager_flags,

@@ -186,7 +186,8 @@ class Flux(Processes):
                 {"apiVersion": "v1", "kind": "ServiceAccount",
                  "metadata": {"name": controller.name, "namespace": self.NAMESPACE}},
                 role,
-                *(_binding(f"flux-{controller.name}-{r}", r, controller.name, self.NAMESPACE) for r in roles),
+                *(cluster_role_binding(f"flux-{controller.name}-{r}", r, controller.name, self.NAMESPACE)
+                  for r in roles),
             ]  # fmt: skip
             apply_docs(self.admin, discover(self.admin), docs)
 
@@ -202,9 +203,7 @@ class Flux(Processes):
             (SOURCE, source_args, ports[:2]),
             (KUSTOMIZE, ["--watch-all-namespaces"], ports[2:]),
         ):
-            kubeconfig = self.workdir / f"{controller.name}.kubeconfig"
-            kubeconfig.write_text(kubeconfig_yaml(self.admin.server, controller.name, self._token(controller.name)))
-            kubeconfig.chmod(0o600)
+            kubeconfig = own_kubeconfig(self.admin, self.NAMESPACE, controller.name, self.workdir)
             argv = [
                 str(self.root / "bin" / controller.name), *extra, "--enable-leader-election=false",
                 f"--metrics-addr=127.0.0.1:{metrics}", f"--health-addr=127.0.0.1:{health}", "--log-encoding=json",
@@ -212,13 +211,6 @@ class Flux(Processes):
             env = {**os.environ, "KUBECONFIG": str(kubeconfig), "RUNTIME_NAMESPACE": self.NAMESPACE}
             self.spawn(controller.name, argv, env)
             self._wait_healthy(controller.name, health)
-
-    def _token(self, account: str) -> str:
-        """A token of the controller's own ServiceAccount, as a pod's projected volume would hold."""
-        path = f"/api/v1/namespaces/{self.NAMESPACE}/serviceaccounts/{account}/token"
-        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}}
-        answer = self.admin.request_json(Request("POST", path, body=json.dumps(body).encode()))
-        return str(answer["status"]["token"])
 
     def _wait_healthy(self, name: str, port: int, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -256,7 +248,19 @@ class Flux(Processes):
         wait_for(lambda: all(get_doc(self.admin, discovery, p) is None for p in probes), timeout, "probes deleted")
 
 
-def _binding(name: str, role: str, account: str, namespace: str) -> KubeObject:
+def own_kubeconfig(admin: KubeClient, namespace: str, account: str, workdir: Path) -> Path:
+    """A kubeconfig (mode 0600, in `workdir`) holding a token of the ServiceAccount, as a pod's projected volume
+    would hold it (the TokenRequest API)."""
+    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token"
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}}
+    answer = admin.request_json(Request("POST", path, body=json.dumps(body).encode()))
+    kubeconfig = workdir / f"{account}.kubeconfig"
+    kubeconfig.write_text(kubeconfig_yaml(admin.server, account, str(answer["status"]["token"])))
+    kubeconfig.chmod(0o600)
+    return kubeconfig
+
+
+def cluster_role_binding(name: str, role: str, account: str, namespace: str) -> KubeObject:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",

@@ -174,8 +174,8 @@ def moved(mover: Callable[[Path, Path, ClusterAPI, Path], int], work: Path) -> d
     """The workload cluster steady in a source management cluster, a target with Cluster API running (its
     infrastructure provider lent by the source's), `mover(source kubeconfig, target kubeconfig, target, work)`
     timed, the Machines that have their node in the target when it returns (their status moved with them), the
-    infrastructure provider handed over, then up to 3 minutes for the target to have reconciled everything and
-    the cluster to be steady there, and 15 seconds more: what Cluster API did in the target."""
+    infrastructure provider handed over, then up to 5 minutes (a loaded machine) for the target to have reconciled
+    everything and the cluster to be steady there, and 15 seconds more: what Cluster API did in the target."""
     with LocalCluster.start(version="1.36") as source_plane, LocalCluster.start(version="1.36") as target_plane:
         source_kube = KubeClient(load_transport(str(source_plane.kubeconfig)))
         target_kube = KubeClient(load_transport(str(target_plane.kubeconfig)))
@@ -192,12 +192,13 @@ def moved(mover: Callable[[Path, Path, ClusterAPI, Path], int], work: Path) -> d
                 )
                 target.take_infrastructure()
                 try:
-                    wait_for(lambda: reconciled(target_kube) and steady(target_kube), 180, "steady in the target",
+                    wait_for(lambda: reconciled(target_kube) and steady(target_kube), 300, "steady in the target",
                              target.log_tail, every=2)  # fmt: skip
                     settled: float | None = time.monotonic() - started - took
                     time.sleep(OBSERVED)
                     settled = settled if steady(target_kube) else None
-                except TimeoutError:
+                except TimeoutError as e:
+                    print(f"not steady in the target: {e}")  # the managers' last log lines: why
                     settled = None
                 after = machines(target_kube)
                 left_paused = paused(target_kube)
