@@ -137,19 +137,12 @@ class LocalCluster(ControlPlane):
         return path
 
     @classmethod
-    def start(
-        cls,
-        workdir: Path | None = None,
-        detach: bool = False,
-        version: str = DEFAULT_VERSION,
-        apiserver_flags: tuple[str, ...] = (),
-    ) -> LocalCluster:
-        """`apiserver_flags` are added to kube-apiserver's (an API a test needs that is off by default, say)."""
+    def start(cls, workdir: Path | None = None, detach: bool = False, version: str = DEFAULT_VERSION) -> LocalCluster:
         release = RELEASES[version]
         bindir = ensure_binaries(version)
-        return cls.launch(workdir, lambda cluster: cluster._start(release, bindir, detach, apiserver_flags))
+        return cls.launch(workdir, lambda cluster: cluster._start(release, bindir, detach))
 
-    def _start(self, release: Release, bindir: Path, detach: bool, apiserver_flags: tuple[str, ...] = ()) -> None:
+    def _start(self, release: Release, bindir: Path, detach: bool) -> None:
         wd = self.workdir
         self.release = release
         self.port, etcd_port, peer_port = free_ports(3)
@@ -177,7 +170,6 @@ class LocalCluster(ControlPlane):
             "--disable-admission-plugins=ServiceAccount",
             "--max-requests-inflight=800",
             "--max-mutating-requests-inflight=400",
-            *apiserver_flags,
         ]
         self.spawn("kube-apiserver", self.apiserver_argv, detach)
         self.kubeconfig.write_text(kubeconfig_yaml(self.server, "admin", ADMIN_TOKEN))
