@@ -69,7 +69,19 @@ def status_digest(status: Any) -> str:
     lists are left out (a `conditions` list at any depth): they are what the operator observes now, which it
     rewrites as it pleases, a paused one too (Cluster API records Paused there). The state a restore brings back,
     which the operator cannot recompute, is the rest."""
-    return hashlib.sha256(orjson.dumps(_without_conditions(status), option=orjson.OPT_SORT_KEYS)).hexdigest()[:_DIGEST]
+    return hashlib.sha256(_digested_json(status)).hexdigest()[:_DIGEST]
+
+
+def _digested_json(status: Any) -> bytes:
+    """The status as digested: without its top-level conditions, serialised once; only a status with a `conditions`
+    key deeper down (rare) is copied whole without them. In compact JSON `"conditions":` is only ever a key."""
+    top = status
+    if isinstance(status, dict) and isinstance(status.get("conditions"), list):
+        top = {k: v for k, v in status.items() if k != "conditions"}
+    out = orjson.dumps(top, option=orjson.OPT_SORT_KEYS)
+    if b'"conditions":' not in out:
+        return out
+    return orjson.dumps(_without_conditions(status), option=orjson.OPT_SORT_KEYS)
 
 
 def _without_conditions(value: Any) -> Any:
