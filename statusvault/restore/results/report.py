@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import operator
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -125,6 +126,14 @@ class ItemResult:
         if self.server_warnings:
             d["serverWarnings"] = list(self.server_warnings)
         return d
+
+    def __reduce__(self) -> tuple[type[ItemResult], tuple[Any, ...]]:
+        """Pickled as its fields in order: a worker's results cross by the thousand, and the state functions of a
+        slotted dataclass look its fields up again for each one."""
+        return ItemResult, _item_fields(self)
+
+
+_item_fields = operator.attrgetter(*(f.name for f in dataclasses.fields(ItemResult)))
 
 
 class RestoreReport:
