@@ -3,13 +3,15 @@ of its own, and sends what they emit and return back up in batches, from one thr
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from multiprocessing.connection import Connection
+from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 from statusvault.errors import StatusVaultError
@@ -34,8 +36,11 @@ def worker_main(conn: Connection, spec: WorkerSpec, job: Job, bucket: SharedToke
     try:
         if _say(conn, ("ready",)):
             sender.start()
-            with ThreadPoolExecutor(max(1, spec.parallel), thread_name_prefix="task") as pool:
+            pool = _Threads(max(1, spec.parallel))
+            try:
                 _serve(conn, parent, job, state, pool, outbox)
+            finally:
+                pool.close()
     finally:  # every task taken has ended (the pool waited for them): the last results go, then it exits
         outbox.stop()
         if sender.is_alive():
@@ -69,7 +74,7 @@ def _setup(spec: WorkerSpec, job: Job, bucket: SharedTokenBucket) -> tuple[KubeT
         raise
 
 
-def _serve(conn: Connection, parent: int, job: Job, state: Any, pool: ThreadPoolExecutor, outbox: _Outbox) -> None:
+def _serve(conn: Connection, parent: int, job: Job, state: Any, pool: _Threads, outbox: _Outbox) -> None:
     while True:
         msg = _next_message(conn, parent)
         if msg is None or msg[0] == "stop":
@@ -78,7 +83,7 @@ def _serve(conn: Connection, parent: int, job: Job, state: Any, pool: ThreadPool
             job.share(state, msg[1])
         else:
             for task_id, task in msg[1]:
-                pool.submit(_run, job, state, task_id, task, outbox)
+                pool.submit(functools.partial(_run, job, state, task_id, task, outbox))
 
 
 def _next_message(conn: Connection, parent: int) -> Any | None:
@@ -111,6 +116,35 @@ def _say(conn: Connection, msg: tuple[Any, ...]) -> bool:
     except OSError:
         return False
     return True
+
+
+class _Threads:
+    """The worker's task threads, started as tasks come (up to `count`), each taking tasks from one C-level queue:
+    a ThreadPoolExecutor's Future per task (its Condition, its locks) cost more than the task's own bookkeeping."""
+
+    def __init__(self, count: int):
+        self.count = count
+        self._tasks: SimpleQueue[Callable[[], None] | None] = SimpleQueue()
+        self._started: list[threading.Thread] = []
+
+    def submit(self, task: Callable[[], None]) -> None:
+        self._tasks.put(task)
+        if len(self._started) < self.count:
+            thread = threading.Thread(target=self._loop, name=f"task_{len(self._started)}")
+            thread.start()
+            self._started.append(thread)
+
+    def close(self) -> None:
+        """Wait until every task submitted has run."""
+        for _ in self._started:
+            self._tasks.put(None)
+        for thread in self._started:
+            thread.join()
+
+    def _loop(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            with contextlib.suppress(BaseException):  # as the executor's Future kept it: its thread goes on
+                task()
 
 
 class _ParentGone(Exception):
