@@ -46,6 +46,7 @@ from statusvault.restore.quiet.fencing import FencePlan
 from statusvault.restore.runner import RestoreRequest, RestoreResult, restore_with
 from statusvault.storage import ObjectStore, open_store
 from statusvault.storage.base import S3Options, validate_backup_name
+from statusvault.velero import verify as velero_verify
 
 log = logging.getLogger(__name__)
 _UNSET = getattr(click.core, "UNSET", None)  # click 8.2+: what an option without a default is before the CLI's None
@@ -232,9 +233,17 @@ def verify(
     s3: S3Options | None = None,
     encryption_key_file: Strings = (),
     verify_key_file: Strings = (),
+    from_velero: bool = False,
 ) -> VerifyReport:
-    """`statusvault verify`: every file's checksum (and the signature, given a public key); `.ok` says."""
-    return verify_backup(_store(storage, s3), name, _keys(encryption_key_file, verify_key_file))
+    """`statusvault verify`, judged as the command judges it: every file's checksum (and the signature, given a
+    public key), and in a store with Object Lock every file's lock; `.ok` says. `from_velero`: `name` is a Velero
+    backup of the storage (or a tarball's path), checked as the command checks it."""
+    store = _store(storage, s3)
+    if from_velero:
+        if encryption_key_file or verify_key_file:
+            raise TypeError("verify(from_velero=True) takes no keys: a Velero backup is neither encrypted nor signed")
+        return velero_verify(name, store)[0]
+    return verify_backup(store, name, _keys(encryption_key_file, verify_key_file))
 
 
 def list_backups_in(storage: str | None = None, s3: S3Options | None = None) -> list[BackupInfo]:

@@ -24,6 +24,7 @@ from statusvault.retention import Candidate, Decision, RetentionPolicy, decide
 from statusvault.storage.base import (
     ObjectLock,
     ObjectStore,
+    unlocked_files,
 )
 from statusvault.writerlease import live_writer
 
@@ -197,10 +198,31 @@ def _running(pid: int) -> bool:
 
 
 def verify(store: ObjectStore, name: str, keys: Keys = None) -> VerifyReport:
-    """Check the stored archive's size and SHA-256, then (decrypting it when needed) every file's hash.
+    """The one judge of a stored backup (the CLI, the API and a Velero backup's import go through it): the stored
+    archive's size and SHA-256, then (decrypting it when needed) every file's hash, and in a store with Object Lock
+    that every file holds the lock its others hold.
 
     An encrypted backup verified without a key gets the first check only (`objects_unchecked`); given keys, its
     wrapped data key must unwrap (bound to the backup's name and archive) before anything else."""
+    report = _checked(store, name, keys)
+    if not report.error:
+        report.unlocked = unlocked_files(store, name)
+    return report
+
+
+def verdict_line(name: str, report: VerifyReport) -> str:
+    """What a verify says of the backup, one line."""
+    if report.unlocked and dataclasses.replace(report, unlocked=[]).ok:  # its content is sound: only the locks lack
+        return f"Backup {name}: FAILED: {_unlocked(report)}: run the same backup command again to lock it"
+    if not report.ok:
+        return f"Backup {name}: FAILED: {describe_problems(report)}"
+    if report.objects_unchecked:
+        return f"Backup {name}: archive checksum OK; encrypted: pass --encryption-key-file to check every object"
+    signed = f"; signature verified with key {report.signed_by}" if report.signed_by else ""
+    return f"Backup {name}: OK ({report.files_checked} files checked{signed})"
+
+
+def _checked(store: ObjectStore, name: str, keys: Keys) -> VerifyReport:
     backups = BackupStore(store)
     manifest = backups.manifest(name)
     archive = archive_field(manifest)
@@ -237,7 +259,14 @@ def describe_problems(report: VerifyReport) -> str:
         parts.append(f"{len(report.misordered)} file(s) out of the manifest's order, e.g. {report.misordered[0]}")
     if report.unexpected:
         parts.append(f"{len(report.unexpected)} unexpected member(s), e.g. {report.unexpected[0]}")
+    if report.unlocked:
+        parts.append(_unlocked(report))
     return "; ".join(parts)
+
+
+def _unlocked(report: VerifyReport) -> str:
+    files = ", ".join(key.rsplit("/", 1)[-1] for key in report.unlocked)
+    return f"{files} lack(s) the Object Lock its other files hold (a run stopped before locking it)"
 
 
 def download(store: ObjectStore, name: str, dest: Path) -> int:

@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from statusvault import legacycrd
+from statusvault.archive.check import VerifyReport
 from statusvault.archive.format import (
     MAX_JSON_VALUES,
     MAX_OBJECT_BYTES,
@@ -487,6 +488,15 @@ def imported(source: str, store: ObjectStore | None) -> Iterator[tuple[ObjectSto
         with read_tarball(path) as backup, _quiet(logging.getLogger("statusvault.backup")):  # its own lines, not
             import_backup(backup, temp, name, allow_plaintext_secrets=True)  # a backup the user ran; Secrets as held
         yield temp, name, backup
+
+
+def verify(source: str, store: ObjectStore | None) -> tuple[VerifyReport, VeleroBackup]:
+    """A Velero backup read whole and checked as any archive: the one judge (catalog.verify) of the native backup
+    made of it, for the CLI and the API alike; with what was read (its format, counts, what was left out)."""
+    from statusvault import catalog
+
+    with imported(source, store) as (temp, native, read):
+        return catalog.verify(temp, native), read
 
 
 @contextlib.contextmanager

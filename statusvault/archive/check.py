@@ -47,11 +47,12 @@ class VerifyReport:
     error: str = ""
     objects_unchecked: bool = False  # encrypted and verified without the key: only the stored checksum was checked
     signed_by: str = ""  # the verification key its signature was checked with ("": none was given)
+    unlocked: list[str] = dataclasses.field(default_factory=list)  # files without the Object Lock the others hold
 
     @property
     def ok(self) -> bool:
         return (
-            not (self.mismatched or self.missing or self.unexpected or self.misordered or self.error)
+            not (self.mismatched or self.missing or self.unexpected or self.misordered or self.error or self.unlocked)
             and self.archive_sha_ok is not False
         )
 

@@ -47,7 +47,6 @@ from statusvault.storage.base import (
     ObjectStore,
     locking,
     relock,
-    unlocked_files,
     validate_backup_name,
 )
 
@@ -395,10 +394,9 @@ def verify(app: App, args: VerifyArgs) -> None:
         verify_watch(store, name, keys, args.output)
         return
     report = catalog.verify(store, name, keys)
-    unlocked = unlocked_files(store, name)
     data = {
         "name": name,
-        "ok": report.ok and not unlocked,
+        "ok": report.ok,
         "filesChecked": report.files_checked,
         "archiveChecksumOk": report.archive_sha_ok,
         "objectsChecked": not report.objects_unchecked,
@@ -407,24 +405,11 @@ def verify(app: App, args: VerifyArgs) -> None:
         "unexpected": report.unexpected,
         "misordered": report.misordered,
         "error": report.error,
-        "unlocked": unlocked,
+        "unlocked": report.unlocked,
         "signedBy": report.signed_by or None,
     }
+    emit(data, args.output, catalog.verdict_line(name, report))
     if not report.ok:
-        text = f"Backup {name}: FAILED: {catalog.describe_problems(report)}"
-    elif unlocked:
-        files = ", ".join(key.rsplit("/", 1)[-1] for key in unlocked)
-        text = (
-            f"Backup {name}: FAILED: {files} lack(s) the Object Lock its other files hold (a run stopped before "
-            "locking it): run the same backup command again to lock it"
-        )
-    elif report.objects_unchecked:
-        text = f"Backup {name}: archive checksum OK; encrypted: pass --encryption-key-file to check every object"
-    else:
-        signed = f"; signature verified with key {report.signed_by}" if report.signed_by else ""
-        text = f"Backup {name}: OK ({report.files_checked} files checked{signed})"
-    emit(data, args.output, text)
-    if not report.ok or unlocked:
         raise ArchiveError(f"backup {name!r} failed verification")
 
 
@@ -447,8 +432,7 @@ def _verify_velero(store: ObjectStore, source: str, output: OutputFormat) -> Non
     backup made of it verified."""
     from statusvault import velero
 
-    with velero.imported(source, store) as (temp, native, read):
-        report = catalog.verify(temp, native)
+    report, read = velero.verify(source, store)
     if not report.ok:  # judged before anything says OK
         raise ArchiveError(f"Velero backup {source!r} failed verification: {catalog.describe_problems(report)}")
     left = read.left_out_note()

@@ -251,6 +251,11 @@ def test_a_backup_killed_before_its_manifest_was_locked_is_repaired_by_the_same_
     assert "ObjectLockMode" not in s3.head_object(Bucket=locked_bucket, Key=manifest)
     found = run("verify", "b", *where)
     assert found.code != 0 and "manifest.json lack(s) the Object Lock its other files hold" in found.out, found.out
+    from statusvault import api
+
+    options = S3Options(endpoint_url=s3_server, addressing_style="path", checksum="when_required")
+    judged = api.verify("b", storage=f"s3://{locked_bucket}/{PREFIX}", s3=options)
+    assert not judged.ok and judged.unlocked == [manifest_key("b")], "the API judges it as the command does"
 
     repaired = run(*command, "-o", "json")
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from statusvault.errors import ExitStatus
+from statusvault.errors import ArchiveError, ExitStatus
 from statusvault.kinds import CRDS, NAMESPACES
 from tests.builders import cr, kc_status, unique
 from tests.integration import test_dependencies
@@ -63,6 +63,9 @@ def test_an_imported_velero_backup_verifies_and_restores_like_any_other(run, kub
     path = tarball(tmp_path / "nightly.tar.gz", velero_objects, other_versions={KCS: "v1alpha1"})
     checked = run("verify", str(path), "--from-velero")
     assert checked.code == 0 and "OK (format 1.1.0, 5 objects checked; 3 object(s) of other" in checked.out, checked
+    from statusvault import api
+
+    assert api.verify(str(path), from_velero=True).ok, "the API judges a Velero backup as the command does"
     described = run("describe", str(path), "--from-velero", "-o", "json")
     assert described.code == 0 and json.loads(described.out)["resources"][KCS]["withStatus"] == 3, described.err
     told = json.loads(described.out)
@@ -98,6 +101,10 @@ def test_a_hostile_velero_tarball_is_refused_with_nothing_written(run, kube, nam
     for command in ("verify", "describe", "import-velero"):
         also = run(command, str(path), *(["--from-velero"] if command != "import-velero" else []))
         assert also.code == ExitStatus.ERROR and len(also.err.strip().splitlines()) == 1, (command, also.err)
+    from statusvault import api
+
+    with pytest.raises(ArchiveError, match="not a safe relative path|holds member"):  # the command's judge, refusing
+        api.verify(str(path), from_velero=True)
 
 
 def test_a_backup_in_a_velero_storage_location_is_read_by_name(run, kube, crds, namespace, velero_objects, tmp_path):
