@@ -2,7 +2,8 @@
 `statusvault ARGS` with every create (POST) and replace (PUT) of a custom resource answered in this process, as the
 API server would answer it (the body with a uid, a resourceVersion, a creationTimestamp and a generation; a replace
 returns what was sent). Everything else (discovery, namespaces, the existence LISTs) still goes to the server; the
-audit that reads the cluster back is left out (the objects are not there).
+audit that reads the cluster back is left out (the objects are not there). Worker processes (the default options)
+answer their writes the same way: each imports this module again when it is spawned.
 
 A real restore's CPU per object moves by 10 % from one run to the next on a machine the API server shares (its load,
 its growing etcd, the scheduler); this figure moves by about 1 %, so a change to the restore's own code (planning,
@@ -43,14 +44,18 @@ def answer_writes_in_process() -> None:
     http.HttpPool.request = request  # type: ignore[method-assign]
 
 
-def own_work(env: dict[str, str], n: int, namespaces: int, parallel: int) -> dict[str, float]:
+def own_work(
+    env: dict[str, str], n: int, namespaces: int, parallel: int, processes: int | None = 1
+) -> dict[str, float]:
     """The benchmark backup (bench-dir-1) restored into fresh namespaces with its writes answered in-process, with
-    `parallel` writer threads in one process and no settle LIST (its objects are not on the server)."""
+    `parallel` writer threads in `processes` processes (None: the default) and no settle LIST (its objects are not on
+    the server)."""
     from statusvault.testing.benchcore import cli_figures, run_measured
 
     prefix = f"own{parallel}-{next(_RUNS)}"
     mapping = ",".join(f"bench-{k}:{prefix}-{k}" for k in range(namespaces))
-    args = ["restore", "bench-dir-1", "--namespace-mapping", mapping, "--parallel", str(parallel), "--processes", "1"]
+    args = ["restore", "bench-dir-1", "--namespace-mapping", mapping, "--parallel", str(parallel)]
+    args += ["--processes", str(processes)] if processes is not None else []
     run = run_measured([sys.executable, "-m", __name__, *args, "--settle-seconds", "0", "-o", "json"], env)
     return cli_figures(run, n + namespaces)
 
@@ -69,6 +74,9 @@ def main() -> None:
     sys.argv = ["statusvault", *sys.argv[1:]]
     runpy.run_module("statusvault", run_name="__main__")  # as `python -m statusvault` runs
 
+
+if __name__ == "__mp_main__":  # a spawned worker process of the restore
+    answer_writes_in_process()
 
 if __name__ == "__main__":
     main()
