@@ -54,7 +54,7 @@ CAPI_TYPES = (
     "devmachinetemplates.infrastructure.cluster.x-k8s.io",
 )  # fmt: skip
 PAUSED = "cluster.x-k8s.io/paused"
-OBSERVED = 15  # seconds Cluster API runs on after the workload cluster is steady and reconciled, before the count
+OBSERVED = 15  # seconds the workload cluster must stay steady, Cluster API running on, before the count
 
 
 def listed(kube: KubeClient, qualified: str) -> list[dict[str, Any]]:
@@ -132,10 +132,28 @@ def capi_backup(tmp_path_factory) -> Iterator[dict[str, Any]]:
     yield {"store": store, "key": key, "before": before}
 
 
+def settle(kube: KubeClient, origin: float, timeout: float, capi: ClusterAPI) -> float | None:
+    """Seconds from `origin` until Cluster API has reconciled every object and the workload cluster is steady, and
+    stays so for OBSERVED seconds: a dip (the infrastructure provider rebuilding its machines after it starts)
+    starts the wait again. None when that does not happen within `timeout` (the managers' last lines printed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            wait_for(lambda: reconciled(kube) and steady(kube), deadline - time.monotonic(), "steady", capi.log_tail, 2)
+        except TimeoutError as e:
+            print(f"not steady: {e}")
+            return None
+        since = time.monotonic()
+        while time.monotonic() - since < OBSERVED and steady(kube):
+            time.sleep(2)
+        if time.monotonic() - since >= OBSERVED:
+            return since - origin
+
+
 def disaster_restore(capi_backup: dict[str, Any], options: list[str]) -> dict[str, Any]:
     """A fresh control plane with Cluster API running (a bootstrap-first rebuild), the paused restore with
-    `options`, then up to 3 minutes for Cluster API to have reconciled every object and the workload cluster to be
-    steady again, and 15 seconds more: what Cluster API did."""
+    `options`, then up to 5 minutes for Cluster API to have reconciled every object and the workload cluster to be
+    steady again and stay so for 15 seconds (settle): what Cluster API did."""
     from statusvault.cli import main
 
     with LocalCluster.start(version="1.36") as plane:
@@ -148,13 +166,7 @@ def disaster_restore(capi_backup: dict[str, Any], options: list[str]) -> dict[st
                          "--include-resources", ",".join([*CAPI_TYPES, "secrets"]),
                          "--allow-privileged-resources", "secrets", "-o", "json", *options])  # fmt: skip
             restored = time.monotonic() - started
-            try:
-                wait_for(lambda: reconciled(kube) and steady(kube), 180, "steady again", capi.log_tail, every=2)
-                settled: float | None = time.monotonic() - started
-                time.sleep(OBSERVED)  # what Cluster API does next, with everything reconciled once, counts too
-                settled = settled if steady(kube) else None
-            except TimeoutError:
-                settled = None
+            settled = settle(kube, started, 300, capi)
             after = machines(kube)
             left_paused = paused(kube)
     before = capi_backup["before"]
@@ -174,8 +186,8 @@ def moved(mover: Callable[[Path, Path, ClusterAPI, Path], int], work: Path) -> d
     """The workload cluster steady in a source management cluster, a target with Cluster API running (its
     infrastructure provider lent by the source's), `mover(source kubeconfig, target kubeconfig, target, work)`
     timed, the Machines that have their node in the target when it returns (their status moved with them), the
-    infrastructure provider handed over, then up to 5 minutes (a loaded machine) for the target to have reconciled
-    everything and the cluster to be steady there, and 15 seconds more: what Cluster API did in the target."""
+    infrastructure provider handed over, then up to 5 minutes for the target to have reconciled everything and the
+    cluster to be steady there and stay so for 15 seconds (settle): what Cluster API did in the target."""
     with LocalCluster.start(version="1.36") as source_plane, LocalCluster.start(version="1.36") as target_plane:
         source_kube = KubeClient(load_transport(str(source_plane.kubeconfig)))
         target_kube = KubeClient(load_transport(str(target_plane.kubeconfig)))
@@ -191,15 +203,7 @@ def moved(mover: Callable[[Path, Path, ClusterAPI, Path], int], work: Path) -> d
                     1 for m in listed(target_kube, "machines.cluster.x-k8s.io") if m.get("status", {}).get("nodeRef")
                 )
                 target.take_infrastructure()
-                try:
-                    wait_for(lambda: reconciled(target_kube) and steady(target_kube), 300, "steady in the target",
-                             target.log_tail, every=2)  # fmt: skip
-                    settled: float | None = time.monotonic() - started - took
-                    time.sleep(OBSERVED)
-                    settled = settled if steady(target_kube) else None
-                except TimeoutError as e:
-                    print(f"not steady in the target: {e}")  # the managers' last log lines: why
-                    settled = None
+                settled = settle(target_kube, started + took, 300, target)
                 after = machines(target_kube)
                 left_paused = paused(target_kube)
                 left_in_source = sum(len(listed(source_kube, qualified)) for qualified in CAPI_TYPES)
