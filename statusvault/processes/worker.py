@@ -7,15 +7,16 @@ import contextlib
 import functools
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 from statusvault.errors import StatusVaultError
 from statusvault.processes import BATCH, RESULT_DELAY, Job, WorkerSpec, crossable
+from statusvault.processes.threads import WriterThreads
 from statusvault.throttle import SharedTokenBucket
 
 if TYPE_CHECKING:
@@ -36,7 +37,8 @@ def worker_main(conn: Connection, spec: WorkerSpec, job: Job, bucket: SharedToke
     try:
         if _say(conn, ("ready",)):
             sender.start()
-            pool = _Threads(max(1, spec.parallel))
+            # the parent bounds what it sends: the threads only take it in turn
+            pool = WriterThreads(_call, max(1, spec.parallel), sys.maxsize, "task")
             try:
                 _serve(conn, parent, job, state, pool, outbox)
             finally:
@@ -74,7 +76,9 @@ def _setup(spec: WorkerSpec, job: Job, bucket: SharedTokenBucket) -> tuple[KubeT
         raise
 
 
-def _serve(conn: Connection, parent: int, job: Job, state: Any, pool: _Threads, outbox: _Outbox) -> None:
+def _serve(
+    conn: Connection, parent: int, job: Job, state: Any, pool: WriterThreads[Callable[[], None]], outbox: _Outbox
+) -> None:
     while True:
         msg = _next_message(conn, parent)
         if msg is None or msg[0] == "stop":
@@ -109,6 +113,11 @@ def _run(job: Job, state: Any, task_id: int, task: Any, outbox: _Outbox) -> None
         outbox.put(task_id, "done", result)
 
 
+def _call(task: Callable[[], None]) -> None:
+    with contextlib.suppress(BaseException):  # as the executor's Future kept it: its thread goes on
+        task()
+
+
 def _say(conn: Connection, msg: tuple[Any, ...]) -> bool:
     """False when the parent is gone."""
     try:
@@ -116,35 +125,6 @@ def _say(conn: Connection, msg: tuple[Any, ...]) -> bool:
     except OSError:
         return False
     return True
-
-
-class _Threads:
-    """The worker's task threads, started as tasks come (up to `count`), each taking tasks from one C-level queue:
-    a ThreadPoolExecutor's Future per task (its Condition, its locks) cost more than the task's own bookkeeping."""
-
-    def __init__(self, count: int):
-        self.count = count
-        self._tasks: SimpleQueue[Callable[[], None] | None] = SimpleQueue()
-        self._started: list[threading.Thread] = []
-
-    def submit(self, task: Callable[[], None]) -> None:
-        self._tasks.put(task)
-        if len(self._started) < self.count:
-            thread = threading.Thread(target=self._loop, name=f"task_{len(self._started)}")
-            thread.start()
-            self._started.append(thread)
-
-    def close(self) -> None:
-        """Wait until every task submitted has run."""
-        for _ in self._started:
-            self._tasks.put(None)
-        for thread in self._started:
-            thread.join()
-
-    def _loop(self) -> None:
-        while (task := self._tasks.get()) is not None:
-            with contextlib.suppress(BaseException):  # as the executor's Future kept it: its thread goes on
-                task()
 
 
 class _ParentGone(Exception):

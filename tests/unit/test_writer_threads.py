@@ -1,4 +1,4 @@
-"""restore/running/threads.py: what the wave's writer threads promise (bounded in flight, drop on error, go on after a
+"""processes/threads.py: what the wave's writer threads promise (bounded in flight, drop on error, go on after a
 failing task)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from statusvault.restore.running.threads import WriterThreads
+from statusvault.processes.threads import WriterThreads
 
 
 def test_every_task_runs_once_and_close_waits_for_them() -> None:
@@ -80,7 +80,7 @@ def test_a_failing_task_is_logged_and_the_thread_goes_on(caplog: pytest.LogCaptu
         ran.append(task)
 
     writers = WriterThreads(work, threads=1, bound=2, name="t")
-    with caplog.at_level(logging.ERROR, logger="statusvault.restore.running.threads"):
+    with caplog.at_level(logging.ERROR, logger="statusvault.processes.threads"):
         for i in range(3):
             writers.submit(i)
         writers.close()

@@ -11,10 +11,10 @@ from contextlib import contextmanager
 
 from statusvault.archive import ArchiveReader
 from statusvault.model import DryRun
+from statusvault.processes.threads import WriterThreads
 from statusvault.restore.planning.plan import Action, Category, PlanItem
 from statusvault.restore.results.report import ItemResult
 from statusvault.restore.running.objects import Archived, ObjectRestorer, client_dry_run, not_attempted
-from statusvault.restore.running.threads import WriterThreads
 from statusvault.restore.running.workers import WaveWorkers
 from statusvault.stopping import stop_error
 

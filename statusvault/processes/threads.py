@@ -1,4 +1,5 @@
-"""A wave's writer threads in this process: each takes objects from one queue and records their results itself.
+"""Threads fed from one queue, in this process: a restore wave's writer threads (each takes objects from the queue and
+records their results itself), and a worker process's task threads (statusvault/processes/worker.py).
 
 Not a ThreadPoolExecutor: its Future per object (a Condition, its locks, a done callback), the pure-Python
 semaphores that bounded what was in flight and its idle-thread check cost ~15 µs of CPU per object, under the
