@@ -30,7 +30,6 @@ python -m statusvault.testing.capi build   # build or find the managers, print t
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
 import fcntl
@@ -51,6 +50,7 @@ from statusvault.model import KubeObject
 from statusvault.testing.cluster import cache_dir
 from statusvault.testing.controlplane import free_ports
 from statusvault.testing.fixtures import install_crds, read_docs
+from statusvault.testing.gobuild import build_main
 from statusvault.testing.operators import Processes, apply_docs, cluster_role_binding, own_kubeconfig, wait_for
 
 CORE, CORE_VERSION = "sigs.k8s.io/cluster-api", "v1.13.6"
@@ -298,11 +298,7 @@ class ClusterAPI(Processes):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m statusvault.testing.capi")
-    parser.add_argument("command", choices=["build"])
-    parser.parse_args(argv)
-    print(ensure_capi())
-    return 0
+    return build_main("statusvault.testing.capi", ensure_capi, argv)
 
 
 if __name__ == "__main__":

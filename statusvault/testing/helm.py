@@ -8,15 +8,11 @@ python -m statusvault.testing.helm build   # build or find the binary, print its
 
 from __future__ import annotations
 
-import argparse
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from statusvault.testing.cluster import cache_dir
+from statusvault.testing.gobuild import build_main, go_install
 
 VERSION = "v3.22.0"
 PACKAGE = "helm.sh/helm/v3/cmd/helm"
@@ -38,32 +34,12 @@ _LDFLAGS = " ".join(
 def ensure_helm() -> Path:
     """The helm binary, built the first time (the version is in its name, so a new VERSION builds again)."""
     binary = cache_dir() / "bin" / f"helm-{VERSION}"
-    if binary.exists():
-        return binary
-    go = shutil.which("go")
-    if go is None:
-        raise RuntimeError("building helm needs Go on PATH")
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="statusvault-helm-") as tmp:
-        env = {
-            **os.environ,
-            "GOTOOLCHAIN": "local",
-            "GOFLAGS": "-mod=readonly -buildvcs=false",
-            "CGO_ENABLED": "0",
-            "GOBIN": tmp,
-        }
-        build = [go, "install", "-trimpath", "-ldflags", _LDFLAGS, f"{PACKAGE}@{VERSION}"]
-        subprocess.run(build, check=True, env=env, cwd=tmp, stdout=subprocess.DEVNULL)
-        shutil.move(Path(tmp) / "helm", binary)
-    return binary
+    env = {"GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly -buildvcs=false", "CGO_ENABLED": "0"}
+    return go_install(f"{PACKAGE}@{VERSION}", binary, env, ("-trimpath", "-ldflags", _LDFLAGS))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m statusvault.testing.helm")
-    parser.add_argument("command", choices=["build"])
-    parser.parse_args(argv)
-    print(ensure_helm())
-    return 0
+    return build_main("statusvault.testing.helm", ensure_helm, argv)
 
 
 if __name__ == "__main__":

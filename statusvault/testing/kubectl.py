@@ -7,7 +7,6 @@ python -m statusvault.testing.kubectl build   # build or find the binary, print 
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import shutil
@@ -17,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from statusvault.testing.cluster import RELEASES, cache_dir
+from statusvault.testing.gobuild import build_main
 
 MODULE = Path(__file__).with_name("kubectl136")
 
@@ -49,11 +49,7 @@ def ensure_kubectl() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m statusvault.testing.kubectl")
-    parser.add_argument("command", choices=["build"])
-    parser.parse_args(argv)
-    print(ensure_kubectl())
-    return 0
+    return build_main("statusvault.testing.kubectl", ensure_kubectl, argv)
 
 
 if __name__ == "__main__":

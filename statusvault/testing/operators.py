@@ -11,7 +11,6 @@ python -m statusvault.testing.operators build   # build or find the operators, p
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -35,6 +34,7 @@ from statusvault.model import KubeObject
 from statusvault.testing.cluster import cache_dir, kubeconfig_yaml
 from statusvault.testing.controlplane import free_ports, terminate
 from statusvault.testing.fixtures import ensure_namespace, install_crds, read_docs
+from statusvault.testing.gobuild import build_main
 
 
 @dataclass(frozen=True)
@@ -322,11 +322,7 @@ def wait_for(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m statusvault.testing.operators")
-    parser.add_argument("command", choices=["build"])
-    parser.parse_args(argv)
-    print(ensure_flux())
-    return 0
+    return build_main("statusvault.testing.operators", ensure_flux, argv)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +22,7 @@ from types import TracebackType
 
 from statusvault.testing.cluster import cache_dir
 from statusvault.testing.controlplane import free_ports, terminate
+from statusvault.testing.gobuild import go_install
 
 MODULE = "github.com/versity/versitygw/cmd/versitygw"
 VERSION = "v1.8.0"  # an exact release the Go module proxy serves
@@ -31,18 +30,9 @@ VERSION = "v1.8.0"  # an exact release the Go module proxy serves
 
 def ensure_versitygw() -> Path:
     """The versitygw binary, built with `go install` from the module proxy the first time."""
-    binary = cache_dir() / "bin" / f"versitygw-{VERSION}"
-    if binary.exists():
-        return binary
-    go = shutil.which("go")
-    if go is None:
-        raise RuntimeError("building versitygw needs Go on PATH")
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="statusvault-versitygw-") as tmp:
-        env = {**os.environ, "GOBIN": tmp, "GOFLAGS": "-buildvcs=false"}
-        subprocess.run([go, "install", f"{MODULE}@{VERSION}"], check=True, env=env, cwd=tmp, stdout=subprocess.DEVNULL)
-        shutil.move(Path(tmp) / "versitygw", binary)
-    return binary
+    return go_install(
+        f"{MODULE}@{VERSION}", cache_dir() / "bin" / f"versitygw-{VERSION}", {"GOFLAGS": "-buildvcs=false"}
+    )
 
 
 class VersityServer:
