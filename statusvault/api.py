@@ -30,8 +30,6 @@ from statusvault.archive import VerifyReport
 from statusvault.archive.envelope import FileKek, Keyring
 from statusvault.archive.signing import FileSigner, PublicKey
 from statusvault.backup import BackupRequest, BackupResult, backup_with, default_backup_name
-from statusvault.catalog import BackupInfo, list_backups
-from statusvault.catalog import verify as verify_backup
 from statusvault.cli.app import App
 from statusvault.cli.restore import RestoreArgs, judged_restore, restore_cmd
 from statusvault.cli.restore import fence_plan as cli_fence_plan
@@ -46,7 +44,9 @@ from statusvault.restore.quiet.fencing import FencePlan
 from statusvault.restore.runner import RestoreRequest, RestoreResult, restore_with
 from statusvault.storage import ObjectStore, open_store
 from statusvault.storage.base import S3Options, validate_backup_name
-from statusvault.velero import verify as velero_verify
+from statusvault.store.catalog import BackupInfo, list_backups
+from statusvault.store.catalog import verify as verify_backup
+from statusvault.velero.backups import verify as velero_verify
 
 log = logging.getLogger(__name__)
 _UNSET = getattr(click.core, "UNSET", None)  # click 8.2+: what an option without a default is before the CLI's None

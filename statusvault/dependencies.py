@@ -23,8 +23,8 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from statusvault.kinds import CONFIGMAPS, SECRETS, SERVICES
 from statusvault.model import KubeObject, ObjectKey, ResourceType
+from statusvault.vocabulary.kinds import CONFIGMAPS, SECRETS, SERVICES
 
 SECRET, CONFIGMAP = SECRETS.qualified, CONFIGMAPS.qualified
 ITEMS = "[]"  # a path step into every item of an array

@@ -23,20 +23,20 @@ import orjson
 from statusvault.archive.crypto import Key
 from statusvault.backup import BackupRequest, backup_with
 from statusvault.backup.selection import select_resources
-from statusvault.backupstore import BackupStore
 from statusvault.errors import ConfigError, Conflict, Invalid, NotFound, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import JSON_PATCH, Request
 from statusvault.model import KubeObject, ResourceType, Selection, display, name_matches
+from statusvault.restore.core.fields import written_by
+from statusvault.restore.core.pausemarkers import RECORD, PauseOptions, pause_patch, unpause_patch
 from statusvault.restore.options import PARALLEL, FenceMode, RestoreOptions
 from statusvault.restore.quiet.fenceread import read_fence
 from statusvault.restore.quiet.fencing import FencePlan, FenceTarget, status_managers
-from statusvault.restore.quiet.pausemarkers import RECORD, PauseOptions, pause_patch, unpause_patch
 from statusvault.restore.results.verdict import RunOutcome, Verdict, moved
 from statusvault.restore.runner import RestoreRequest, RestoreResult, open_backup, restore_with, unfinished_manager
-from statusvault.restore.running.writes import written_by
 from statusvault.storage.base import ObjectStore
+from statusvault.store.backups import BackupStore
 from statusvault.transforms import map_namespace
 
 log = logging.getLogger(__name__)

@@ -11,9 +11,9 @@ from cryptography import x509
 
 from statusvault import VERSION
 from statusvault.errors import ConfigError
-from statusvault.kinds import CRDS
 from statusvault.model import KubeObject, ResourceType, Selection
 from statusvault.storage.base import S3Options
+from statusvault.vocabulary.kinds import CRDS
 
 LABELS = {"app.kubernetes.io/name": "statusvault", "app.kubernetes.io/component": "scheduled-backup"}
 DEFAULT_IMAGE = f"ghcr.io/statusvault/statusvault:{VERSION}"  # the image of this release

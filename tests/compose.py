@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from statusvault.errors import KubeApiError
-from statusvault.kinds import CRDS, SECRETS
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, install_crds
+from statusvault.vocabulary.kinds import CRDS, SECRETS
 from tests import refmodel
 from tests.builders import cr, crd, unique
 

@@ -31,7 +31,6 @@ import boto3
 import pytest
 
 from statusvault.cli.main import main
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import load_transport
@@ -39,6 +38,7 @@ from statusvault.testing.apiext import ApiextServer
 from statusvault.testing.cluster import ADMIN_TOKEN, RELEASES, LocalCluster, kubeconfig_yaml
 from statusvault.testing.controlplane import free_ports
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, fixture_crds, install_crds
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import unique
 from tests.faultproxy import S3_FAULTS, FaultProxy, s3_faults_on, s3_operation, self_signed
 
@@ -116,7 +116,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# Restores in the suite do not wait before looking again at what they restored (restore/results/settle.py): the tests of
+# Restores in the suite do not wait before looking again at what they restored (restore/core/settle.py): the tests of
 # that look (tests/integration/test_settle.py) ask for it with --settle-seconds. Subprocesses inherit it.
 os.environ["STATUSVAULT_SETTLE_SECONDS"] = "0"
 # Nor do they wait out an API server that stops answering (kube/transport.py): the fault tests' servers fail on purpose.

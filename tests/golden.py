@@ -33,10 +33,10 @@ import yaml
 from statusvault.archive import writer as archivewriter
 from statusvault.archive.crypto import CHUNK, EncryptingWriter, Key
 from statusvault.backup import engine as backup
-from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.model import ResourceType, Selection
 from statusvault.storage.local import LocalStore
+from statusvault.vocabulary.kinds import CRDS, NAMESPACES
 from tests.builders import kc_status
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,8 +21,8 @@ import orjson
 from statusvault.archive import member_path
 from statusvault.archive.crypto import EncryptingWriter, Key
 from statusvault.backup import ResourceSummary
-from statusvault.kinds import NAMESPACES
 from statusvault.model import ResourceType, object_key
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import cr, kc_status, resource_type
 
 KC = resource_type("xyz.example.com", "KubernetesCluster")

@@ -22,10 +22,10 @@ from typing import Any
 import orjson
 
 from statusvault import __version__
-from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.restore.runner import RestoreRequest, run_restore
 from statusvault.restore.running.state import KEY_VERSION
 from statusvault.storage.local import LocalStore
+from statusvault.vocabulary.kinds import CRDS, NAMESPACES
 from tests.builders import kc_status
 from tests.fake import FakeKube
 from tests.sealed import KC, NS, back_up, cluster

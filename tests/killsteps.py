@@ -1,6 +1,6 @@
 """Kill a CLI process at one named step, deterministically (tests/integration/test_killsteps.py): at a request it
 sends, before or just after the server sees it (a FaultProxy's `before` hook), or at a kill point it reaches
-(statusvault/killpoints.py)."""
+(statusvault/runtime/killpoints.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from statusvault.killpoints import ENV
+from statusvault.runtime.killpoints import ENV
 from tests.faultproxy import FaultProxy
 
 
@@ -37,7 +37,7 @@ class Request:
 
 @dataclasses.dataclass(frozen=True)
 class Pause:
-    """A kill point the process reaches (statusvault/killpoints.py)."""
+    """A kill point the process reaches (statusvault/runtime/killpoints.py)."""
 
     step: str
 

@@ -14,10 +14,10 @@ import orjson
 
 from statusvault.backup import BackupEngine, BackupRequest, BackupResult
 from statusvault.cli.main import main
-from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.restore.runner import open_backup
 from statusvault.storage.base import ObjectStore
 from statusvault.storage.s3 import S3Store
+from statusvault.vocabulary.kinds import CRDS, NAMESPACES
 from tests.builders import cr, crd, resource_type
 from tests.fake import FakeKube
 

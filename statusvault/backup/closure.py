@@ -29,10 +29,10 @@ from statusvault.dependencies import (
     taken_secret,
 )
 from statusvault.errors import ConfigError, Forbidden, NotFound
-from statusvault.kinds import CRDS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject, ObjectKey, ResourceType, object_key
+from statusvault.vocabulary.kinds import CRDS
 
 log = logging.getLogger(__name__)
 

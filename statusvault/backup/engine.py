@@ -24,25 +24,25 @@ from statusvault.backup.closure import DependencyCollector
 from statusvault.backup.listers import ListJob, list_in_worker
 from statusvault.backup.selection import CONTROLLED, select_resources
 from statusvault.backup.spools import InOrder, Record, Spool
-from statusvault.backupstore import BackupStore
 from statusvault.dependencies import PROJECT_RULES, default_on
 from statusvault.errors import BackupStoppedError, ConfigError, Forbidden, KubeApiError, LeaseLostError, NotFound
-from statusvault.killpoints import kill_point
-from statusvault.kinds import NAMESPACES, SECRETS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import Request
 from statusvault.model import KubeObject, ResourceType, Selection, name_matches, object_key, writes_status
 from statusvault.processes import WorkerSpec
 from statusvault.processes.pool import WorkerPool
-from statusvault.progress import NullProgress, Progress
+from statusvault.runtime.killpoints import kill_point
+from statusvault.runtime.progress import NullProgress, Progress
 from statusvault.storage.base import (
     ObjectLock,
     ObjectStore,
     sweep_stale_writes,
     validate_backup_name,
 )
-from statusvault.writerlease import WriterLease, claim
+from statusvault.store.backups import BackupStore
+from statusvault.store.writerlease import WriterLease, claim
+from statusvault.vocabulary.kinds import NAMESPACES, SECRETS
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class BackupRequest:
     name: str
     selection: Selection = dataclasses.field(default_factory=Selection)
     schedule: str = ""  # the schedule (or watch:NAME) the backup belongs to, recorded in its manifest
-    # where an imported backup's objects came from (a Velero backup: velero.py), recorded as its importedFrom
+    # where an imported backup's objects came from (a Velero backup: velero/backups.py), recorded as its importedFrom
     imported_from: dict[str, Any] | None = None
     key: Keys = None  # client-side encryption: a data key of the backup's own, wrapped by each of these keys
     signer: Signer | None = None  # signs the summary manifest (archive/signing.py)

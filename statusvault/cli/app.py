@@ -13,7 +13,7 @@ from statusvault.cli.output import LogProgress, RichProgress
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import load_transport
-from statusvault.progress import NullProgress, Progress
+from statusvault.runtime.progress import NullProgress, Progress
 from statusvault.storage import ObjectStore, S3Options, open_store
 
 

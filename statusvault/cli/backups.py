@@ -10,10 +10,9 @@ from typing import Any
 
 import click
 
-from statusvault import catalog, rfc3339
+from statusvault import rfc3339
 from statusvault.backup import LIST_CONCURRENCY, BackupRequest, backup_with, default_backup_name
 from statusvault.backup.listers import default_list_processes
-from statusvault.backupstore import BackupStore
 from statusvault.cli.app import App
 from statusvault.cli.completion import complete_backup
 from statusvault.cli.flags import (
@@ -49,6 +48,8 @@ from statusvault.storage.base import (
     relock,
     validate_backup_name,
 )
+from statusvault.store import catalog
+from statusvault.store.backups import BackupStore
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -280,7 +281,7 @@ def describe(app: App, args: DescribeArgs) -> None:
     """Show a backup's per-resource counts, how many objects carry status, and its size."""
     store = app.store(args.storage, args.s3())
     if args.from_velero:
-        from statusvault import velero
+        from statusvault.velero import backups as velero
 
         with velero.imported(args.name, store) as (temp, native, read):
             data = {**catalog.describe(temp, native), "storage": f"Velero backup {args.name}"}
@@ -414,7 +415,7 @@ def verify(app: App, args: VerifyArgs) -> None:
 
 
 def _list_velero(store: ObjectStore, output: OutputFormat) -> None:
-    from statusvault import velero
+    from statusvault.velero import backups as velero
 
     found = velero.stored(store)
     rows = [(b.name, b.phase or "-", b.format_version or "-", b.started or "-", b.errors, human_size(b.size))
@@ -430,7 +431,7 @@ def _list_velero(store: ObjectStore, output: OutputFormat) -> None:
 def _verify_velero(store: ObjectStore, source: str, output: OutputFormat) -> None:
     """A Velero backup read whole and checked as any archive (a problem is one line and exit 1), then the native
     backup made of it verified."""
-    from statusvault import velero
+    from statusvault.velero import backups as velero
 
     report, read = velero.verify(source, store)
     if not report.ok:  # judged before anything says OK
@@ -515,7 +516,7 @@ def import_velero(app: App, args: ImportArgs) -> None:
     Every object comes in its preferred API version, status included; other API versions Velero kept are left out
     and counted. The Velero backup is checked as any archive is (sizes, paths, members, JSON), and refused with one
     line. Encrypting or signing the result vouches for what the Velero backup held."""
-    from statusvault import velero
+    from statusvault.velero import backups as velero
 
     bsl = app.store(args.velero_storage, args.s3()) if args.velero_storage else None
     store = app.store(args.storage, args.s3())

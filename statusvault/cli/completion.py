@@ -10,11 +10,11 @@ from urllib.parse import urlparse
 import click
 from click.shell_completion import CompletionItem, ShellComplete, get_completion_class
 
-from statusvault.backupstore import BackupStore
 from statusvault.cli.app import App
 from statusvault.cli.flags import pass_args
 from statusvault.errors import StatusVaultError
 from statusvault.storage import open_store
+from statusvault.store.backups import BackupStore
 
 COMPLETE_VAR = "_STATUSVAULT_COMPLETE"  # the shell scripts' variable, whatever the program is called
 SHELLS = ("bash", "zsh", "fish")

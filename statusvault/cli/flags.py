@@ -23,12 +23,12 @@ from statusvault.cli.app import App
 from statusvault.cli.output import OutputFormat
 from statusvault.errors import ConfigError
 from statusvault.flagtable import check_options
-from statusvault.metrics import RunMetrics, recorded
 from statusvault.model import DryRun, Selection
-from statusvault.retention import parse_duration
+from statusvault.runtime.metrics import RunMetrics, recorded
 from statusvault.schedule import DEFAULT_IMAGE, read_ca_bundle
 from statusvault.storage import S3Options
 from statusvault.storage.base import ObjectLock
+from statusvault.store.retention import parse_duration
 
 F = TypeVar("F", bound=Callable[..., Any])
 A = TypeVar("A")
@@ -240,7 +240,7 @@ def verify_options(f: F) -> F:
 def kek_of(text: str) -> Kek:
     """A key as --from/--to name it: `kms:ID|ARN|alias/NAME`, else the path of a key file."""
     if text.startswith("kms:"):
-        from statusvault.kms import KmsKek  # only KMS users pay for boto3's import
+        from statusvault.keys.kms import KmsKek  # only KMS users pay for boto3's import
 
         return KmsKek(text.removeprefix("kms:"))
     return FileKek.from_file(text)
@@ -561,7 +561,7 @@ class SigningArgs:
         if self.signing_key_file and self.signing_kms_key_id:
             raise ConfigError("give --signing-key-file or --signing-kms-key-id, not both")
         if self.signing_kms_key_id:
-            from statusvault.kms import KmsSigner  # only KMS users pay for boto3's import
+            from statusvault.keys.kms import KmsSigner  # only KMS users pay for boto3's import
 
             return KmsSigner(self.signing_kms_key_id)
         return FileSigner.from_file(self.signing_key_file) if self.signing_key_file else None
@@ -578,7 +578,7 @@ class VerifyKeysArgs:
         files = [PublicKey.from_file(p) for p in self.verify_key_file]
         if not self.verify_kms_key_id:
             return tuple(files)
-        from statusvault.kms import KmsKek
+        from statusvault.keys.kms import KmsKek
 
         return (*files, *(KmsKek(k).public_key() for k in self.verify_kms_key_id))
 

@@ -6,15 +6,15 @@ import dataclasses
 
 import click
 
-from statusvault import keys
 from statusvault.archive import signing
-from statusvault.backupstore import BackupStore
 from statusvault.cli.app import App
 from statusvault.cli.backups import StoredArgs
 from statusvault.cli.completion import complete_backup
 from statusvault.cli.flags import StorageArgs, kek_of, output_option, pass_args, storage_options
 from statusvault.cli.output import OutputFormat, emit, table
 from statusvault.errors import ConfigError, PartialFailure
+from statusvault.keys import rotation as keys
+from statusvault.store.backups import BackupStore
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -15,8 +15,8 @@ from statusvault.cli.completion import COMPLETE_VAR, CobraComplete
 from statusvault.cli.flags import output_option
 from statusvault.cli.output import OutputFormat, emit, table
 from statusvault.errors import ExitStatus, StatusVaultError
-from statusvault.logs import setup_logging
-from statusvault.throttle import SERVER_WAIT_ENV, SERVER_WAIT_SECONDS
+from statusvault.runtime.logs import setup_logging
+from statusvault.runtime.throttle import SERVER_WAIT_ENV, SERVER_WAIT_SECONDS
 
 log = logging.getLogger("statusvault")
 

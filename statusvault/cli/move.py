@@ -36,7 +36,7 @@ from statusvault.move import (
 )
 from statusvault.restore.options import PARALLEL, FenceMode
 from statusvault.restore.results.verdict import RunOutcome
-from statusvault.stopping import Stop, on_signals
+from statusvault.runtime.stopping import Stop, on_signals
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

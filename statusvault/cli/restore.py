@@ -40,14 +40,14 @@ from statusvault.kube.client import KubeClient
 from statusvault.model import DryRun
 from statusvault.processes import WorkerSpec
 from statusvault.restore.configfile import read_config
+from statusvault.restore.core.settle import SETTLE_ENV, SETTLE_SECONDS
 from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import PARALLEL, FenceMode, RestoreOptions, restore_options
 from statusvault.restore.quiet.fencing import FencePlan
-from statusvault.restore.results.settle import SETTLE_ENV, SETTLE_SECONDS
 from statusvault.restore.results.verdict import RunOutcome, Verdict
 from statusvault.restore.runner import RestoreRequest, RestoreResult, fence_report, restore_with
 from statusvault.restore.running.workers import MIN_WAVE, default_processes
-from statusvault.stopping import Stop, on_signals
+from statusvault.runtime.stopping import Stop, on_signals
 from statusvault.storage.base import ObjectStore
 
 T = TypeVar("T")
@@ -293,7 +293,7 @@ def _source(app: App, args: RestoreArgs, say: Say, run: Run[T]) -> tuple[str, T]
     Velero backup (--from-velero, read and checked into a temporary native backup)."""
     store = app.store(args.storage, args.s3())
     if args.from_velero:
-        from statusvault import velero
+        from statusvault.velero import backups as velero
 
         with velero.imported(args.backup_name, store) as (temp, name, read):
             say(f"restoring Velero backup {args.backup_name} (format {read.format_version}, {read.total} objects)"

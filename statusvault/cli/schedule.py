@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from statusvault import catalog, rfc3339
+from statusvault import rfc3339
 from statusvault.backup.selection import select_resources
 from statusvault.cli.app import App
 from statusvault.cli.flags import (
@@ -33,9 +33,10 @@ from statusvault.errors import ConfigError, KubeConnectionError
 from statusvault.kube.apply import apply_manifests
 from statusvault.kube.discovery import Discovery
 from statusvault.model import DryRun
-from statusvault.retention import RetentionPolicy, parse_duration
 from statusvault.schedule import ScheduleSpec, cronjob_api_for, offline_types, render
 from statusvault.storage.base import validate_backup_name
+from statusvault.store import catalog
+from statusvault.store.retention import RetentionPolicy, parse_duration
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,13 @@ from typing import Any
 
 import click
 
-from statusvault import VERSION, velero
+from statusvault import VERSION
 from statusvault.archive.format import ENVELOPE_FORMAT_VERSION, FORMAT_VERSION, SUPPORTED_MAJOR
 from statusvault.cli.app import App
 from statusvault.cli.flags import output_option, pass_args
 from statusvault.cli.output import OutputFormat, emit
 from statusvault.errors import StatusVaultError
+from statusvault.velero import backups as velero
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

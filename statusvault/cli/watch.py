@@ -32,9 +32,9 @@ from statusvault.cli.flags import (
     storage_options,
 )
 from statusvault.cli.schedule import print_or_apply
-from statusvault.retention import parse_duration
 from statusvault.schedule import ScheduleSpec
 from statusvault.storage.base import validate_backup_name, watch_prefix
+from statusvault.store.retention import parse_duration
 from statusvault.watch.engine import WatchConfig, WatchEngine
 from statusvault.watch.install import WatchSpec, render
 

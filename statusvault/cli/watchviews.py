@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from statusvault.archive.envelope import Keys
-from statusvault.backupstore import BackupStore
 from statusvault.cli.output import OutputFormat, emit, human_size, table
 from statusvault.errors import ArchiveError
-from statusvault.retention import Decision, RetentionPolicy
 from statusvault.storage.base import ObjectStore
+from statusvault.store.backups import BackupStore
+from statusvault.store.retention import Decision, RetentionPolicy
 from statusvault.watch import chains
 from statusvault.watch.prune import prune_watch
 

@@ -8,7 +8,6 @@ from typing import Any
 from statusvault.controller.crd import BACKUP_PLURAL, PLURAL, SCHEDULE_PLURAL
 from statusvault.controller.crd import GROUP as OWN_GROUP
 from statusvault.controller.schedules import BACKUP_ACCOUNT
-from statusvault.kinds import CRDS
 from statusvault.model import CRD_GROUP, CRD_RESOURCE, KubeObject, ResourceType
 from statusvault.schedule import (
     DEFAULT_IMAGE,
@@ -22,6 +21,7 @@ from statusvault.schedule import (
     storage_args,
 )
 from statusvault.storage.base import S3Options
+from statusvault.vocabulary.kinds import CRDS
 
 NAME = "statusvault-controller"
 CA_CONFIGMAP = "statusvault-s3-ca"  # the S3 CA bundle, mounted by the controller and its BackupSchedules' CronJobs

@@ -14,9 +14,9 @@ from typing import Any
 
 from statusvault import rfc3339
 from statusvault.errors import Conflict, KubeApiError
-from statusvault.kinds import LEASES
 from statusvault.kube.api import KubeApi
 from statusvault.model import KubeObject
+from statusvault.vocabulary.kinds import LEASES
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from statusvault import rfc3339, velero
+from statusvault import rfc3339
 from statusvault.archive.envelope import Keyring, Keys
 from statusvault.archive.signing import Signer, file_key_name
 from statusvault.controller.backups import BackupIntent, parse_backup, run_backup
@@ -49,7 +49,6 @@ from statusvault.errors import (
     NotFound,
     StatusVaultError,
 )
-from statusvault.kinds import CONFIGMAPS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject, ResourceType
@@ -60,8 +59,10 @@ from statusvault.restore.results.report import RestoreReport
 from statusvault.restore.results.verdict import RunOutcome, Verdict
 from statusvault.restore.runner import RestoreRequest, restore_with
 from statusvault.restore.running.workers import MIN_WAVE, default_processes
-from statusvault.stopping import signalled
+from statusvault.runtime.stopping import signalled
 from statusvault.storage.base import ObjectStore
+from statusvault.velero import backups as velero
+from statusvault.vocabulary.kinds import CONFIGMAPS
 
 log = logging.getLogger(__name__)
 RESERVED_ACCOUNTS = ("statusvault-controller", BACKUP_ACCOUNT)  # install.py's: never a run's identity
@@ -427,7 +428,7 @@ class Controller:
                                   "them")  # fmt: skip
             chosen += found
         if intent.verify_kms_key_ids:
-            from statusvault.kms import KmsKek  # only KMS users pay for boto3's import
+            from statusvault.keys.kms import KmsKek  # only KMS users pay for boto3's import
 
             chosen += [KmsKek(k).public_key() for k in intent.verify_kms_key_ids]
         return dataclasses.replace(ring, verifiers=tuple(chosen))

@@ -9,7 +9,6 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 
-from statusvault.backupstore import BackupStore
 from statusvault.controller.targets import Target
 from statusvault.errors import StatusVaultError
 from statusvault.kube.api import KubeApi
@@ -17,6 +16,7 @@ from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import MERGE_PATCH
 from statusvault.restore.results.report import RestoreReport, StatusOutcome
 from statusvault.storage.base import ObjectStore
+from statusvault.store.backups import BackupStore
 from statusvault.transforms import NOT_RESTORED_ANNOTATION as NOT_RESTORED
 
 log = logging.getLogger(__name__)

@@ -22,9 +22,9 @@ from statusvault.errors import ConfigError, Conflict, Invalid, NotFound
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject, ResourceType
-from statusvault.retention import parse_duration
 from statusvault.schedule import DEFAULT_IMAGE, ScheduleSpec, cronjob
 from statusvault.storage.base import S3Options
+from statusvault.store.retention import parse_duration
 
 log = logging.getLogger(__name__)
 SCHEDULES = ResourceType(

@@ -10,9 +10,9 @@ from typing import Protocol
 from statusvault import rfc3339
 from statusvault.controller.intent import STATUS_LABEL, STATUS_SUFFIX
 from statusvault.errors import Conflict, StatusVaultError
-from statusvault.kinds import CONFIGMAPS, EVENTS
 from statusvault.kube.api import KubeApi
 from statusvault.model import KubeObject
+from statusvault.vocabulary.kinds import CONFIGMAPS, EVENTS
 
 log = logging.getLogger(__name__)
 COMPONENT = "statusvault-controller"

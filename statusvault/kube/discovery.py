@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from statusvault.errors import ConfigError, Forbidden, NotFound, Unavailable
-from statusvault.kinds import CRDS
 from statusvault.kube.client import KubeClient
 from statusvault.model import ResourceType
+from statusvault.vocabulary.kinds import CRDS
 
 
 def parse_resource_list(

@@ -19,7 +19,7 @@ from statusvault.errors import ConfigError, KubeApiError, KubeConnectionError
 from statusvault.kube.credentials import Credential, CredentialSource
 from statusvault.kube.http import HttpPool, Response, Stream, proxy_for
 from statusvault.kube.kubeconfig import ClientConfig, load
-from statusvault.throttle import MAX_RETRY_AFTER, POLL_UNAVAILABLE, Backoff, RateLimiter, TokenBucket, spread
+from statusvault.runtime.throttle import MAX_RETRY_AFTER, POLL_UNAVAILABLE, Backoff, RateLimiter, TokenBucket, spread
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any
 from statusvault.errors import StatusVaultError
 from statusvault.processes import BATCH, Done, Emit, Job, WorkerLost, WorkerSpec
 from statusvault.processes.worker import worker_main
-from statusvault.throttle import SharedTokenBucket
+from statusvault.runtime.throttle import SharedTokenBucket
 
 log = logging.getLogger(__name__)
 

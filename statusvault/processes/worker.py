@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from statusvault.errors import StatusVaultError
 from statusvault.processes import BATCH, RESULT_DELAY, Job, WorkerSpec, crossable
 from statusvault.processes.threads import WriterThreads
-from statusvault.throttle import SharedTokenBucket
+from statusvault.runtime.throttle import SharedTokenBucket
 
 if TYPE_CHECKING:
     from statusvault.kube.transport import KubeTransport
@@ -56,7 +56,7 @@ def _init(log_format: str, debug: bool) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if log_format:
-        from statusvault.logs import setup_logging
+        from statusvault.runtime.logs import setup_logging
 
         setup_logging(log_format, debug)
 

@@ -21,8 +21,8 @@ import jsonpointer
 import yaml
 
 from statusvault.errors import ConfigError, StatusVaultError
-from statusvault.labels import parse_selector
 from statusvault.restore.configfile import versioned_entries
+from statusvault.vocabulary.labels import parse_selector
 
 OPS = ("add", "remove", "replace", "copy", "move", "test")
 RULE_KEYS = {"conditions", "patches", "mergePatches", "strategicPatches", "statusPatches", "statusMergePatches"}

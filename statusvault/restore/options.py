@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 from statusvault.errors import ConfigError
 from statusvault.flagtable import check_options, flag_value
 from statusvault.model import DryRun, Selection, split_csv
+from statusvault.restore.core.pausemarkers import PauseOptions, pause_options
 from statusvault.restore.modifiers import Modifiers
 from statusvault.restore.ordering.order import Order, read_order
-from statusvault.restore.quiet.pausemarkers import PauseOptions, pause_options
 
 PARALLEL = 16  # --parallel's default, for every front end: requests in flight per process
 

@@ -13,15 +13,14 @@ from pathlib import Path
 from statusvault.archive import ArchiveReader, file_sha256, signing
 from statusvault.archive.envelope import WRAPPINGS, Keyring, Keys
 from statusvault.archive.format import summary_objects
-from statusvault.backupstore import BackupStore
-from statusvault.catalog import readable_archive
 from statusvault.errors import ArchiveError, ConfigError, ExitStatus
-from statusvault.killpoints import kill_point
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import DryRun, ResourceType
 from statusvault.processes import WorkerSpec
-from statusvault.progress import NullProgress, Progress
+from statusvault.restore.core.plan import RestorePlan
+from statusvault.restore.core.servedtypes import ServedTypes
+from statusvault.restore.core.settle import default_settle
 from statusvault.restore.options import PARALLEL, FenceMode, RestoreOptions
 from statusvault.restore.planning.build import (
     Sink,
@@ -31,19 +30,20 @@ from statusvault.restore.planning.build import (
     resolve_resource_options,
 )
 from statusvault.restore.planning.existence import ExistenceIndex
-from statusvault.restore.planning.plan import RestorePlan
-from statusvault.restore.planning.servedtypes import ServedTypes
 from statusvault.restore.quiet.fenceread import read_fence_plan
 from statusvault.restore.quiet.fencing import FenceAction, FencePlan
 from statusvault.restore.quiet.scaledown import ReplicaLedger, ScaleDown, Workload, resolve_workloads
 from statusvault.restore.quiet.unpause import release_left
 from statusvault.restore.results.audit import audit
 from statusvault.restore.results.report import RestoreReport
-from statusvault.restore.results.settle import default_settle
 from statusvault.restore.results.verdict import RunOutcome, Verdict, verdict
 from statusvault.restore.running.engine import EngineSettings, RestoreEngine
 from statusvault.restore.running.state import RestoreState, earlier_manager, finish, restore_state, state_key
+from statusvault.runtime.killpoints import kill_point
+from statusvault.runtime.progress import NullProgress, Progress
 from statusvault.storage.base import ObjectStore
+from statusvault.store.backups import BackupStore
+from statusvault.store.opening import readable_archive
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class RestoreRequest:
     lineage: str = ""
     settle: float = dataclasses.field(
         default_factory=default_settle
-    )  # restore/results/settle.py: wait, then look; 0: never
+    )  # restore/core/settle.py: wait, then look; 0: never
 
 
 @contextmanager
@@ -181,7 +181,7 @@ def streamable(req: RestoreRequest, reader: ArchiveReader) -> bool:
     Asked for (--stream); or by default when the backup is authenticated and its summary manifest counts more than
     STREAM_ABOVE objects. Only an authenticated archive is streamed unasked: one encrypted and opened by a key given
     (decrypting it authenticated every byte), or one whose signed manifest verified with a key given (it names the
-    archive's SHA-256, checked before reading: catalog.readable_archive), so it holds what a key holder wrote. An
+    archive's SHA-256, checked before reading: opening.readable_archive), so it holds what a key holder wrote. An
     unauthenticated archive's digests can be recomputed by whoever can write the bucket, and so can its object
     count: planning first keeps such an archive, whatever it claims, from writing anything before all of it is
     checked (reliability.md, A1).

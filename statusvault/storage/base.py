@@ -15,7 +15,7 @@ from statusvault.errors import ConfigError
 
 ARCHIVE_FILE = "archive.tar.gz"
 MANIFEST_FILE = "manifest.json"  # written last: its presence marks a backup complete
-WRITER_FILE = "writer.json"  # the lease of the run writing the backup (statusvault/writerlease.py)
+WRITER_FILE = "writer.json"  # the lease of the run writing the backup (statusvault/store/writerlease.py)
 BACKUPS_DIR = "backups"
 
 

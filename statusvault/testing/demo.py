@@ -13,12 +13,12 @@ import time
 from typing import Any
 
 from statusvault.backup import default_backup_name
-from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import load_transport
 from statusvault.testing.cluster import LocalCluster
 from statusvault.testing.fixtures import FIXTURES, ensure_namespace, fixture_crds, install_crds, load_objects
+from statusvault.vocabulary.kinds import CRDS, NAMESPACES
 
 NAMESPACE = "team-a"
 

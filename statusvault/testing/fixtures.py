@@ -11,10 +11,10 @@ from typing import Any
 import yaml
 
 from statusvault.errors import KubeApiError
-from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover, established
 from statusvault.model import KubeObject
+from statusvault.vocabulary.kinds import CRDS, NAMESPACES
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 

@@ -13,7 +13,6 @@ from statusvault.archive import signing
 from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import FileKek, Keyring, Keys, refs
 from statusvault.archive.signing import Signer
-from statusvault.backupstore import BackupStore
 from statusvault.errors import ArchiveError, BackupNotFoundError
 from statusvault.storage.base import (
     CHAIN_FILE,
@@ -25,6 +24,7 @@ from statusvault.storage.base import (
     watch_head_key,
     watch_prefix,
 )
+from statusvault.store.backups import BackupStore
 from statusvault.watch.segments import (
     CHAIN_KIND,
     bound,

@@ -19,14 +19,14 @@ from statusvault.archive.crypto import Key
 from statusvault.archive.signing import Signer
 from statusvault.backup import BackupEngine, BackupRequest
 from statusvault.backup.selection import select_resources
-from statusvault.backupstore import BackupStore
 from statusvault.controller.lease import Lease
 from statusvault.errors import ArchiveError, StatusVaultError
-from statusvault.killpoints import kill_point
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
+from statusvault.runtime.killpoints import kill_point
 from statusvault.storage.base import ObjectStore, validate_backup_name
+from statusvault.store.backups import BackupStore
 from statusvault.watch.chains import read_head, why_not_continued
 from statusvault.watch.metrics import WatchMetrics
 from statusvault.watch.segments import parse_record_time

@@ -17,12 +17,12 @@ import orjson
 from statusvault import rfc3339
 from statusvault.archive import ArchiveWriter, member_path, parse_member_path
 from statusvault.archive.envelope import Keys
-from statusvault.backupstore import BackupStore
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.model import ObjectKey
 from statusvault.restore.runner import open_backup
 from statusvault.storage.base import ObjectStore
 from statusvault.storage.local import LocalStore
+from statusvault.store.backups import BackupStore
 from statusvault.watch.chains import Chain, chain_for, chains, walk
 from statusvault.watch.segments import parse_record_time, stamp
 

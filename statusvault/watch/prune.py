@@ -7,11 +7,12 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 
-from statusvault import catalog, rfc3339
-from statusvault.backupstore import BackupStore
+from statusvault import rfc3339
 from statusvault.errors import BackupNotFoundError
-from statusvault.retention import Decision, RetentionPolicy
 from statusvault.storage.base import CHAIN_FILE, ObjectStore, chain_of, chain_prefix, watch_prefix
+from statusvault.store import catalog
+from statusvault.store.backups import BackupStore
+from statusvault.store.retention import Decision, RetentionPolicy
 from statusvault.watch.chains import Chain, chains, reach
 
 

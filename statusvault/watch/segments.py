@@ -153,7 +153,7 @@ def stored_segment(store: ObjectStore, key: str, m: dict[str, Any], where: str) 
 @contextlib.contextmanager
 def fetched_segment(store: ObjectStore, key: str, m: dict[str, Any], keys: Keys, where: str) -> Iterator[Path]:
     """The segment's plaintext gzip as a local file, after its stored size and SHA-256 were checked. Key problems
-    are the archives' (catalog.readable_archive): a ConfigError, as is a plaintext segment met with a key. A segment
+    are the archives' (opening.readable_archive): a ConfigError, as is a plaintext segment met with a key. A segment
     has no envelope: of the keys given, the key file that sealed it opens it."""
     with tempfile.TemporaryDirectory(prefix="statusvault-seg-") as tmp, stored_segment(store, key, m, where) as path:
         encryption = m.get("encryption")

@@ -15,7 +15,7 @@ from statusvault.errors import Forbidden, KubeApiError, NotFound, StatusVaultErr
 from statusvault.kube.api import KubeApi
 from statusvault.kube.watch import collection_version
 from statusvault.model import ResourceType, Selection, name_matches
-from statusvault.throttle import Backoff, spread
+from statusvault.runtime.throttle import Backoff, spread
 
 log = logging.getLogger(__name__)
 

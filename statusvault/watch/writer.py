@@ -14,7 +14,7 @@ from statusvault.archive import signing
 from statusvault.archive.crypto import Key
 from statusvault.archive.signing import Signer
 from statusvault.errors import ArchiveError, StatusVaultError
-from statusvault.killpoints import kill_point
+from statusvault.runtime.killpoints import kill_point
 from statusvault.storage.base import ObjectStore, chain_key, segment_key, segment_manifest_key, watch_head_key
 from statusvault.watch.segments import (
     CHAIN_KIND,

@@ -118,8 +118,8 @@ def test_missing_kubeconfig_is_a_clear_error(cli, tmp_path):
 
 
 def test_unreachable_api_server_is_a_clear_error(cli, tmp_path, monkeypatch):
+    from statusvault.runtime.throttle import Backoff
     from statusvault.testing.cluster import kubeconfig_yaml
-    from statusvault.throttle import Backoff
 
     monkeypatch.setattr(Backoff, "delay", lambda self, attempt, rng=None: 0.0)  # every retry, without the waits
 

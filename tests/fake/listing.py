@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 
 from statusvault.kube.transport import METADATA_LIST
-from statusvault.labels import parse_selector
 from statusvault.model import KubeObject
+from statusvault.vocabulary.labels import parse_selector
 from tests.fake.faults import status_error
 
 EXPIRED = (

@@ -14,12 +14,12 @@ import jsonpatch
 import orjson
 
 from statusvault.errors import KubeApiError
-from statusvault.kinds import CRDS
 from statusvault.kube.client import ListVerbs
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import Request
 from statusvault.kube.watch import WatchEvent
 from statusvault.model import KubeObject, ResourceType
+from statusvault.vocabulary.kinds import CRDS
 from tests.fake import crds, listing
 from tests.fake.faults import Faults, not_found, status_error
 from tests.fake.paths import Route, route

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 from statusvault.errors import KubeApiError, KubeConnectionError
 from statusvault.kube.watch import WatchEvent
-from statusvault.labels import Matcher, parse_selector
 from statusvault.model import KubeObject, ResourceType
+from statusvault.vocabulary.labels import Matcher, parse_selector
 
 
 @dataclasses.dataclass(frozen=True)

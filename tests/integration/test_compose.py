@@ -34,12 +34,12 @@ from statusvault.archive import signing
 from statusvault.cli.main import main
 from statusvault.errors import ExitStatus
 from statusvault.flagtable import CONFLICTS
-from statusvault.kinds import CRDS, NAMESPACES, SECRETS
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.storage import open_store
 from statusvault.storage.base import S3Options
 from statusvault.testing.fixtures import ensure_namespace
+from statusvault.vocabulary.kinds import CRDS, NAMESPACES, SECRETS
 from statusvault.watch.chains import chains
 from tests import refmodel
 from tests.builders import unique

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import load_transport
 from statusvault.testing.fixtures import ensure_namespace
+from statusvault.vocabulary.kinds import CRDS, NAMESPACES
 from tests import refmodel
 from tests.builders import unique
 from tests.compose import PHASES, World, create_all, fix, observe, reset, timer

@@ -6,9 +6,9 @@ import datetime as dt
 
 import pytest
 
-from statusvault.kinds import CONFIGMAPS, EVENTS, LEASES, NAMESPACES
 from statusvault.rfc3339 import format_micro
 from statusvault.testing.fixtures import ensure_namespace
+from statusvault.vocabulary.kinds import CONFIGMAPS, EVENTS, LEASES, NAMESPACES
 from tests.builders import cr, kc_status, unique
 from tests.integration.crs.test_restore import KC, delete_namespace
 

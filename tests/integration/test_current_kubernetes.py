@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from statusvault.errors import ExitStatus, KubeApiError
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import Request
 from statusvault.model import ResourceType
 from statusvault.testing.fixtures import ensure_namespace, install_crds
+from statusvault.vocabulary.kinds import NAMESPACES
 from statusvault.watch.streams import Change, Item, Position, Stream, StreamSet
 from tests.builders import cr, crd, unique, unique_kind
 from tests.integration.crs.servers import delete_namespace

@@ -21,11 +21,11 @@ import pytest
 import yaml
 
 from statusvault.errors import ExitStatus, KubeApiError
-from statusvault.kinds import CONFIGMAPS, CRDS, NAMESPACES, SECRETS
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import load_transport
 from statusvault.testing.fixtures import create_with_status, install_crds
+from statusvault.vocabulary.kinds import CONFIGMAPS, CRDS, NAMESPACES, SECRETS
 from tests.builders import unique
 from tests.integration.crs.servers import delete_namespace, wait_gone
 from tests.killsteps import Pause, Request, kill_at

@@ -18,8 +18,8 @@ import orjson
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import NAMESPACES
 from statusvault.testing.fixtures import create_with_status, ensure_namespace
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import cr, unique
 from tests.conftest import CliResult
 from tests.faultproxy import FaultProxy, s3_operation

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, install_crds
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import cr, crd, unique
 from tests.integration.crs.servers import wait_gone
 from tests.integration.test_pause import Operator, assert_raced_and_named

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import load_transport
 from statusvault.restore.quiet.scaledown import ANNOTATION
 from statusvault.testing.cluster import ADMIN_TOKEN, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, install_crds
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import cr, crd, unique
 from tests.faultproxy import FaultProxy, self_signed
 from tests.integration.test_fence import Cluster, N, an_operator_of, fence_lines, saved, slow_status

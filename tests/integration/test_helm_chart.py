@@ -16,12 +16,12 @@ import pytest
 import yaml
 
 from statusvault.errors import KubeApiError
-from statusvault.kinds import CLUSTER_ROLES, DEPLOYMENTS, SECRETS
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import load_transport
 from statusvault.model import ResourceType
 from statusvault.testing.helm import ensure_helm
+from statusvault.vocabulary.kinds import CLUSTER_ROLES, DEPLOYMENTS, SECRETS
 from tests.builders import cr, kc_status, unique
 from tests.faultproxy import self_signed
 from tests.integration.crs.servers import delete_namespace

@@ -17,8 +17,8 @@ import boto3
 import orjson
 import pytest
 
-from statusvault.kinds import NAMESPACES
 from statusvault.restore import runner
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import unique
 from tests.hostile import SECRET, Backup
 from tests.hostile_corpus import CASES, Case

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from statusvault.kinds import CONFIGMAPS, EVENTS, NAMESPACES
-from statusvault.restore.quiet.pausemarkers import RECORD
+from statusvault.restore.core.pausemarkers import RECORD
 from statusvault.testing.fixtures import ensure_namespace, install_crds
+from statusvault.vocabulary.kinds import CONFIGMAPS, EVENTS, NAMESPACES
 from tests.builders import REGION_URL, cr, crd, kc_status, region_move, unique
 
 pytestmark = pytest.mark.version_neutral(

@@ -13,14 +13,14 @@ import pytest
 
 from statusvault.archive import signing
 from statusvault.errors import ExitStatus
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import discover
-from statusvault.restore.quiet.pausemarkers import RECORD
+from statusvault.restore.core.pausemarkers import RECORD
 from statusvault.restore.quiet.scaledown import ANNOTATION
 from statusvault.restore.runner import RestoreRequest, _resolved, open_backup
 from statusvault.storage.base import fence_key
 from statusvault.storage.local import LocalStore
 from statusvault.testing.fixtures import create_with_status, install_crds
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import cr, crd, unique
 from tests.integration.crs.test_faults import assert_exact, snapshot
 from tests.integration.test_fence import Cluster, an_operator_of, backed_up_widgets

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import load_transport
 from statusvault.restore.quiet.scaledown import ANNOTATION
 from statusvault.testing.cluster import ADMIN_TOKEN, kubeconfig_yaml
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import unique
 from tests.faultproxy import FaultProxy, self_signed
 from tests.integration.crs.test_faults import assert_exact, snapshot

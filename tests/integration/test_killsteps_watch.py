@@ -13,8 +13,8 @@ import time
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import NAMESPACES
 from statusvault.storage.local import LocalStore
+from statusvault.vocabulary.kinds import NAMESPACES
 from statusvault.watch.chains import chains, read_head
 from statusvault.watch.segments import parse_record_time
 from tests.builders import unique

@@ -12,11 +12,11 @@ import pytest
 
 from statusvault.archive.envelope import FileKek, Keyring
 from statusvault.archive.signing import PublicKey
-from statusvault.backupstore import BackupStore
 from statusvault.errors import ArchiveError, ConfigError, ExitStatus
-from statusvault.kms import KmsKek, KmsSigner
+from statusvault.keys.kms import KmsKek, KmsSigner
 from statusvault.storage.base import S3Options
 from statusvault.storage.s3 import S3Store
+from statusvault.store.backups import BackupStore
 from tests.builders import unique
 from tests.sealed import back_up, cluster, key_file, names_in, store_cli
 

@@ -8,9 +8,9 @@ import textwrap
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import discover
 from statusvault.testing.fixtures import create_with_status, ensure_namespace
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import REGION_URL, cr, kc_status, region_move, unique
 
 pytestmark = pytest.mark.version_neutral("modifiers are pure transforms of the saved objects; the writes are crs/'s")
@@ -207,7 +207,7 @@ def test_a_client_dry_run_lists_the_rules_and_diffs_the_patched_object(run, kube
 
 def test_an_intent_takes_its_modifiers_from_a_configmap(run, kube, crds, namespace):
     """GitOps: the restore intent names a ConfigMap in the controller's namespace holding the file."""
-    from statusvault.kinds import CONFIGMAPS
+    from statusvault.vocabulary.kinds import CONFIGMAPS
     from tests.integration.test_controller import intent, once, status_of
 
     ctl = unique("ctl")

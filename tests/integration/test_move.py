@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 
 from statusvault.errors import ConfigError, ExitStatus
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import MERGE_PATCH, load_transport
 from statusvault.model import Selection
 from statusvault.move import MoveRequest, Side, run_move
+from statusvault.restore.core.pausemarkers import RECORD
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.quiet.pausemarkers import RECORD
 from statusvault.storage.local import LocalStore
 from statusvault.testing.cluster import ADMIN_TOKEN, kubeconfig_yaml
 from statusvault.testing.fixtures import create_with_status, install_crds
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import cr, crd, unique, unique_kind
 from tests.faultproxy import FaultProxy, self_signed
 from tests.integration.test_pause import GROUP, QUALIFIED, Operator, saved

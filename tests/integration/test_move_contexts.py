@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import NAMESPACES
 from statusvault.testing.cluster import ADMIN_TOKEN
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import REGION_URL, cr, kc_status, region_move, unique
 
 pytestmark = pytest.mark.version_neutral("which kubeconfig context each side uses is the client's")

@@ -17,14 +17,15 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from statusvault import catalog, keys
 from statusvault.archive.envelope import FileKek, Keyring
-from statusvault.backupstore import BackupStore
 from statusvault.errors import BackupHeldError, ConfigError, ExitStatus
-from statusvault.retention import RetentionPolicy
+from statusvault.keys import rotation as keys
 from statusvault.storage.base import ObjectLock, S3Options, archive_key, manifest_key
 from statusvault.storage.local import LocalStore
 from statusvault.storage.s3 import S3Store
+from statusvault.store import catalog
+from statusvault.store.backups import BackupStore
+from statusvault.store.retention import RetentionPolicy
 from tests.builders import unique
 from tests.sealed import KC, back_up, cluster, key_file, names_in, store_cli
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from statusvault.errors import ExitStatus, KubeApiError
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import discover
 from statusvault.testing.fixtures import create_with_status, install_crds
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import cr, crd
 from tests.integration.crs.servers import wait_gone
 from tests.integration.test_current_kubernetes import deny_blocked

@@ -10,11 +10,11 @@ from importlib import resources
 import pytest
 
 from statusvault.errors import ExitStatus, KubeApiError
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import discover
 from statusvault.kube.watch import collection_version
-from statusvault.restore.quiet.pausemarkers import RECORD
+from statusvault.restore.core.pausemarkers import RECORD
 from statusvault.testing.fixtures import create_with_status, install_crds
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import cr, crd
 from tests.integration.crs.servers import wait_gone
 

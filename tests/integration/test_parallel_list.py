@@ -8,8 +8,8 @@ import pytest
 
 from statusvault.archive import ArchiveReader
 from statusvault.backup import engine as backup
-from statusvault.kinds import NAMESPACES
 from statusvault.testing.fixtures import create_with_status, ensure_namespace
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import cr, kc_status, unique
 from tests.integration.crs.test_backup import archive_of
 

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import discover
-from statusvault.restore.quiet.pausemarkers import RECORD
+from statusvault.restore.core.pausemarkers import RECORD
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, install_crds
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import cr, crd, unique
 from tests.integration.crs.servers import wait_gone
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import CRD_QUALIFIED, NAMESPACES
+from statusvault.vocabulary.kinds import CRD_QUALIFIED, NAMESPACES
 from tests.builders import unique
 from tests.integration.crs.test_faults import FAULT_RESOURCES, assert_exact, populate, snapshot
 

@@ -20,9 +20,9 @@ import yaml
 from statusvault.errors import ExitStatus
 from statusvault.kube.client import KubeClient
 from statusvault.kube.transport import load_transport
+from statusvault.runtime.throttle import SERVER_WAIT_SECONDS
 from statusvault.testing.cluster import LocalCluster
 from statusvault.testing.fixtures import ensure_namespace, install_crds
-from statusvault.throttle import SERVER_WAIT_SECONDS
 from tests.builders import cr, crd, unique
 from tests.faultproxy import FaultProxy, self_signed
 

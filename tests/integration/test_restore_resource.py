@@ -17,11 +17,11 @@ import yaml
 
 from statusvault.cli.specfields import crds as restore_crds
 from statusvault.errors import KubeApiError
-from statusvault.kinds import CRDS, EVENTS, LEASES, NAMESPACES
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import APPLY_PATCH, MERGE_PATCH, Request
 from statusvault.rfc3339 import format_micro
 from statusvault.testing.fixtures import ensure_namespace, install_crds
+from statusvault.vocabulary.kinds import CRDS, EVENTS, LEASES, NAMESPACES
 from tests.builders import cr, crd, kc_status, unique
 from tests.integration.crs.servers import delete_namespace
 from tests.integration.crs.test_restore import KC

@@ -7,12 +7,13 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from statusvault import catalog, keys
 from statusvault.archive.envelope import FileKek, Keyring
 from statusvault.errors import ConfigError
-from statusvault.retention import RetentionPolicy
+from statusvault.keys import rotation as keys
 from statusvault.storage.base import S3Options
 from statusvault.storage.s3 import S3Store
+from statusvault.store import catalog
+from statusvault.store.retention import RetentionPolicy
 from tests.builders import unique
 from tests.sealed import back_up, cluster, key_file, names_in
 from tests.unit import test_storage as contract

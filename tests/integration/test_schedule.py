@@ -12,12 +12,12 @@ import pytest
 import yaml
 
 from statusvault.errors import ExitStatus, KubeApiError
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.transport import Request, load_transport
 from statusvault.model import ResourceType
 from statusvault.testing.cluster import kubeconfig_yaml
 from statusvault.testing.fixtures import ensure_namespace
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import cr, kc_status, unique
 from tests.faultproxy import self_signed
 from tests.unit.test_pod_security import pod_templates, restricted_violations

@@ -1,4 +1,4 @@
-"""After its last write, a restore looks again (results/settle.py): a status an unfenced operator wrote again once
+"""After its last write, a restore looks again (restore/core/settle.py): a status an unfenced operator wrote again once
 the restore had written it is named, with who wrote it, and makes the exit code 3; without such a writer the
 restore exits 0. On both servers: the look reads managedFields, whose status entries differ by version."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from statusvault.errors import ExitStatus
 from statusvault.kube.transport import MERGE_PATCH
-from statusvault.restore.results import settle
+from statusvault.restore.core import settle
 from tests.builders import cr, kc_status
 from tests.integration.crs.servers import wait_gone
 

@@ -1,6 +1,6 @@
-"""SIGINT and SIGTERM stop a restore the way an incident needs (stopping.py): no new write is started, the writes in
-flight finish, and only then is the operator scaled back and the report written, which agrees with the cluster; the
-exit status is 130 or 143, with no traceback; the same command then resumes to an exact end."""
+"""SIGINT and SIGTERM stop a restore the way an incident needs (runtime/stopping.py): no new write is started, the
+writes in flight finish, and only then is the operator scaled back and the report written, which agrees with the
+cluster; the exit status is 130 or 143, with no traceback; the same command then resumes to an exact end."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import pytest
 
 from statusvault.archive import signing
 from statusvault.errors import ExitStatus
-from statusvault.kinds import NAMESPACES
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import cr, kc_status, unique
 from tests.hostile import Backup
 from tests.integration.crs.servers import wait_gone

@@ -15,10 +15,10 @@ import pytest
 from statusvault.archive import member_path
 from statusvault.backup import ResourceSummary
 from statusvault.errors import ExitStatus
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import discover
 from statusvault.model import ResourceType, object_key
 from statusvault.testing.fixtures import install_crds
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import crd, unique
 from tests.hostile import Backup
 

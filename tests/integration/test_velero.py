@@ -10,7 +10,7 @@ import json
 import pytest
 
 from statusvault.errors import ArchiveError, ExitStatus
-from statusvault.kinds import CRDS, NAMESPACES
+from statusvault.vocabulary.kinds import CRDS, NAMESPACES
 from tests.builders import cr, kc_status, unique
 from tests.integration import test_dependencies
 from tests.integration.crs.servers import delete_namespace

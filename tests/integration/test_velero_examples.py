@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import Discovery
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import cr, kc_status, unique
 
 pytestmark = pytest.mark.version_neutral("modifiers are pure transforms of the saved objects; the writes are crs/'s")

@@ -125,7 +125,7 @@ def target(kube, namespace):
         return name
 
     yield _target
-    from statusvault.kinds import NAMESPACES
+    from statusvault.vocabulary.kinds import NAMESPACES
 
     for n in made:
         kube.delete(NAMESPACES, None, n)

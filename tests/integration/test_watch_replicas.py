@@ -21,9 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from statusvault.archive.crypto import MAGIC, Key
 from statusvault.errors import ExitStatus
-from statusvault.kinds import LEASES, NAMESPACES
 from statusvault.storage.local import LocalStore
 from statusvault.testing.fixtures import ensure_namespace
+from statusvault.vocabulary.kinds import LEASES, NAMESPACES
 from statusvault.watch.chains import chains, read_head
 from tests.builders import cr, kc_status, unique
 from tests.integration.test_watch import KC, KCS, Watcher, moment, now, phases, set_phase

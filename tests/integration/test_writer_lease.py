@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import NAMESPACES
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import cr, kc_status, unique
 
 pytestmark = pytest.mark.version_neutral("a backup's name is settled in the store, not on the server")

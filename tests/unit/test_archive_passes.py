@@ -13,10 +13,10 @@ import pytest
 from statusvault.archive import check as archivecheck
 from statusvault.archive import reader as archivereader
 from statusvault.archive.stream import TarStream
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.restore.runner import RestoreRequest, run_restore
 from statusvault.storage.local import LocalStore
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.fake import FakeKube
 from tests.hostile import KC, POOL, Backup
 

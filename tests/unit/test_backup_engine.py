@@ -10,11 +10,11 @@ import pytest
 
 from statusvault.backup import BackupEngine, BackupRequest
 from statusvault.errors import KubeApiError
-from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.model import Selection
 from statusvault.restore.runner import open_backup
 from statusvault.storage.base import backup_prefix
 from statusvault.storage.local import LocalStore
+from statusvault.vocabulary.kinds import CRDS, NAMESPACES
 from tests.builders import cr, crd, resource_type
 from tests.fake import FakeKube
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from statusvault.backupstore import BackupStore
 from statusvault.errors import ArchiveError, BackupNotFoundError, StorageError
 from statusvault.storage.base import ObjectStore
-from statusvault.writerlease import claim
+from statusvault.store.backups import BackupStore
+from statusvault.store.writerlease import claim
 from tests.hostile import Backup
 
 

@@ -4,8 +4,8 @@ the Go writer from alternated pairs."""
 
 from __future__ import annotations
 
-from statusvault.catalog import verify
 from statusvault.storage.local import LocalStore
+from statusvault.store.catalog import verify
 from statusvault.testing.bench import synthetic_backup
 
 

@@ -15,8 +15,8 @@ from statusvault.controller.intent import INTENT_LABEL, digest_of
 from statusvault.controller.lease import Lease
 from statusvault.controller.loop import Controller, ControllerConfig
 from statusvault.errors import ConfigError, StorageError
-from statusvault.kinds import CONFIGMAPS, CRDS, EVENTS, LEASES, NAMESPACES
 from statusvault.storage.local import LocalStore
+from statusvault.vocabulary.kinds import CONFIGMAPS, CRDS, EVENTS, LEASES, NAMESPACES
 from tests.builders import cr, crd, resource_type
 from tests.fake import FakeKube
 

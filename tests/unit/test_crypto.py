@@ -91,7 +91,7 @@ def test_a_decrypted_archive_a_killed_run_left_is_swept_and_a_running_ones_kept(
     import subprocess
     import sys
 
-    from statusvault.catalog import DECRYPTED_PREFIX, sweep_decrypted
+    from statusvault.store.opening import DECRYPTED_PREFIX, sweep_decrypted
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     left = tmp_path / f"{DECRYPTED_PREFIX}{dead.stdout.strip()}-abc"

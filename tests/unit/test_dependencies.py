@@ -20,12 +20,12 @@ from statusvault.dependencies import (
     schema_fields,
 )
 from statusvault.errors import ArchiveError
-from statusvault.kinds import CLUSTER_ROLE_BINDINGS, CONFIGMAPS, NAMESPACES, SECRETS
 from statusvault.kube.discovery import Discovery
 from statusvault.model import ObjectKey
+from statusvault.restore.core.plan import Action
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.planning.build import build_plan
-from statusvault.restore.planning.plan import Action
+from statusvault.vocabulary.kinds import CLUSTER_ROLE_BINDINGS, CONFIGMAPS, NAMESPACES, SECRETS
 from tests.builders import cr, resource_type, with_meta, write_archive
 
 VENDORED = Path(__file__).resolve().parents[2] / "fixtures" / "crds" / "vendored"

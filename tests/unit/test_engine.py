@@ -13,12 +13,12 @@ import pytest
 
 from statusvault.archive import ArchiveReader
 from statusvault.kube.discovery import Discovery
+from statusvault.restore.core.journal import Journal
+from statusvault.restore.core.servedtypes import ServedTypes
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.planning.build import build_plan
 from statusvault.restore.planning.existence import ExistenceIndex
-from statusvault.restore.planning.servedtypes import ServedTypes
 from statusvault.restore.running.engine import EngineSettings, RestoreEngine
-from statusvault.restore.running.journal import Journal
 from tests.builders import cr, owner_ref, resource_type, with_meta, write_archive
 from tests.fake import FakeKube
 
@@ -39,7 +39,7 @@ def fake() -> FakeKube:
 
 
 def _namespaces():
-    from statusvault.kinds import NAMESPACES
+    from statusvault.vocabulary.kinds import NAMESPACES
 
     return NAMESPACES
 

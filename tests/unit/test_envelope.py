@@ -9,12 +9,12 @@ import json
 
 import pytest
 
-from statusvault import catalog
 from statusvault.archive.crypto import Key, is_encrypted
 from statusvault.archive.envelope import FileKek, Keyring, context, open_data_key, sealed_field
-from statusvault.backupstore import BackupStore
 from statusvault.errors import ArchiveError, ConfigError
 from statusvault.storage.local import LocalStore
+from statusvault.store import catalog
+from statusvault.store.backups import BackupStore
 from tests.sealed import back_up, cluster, key_file, names_in
 
 NAMES = ["kc-0", "kc-1", "kc-2"]

@@ -7,8 +7,8 @@ import orjson
 import pytest
 
 from statusvault.errors import KubeApiError, KubeConnectionError
-from statusvault.kinds import CRDS
 from statusvault.kube.transport import METADATA_LIST, Request
+from statusvault.vocabulary.kinds import CRDS
 from tests.builders import cr, crd, resource_type
 from tests.fake import FakeKube
 

@@ -9,9 +9,9 @@ import pytest
 
 from statusvault.errors import ConfigError
 from statusvault.model import ResourceType
+from statusvault.restore.core.pausemarkers import PauseOptions
 from statusvault.restore.options import RestoreOptions, restore_options
 from statusvault.restore.quiet.fencing import FenceAction, FenceTarget, Rbac, allows, plan_fencing, status_managers
-from statusvault.restore.quiet.pausemarkers import PauseOptions
 from statusvault.restore.running.state import state_key
 
 WIDGETS = ResourceType("example.com", "v1", "widgets", "Widget", True, has_status=True, custom=True)

@@ -12,12 +12,12 @@ import shutil
 import orjson
 import pytest
 
-from statusvault import catalog
 from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import AAD_PREFIX, FileKek, Keyring
 from statusvault.errors import ConfigError
 from statusvault.restore.runner import open_backup
 from statusvault.storage.local import LocalStore
+from statusvault.store import catalog
 from tests.golden import DATA_KEY, V1, expected_members
 
 ENVELOPE = V1 / "envelope"

@@ -18,12 +18,12 @@ import orjson
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from statusvault import catalog
 from statusvault.archive import ArchiveReader, file_sha256
 from statusvault.archive.crypto import CHUNK, MAGIC, Key, decrypt_file
-from statusvault.backupstore import BackupStore
 from statusvault.restore.runner import open_backup
 from statusvault.storage.local import LocalStore
+from statusvault.store import catalog
+from statusvault.store.backups import BackupStore
 from tests.builders import kc_status
 from tests.golden import GOLDEN, V1, expected_members, pattern, seal
 from tests.hostile import END, entry, gz, manifest_bytes, sha

@@ -7,16 +7,16 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from statusvault import catalog
 from statusvault.archive import check as archivecheck
 from statusvault.archive import reader as archivereader
 from statusvault.archive.format import MAX_MANIFEST_BYTES, stream_bound
 from statusvault.archive.stream import STEP, TarStream
 from statusvault.errors import ArchiveError, StatusVaultError
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.restore.runner import RestoreRequest, open_backup, run_restore
 from statusvault.storage.local import LocalStore
+from statusvault.store import catalog
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.fake import FakeKube
 from tests.hostile import KC, KEY, POOL, Backup
 from tests.hostile_cases import MiB

@@ -3,7 +3,7 @@ def test_a_journal_and_its_wal_are_readable_by_their_owner_alone(tmp_path):
     import os
     import stat
 
-    from statusvault.restore.running.journal import Journal
+    from statusvault.restore.core.journal import Journal
 
     old = os.umask(0o022)
     try:
@@ -20,7 +20,7 @@ def test_a_plan_and_its_state_lock_are_readable_by_their_owner_alone(tmp_path):
     import os
     import stat
 
-    from statusvault.restore.planning.plan import private_db
+    from statusvault.restore.core.plan import private_db
 
     old = os.umask(0o022)
     try:

@@ -1,5 +1,5 @@
-"""Key rotation (statusvault/keys.py): data keys re-wrapped without re-encrypting; every backup opens with the old or
-the new key at every moment of a run; a run that stopped is finished by running it again; the old key is retired
+"""Key rotation (statusvault/keys/rotation.py): data keys re-wrapped without re-encrypting; every backup opens with the
+old or the new key at every moment of a run; a run that stopped is finished by running it again; the old key is retired
 only once every backup opens with the new one."""
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ import shutil
 
 import pytest
 
-from statusvault import catalog, keys
 from statusvault.archive.envelope import FileKek, Keyring
-from statusvault.backupstore import BackupStore
 from statusvault.errors import ConfigError, StorageError
+from statusvault.keys import rotation as keys
 from statusvault.storage.base import manifest_key
 from statusvault.storage.local import LocalStore
+from statusvault.store import catalog
+from statusvault.store.backups import BackupStore
 from tests.golden import V1
 from tests.sealed import back_up, cluster, key_file, names_in
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from statusvault.errors import ConfigError
-from statusvault.labels import parse_selector
+from statusvault.vocabulary.labels import parse_selector
 
 LABELS = {"env": "prod", "team": "a", "tier": "db"}
 

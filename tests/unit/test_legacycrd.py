@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from statusvault.legacycrd import as_v1, is_v1beta1
+from statusvault.velero.legacycrd import as_v1, is_v1beta1
 
 
 def old(**spec) -> dict:
@@ -71,7 +71,7 @@ def test_a_malformed_spec_is_converted_as_far_as_it_goes():
 
 
 def test_a_v1_crd_without_a_schema_gets_one_keeping_every_field_and_loses_the_top_level_setting():
-    from statusvault.legacycrd import as_v1, refused_shape
+    from statusvault.velero.legacycrd import as_v1, refused_shape
 
     typed = {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object"}}}}
     versions = [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}}},

@@ -12,14 +12,14 @@ from collections.abc import Callable
 import pytest
 
 from statusvault.errors import StatusVaultError
-from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
 from statusvault.move import AbortReport, MoveReport, MoveRequest, Side, abort_move, request_name, run_move
+from statusvault.restore.core.pausemarkers import RECORD
 from statusvault.restore.options import RestoreOptions
-from statusvault.restore.quiet.pausemarkers import RECORD
 from statusvault.storage.base import WRITER_FILE, backup_prefix, manifest_key
 from statusvault.storage.local import LocalStore
+from statusvault.vocabulary.kinds import CRDS, NAMESPACES
 from tests.builders import cr, crd, resource_type
 from tests.fake import FakeKube
 

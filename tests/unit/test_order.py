@@ -148,7 +148,7 @@ class _Cluster:
 
 @pytest.mark.parametrize(("count", "gets", "lists"), [(LIST_OVER, LIST_OVER + 1, 0), (LIST_OVER + 1, 1, 1)])
 def test_a_gate_looks_with_gets_or_one_list_then_again_only_at_what_did_not_pass(count, gets, lists):
-    from statusvault.restore.planning.plan import Action, Category, PlanItem, StatusMode
+    from statusvault.restore.core.plan import Action, Category, PlanItem, StatusMode
     from tests.builders import resource_type
 
     rt = resource_type("x.example.com", "Thing")

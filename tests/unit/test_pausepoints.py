@@ -7,7 +7,9 @@ import subprocess
 import sys
 import time
 
-CODE = "from statusvault.killpoints import kill_point; kill_point('a.other'); kill_point('a.step'); print('past')"
+CODE = (
+    "from statusvault.runtime.killpoints import kill_point; kill_point('a.other'); kill_point('a.step'); print('past')"
+)
 
 
 def test_the_named_step_blocks_after_creating_its_file(tmp_path):

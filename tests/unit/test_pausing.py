@@ -8,7 +8,7 @@ import jsonpatch
 import pytest
 
 from statusvault.errors import ConfigError
-from statusvault.restore.quiet.pausemarkers import (
+from statusvault.restore.core.pausemarkers import (
     RECORD,
     Marker,
     PauseOptions,

@@ -8,8 +8,8 @@ import sqlite3
 import pytest
 
 from statusvault.errors import StatusVaultError
-from statusvault.restore.planning.plan import MAX_OWNER_DEPTH, Action, Category, PlanItem, RestorePlan, StatusMode
-from statusvault.restore.running.journal import Journal
+from statusvault.restore.core.journal import Journal
+from statusvault.restore.core.plan import MAX_OWNER_DEPTH, Action, Category, PlanItem, RestorePlan, StatusMode
 from tests.builders import resource_type
 
 KC = resource_type("xyz.example.com", "KubernetesCluster")
@@ -179,7 +179,7 @@ def test_leftovers_of_killed_runs_do_not_block_or_leak_into_new_state(tmp_path):
 
 def test_an_unavailable_item_is_created_once_its_type_is_served():
     from statusvault.kube.discovery import Discovery
-    from statusvault.restore.planning.servedtypes import ServedTypes
+    from statusvault.restore.core.servedtypes import ServedTypes
 
     missing = item("later")
     missing.action = Action.UNAVAILABLE
@@ -243,7 +243,7 @@ def test_writer_threads_never_wait_for_a_journal_commit_and_a_flush_misses_no_ma
     it); a created mark is seen by was_created throughout; flush() returns with every earlier mark committed."""
     import threading
 
-    from statusvault.restore.running import journal as journal_module
+    from statusvault.restore.core import journal as journal_module
 
     journal = Journal.create(tmp_path / "j.sqlite")
     items = [item(f"o-{n}") for n in range(journal_module.DONE_BATCH * 3)]

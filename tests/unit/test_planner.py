@@ -8,14 +8,14 @@ import pytest
 
 from statusvault.archive import ArchiveReader
 from statusvault.errors import ConfigError
-from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
+from statusvault.restore.core.plan import Action, Category, StatusMode
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.ordering.order import load_order
 from statusvault.restore.planning.build import build_plan, resolve_resource_options
-from statusvault.restore.planning.plan import Action, Category, StatusMode
 from statusvault.restore.planning.trust import privileged
+from statusvault.vocabulary.kinds import CRDS, NAMESPACES
 from tests.builders import cr, resource_type, with_meta, write_archive
 
 KC = dataclasses.replace(resource_type("xyz.example.com", "KubernetesCluster"), short_names=("kc",))

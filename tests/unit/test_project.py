@@ -49,7 +49,7 @@ def test_only_the_s3_backend_imports_boto():
         m
         for m, imps in modules()
         if any(i.split(".")[0] in ("boto3", "botocore") for i in imps)
-        and m not in ("storage/s3.py", "storage/s3client.py", "kms.py", "testing/benchcore.py")
+        and m not in ("storage/s3.py", "storage/s3client.py", "keys/kms.py", "testing/benchcore.py")
     ]
     assert offenders == []
 
@@ -66,7 +66,7 @@ def test_nothing_but_the_api_imports_the_cli():
 
 
 def test_adapters_do_not_import_engines():
-    engines = ("statusvault.backup", "statusvault.restore", "statusvault.catalog")
+    engines = ("statusvault.backup", "statusvault.restore", "statusvault.store.catalog")
     offenders = [
         m
         for m, imps in modules()
@@ -76,61 +76,91 @@ def test_adapters_do_not_import_engines():
 
 
 # The layering, bottom first: a unit (a top-level module, or a package as a whole) imports only units listed before
-# it. Foundations, then adapters (archive, storage, kube), then the engines, the commands built on engines, the CLI.
+# it. Foundations, then adapters (archive, storage, kube), the store, the engines, the commands built on engines, the
+# CLI.
 LAYERS = (
-    ("VERSION", "installed_version", "errors", "model", "rfc3339", "progress", "metrics", "throttle", "killpoints"),
-    ("kinds", "labels", "transforms", "logs", "flagtable", "retention", "legacycrd", "stopping"),
+    ("VERSION", "installed_version", "errors", "model", "rfc3339"),
+    ("runtime", "vocabulary", "transforms", "flagtable"),
     ("storage", "kube"),
-    ("archive", "schedule", "writerlease", "processes", "dependencies"),
-    ("backupstore",),
-    ("backup", "catalog", "kms"),
-    ("restore", "keys", "velero"),
+    ("archive", "schedule", "processes", "dependencies"),
+    ("store",),
+    ("backup", "keys"),
+    ("velero",),
+    ("restore",),
     ("controller", "move"),
     ("watch",),
     ("cli",),
     ("api",),  # the library face: the restore command's own declarations and run, called as a function
     ("testing",),
 )
+# A package's own layering, bottom first, by its subpackages and modules: the same rule within it.
+SUBLAYERS = {
+    "restore": (
+        ("core", "configfile"),  # the plan, the journal, pause markers, write marks, managedFields: shared by all
+        ("modifiers", "ordering"),
+        ("options",),
+        ("planning", "quiet", "results"),
+        ("running",),
+        ("runner",),
+    ),
+}
 
 
-def unit_of(module: str) -> str | None:
+def unit_of(module: str, depth: int = 1) -> str | None:
     parts = module.split(".")
-    return parts[1] if parts[0] == "statusvault" and len(parts) > 1 else None
+    return parts[depth] if parts[0] == "statusvault" and len(parts) > depth else None
+
+
+def _imported(tree: ast.AST) -> set[str]:
+    targets = {
+        f"{n.module}.{a.name}" if n.module.count(".") < 2 else n.module
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.module
+        for a in n.names
+    }
+    return targets | {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+
+
+def _offenders(layers, unit: str, targets: set[str], where: str, depth: int) -> tuple[list[str], set[str]]:
+    rank = {u: i for i, layer in enumerate(layers) for u in layer}
+    offenders, unlisted = [], set()
+    for target in filter(None, (unit_of(t, depth) for t in targets)):
+        if unit not in rank or target not in rank:
+            unlisted |= {u for u in (unit, target) if u not in rank}
+        elif target != unit and rank[target] >= rank[unit]:
+            offenders.append(f"{where} imports {target}")
+    return offenders, unlisted
 
 
 def test_nothing_imports_upward_or_within_its_layer():
-    """The import test of docs/development/architecture.md's layering: no cycles, nothing reaches up."""
-    rank = {u: i for i, layer in enumerate(LAYERS) for u in layer}
+    """The import test of docs/development/architecture.md's layering: no cycles, nothing reaches up; within a
+    package that has sub-layers (SUBLAYERS), the same between its parts."""
     offenders, unlisted = [], set()
     for path in PKG.rglob("*.py"):
-        unit = path.relative_to(PKG).with_suffix("").parts[0]
-        if unit in ("__init__", "__main__"):
+        parts = path.relative_to(PKG).with_suffix("").parts
+        if parts[0] in ("__init__", "__main__"):
             continue
-        tree = ast.parse(path.read_text())
-        targets = {
-            f"{n.module}.{a.name}" if n.module == "statusvault" else n.module
-            for n in ast.walk(tree)
-            if isinstance(n, ast.ImportFrom) and n.module
-            for a in n.names
-        }
-        targets |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        for target in filter(None, map(unit_of, targets)):
-            if unit not in rank or target not in rank:
-                unlisted |= {u for u in (unit, target) if u not in rank}
-            elif target != unit and rank[target] >= rank[unit]:
-                offenders.append(f"{path.relative_to(PKG)} imports statusvault.{target}")
-    assert unlisted == set(), "add new units to LAYERS"
+        targets = _imported(ast.parse(path.read_text()))
+        found, missing = _offenders(LAYERS, parts[0], targets, str(path.relative_to(PKG)), 1)
+        offenders += found
+        unlisted |= missing
+        if parts[0] in SUBLAYERS and len(parts) > 1 and parts[1] != "__init__":
+            inside = {t for t in targets if unit_of(t) == parts[0]}
+            found, missing = _offenders(SUBLAYERS[parts[0]], parts[1], inside, str(path.relative_to(PKG)), 2)
+            offenders += found
+            unlisted |= {f"{parts[0]}/{u}" for u in missing}
+    assert unlisted == set(), "add new units to LAYERS (or SUBLAYERS)"
     assert offenders == []
 
 
 def test_only_the_backup_store_names_a_backups_files():
-    """A backup's layout has one owner (backupstore.py, over storage/'s key functions; the writer lease owns its
+    """A backup's layout has one owner (store/backups.py, over storage/'s key functions; the writer lease owns its
     own file): no other module names a backup's archive, manifest, lease or report keys."""
     import re
 
     layout = re.compile(r"\b(archive_key|manifest_key|writer_key|report_key|backup_prefix|backup_name_of|"
                         r"ARCHIVE_FILE|MANIFEST_FILE|WRITER_FILE|BACKUPS_DIR|REPORTS_DIR)\b")  # fmt: skip
-    owners = {"backupstore.py", "writerlease.py"}
+    owners = {"store/backups.py", "store/writerlease.py"}
     naming = sorted(
         str(path.relative_to(PKG))
         for path in PKG.rglob("*.py")

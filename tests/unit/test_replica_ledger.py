@@ -11,8 +11,8 @@ import pytest
 
 from statusvault.errors import StorageError
 from statusvault.model import ResourceType
+from statusvault.restore.core.journal import Journal
 from statusvault.restore.quiet.scaledown import MAX_KEPT, ReplicaLedger, Workload
-from statusvault.restore.running.journal import Journal
 from statusvault.restore.running.state import _carried, _earlier
 from statusvault.storage.base import fence_key
 from statusvault.storage.local import LocalStore

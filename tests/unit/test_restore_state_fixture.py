@@ -10,10 +10,10 @@ import shutil
 
 import orjson
 
-from statusvault.kinds import NAMESPACES
 from statusvault.restore.runner import RestoreRequest, _resolved, open_backup, run_restore
 from statusvault.restore.running.state import KEY_VERSION
 from statusvault.storage.local import LocalStore
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.journalfixture import HERE, OBJECTS, discover, target
 from tests.sealed import KC
 

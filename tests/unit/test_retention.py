@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 
 from statusvault.errors import ConfigError
-from statusvault.retention import Candidate, RetentionPolicy, decide, parse_duration
+from statusvault.store.retention import Candidate, RetentionPolicy, decide, parse_duration
 
 NOW = dt.datetime(2026, 3, 15, 12, 0, tzinfo=dt.UTC)
 

@@ -6,10 +6,10 @@ import pytest
 
 from statusvault.backup.selection import select_resources
 from statusvault.cli.backups import BackupArgs
-from statusvault.kinds import CRDS
 from statusvault.kube.discovery import Discovery
 from statusvault.model import Selection
 from statusvault.schedule import ScheduleSpec, backup_args, cronjob_api_for, render
+from statusvault.vocabulary.kinds import CRDS
 from tests.builders import resource_type
 from tests.unit.test_cli_args import parsed
 

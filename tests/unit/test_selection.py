@@ -4,9 +4,9 @@ import pytest
 
 from statusvault.backup.selection import select_resources
 from statusvault.errors import ConfigError
-from statusvault.kinds import CRDS
 from statusvault.kube.discovery import Discovery, parse_resource_list
 from statusvault.model import Selection
+from statusvault.vocabulary.kinds import CRDS
 from tests.builders import resource_type
 
 KC = resource_type("xyz.example.com", "KubernetesCluster")

@@ -1,11 +1,11 @@
-"""Who wrote a restored status again after the restore (restore/results/settle.py), read from managedFields as each
+"""Who wrote a restored status again after the restore (restore/core/settle.py), read from managedFields as each
 server version records it."""
 
 from __future__ import annotations
 
 import pytest
 
-from statusvault.restore.results.settle import status_writers_since
+from statusvault.restore.core.fields import status_writers_since
 
 ME = "statusvault-restore-0123456789abcdef"
 
@@ -45,7 +45,7 @@ def test_a_writer_that_took_every_status_field_over_is_named_and_none_is_nothing
 def test_a_status_is_as_written_whatever_its_conditions_say_but_not_when_its_state_changed():
     """Conditions are the operator's observations (a paused Cluster API object records Paused there); the rest is
     the state a restore brought back."""
-    from statusvault.restore.results.settle import still_as_written, write_mark
+    from statusvault.restore.core.settle import still_as_written, write_mark
 
     saved = {"status": {"providerID": "in-memory://m-1", "conditions": [{"type": "Ready", "status": "True"}],
                         "deprecated": {"v1beta1": {"conditions": [{"type": "Ready", "status": "True"}]}}},

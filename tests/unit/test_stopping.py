@@ -1,4 +1,5 @@
-"""What a run stopped from outside ends with (stopping.py), and what an unpause's answer says (pausemarkers.py)."""
+"""What a run stopped from outside ends with (runtime/stopping.py), and what an unpause's answer says
+(pausemarkers.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import signal
 import threading
 
 from statusvault.errors import ExitStatus, Interrupted, StatusVaultError
-from statusvault.restore.quiet.pausemarkers import RECORD, still_paused
-from statusvault.stopping import LEASE_LOST, Stop, stop_error
+from statusvault.restore.core.pausemarkers import RECORD, still_paused
+from statusvault.runtime.stopping import LEASE_LOST, Stop, stop_error
 
 
 def test_a_signal_interrupts_and_a_lost_lease_cancels():

@@ -3,8 +3,6 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from statusvault import catalog
-from statusvault.backupstore import BackupStore
 from statusvault.errors import ConfigError, StorageError
 from statusvault.restore.runner import open_backup
 from statusvault.storage import LocalStore, ObjectStore, S3Options, open_store
@@ -20,6 +18,8 @@ from statusvault.storage.base import (
     validate_backup_name,
 )
 from statusvault.storage.s3 import S3Store
+from statusvault.store import catalog
+from statusvault.store.backups import BackupStore
 from tests.hostile import Backup
 from tests.memstore import MemoryStore
 

@@ -12,19 +12,19 @@ from statusvault.archive import signing
 from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import FileKek, Keyring
 from statusvault.errors import ConfigError
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.discovery import Discovery
 from statusvault.model import ResourceType, Selection
 from statusvault.restore import runner
+from statusvault.restore.core.plan import Action, Category, PlanItem, StatusMode
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.planning.build import _Held
-from statusvault.restore.planning.plan import Action, Category, PlanItem, StatusMode
 from statusvault.restore.runner import STREAM_ABOVE, RestoreRequest, open_backup, run_restore, streamable
 from statusvault.restore.running.streamed import StreamWriter
 from statusvault.storage.local import LocalStore
 from statusvault.testing.bench import synthetic_backup
 from statusvault.testing.benchcore import GROUP, KIND, PLURAL
 from statusvault.testing.benchcore import NAMESPACES as BENCH_NAMESPACES
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.fake import FakeKube
 
 N = 40

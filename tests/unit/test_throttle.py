@@ -4,7 +4,7 @@ import multiprocessing
 import time
 from typing import Any
 
-from statusvault.throttle import Backoff, SharedTokenBucket, TokenBucket
+from statusvault.runtime.throttle import Backoff, SharedTokenBucket, TokenBucket
 
 
 class FakeClock:

@@ -18,7 +18,7 @@ from statusvault.kube.client import KubeClient
 from statusvault.kube.credentials import Credential, ExecPlugin, Static, TokenFile
 from statusvault.kube.kubeconfig import ClientConfig
 from statusvault.kube.transport import KubeTransport, Request, api_error, warning_texts
-from statusvault.throttle import MAX_RETRY_AFTER, Backoff, spread
+from statusvault.runtime.throttle import MAX_RETRY_AFTER, Backoff, spread
 from tests.credentials import Plugin, tokens
 
 

@@ -1,4 +1,4 @@
-"""Velero backup tarballs read as a source (statusvault/velero.py): the documented layouts of format 1 and 1.1.0
+"""Velero backup tarballs read as a source (statusvault/velero/backups.py): the documented layouts of format 1 and 1.1.0
 (classic tree, preferred-version directory, other API versions left out and counted), the types the objects and the
 backup's CRDs describe, the native backup written from it (verified, statuses kept), and hostile tarballs refused
 with one line."""
@@ -10,13 +10,14 @@ import hashlib
 import orjson
 import pytest
 
-from statusvault import catalog, velero
 from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import FileKek, Keyring
-from statusvault.backupstore import BackupStore
 from statusvault.errors import ArchiveError
 from statusvault.restore.runner import open_backup
 from statusvault.storage.local import LocalStore
+from statusvault.store import catalog
+from statusvault.store.backups import BackupStore
+from statusvault.velero import backups as velero
 from tests.builders import cr, crd, kc_status
 from tests.hostile import END, entry, gz, special
 from tests.velerotar import member, tarball
@@ -240,7 +241,7 @@ def test_a_velero_tarball_says_when_velero_wrote_it(tmp_path):
     import io
     import tarfile
 
-    from statusvault import velero
+    from statusvault.velero import backups as velero
 
     path = tmp_path / "b.tar.gz"
     config_map = b'{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "a"}}'

@@ -9,13 +9,14 @@ import platform
 import pytest
 import yaml
 
-from statusvault import VERSION, installed_version, velero
+from statusvault import VERSION, installed_version
 from statusvault.archive.format import ENVELOPE_FORMAT_VERSION, FORMAT_VERSION, SUPPORTED_MAJOR
 from statusvault.cli.main import main
 from statusvault.errors import ExitStatus
+from statusvault.runtime.throttle import Backoff
 from statusvault.testing.cluster import kubeconfig_yaml
 from statusvault.testing.controlplane import free_ports
-from statusvault.throttle import Backoff
+from statusvault.velero import backups as velero
 
 CLIENT = {
     "version": VERSION,

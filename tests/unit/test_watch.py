@@ -13,10 +13,10 @@ import pytest
 from statusvault.archive.crypto import Key
 from statusvault.errors import ArchiveError, ConfigError, KubeApiError, KubeConnectionError
 from statusvault.model import ResourceType, Selection
-from statusvault.retention import RetentionPolicy
+from statusvault.runtime.throttle import Backoff
 from statusvault.schedule import ScheduleSpec
 from statusvault.storage.local import LocalStore
-from statusvault.throttle import Backoff
+from statusvault.store.retention import RetentionPolicy
 from statusvault.watch.chains import Chain, chain_for
 from statusvault.watch.install import WatchSpec, render
 from statusvault.watch.pointintime import parse_at, point_name

@@ -16,13 +16,13 @@ import pytest
 from statusvault.archive import signing
 from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import Keyring, Keys
-from statusvault.catalog import list_backups
 from statusvault.errors import ArchiveError, StorageError
-from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.model import Selection
 from statusvault.restore.runner import open_backup
 from statusvault.storage.base import segment_key, segment_manifest_key
 from statusvault.storage.local import LocalStore
+from statusvault.store.catalog import list_backups
+from statusvault.vocabulary.kinds import CRDS, NAMESPACES
 from statusvault.watch.chains import chains, read_head, walk
 from statusvault.watch.engine import WatchConfig, WatchEngine
 from tests.builders import cr, crd, resource_type

@@ -12,15 +12,15 @@ import time
 
 import pytest
 
-from statusvault import catalog
 from statusvault.backup import BackupEngine, BackupRequest
-from statusvault.backupstore import BackupStore
 from statusvault.errors import ArchiveError, BackupBusyError, BackupExistsError, LeaseLostError
 from statusvault.kube.discovery import Discovery
-from statusvault.retention import Candidate, RetentionPolicy, decide
 from statusvault.storage import ObjectStore
 from statusvault.storage.base import archive_key, manifest_key, writer_key
-from statusvault.writerlease import Process, WriterRecord, claim, stale_reason
+from statusvault.store import catalog
+from statusvault.store.backups import BackupStore
+from statusvault.store.retention import Candidate, RetentionPolicy, decide
+from statusvault.store.writerlease import Process, WriterRecord, claim, stale_reason
 from tests.golden import SELECTION, TYPES, GoldenKube
 
 HERE = Process("node-a", 100, "boot-1", "pid:[4026531836]", 5000)

@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from statusvault.errors import StatusVaultError
-from statusvault.killpoints import kill_point
 from statusvault.kube.api import KubeApi
 from statusvault.model import DryRun
+from statusvault.restore.core.journal import Journal
+from statusvault.restore.core.plan import PlanItem, RestorePlan
 from statusvault.restore.ordering.order import Gate, Group, Order
-from statusvault.restore.planning.plan import PlanItem, RestorePlan
-from statusvault.restore.running.journal import Journal
-from statusvault.stopping import stop_error
+from statusvault.runtime.killpoints import kill_point
+from statusvault.runtime.stopping import stop_error
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from statusvault.errors import ConfigError
-from statusvault.labels import Matcher, parse_selector
 from statusvault.restore.configfile import read_config, versioned_entries
+from statusvault.restore.core.pausemarkers import Marker, MarkerKind
 from statusvault.restore.ordering.expr import Expression, parse_expression
-from statusvault.restore.quiet.pausemarkers import Marker, MarkerKind
+from statusvault.vocabulary.labels import Matcher, parse_selector
 
 # Crossplane's two-phase restore of managed resources: created observing (the provider reads the external resource
 # instead of creating one), given their status, then their saved managementPolicies put back (as a pause is undone).

@@ -16,20 +16,20 @@ from statusvault.archive import ArchiveReader, parse_member_path
 from statusvault.archive.format import checked_object
 from statusvault.dependencies import OWNED_BUILTINS, SECRET, DependencyIndex, taken_secret
 from statusvault.errors import ArchiveError, ConfigError
-from statusvault.killpoints import kill_point
-from statusvault.kinds import CRD_QUALIFIED, NAMESPACES
 from statusvault.kube.discovery import Discovery
-from statusvault.labels import parse_selector
 from statusvault.model import ObjectKey, ResourceType, Selection
+from statusvault.restore.core.plan import Action, Category, PlanItem, RestorePlan, StatusMode
 from statusvault.restore.options import ExistingPolicy, RestoreOptions
 from statusvault.restore.planning import trust
-from statusvault.restore.planning.plan import Action, Category, PlanItem, RestorePlan, StatusMode
+from statusvault.runtime.killpoints import kill_point
 from statusvault.transforms import map_namespace, status_annotation
+from statusvault.vocabulary.kinds import CRD_QUALIFIED, NAMESPACES
+from statusvault.vocabulary.labels import parse_selector
 
 STATUS_ALL = "*"
 BARE_SEQ = 1 << 40  # a streamed plan numbers the namespaces it adds from here: the objects' numbers never move
 
-HELD_STEP = "restore.stream-held"  # kill point (statusvault/killpoints.py): held items handed on (a selection's
+HELD_STEP = "restore.stream-held"  # kill point (statusvault/runtime/killpoints.py): held items handed on (a selection's
 # first match; the first object of a CRD's type)
 Sink = Callable[[PlanItem, "dict[str, Any] | None"], None]  # a streamed restore's writer: each item as decided
 

@@ -7,10 +7,10 @@ import threading
 from typing import Any
 
 from statusvault.errors import Forbidden
-from statusvault.kinds import CONFIGMAPS, NAMESPACES, SECRETS
 from statusvault.kube.api import KubeApi
 from statusvault.model import ResourceType
-from statusvault.restore.running.writes import abandoned, status_written, written_by
+from statusvault.restore.core.fields import abandoned, status_written, written_by
+from statusvault.vocabulary.kinds import CONFIGMAPS, NAMESPACES, SECRETS
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ class ExistenceIndex:
 
     Objects this restore wrote (an earlier attempt, before --restart) do not count: the run creates them
     again, meets AlreadyExists and knows them as its own by their field manager. Nor do objects another
-    statusvault restore created and left without any status (writes.abandoned): the run finishes them."""
+    statusvault restore created and left without any status (fields.abandoned): the run finishes them."""
 
     def __init__(self, client: KubeApi, manager: str):
         self.client = client

@@ -15,7 +15,12 @@ import orjson
 
 from statusvault.archive import ArchiveReader
 from statusvault.errors import KubeApiError, NotFound, StatusVaultError
-from statusvault.kinds import (
+from statusvault.kube.api import KubeApi
+from statusvault.model import KubeObject, ResourceType
+from statusvault.restore.core.plan import RestorePlan
+from statusvault.restore.options import FenceMode, RestoreOptions
+from statusvault.restore.quiet.fencing import FencePlan, FenceTarget, Rbac, plan_fencing, status_managers
+from statusvault.vocabulary.kinds import (
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
     DAEMONSETS,
@@ -24,11 +29,6 @@ from statusvault.kinds import (
     ROLES,
     STATEFULSETS,
 )
-from statusvault.kube.api import KubeApi
-from statusvault.model import KubeObject, ResourceType
-from statusvault.restore.options import FenceMode, RestoreOptions
-from statusvault.restore.planning.plan import RestorePlan
-from statusvault.restore.quiet.fencing import FencePlan, FenceTarget, Rbac, plan_fencing, status_managers
 
 log = logging.getLogger(__name__)
 MANAGER_SAMPLE = 200  # objects per resource whose managedFields are read for the status managers

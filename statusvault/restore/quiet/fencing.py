@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from statusvault.model import KubeObject, ResourceType
-from statusvault.restore.quiet.pausemarkers import PauseOptions
+from statusvault.restore.core.pausemarkers import PauseOptions
 
 WRITE_VERBS = frozenset(("update", "patch", "*"))
 SYSTEM_NAMESPACES = frozenset(("kube-system",))  # the API server's and the control plane's own controllers

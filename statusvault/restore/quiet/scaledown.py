@@ -22,14 +22,14 @@ from typing import Any
 import orjson
 
 from statusvault.errors import ConfigError, StatusVaultError
-from statusvault.killpoints import kill_point
-from statusvault.kinds import PODS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import MERGE_PATCH
 from statusvault.model import ResourceType
-from statusvault.restore.running.journal import Journal
+from statusvault.restore.core.journal import Journal
+from statusvault.runtime.killpoints import kill_point
 from statusvault.storage.base import ObjectStore, fence_key
+from statusvault.vocabulary.kinds import PODS
 
 log = logging.getLogger(__name__)
 ANNOTATION = "statusvault.io/replicas-before-restore"  # where releases before the ledger kept the count: read only

@@ -12,11 +12,11 @@ from statusvault.errors import Conflict, Invalid, KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH, MERGE_PATCH
 from statusvault.model import KubeObject, ResourceType, display
-from statusvault.restore.planning.plan import RestorePlan
-from statusvault.restore.planning.servedtypes import ServedTypes
-from statusvault.restore.quiet.pausemarkers import RECORD, PauseOptions, still_paused, unpause_patch
-from statusvault.restore.results.settle import still_as_written
-from statusvault.restore.running.journal import Journal
+from statusvault.restore.core.journal import Journal
+from statusvault.restore.core.pausemarkers import RECORD, PauseOptions, still_paused, unpause_patch
+from statusvault.restore.core.plan import RestorePlan
+from statusvault.restore.core.servedtypes import ServedTypes
+from statusvault.restore.core.settle import still_as_written
 
 ATTEMPTS = 5
 

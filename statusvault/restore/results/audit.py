@@ -7,7 +7,7 @@ one the restore's status write left (another writer wrote it since). An object t
 is handed back to its operator: unpaused with its saved status on, its status is its operator's from then on
 (quiet/unpause.py), and the audit only checks that it is there. The cost is the settle check's: one
 metadata-only LIST per resource and namespace, then a whole read of only the objects whose resourceVersion moved on
-since the restore's write (restore/results/settle.py). What it finds short is taken out of the journal's done
+since the restore's write (restore/core/settle.py). What it finds short is taken out of the journal's done
 objects, so the same command writes it again; the journal is kept until an audit finds nothing short."""
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import Protocol
 
 from statusvault.kube.api import KubeApi
 from statusvault.model import ResourceType, display, writes_status
-from statusvault.restore.planning.plan import RestorePlan
-from statusvault.restore.results.settle import Overwritten, compare_marks, listed, status_writers_since
-from statusvault.restore.running.journal import HANDED_OVER, Journal
+from statusvault.restore.core.fields import status_writers_since
+from statusvault.restore.core.journal import HANDED_OVER, Journal
+from statusvault.restore.core.plan import RestorePlan
+from statusvault.restore.core.settle import Overwritten, compare_marks, listed
 
 log = logging.getLogger(__name__)
 NAMED = 20  # objects the audit names; the rest are counted

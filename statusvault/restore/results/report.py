@@ -13,9 +13,9 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from statusvault.model import DryRun, display
+from statusvault.restore.core.pausemarkers import unmarked_warning
+from statusvault.restore.core.settle import Overwritten
 from statusvault.restore.ordering.gates import NOT_PASSED, GateResult
-from statusvault.restore.quiet.pausemarkers import unmarked_warning
-from statusvault.restore.results.settle import Overwritten
 from statusvault.transforms import ServerChange
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ class ItemResult:
     pause_lost: str = ""  # created (and its status written) WITHOUT the pause marker: the server dropped it
     server_changes: tuple[ServerChange, ...] = ()  # fields of what was sent that the server dropped or changed
     server_warnings: tuple[str, ...] = ()  # the texts of the Warning headers its writes were answered with
-    status_mark: str = ""  # write_mark of the answer to this restore's status write (restore/results/settle.py)
+    status_mark: str = ""  # write_mark of the answer to this restore's status write (restore/core/settle.py)
 
     @property
     def lacks_status(self) -> bool:
@@ -156,9 +156,7 @@ class RestoreReport:
         self.left_paused = 0  # objects it created paused that stay paused (--keep-paused, or the run failed)
         self.unpause_failures: list[str] = []  # objects it could not unpause (still paused)
         self.not_scaled_back: list[str] = []  # workloads scaled to 0 (--scale-down, --fence), not scaled back
-        self.overwritten = (
-            Overwritten()
-        )  # statuses another writer wrote after this restore's (restore/results/settle.py)
+        self.overwritten = Overwritten()  # statuses another writer wrote after this restore's (restore/core/settle.py)
         self.server_away = 0.0  # the longest a request waited for an unavailable API server that came back
         self.audit: Audit | None = None  # what the cluster held once the run ended (restore/results/audit.py)
         self.total = 0

@@ -14,24 +14,24 @@ from typing import Any
 from statusvault.archive import ArchiveReader
 from statusvault.archive.format import summary_objects
 from statusvault.errors import ArchiveError, ConfigError, Interrupted, StatusVaultError
-from statusvault.kinds import CRD_QUALIFIED, CRDS
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import established
 from statusvault.model import DryRun
 from statusvault.processes import WorkerSpec
-from statusvault.progress import NullProgress, Progress
+from statusvault.restore.core.journal import Journal
+from statusvault.restore.core.plan import Action, Category, PlanItem, RestorePlan
+from statusvault.restore.core.servedtypes import ServedTypes
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.ordering.gates import GateWaiter, GroupGates
 from statusvault.restore.planning.build import Sink
-from statusvault.restore.planning.plan import Action, Category, PlanItem, RestorePlan
-from statusvault.restore.planning.servedtypes import ServedTypes
 from statusvault.restore.quiet.unpause import unpause_all
 from statusvault.restore.results.report import ItemResult, Outcome, RestoreReport
-from statusvault.restore.running.journal import Journal
 from statusvault.restore.running.objects import ObjectRestorer
 from statusvault.restore.running.streamed import StreamWriter
 from statusvault.restore.running.waves import WaveRunner
 from statusvault.restore.running.workers import WaveWorkers
+from statusvault.runtime.progress import NullProgress, Progress
+from statusvault.vocabulary.kinds import CRD_QUALIFIED, CRDS
 
 log = logging.getLogger(__name__)
 

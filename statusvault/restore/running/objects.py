@@ -12,13 +12,13 @@ from statusvault.errors import KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH, MERGE_PATCH
 from statusvault.model import DryRun, KubeObject, ResourceType
+from statusvault.restore.core.journal import Journal
+from statusvault.restore.core.pausemarkers import RECORD, Marker, pause_lost, unpause_patch, without_record
+from statusvault.restore.core.plan import Action, PlanItem, StatusMode
+from statusvault.restore.core.servedtypes import ServedTypes
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.ordering.order import OBSERVE
-from statusvault.restore.planning.plan import Action, PlanItem, StatusMode
-from statusvault.restore.planning.servedtypes import ServedTypes
-from statusvault.restore.quiet.pausemarkers import RECORD, Marker, pause_lost, unpause_patch, without_record
 from statusvault.restore.results.report import GENERATION_NOTE, ItemResult, Outcome, StatusOutcome
-from statusvault.restore.running.journal import Journal
 from statusvault.restore.running.owners import OwnerResolver
 from statusvault.restore.running.writes import ObjectWriter, ServerReply
 from statusvault.transforms import ABSENT, NOT_RESTORED_ANNOTATION, remap_owner_refs, restore_diff, sanitize

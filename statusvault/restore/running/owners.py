@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from statusvault.kube.api import KubeApi
-from statusvault.restore.planning.servedtypes import ServedTypes
+from statusvault.restore.core.servedtypes import ServedTypes
 
 
 class OwnerResolver:

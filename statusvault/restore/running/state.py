@@ -17,11 +17,12 @@ import orjson
 
 from statusvault.errors import ConfigError, StatusVaultError
 from statusvault.model import DryRun
+from statusvault.restore.core.fields import new_manager
+from statusvault.restore.core.journal import Journal
+from statusvault.restore.core.plan import RestorePlan
 from statusvault.restore.modifiers import Modifiers
 from statusvault.restore.options import FenceMode, RestoreOptions
 from statusvault.restore.ordering.order import Order
-from statusvault.restore.planning.plan import RestorePlan
-from statusvault.restore.running.journal import Journal, new_manager
 
 log = logging.getLogger(__name__)
 

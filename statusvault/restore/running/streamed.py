@@ -8,14 +8,14 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from statusvault.killpoints import kill_point
-from statusvault.restore.planning.plan import Category, PlanItem
-from statusvault.restore.planning.servedtypes import ServedTypes
-from statusvault.restore.running.journal import Journal
+from statusvault.restore.core.journal import Journal
+from statusvault.restore.core.plan import Category, PlanItem
+from statusvault.restore.core.servedtypes import ServedTypes
 from statusvault.restore.running.objects import Archived
 from statusvault.restore.running.waves import Handle, WaveRunner
+from statusvault.runtime.killpoints import kill_point
 
-PAGE_STEP = "restore.stream-page"  # kill points (statusvault/killpoints.py): between two pages
+PAGE_STEP = "restore.stream-page"  # kill points (statusvault/runtime/killpoints.py): between two pages
 MID_PAGE_STEP = "restore.stream-mid-page"  # and half way through one
 
 

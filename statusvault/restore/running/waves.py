@@ -12,11 +12,11 @@ from contextlib import contextmanager
 from statusvault.archive import ArchiveReader
 from statusvault.model import DryRun
 from statusvault.processes.threads import WriterThreads
-from statusvault.restore.planning.plan import Action, Category, PlanItem
+from statusvault.restore.core.plan import Action, Category, PlanItem
 from statusvault.restore.results.report import ItemResult
 from statusvault.restore.running.objects import Archived, ObjectRestorer, client_dry_run, not_attempted
 from statusvault.restore.running.workers import WaveWorkers
-from statusvault.stopping import stop_error
+from statusvault.runtime.stopping import stop_error
 
 log = logging.getLogger(__name__)
 Record = Callable[[ItemResult, PlanItem], None]

@@ -20,11 +20,11 @@ from statusvault.errors import StatusVaultError
 from statusvault.kube.discovery import Discovery
 from statusvault.processes import Emit, Job, WorkerLost, WorkerSpec, available_cpus
 from statusvault.processes.pool import WorkerPool
-from statusvault.restore.planning.plan import PlanItem
+from statusvault.restore.core.plan import PlanItem
 from statusvault.restore.results.report import ItemResult, Outcome, StatusOutcome
 
 if TYPE_CHECKING:
-    from statusvault.restore.running.journal import Journal
+    from statusvault.restore.core.journal import Journal
     from statusvault.restore.running.objects import ObjectRestorer
 
 MAX_PROCESSES = 8  # the default's cap: more processes than this only add connections the server must serve
@@ -104,12 +104,12 @@ class WriteJob(Job):
     opts: Any
 
     def open(self, client: Any) -> _Writer:
-        from statusvault.restore.running.journal import Journal
+        from statusvault.restore.core.journal import Journal
 
         return _Writer(client, Journal.open(self.journal), self.opts)
 
     def share(self, state: _Writer, value: Discovery) -> None:
-        from statusvault.restore.planning.servedtypes import ServedTypes
+        from statusvault.restore.core.servedtypes import ServedTypes
         from statusvault.restore.running.objects import ObjectRestorer
 
         def fixed() -> Discovery:

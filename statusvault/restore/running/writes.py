@@ -11,12 +11,12 @@ from statusvault import rfc3339
 from statusvault.errors import AlreadyExists, Conflict, Invalid, KubeApiError, StatusVaultError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.transport import JSON_PATCH
-from statusvault.model import KubeObject, ResourceType, writes_status
+from statusvault.model import KubeObject, ResourceType
+from statusvault.restore.core.fields import abandoned, written_by
+from statusvault.restore.core.plan import PlanItem, StatusMode
+from statusvault.restore.core.settle import write_mark
 from statusvault.restore.options import ExistingPolicy
-from statusvault.restore.planning.plan import PlanItem, StatusMode
 from statusvault.restore.results.report import Outcome, StatusOutcome
-from statusvault.restore.results.settle import write_mark
-from statusvault.restore.running.journal import MANAGER_PREFIX
 from statusvault.transforms import ServerChange, contains, object_changes, status_body, status_changes, update_patch
 
 ATTEMPTS = 5
@@ -37,28 +37,6 @@ def _created_at(meta: dict[str, Any]) -> float:
     return created.timestamp() if created is not None else 0.0
 
 
-def written_by(meta: dict[str, Any], manager: str) -> bool:
-    """Whether `manager` has written the object: it is named in managedFields, whatever else changed."""
-    return any(isinstance(e, dict) and e.get("manager") == manager for e in meta.get("managedFields") or [])
-
-
-def abandoned(meta: dict[str, Any]) -> bool:
-    """Whether a statusvault restore (any run, any release: each has a field manager of its own under one prefix)
-    created the object and no writer has written a status since: a run killed between its two passes whose state
-    this run cannot resume (another release's, or lost). Finishing it is this restore's job, whatever the policy:
-    left alone it would lack its saved status while the report counted it as kept."""
-    entries = [e for e in meta.get("managedFields") or [] if isinstance(e, dict)]
-    if not entries or not all(str(e.get("manager", "")).startswith(MANAGER_PREFIX) for e in entries):
-        return False
-    return not status_written(meta)
-
-
-def status_written(meta: dict[str, Any]) -> bool:
-    """Whether any writer has written the object's status, as its managedFields say (an entry of its own from
-    Kubernetes 1.22; the status fields in the writer's entry on 1.20)."""
-    return any(writes_status(e) for e in meta.get("managedFields") or [])
-
-
 @dataclasses.dataclass(slots=True)
 class ServerReply:
     """What the server did with one object's writes beyond taking them: the fields of what was sent that it
@@ -66,7 +44,7 @@ class ServerReply:
 
     changes: list[ServerChange] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
-    status_mark: str = ""  # write_mark of the answer to this restore's status write (restore/results/settle.py)
+    status_mark: str = ""  # write_mark of the answer to this restore's status write (restore/core/settle.py)
     found: bool = False  # the create met the object already there (a resumed run's own): its body was not the answer
 
 

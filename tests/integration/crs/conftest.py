@@ -20,10 +20,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from statusvault.kinds import NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.testing.cluster import RELEASES
 from statusvault.testing.fixtures import ensure_namespace
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import unique
 from tests.conftest import CRD_ONLY
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 
 from statusvault.errors import KubeApiError
-from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import discover
 from statusvault.testing.fixtures import ensure_namespace
+from statusvault.vocabulary.kinds import CRDS, NAMESPACES
 
 
 def serves_namespaces(kube: KubeClient) -> bool:

@@ -15,10 +15,10 @@ import orjson
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.model import ResourceType
 from statusvault.testing.fixtures import create_with_status, ensure_namespace, install_crds
+from statusvault.vocabulary.kinds import CRDS, NAMESPACES
 from tests.builders import cr, crd, kc_status, owner_ref, unique
 from tests.integration.crs.servers import (
     delete_namespace,

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from statusvault.kinds import NAMESPACES
+from statusvault.vocabulary.kinds import NAMESPACES
 from tests.builders import kc_status
 from tests.golden import NAMESPACE, V1
 from tests.integration.crs.test_restore import delete_namespace

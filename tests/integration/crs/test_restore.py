@@ -7,10 +7,10 @@ import json
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import CRDS, NAMESPACES
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import MERGE_PATCH
 from statusvault.testing.fixtures import FIXTURES, ensure_namespace, install_crds, load_objects
+from statusvault.vocabulary.kinds import CRDS, NAMESPACES
 from tests.builders import cr, crd, kc_status, owner_ref, unique, unique_kind
 from tests.integration.crs.servers import delete_namespace, replace_schema_and_wait, wait_gone
 

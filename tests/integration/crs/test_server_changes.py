@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from statusvault.errors import ExitStatus
-from statusvault.kinds import CRDS
 from statusvault.testing.fixtures import install_crds
+from statusvault.vocabulary.kinds import CRDS
 from tests.builders import cr, crd, unique
 from tests.integration.crs.servers import delete_namespace
 

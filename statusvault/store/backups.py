@@ -1,11 +1,10 @@
 """The backups in one store: where each backup's files live, and every operation that reads or writes them.
 
-A backup NAME is `backups/NAME/archive.tar.gz` (the archive), `backups/NAME/manifest.json` (its summary manifest)
-and, while a run writes it, `backups/NAME/writer.json` (that run's lease, statusvault/writerlease.py). The manifest
-is written last: its presence marks the backup complete, so `complete` is the one place a backup becomes usable,
-and `delete` removes the manifest first. Nothing outside this module and the lease names these files; the
-commands above it (catalog, backup, keys, move, watch, the controller) go through a `BackupStore`.
-"""
+A backup NAME is `backups/NAME/archive.tar.gz` (the archive), `backups/NAME/manifest.json` (its summary manifest) and,
+while a run writes it, `backups/NAME/writer.json` (that run's lease, statusvault/store/writerlease.py). The manifest is
+written last: its presence marks the backup complete, so `complete` is the one place a backup becomes usable, and
+`delete` removes the manifest first. Nothing outside this module and the lease names these files; the commands above it
+(catalog, backup, keys, move, watch, the controller) go through a `BackupStore`."""
 
 from __future__ import annotations
 
@@ -40,7 +39,7 @@ from statusvault.storage.base import (
     report_key,
     writer_key,
 )
-from statusvault.writerlease import live_writer
+from statusvault.store.writerlease import live_writer
 
 Manifest = dict[str, Any]
 REWRITE_ATTEMPTS = 5  # rewrites of one manifest lost to another writer before the rewrite is given up

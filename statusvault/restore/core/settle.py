@@ -23,13 +23,13 @@ from typing import Any
 
 import orjson
 
-from statusvault import rfc3339
 from statusvault.errors import ConfigError
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
-from statusvault.model import KubeObject, ResourceType, display, writes_status
-from statusvault.restore.quiet.pausemarkers import RECORD
-from statusvault.restore.running.journal import HANDED_OVER
+from statusvault.model import KubeObject, ResourceType, display
+from statusvault.restore.core.fields import status_writers_since
+from statusvault.restore.core.journal import HANDED_OVER
+from statusvault.restore.core.pausemarkers import RECORD
 
 SETTLE_SECONDS = 2.0  # the default wait before looking (--settle-seconds; 0: do not look)
 SETTLE_ENV = "STATUSVAULT_SETTLE_SECONDS"  # the same for every restore of a process: CLI, controller, move
@@ -192,23 +192,3 @@ def _read_whole(
 def _written_again(where: str, obj: Mapping[str, Any], manager: str) -> str:
     writers = status_writers_since(obj.get("metadata") or {}, manager) or ["a writer managedFields do not name"]
     return f"{where}: status written since by {', '.join(writers)}"
-
-
-def status_writers_since(meta: Mapping[str, Any], manager: str) -> list[str]:
-    """The other field managers that wrote status fields at or after `manager`'s last status write (every one
-    that owns status fields, when `manager` owns none any more: they took all of them over)."""
-    entries = [e for e in meta.get("managedFields") or [] if writes_status(e)]
-    mine = [_time(e) for e in entries if e.get("manager") == manager]
-    since = max(mine) if mine else None
-    return sorted(
-        {
-            str(e.get("manager") or "(no manager)")
-            for e in entries
-            if e.get("manager") != manager and (since is None or _time(e) >= since)
-        }
-    )
-
-
-def _time(entry: Mapping[str, Any]) -> float:
-    parsed = rfc3339.parse_or_none(str(entry.get("time") or ""))
-    return parsed.timestamp() if parsed is not None else 0.0

@@ -35,7 +35,6 @@ from typing import Any
 
 import orjson
 
-from statusvault import legacycrd
 from statusvault.archive.check import VerifyReport
 from statusvault.archive.format import (
     MAX_JSON_VALUES,
@@ -54,11 +53,12 @@ from statusvault.archive.stream import TarStream
 from statusvault.backup import BackupEngine, BackupRequest, BackupResult
 from statusvault.backup.engine import crd_defines
 from statusvault.errors import ArchiveError, BackupNotFoundError, ConfigError
-from statusvault.kinds import CRDS, SECRETS
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject, ResourceType, Selection
 from statusvault.storage.base import ObjectStore
 from statusvault.storage.local import LocalStore
+from statusvault.velero import legacycrd
+from statusvault.vocabulary.kinds import CRDS, SECRETS
 
 log = logging.getLogger(__name__)
 VERSION_MEMBER = "metadata/version"
@@ -94,7 +94,9 @@ class VeleroBackup:
         self.other_versions: dict[str, set[str]] = {}  # left out, by resource
         self.left_out = 0  # objects of other API versions
         self.sha256 = ""  # of the tarball as read
-        self.converted_crds: set[str] = set()  # CRDs in a shape current servers refuse, read as v1 (legacycrd.py)
+        self.converted_crds: set[str] = (
+            set()
+        )  # CRDs in a shape current servers refuse, read as v1 (velero/legacycrd.py)
         self.written_at = 0.0  # the earliest member's time: when Velero wrote the backup (its own tarball says no more)
         self._db = sqlite3.connect("", check_same_thread=False)  # "": on disk, private, deleted on close
         self._db.executescript(_SPOOL)
@@ -493,7 +495,7 @@ def imported(source: str, store: ObjectStore | None) -> Iterator[tuple[ObjectSto
 def verify(source: str, store: ObjectStore | None) -> tuple[VerifyReport, VeleroBackup]:
     """A Velero backup read whole and checked as any archive: the one judge (catalog.verify) of the native backup
     made of it, for the CLI and the API alike; with what was read (its format, counts, what was left out)."""
-    from statusvault import catalog
+    from statusvault.store import catalog
 
     with imported(source, store) as (temp, native, read):
         return catalog.verify(temp, native), read

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import sqlite3
 import tempfile
 import threading
@@ -13,7 +12,8 @@ import time
 from pathlib import Path
 
 from statusvault.errors import StatusVaultError
-from statusvault.restore.planning.plan import PlanItem, private_db, remove_db
+from statusvault.restore.core.fields import new_manager
+from statusvault.restore.core.plan import PlanItem, private_db, remove_db
 
 _SCHEMA = """
 CREATE TABLE done (seq INTEGER PRIMARY KEY);  -- finished by this or an earlier (interrupted) run
@@ -40,13 +40,6 @@ DONE_EVERY = 0.2  # seconds
 # on its status is its operator's to write (that is what the pause was for), so the audit only looks it up.
 HANDED_OVER = "handed-over"
 
-MANAGER_PREFIX = "statusvault-restore-"  # every restore's field manager, in every release since 0.1
-
-
-def new_manager() -> str:
-    """A field manager name unique to one restore (kept in its journal, so its resumed runs share it)."""
-    return f"{MANAGER_PREFIX}{secrets.token_hex(8)}"
-
 
 class Journal:
     """Progress recorded from worker threads (one connection, serialised by a lock; WAL, so the plan's
@@ -67,7 +60,7 @@ class Journal:
         self._lock = threading.Lock()
         self._db_lock = threading.Lock()
         self._done: list[tuple[int]] = []  # finished objects not yet committed (one commit per batch)
-        self._marks: list[tuple[int, str]] = []  # their status writes' marks (restore/results/settle.write_mark)
+        self._marks: list[tuple[int, str]] = []  # their status writes' marks (restore/core/settle.write_mark)
         self._created: set[int] = set()  # created objects not yet committed (same batches)
         self._flushed = time.monotonic()
         self.resumed = self._count("done")  # objects finished by earlier runs

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from statusvault.kube.discovery import Discovery
 from statusvault.model import ResourceType
-from statusvault.restore.planning.plan import Action, PlanItem
+from statusvault.restore.core.plan import Action, PlanItem
 
 
 class ServedTypes:

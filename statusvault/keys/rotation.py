@@ -25,10 +25,10 @@ from statusvault.archive.envelope import (
     without_wrapping,
 )
 from statusvault.archive.format import archive_field
-from statusvault.backupstore import BackupStore
-from statusvault.catalog import list_backups
 from statusvault.errors import ArchiveError, ConfigError, StorageError
 from statusvault.storage.base import ObjectStore
+from statusvault.store.backups import BackupStore
+from statusvault.store.catalog import list_backups
 
 
 class RotationAction(enum.StrEnum):

@@ -56,7 +56,7 @@ class Decision:
     name: str
     delete: bool
     reason: str
-    held: bool = False  # kept because S3 Object Lock holds it (see statusvault/catalog.py: held_back)
+    held: bool = False  # kept because S3 Object Lock holds it (see statusvault/store/catalog.py: held_back)
     held_until: dt.datetime | None = None  # when its retention ends (None with a legal hold alone)
 
 

@@ -1,0 +1,1 @@
+"""Keys: rotating the key-encryption keys of existing backups, and keys held in a KMS."""

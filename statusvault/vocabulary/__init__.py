@@ -1,0 +1,1 @@
+"""Kubernetes vocabulary statusvault names directly: the built-in resource types, label selectors."""
