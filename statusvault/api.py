@@ -3,11 +3,11 @@
 Two forms. `backup_with` / `restore_with` run a typed request (BackupRequest, RestoreRequest) on a client the
 caller holds: the CLI, the controller and `move` run every backup and restore through them, so the verdict a
 restore returns is the one all of them act on. The keyword forms take what the matching command takes, by the same
-names (a long option, dashes as underscores). `restore` reads them with the restore command's own declarations
-(command_values: type, range, choices, default) and runs the command's own run (cli/restore.py: judged_restore),
-so an option the CLI honours the API honours, and one it does not take (`output`) is a TypeError; `backup` reads
-the selection with `Selection.from_options`. What the CLI refuses with one line raises the same `StatusVaultError`
-(`.exit_status` is the CLI's exit status). Nothing here prints.
+names (a long option, dashes as underscores). `restore` and `backup` read them with their command's own
+declarations (command_values: type, range, choices, default) and run the command's own run (cli/restore.py:
+judged_restore, cli/backups.py: run_backup), so an option the CLI honours the API honours, and one it does not take
+(`output`) is a TypeError. What the CLI refuses with one line raises the same `StatusVaultError` (`.exit_status` is
+the CLI's exit status). Nothing here prints.
 
     from statusvault import api
     result = api.backup("nightly", storage="/var/backups", namespace="team-a", with_dependencies=True)
@@ -28,13 +28,15 @@ import click
 
 from statusvault.archive import VerifyReport
 from statusvault.archive.envelope import FileKek, Keyring
-from statusvault.archive.signing import FileSigner, PublicKey
-from statusvault.backup import BackupRequest, BackupResult, backup_with, default_backup_name
+from statusvault.archive.signing import PublicKey
+from statusvault.backup import BackupRequest, BackupResult, backup_with
 from statusvault.cli.app import App
+from statusvault.cli.backups import BackupArgs, run_backup
+from statusvault.cli.backups import backup as backup_cmd
 from statusvault.cli.restore import RestoreArgs, judged_restore, restore_cmd
 from statusvault.cli.restore import fence_plan as cli_fence_plan
-from statusvault.errors import ConfigError
-from statusvault.flagtable import COMMAND_OPTIONS, check_options, value_key
+from statusvault.errors import BackupExistsError, ConfigError
+from statusvault.flagtable import check_options
 from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import load_transport
@@ -43,7 +45,7 @@ from statusvault.restore.options import FenceMode, RestoreOptions
 from statusvault.restore.quiet.fencing import FencePlan
 from statusvault.restore.runner import RestoreRequest, RestoreResult, restore_with
 from statusvault.storage import ObjectStore, open_store
-from statusvault.storage.base import S3Options, validate_backup_name
+from statusvault.storage.base import S3Options
 from statusvault.store.catalog import BackupInfo, list_backups
 from statusvault.store.catalog import verify as verify_backup
 from statusvault.velero.backups import verify as velero_verify
@@ -109,56 +111,27 @@ def _keys(encryption_key_file: Strings = (), verify_key_file: Strings = ()) -> K
     return Keyring(tuple(files), verifiers=verifiers)
 
 
-def _values(command: str, options: dict[str, Any], taken: Iterable[str]) -> dict[str, Any]:
-    """Keyword options by the command's long names (dashes as underscores) as its parsers read them; a name the
-    command does not take is a TypeError, as for any function."""
-    offered, out = COMMAND_OPTIONS[command], {}
-    for name, value in options.items():
-        flag = "--" + name.replace("_", "-")
-        if flag not in offered or flag in taken:
-            raise TypeError(f"{command}() got an unexpected option {name!r}")
-        out[value_key(flag)] = value
-    return out
+# backup options the API takes under another form or not at all, and why (a TypeError says so)
+NOT_IN_BACKUP_API = {"output": "the API returns the result (BackupResult), it prints nothing"}
 
 
-SELECTION_FLAGS = ("--namespace", "--include-resources", "--exclude-resources", "--selector", "--name",
-                   "--include-cluster-resources", "--include-crds", "--all-namespaces")  # fmt: skip
-_BACKUP_OWN = ("--storage", "--encryption-key-file", "--signing-key-file", "--with-dependencies",
-               "--allow-plaintext-secrets")  # fmt: skip
-
-
-def backup(
-    name: str | None = None,
-    /,
-    *,
-    storage: str | None = None,
-    cluster: Cluster = Cluster(),
-    s3: S3Options | None = None,
-    encryption_key_file: Strings = (),
-    signing_key_file: str | None = None,
-    with_dependencies: bool | None = None,
-    allow_plaintext_secrets: bool = False,
-    **selection: Any,
-) -> BackupResult:
-    """`statusvault backup`: the selection by the CLI's names (namespace, include_resources, exclude_resources,
-    selector, name, include_cluster_resources, include_crds, all_namespaces); returns the result with its
-    manifest (`.manifest`, `.objects`)."""
-    values = _values("backup", selection, (*_BACKUP_OWN, *(f for f in COMMAND_OPTIONS["backup"]
-                                                         if f not in SELECTION_FLAGS)))  # fmt: skip
-    check_options("backup", values)
-    chosen = Selection.from_values(values)
-    keys = _keys(encryption_key_file)
-    request = BackupRequest(
-        store=_store(storage, s3),
-        name=validate_backup_name(name or default_backup_name()),
-        selection=chosen,
-        key=keys if keys else None,
-        signer=FileSigner.from_file(signing_key_file) if signing_key_file else None,
-        with_dependencies=with_dependencies,
-        allow_plaintext_secrets=allow_plaintext_secrets,
-    )
-    with cluster.connected() as (client, discovered):
-        return backup_with(request, client=client, discovery=discovered(False))
+def backup(name: str | None = None, /, *, cluster: Cluster = Cluster(), **options: Any) -> BackupResult:
+    """`statusvault backup [NAME]`: every option of the command by its long name, dashes as underscores (namespace,
+    include_resources, selector, name, include_crds, all_namespaces, with_dependencies, encryption_key_file,
+    signing_key_file, lock_mode, lock_for, page_size, processes, schedule, s3_endpoint_url, ...), read and checked by
+    the command's own declarations, with its defaults, and run by the command's own run; returns the result with
+    its manifest (`.manifest`, `.objects`). The backup is positional-only, so `name=` selects objects. A name that
+    holds a killed locked run's backup raises BackupExistsError once its locks are repaired (the CLI says so and
+    exits 0)."""
+    args = BackupArgs(**command_values(backup_cmd, options, NOT_IN_BACKUP_API, name=name))
+    app = App(cluster.kubeconfig, cluster.context, quiet=True)
+    try:
+        run = run_backup(app, args)
+    finally:
+        app.close()
+    if run.result is None:
+        raise BackupExistsError(f"backup {run.request.name!r} exists: a killed run wrote it; its locks were repaired")
+    return run.result
 
 
 # restore options the API takes under another form or not at all, and why (a TypeError says so)
@@ -222,7 +195,7 @@ def command_values(
         except click.BadParameter as e:
             raise ConfigError(f"{key or name}: {e.format_message()}") from None
         values[str(name)] = None if value is _UNSET else value  # no default: None, as the CLI passes it
-    check_options(command.name or "", values)
+    check_options(values)
     return values
 
 

@@ -1,6 +1,7 @@
-"""Which command-line flags (click's options) each command takes, and which pairs of them conflict: the one table
-that the CLI, restore intents, the CLI reference (docs/cli.md) and the pairwise tests read. (The words: a *flag* is
-what a command line says, cli/flags.py parses them; a restore's *options* are what they mean,
+"""Which pairs of command-line flags (click's options) conflict, and which flag needs another: the one table that
+the CLI, restore intents, the CLI reference (docs/cli.md) and the pairwise tests read. Which flags each command
+takes is read from the commands' own declarations (cli/declared.py: `command_options`), never listed here. (The
+words: a *flag* is what a command line says, cli/flags.py parses them; a restore's *options* are what they mean,
 restore/options.py's RestoreOptions.)
 
 Options are named by their long flag. Every pair of a command's options not listed as a conflict must work
@@ -17,55 +18,7 @@ from typing import Any
 
 from statusvault.errors import ConfigError
 
-_STORAGE = (
-    "--storage", "--s3-endpoint-url", "--s3-region", "--s3-addressing-style", "--s3-ca-bundle",
-    "--s3-insecure-skip-tls-verify", "--s3-sse", "--s3-kms-key-id", "--s3-checksum", "--s3-profile",
-)  # fmt: skip
-_SELECTION = ("--namespace", "--include-resources", "--exclude-resources", "--selector", "--name",
-              "--include-cluster-resources")  # fmt: skip
-_RESTORE = (
-    *_STORAGE, *_SELECTION, "--namespace-mapping", "--allow-privileged-resources", "--status-include-resources",
-    "--status-exclude-resources",
-    "--no-status", "--existing-resource-policy", "--dry-run", "--parallel", "--processes", "--qps", "--burst",
-    "--scale-down", "--fence", "--fence-exclude", "--pause", "--pause-annotation", "--pause-field",
-    "--pause-resources", "--keep-paused", "--modifiers", "--order", "--state-dir", "--encryption-key-file",
-    "--kms-key-id", "--verify-key-file", "--verify-kms-key-id", "--at", "--from-velero", "--restart", "--stream",
-    "--settle-seconds", "--metrics-textfile", "--metrics-pushgateway", "--output", "--strict",
-)  # fmt: skip
-
-_BACKUP = (
-    *_STORAGE, *_SELECTION, "--all-namespaces", "--include-crds", "--page-size", "--list-concurrency", "--processes",
-    "--output", "--schedule", "--encryption-key-file", "--kms-key-id", "--signing-key-file", "--signing-kms-key-id",
-    "--lock-mode", "--lock-for", "--legal-hold", "--with-dependencies", "--allow-plaintext-secrets",
-    "--metrics-textfile", "--metrics-pushgateway",
-)  # fmt: skip
-_MOVE = (
-    "--from-kubeconfig", "--from-context", "--to-kubeconfig", "--to-context", *_STORAGE, *_SELECTION,
-    "--namespace-mapping", "--allow-privileged-resources", "--pause", "--pause-annotation", "--pause-field",
-    "--pause-resources", "--fence", "--fence-exclude", "--modifiers", "--backup-name", "--parallel",
-    "--delete-source", "--yes", "--abort", "--state-dir", "--output", "--strict", "--with-dependencies",
-)  # fmt: skip
-_WATCH = (
-    *_STORAGE, *_SELECTION, "--all-namespaces", "--include-crds", "--base-interval", "--flush-interval",
-    "--segment-max-bytes", "--lease-namespace", "--holder", "--lease-seconds", "--page-size", "--metrics-port",
-    "--metrics-address", "--metrics-textfile", "--encryption-key-file", "--signing-key-file", "--signing-kms-key-id",
-)  # fmt: skip
-
-_SCHEDULE = (
-    "--schedule", *_STORAGE, *_SELECTION, "--include-crds", "--namespace-of-job", "--image", "--credentials-secret",
-    "--encryption-key-secret", "--apply", "--dry-run", "--kms-key-id", "--lock-mode", "--lock-for", "--legal-hold",
-    "--keep-last", "--ttl", "--keep-daily", "--keep-weekly", "--metrics-pushgateway", "--kube-version",
-)  # fmt: skip
-
-COMMAND_OPTIONS: dict[str, frozenset[str]] = {
-    "restore": frozenset(_RESTORE),
-    "unpause": frozenset(_RESTORE),
-    "backup": frozenset(_BACKUP),
-    "move": frozenset(_MOVE),
-    "watch run": frozenset(_WATCH),
-    "schedule render": frozenset(_SCHEDULE),
-    "keys rotate": frozenset(("--from", "--to", "--all", "--retire", *_STORAGE, "--output")),
-}
+CommandOptions = Mapping[str, frozenset[str]]  # a command's path -> its long flags (cli/declared.py reads them)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,8 +27,8 @@ class OptionConflict:
     second: str
     why: str
 
-    def commands(self) -> list[str]:
-        return [c for c, opts in COMMAND_OPTIONS.items() if self.first in opts and self.second in opts]
+    def commands(self, table: CommandOptions) -> list[str]:
+        return [c for c, opts in table.items() if self.first in opts and self.second in opts]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,8 +37,8 @@ class Needs:
     any_of: tuple[str, ...]
     why: str
 
-    def commands(self) -> list[str]:
-        return [c for c, opts in COMMAND_OPTIONS.items() if self.option in opts]
+    def commands(self, table: CommandOptions) -> list[str]:
+        return [c for c, opts in table.items() if self.option in opts]
 
 
 CONFLICTS = (
@@ -136,21 +89,21 @@ def _given(values: Mapping[str, Any], flag: str) -> bool:
     return not any(value is u or (type(value) is type(u) and value == u) for u in _UNSET)
 
 
-def check_options(command: str, values: Mapping[str, Any]) -> None:
-    """Refuse, with one line, a conflicting pair or an option given without the one it needs. `values` are the
-    command's option values by long name (dashes as underscores), as click passes them or an intent holds them."""
-    offered = COMMAND_OPTIONS[command]
+def check_options(values: Mapping[str, Any]) -> None:
+    """Refuse, with one line, a conflicting pair or an option given without the one it needs. `values` are a
+    command's option values by long name (dashes as underscores), as click passes them or an intent holds them: an
+    option the command does not take is never given."""
     for c in CONFLICTS:
-        if c.first in offered and c.second in offered and _given(values, c.first) and _given(values, c.second):
+        if _given(values, c.first) and _given(values, c.second):
             raise ConfigError(f"{c.first} and {c.second} cannot be combined: {c.why}")
     for n in NEEDS:
-        if n.option in offered and _given(values, n.option) and not any(_given(values, o) for o in n.any_of):
+        if _given(values, n.option) and not any(_given(values, o) for o in n.any_of):
             raise ConfigError(f"{n.option} needs {' or '.join(n.any_of)}: {n.why}")
 
 
-def markdown() -> str:
+def markdown(table: CommandOptions) -> str:
     """The tables for docs/cli.md."""
-    rows = [f"| `{c.first}` | `{c.second}` | {', '.join(c.commands())} | {c.why} |" for c in CONFLICTS]
+    rows = [f"| `{c.first}` | `{c.second}` | {', '.join(c.commands(table))} | {c.why} |" for c in CONFLICTS]
     needs = [f"| `{n.option}` | {' or '.join(f'`{o}`' for o in n.any_of)} | {n.why} |" for n in NEEDS]
     return "\n".join(
         [

@@ -11,10 +11,11 @@ from typing import Any
 import click
 
 from statusvault import rfc3339
-from statusvault.backup import LIST_CONCURRENCY, BackupRequest, backup_with, default_backup_name
+from statusvault.backup import LIST_CONCURRENCY, BackupRequest, BackupResult, backup_with, default_backup_name
 from statusvault.backup.listers import default_list_processes
 from statusvault.cli.app import App
 from statusvault.cli.completion import complete_backup
+from statusvault.cli.declared import option
 from statusvault.cli.flags import (
     DependencyArgs,
     KeysArgs,
@@ -143,8 +144,9 @@ class DeleteArgs(StoredArgs):
     "process may use (cgroup-aware), at most one per concurrent LIST; 1 below 4 CPUs]",
 )
 @output_option
-@click.option(
+@option(
     "--schedule",
+    left_out={"BackupSchedule": "the backups are named (and pruned) after the BackupSchedule itself"},
     default="",
     envvar="STATUSVAULT_SCHEDULE",
     help="Name of the schedule this run belongs to (names the backup, labels metrics).",
@@ -154,12 +156,44 @@ class DeleteArgs(StoredArgs):
 @signing_options
 @lock_options
 @metrics_options
-@pass_args(BackupArgs, check="backup")
+@pass_args(BackupArgs, check=True)
 def backup(app: App, args: BackupArgs) -> None:
     """Back up custom resources, status included, to a directory or S3.
 
     NAME defaults to backup-YYYYMMDDhhmmss (UTC), or SCHEDULE-YYYYMMDDhhmmss with --schedule.
     """
+    run = run_backup(app, args)
+    result, lock = run.result, run.request.lock
+    if result is None:
+        assert lock is not None
+        _relocked(run.request.name, run.request.store, lock, run.relocked, args.output)
+        return
+    rows = [(q, r["count"], r["withStatus"]) for q, r in result.manifest["resources"].items()]
+    totals = result.manifest["totals"]
+    text = (
+        table(["RESOURCE", "OBJECTS", "WITH STATUS"], rows)
+        + (
+            f"\n\nBackup {result.name} completed: {totals['objects']} objects ({totals['withStatus']} with status), "
+            f"{human_size(result.manifest['archive']['size'])} in {result.duration:.1f}s -> {result.storage}"
+        )
+        + (f"; locked: {lock.describe()}" if lock else "")
+    )
+    emit({**result.to_dict(), "lock": lock.to_dict() if lock else None}, args.output, text)
+
+
+@dataclasses.dataclass(frozen=True)
+class BackupRun:
+    """What the backup command did: its request, and the backup it wrote, or (None) the locks it repaired on the
+    backup a killed run of the same name had written (`relocked`: their keys)."""
+
+    request: BackupRequest
+    result: BackupResult | None
+    relocked: tuple[str, ...] = ()
+
+
+def run_backup(app: App, args: BackupArgs) -> BackupRun:
+    """The backup command's own run, which the CLI prints and api.backup returns: the name and store checked, the
+    backup written, its metrics recorded."""
     if args.schedule:
         validate_backup_name(args.schedule)
     name = validate_backup_name(args.name or default_backup_name(args.schedule or "backup"))
@@ -176,22 +210,11 @@ def backup(app: App, args: BackupArgs) -> None:
         except BackupExistsError:
             if lock is None or not (relocked := relock(store, request.name, lock)):
                 raise
-            _relocked(request.name, store, lock, relocked, args.output)  # what a killed run left unlocked: repaired
-            run.success = True
-            return
+            run.success = True  # what a killed run left unlocked: repaired
+            return BackupRun(request, None, relocked)
         run.success, run.duration, run.objects = True, result.duration, result.objects
         run.bytes = int(result.manifest["archive"]["size"])
-    rows = [(q, r["count"], r["withStatus"]) for q, r in result.manifest["resources"].items()]
-    totals = result.manifest["totals"]
-    text = (
-        table(["RESOURCE", "OBJECTS", "WITH STATUS"], rows)
-        + (
-            f"\n\nBackup {result.name} completed: {totals['objects']} objects ({totals['withStatus']} with status), "
-            f"{human_size(result.manifest['archive']['size'])} in {result.duration:.1f}s -> {result.storage}"
-        )
-        + (f"; locked: {lock.describe()}" if lock else "")
-    )
-    emit({**result.to_dict(), "lock": lock.to_dict() if lock else None}, args.output, text)
+    return BackupRun(request, result)
 
 
 def _relocked(name: str, store: ObjectStore, lock: ObjectLock, keys: tuple[str, ...], output: OutputFormat) -> None:

@@ -20,6 +20,7 @@ from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import FileKek, Kek, Keyring
 from statusvault.archive.signing import FileSigner, PublicKey, Signer
 from statusvault.cli.app import App
+from statusvault.cli.declared import CONNECTION, CONTROLLERS, KEYS, NOT_YET, PRIVILEGED, everywhere, option
 from statusvault.cli.output import OutputFormat
 from statusvault.errors import ConfigError
 from statusvault.flagtable import check_options
@@ -34,7 +35,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 A = TypeVar("A")
 
 
-def pass_args(cls: type[A], check: str = "") -> Callable[[Callable[[App, A], None]], Callable[..., None]]:
+def pass_args(cls: type[A], check: bool = False) -> Callable[[Callable[[App, A], None]], Callable[..., None]]:
     """Call the command with the App and its values as one typed `cls` (click passes them by name, and `cls` has a
     field of each name); with `check`, the option table refuses conflicting options first."""
 
@@ -42,7 +43,7 @@ def pass_args(cls: type[A], check: str = "") -> Callable[[Callable[[App, A], Non
         @functools.wraps(command)
         def callback(app: App, /, **values: Any) -> None:
             if check:
-                check_options(check, values)
+                check_options(values)
             command(app, cls(**values))
 
         return click.pass_obj(callback)
@@ -61,8 +62,9 @@ def default_state_dir() -> str:
 
 
 def state_dir_option(f: F) -> F:
-    return click.option(
+    return option(
         "--state-dir",
+        left_out={"Restore": "journals live in the controller's --state-dir"},
         type=click.Path(file_okay=False),
         default=default_state_dir,
         show_default="$XDG_STATE_HOME/statusvault",
@@ -72,8 +74,9 @@ def state_dir_option(f: F) -> F:
 
 
 def strict_option(f: F) -> F:
-    return click.option(
+    return option(
         "--strict",
+        left_out={"Restore": NOT_YET},
         is_flag=True,
         help="Exit 3 (partial failure) when the server dropped or changed a field the backup held (a schema that "
         "prunes it, a mutating webhook) or answered a write with a Warning; both are reported either way.",
@@ -148,8 +151,9 @@ class DryRunMode(click.ParamType[DryRun]):
 
 def dry_run_option(help: str, modes: tuple[str, ...] = DRY_RUNS) -> Callable[[F], F]:
     """--dry-run, the same shape for every command that has one."""
-    return click.option(
+    return option(
         "--dry-run",
+        left_out={"Restore": "a Restore acts; preview with `statusvault restore --dry-run`"},
         type=DryRunMode(modes),
         is_flag=False,
         flag_value=_BARE,
@@ -160,8 +164,9 @@ def dry_run_option(help: str, modes: tuple[str, ...] = DRY_RUNS) -> Callable[[F]
 
 
 def encryption_option(f: F) -> F:
-    return click.option(
+    return option(
         "--encryption-key-file",
+        left_out=KEYS,
         type=click.Path(dir_okay=False),
         envvar="STATUSVAULT_ENCRYPTION_KEY_FILE",
         help="Client-side encryption: a file with a base64 32-byte key (`head -c 32 /dev/urandom | base64`).",
@@ -173,16 +178,18 @@ def keys_options(f: F) -> F:
     return _apply(
         f,
         [
-            click.option(
+            option(
                 "--encryption-key-file",
+                left_out=KEYS,
                 type=click.Path(dir_okay=False),
                 multiple=True,
                 envvar="STATUSVAULT_ENCRYPTION_KEY_FILE",
                 help="Client-side encryption: a file with a base64 32-byte key (`head -c 32 /dev/urandom | base64`). "
                 "Repeatable: a backup's data key is wrapped by each; a restore uses whichever unwraps it.",
             ),
-            click.option(
+            option(
                 "--kms-key-id",
+                left_out=KEYS,
                 multiple=True,
                 envvar="STATUSVAULT_KMS_KEY_ID",
                 help="An AWS KMS key (ID, ARN or alias/NAME) that wraps or unwraps the data key, as a key file does "
@@ -250,22 +257,25 @@ def lock_options(f: F) -> F:
     return _apply(
         f,
         [
-            click.option(
+            option(
                 "--lock-mode",
+                left_out={"Backup": NOT_YET},
                 type=click.Choice(["governance", "compliance"]),
                 envvar="STATUSVAULT_LOCK_MODE",
                 help="S3 Object Lock retention of the backup's archive and manifest: governance (removable with "
                 "s3:BypassGovernanceRetention) or compliance (by no one, until it ends). Needs a bucket created with "
                 "Object Lock.",
             ),
-            click.option(
+            option(
                 "--lock-for",
+                left_out={"Backup": NOT_YET},
                 metavar="DURATION",
                 envvar="STATUSVAULT_LOCK_FOR",
                 help="How long from the backup's start the lock holds (e.g. 30d, 720h).",
             ),
-            click.option(
+            option(
                 "--legal-hold",
+                left_out={"Backup": NOT_YET},
                 is_flag=True,
                 envvar="STATUSVAULT_LEGAL_HOLD",
                 help="Also put a legal hold on the backup (held until `statusvault hold release`).",
@@ -300,10 +310,14 @@ def dependency_options(f: F) -> F:
 
 
 def output_option(f: F) -> F:
-    return click.option(
+    return option(
         "-o",
         "--output",
         "output",
+        left_out={
+            "Restore": "the outcome is the resource's status, Events and annotations",
+            "Backup": "the outcome is the resource's status and Events",
+        },
         type=click.Choice([f.value for f in OutputFormat]),
         default=OutputFormat.TEXT.value,
         show_default=True,
@@ -322,53 +336,66 @@ def storage_options(f: F) -> F:
                 metavar="URL",
                 help="Directory, file://PATH or s3://bucket/prefix. [default: $XDG_DATA_HOME/statusvault]",
             ),
-            click.option(
+            option(
                 "--s3-endpoint-url",
+                left_out=everywhere(CONNECTION),
                 envvar=["STATUSVAULT_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL"],
                 help="S3 endpoint for MinIO, Ceph, ... (env AWS_ENDPOINT_URL).",
             ),
-            click.option(
+            option(
                 "--s3-region",
+                left_out=everywhere(CONNECTION),
                 envvar=["STATUSVAULT_S3_REGION", "AWS_REGION", "AWS_DEFAULT_REGION"],
                 help="Bucket region.",
             ),
-            click.option(
+            option(
                 "--s3-addressing-style",
+                left_out=everywhere(CONNECTION),
                 envvar="STATUSVAULT_S3_ADDRESSING_STYLE",
                 default="auto",
                 type=click.Choice(["auto", "path", "virtual"]),
                 show_default=True,
             ),
-            click.option(
+            option(
                 "--s3-ca-bundle",
+                left_out=everywhere(CONNECTION),
                 envvar="STATUSVAULT_S3_CA_BUNDLE",
                 type=click.Path(dir_okay=False),
                 help="CA bundle (PEM) for the S3 endpoint's TLS certificate. The commands that render in-cluster "
                 "manifests carry it into the cluster: a ConfigMap whose ca.crt is mounted read-only into each pod.",
             ),
-            click.option(
+            option(
                 "--s3-insecure-skip-tls-verify",
+                left_out=everywhere(CONNECTION),
                 envvar="STATUSVAULT_S3_INSECURE_SKIP_TLS_VERIFY",
                 is_flag=True,
                 help="Do not verify the S3 endpoint's certificate.",
             ),
-            click.option(
+            option(
                 "--s3-sse",
+                left_out=everywhere(CONNECTION),
                 envvar="STATUSVAULT_S3_SSE",
                 type=click.Choice(["AES256", "aws:kms"]),
                 help="Server-side encryption.",
             ),
-            click.option("--s3-kms-key-id", envvar="STATUSVAULT_S3_KMS_KEY_ID", help="KMS key for --s3-sse aws:kms."),
-            click.option(
+            option(
+                "--s3-kms-key-id",
+                left_out=everywhere(CONNECTION),
+                envvar="STATUSVAULT_S3_KMS_KEY_ID",
+                help="KMS key for --s3-sse aws:kms.",
+            ),
+            option(
                 "--s3-checksum",
+                left_out=everywhere(CONNECTION),
                 envvar="STATUSVAULT_S3_CHECKSUM",
                 default="when_supported",
                 type=click.Choice(["when_supported", "when_required"]),
                 show_default=True,
                 help="Request checksums; non-AWS stores need when_required.",
             ),
-            click.option(
+            option(
                 "--s3-profile",
+                left_out=everywhere(CONNECTION),
                 envvar=["STATUSVAULT_S3_PROFILE", "AWS_PROFILE"],
                 help="AWS profile of this machine (refused by the commands that render in-cluster manifests: a pod "
                 "gets credentials from --credentials-secret or its own identity).",
@@ -419,14 +446,16 @@ def metrics_options(f: F) -> F:
     return _apply(
         f,
         [
-            click.option(
+            option(
                 "--metrics-textfile",
+                left_out=everywhere(CONTROLLERS),
                 type=click.Path(dir_okay=False),
                 envvar="STATUSVAULT_METRICS_TEXTFILE",
                 help="Write run metrics to this file (node-exporter textfile collector).",
             ),
-            click.option(
+            option(
                 "--metrics-pushgateway",
+                left_out=everywhere(CONTROLLERS),
                 metavar="URL",
                 envvar="STATUSVAULT_METRICS_PUSHGATEWAY",
                 help="Push run metrics to this Prometheus Pushgateway (add semantics).",
@@ -436,8 +465,9 @@ def metrics_options(f: F) -> F:
 
 
 def allow_privileged_option(f: F) -> F:
-    return click.option(
+    return option(
         "--allow-privileged-resources",
+        left_out=PRIVILEGED,
         multiple=True,
         metavar="R,...|'*'",
         help="Privileged types (RBAC, admission, workloads and Pods, Secrets, ServiceAccounts, cluster-scoped "

@@ -81,7 +81,7 @@ def keys_group() -> None:
               "the --to key (a restore with the old key is then told it was retired).")  # fmt: skip
 @storage_options
 @output_option
-@pass_args(RotateArgs, check="keys rotate")
+@pass_args(RotateArgs, check=True)
 def rotate(app: App, args: RotateArgs) -> None:
     """Wrap the data keys of existing backups by a new key, without re-encrypting any archive. Each backup opens
     with either key throughout; run it again to finish a run that stopped (done backups are left as they are)."""

@@ -109,7 +109,7 @@ class MoveArgs(StorageArgs, RestoreOptionArgs):
 @strict_option
 @state_dir_option
 @output_option
-@pass_args(MoveArgs, check="move")
+@pass_args(MoveArgs, check=True)
 def move_cmd(app: App, args: MoveArgs) -> None:
     """Move custom resources with their status: pause the source, back it up, restore into the target paused,
     verify, unpause the target; the source stays paused (or --delete-source). Run it again to resume."""

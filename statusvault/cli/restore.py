@@ -15,6 +15,7 @@ import click
 from statusvault.archive.envelope import Keyring
 from statusvault.cli.app import App
 from statusvault.cli.completion import complete_backup
+from statusvault.cli.declared import NOT_YET, SHARED_CLIENT, option
 from statusvault.cli.flags import (
     MetricsArgs,
     SelectionArgs,
@@ -139,17 +140,26 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, TrustedKeysArgs, MetricsArgs):
     help="Worker processes for large waves (each with --parallel requests in flight). "
     "[default: the CPUs this process may use (cgroup-aware), at most 8]",
 )
-@click.option(
+@option(
     "--qps",
+    left_out=SHARED_CLIENT,
     type=click.FloatRange(0),
     default=0.0,
     show_default=True,
     envvar="STATUSVAULT_QPS",
     help="Client-side request rate limit (0 = none; the server's 429s are always honoured).",
 )
-@click.option("--burst", type=click.IntRange(1), default=100, show_default=True, envvar="STATUSVAULT_BURST")
-@click.option(
+@option(
+    "--burst",
+    left_out=SHARED_CLIENT,
+    type=click.IntRange(1),
+    default=100,
+    show_default=True,
+    envvar="STATUSVAULT_BURST",
+)
+@option(
     "--settle-seconds",
+    left_out={"Restore": "the controller's own (its STATUSVAULT_SETTLE_SECONDS)"},
     type=click.FloatRange(0, 600),
     default=SETTLE_SECONDS,
     show_default=True,
@@ -219,13 +229,15 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, TrustedKeysArgs, MetricsArgs):
     "(backups/NAME/NAME.tar.gz). Read and checked as any archive, then restored with every option; unauthenticated, "
     "so the trust rules of a plaintext backup apply.",
 )
-@click.option(
+@option(
     "--at",
+    left_out={"Restore": NOT_YET},
     metavar="RFC3339|latest",
     help="BACKUP names a watch: restore its state at this moment (e.g. 2026-11-22T10:15:00Z), or the latest.",
 )
-@click.option(
+@option(
     "--restart",
+    left_out={"Restore": "a new Restore resumes the journal; discard it with `statusvault restore --restart`"},
     is_flag=True,
     help="Discard the journal of an earlier, unfinished run of this restore and start over.",
 )
@@ -240,7 +252,7 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, TrustedKeysArgs, MetricsArgs):
 )
 @metrics_options
 @output_option
-@pass_args(RestoreArgs, check="restore")
+@pass_args(RestoreArgs, check=True)
 def restore_cmd(app: App, args: RestoreArgs) -> None:
     """Restore a backup: create each object, then write its saved status through /status."""
     _restore(app, args, unpause=False)
@@ -420,7 +432,7 @@ def read_modifiers(path: str) -> Modifiers:
 
 unpause_cmd = click.Command(
     "unpause",
-    callback=pass_args(RestoreArgs, check="unpause")(functools.partial(_restore, unpause=True)),
+    callback=pass_args(RestoreArgs, check=True)(functools.partial(_restore, unpause=True)),
     params=restore_cmd.params,
     help="Finish an earlier restore (same backup and options) and unpause what it left paused, "
     "--keep-paused types included.",

@@ -119,7 +119,7 @@ def schedule() -> None:
     default="",
     help="Render for this Kubernetes version (default: the cluster's, or batch/v1 when no cluster is reachable).",
 )
-@pass_args(ScheduleRenderArgs, check="schedule render")
+@pass_args(ScheduleRenderArgs, check=True)
 def render_cmd(app: App, args: ScheduleRenderArgs) -> None:
     """Print (or --apply) the ServiceAccount, RBAC and CronJob for backups named NAME-YYYYMMDDhhmmss."""
     validate_backup_name(args.name)

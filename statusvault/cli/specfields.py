@@ -1,5 +1,6 @@
-"""The restore command's options as the Restore resource's spec fields: the CRD is generated from the same
-click declarations (and option table) as the CLI, so an option added to `restore` becomes a field."""
+"""The restore and backup commands' options as the Restore, Backup and BackupSchedule resources' spec fields: the
+CRDs are generated from the same click declarations as the CLI (cli/declared.py), so an option added to `restore`
+becomes a field unless its declaration leaves it out of the resource, with the reason."""
 
 from __future__ import annotations
 
@@ -8,17 +9,9 @@ from typing import Any
 import click
 
 from statusvault.cli.backups import backup as backup_cmd
+from statusvault.cli.declared import left_out_of, long_flag
 from statusvault.cli.restore import restore_cmd
-from statusvault.controller.crd import (
-    NOT_IN_BACKUP_SPEC,
-    NOT_IN_SCHEDULE_SPEC,
-    NOT_IN_SPEC,
-    SpecField,
-    backup_crd,
-    restore_crd,
-    schedule_crd,
-)
-from statusvault.flagtable import COMMAND_OPTIONS
+from statusvault.controller.crd import SpecField, backup_crd, restore_crd, schedule_crd
 from statusvault.model import KubeObject
 
 # what a field means in a Restore where it differs from the CLI
@@ -55,29 +48,29 @@ def _help(param: click.Option, name: str) -> str:
     return text if not text or text.endswith(".") else text + "."
 
 
-def fields_of(command: click.Command, offered: frozenset[str], left_out: dict[str, str]) -> list[SpecField]:
-    """Every option of `command` the controller honours, in the command's order."""
+def fields_of(command: click.Command, resource: str) -> list[SpecField]:
+    """Every option of `command` that `resource` has a field for (all but those it is left out of), in the command's
+    order."""
+    left_out = left_out_of(command, resource)
     fields = []
     for param in command.params:
-        if not isinstance(param, click.Option):
-            continue
-        flag = next((o for o in param.opts if o.startswith("--")), "")
-        if flag in offered and flag not in left_out:
+        flag = long_flag(param)
+        if isinstance(param, click.Option) and flag and flag not in left_out:
             name = flag.lstrip("-")
             fields.append(SpecField(name, _schema(param), _help(param, name)))
     return fields
 
 
 def restore_fields() -> list[SpecField]:
-    return fields_of(restore_cmd, COMMAND_OPTIONS["restore"], NOT_IN_SPEC)
+    return fields_of(restore_cmd, "Restore")
 
 
 def backup_fields() -> list[SpecField]:
-    return fields_of(backup_cmd, COMMAND_OPTIONS["backup"], NOT_IN_BACKUP_SPEC)
+    return fields_of(backup_cmd, "Backup")
 
 
 def schedule_fields() -> list[SpecField]:
-    return fields_of(backup_cmd, COMMAND_OPTIONS["backup"], NOT_IN_SCHEDULE_SPEC)
+    return fields_of(backup_cmd, "BackupSchedule")
 
 
 def crds() -> list[KubeObject]:

@@ -109,7 +109,7 @@ def _interval_options(f: Any) -> Any:
 @click.option("--metrics-textfile", type=click.Path(dir_okay=False), help="Write metrics here at each flush.")
 @encryption_option
 @signing_options
-@pass_args(WatchRunArgs, check="watch run")
+@pass_args(WatchRunArgs, check=True)
 def run_cmd(app: App, args: WatchRunArgs) -> None:
     """Keep NAME's record: LIST then WATCH the selected resources, write a base and chained segments.
 

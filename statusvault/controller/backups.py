@@ -47,7 +47,7 @@ def parse_backup(obj: KubeObject) -> BackupIntent:
     """The backup a Backup's spec asks for; ConfigError names what is wrong."""
     spec: dict[str, Any] = obj.get("spec") or {}
     values: dict[str, Any] = {value_key(f"--{k}"): tuple(v) if isinstance(v, list) else v for k, v in spec.items()}
-    check_options("backup", values)
+    check_options(values)
     backup = validate_backup_name(str(spec.get("backup") or obj["metadata"]["name"]))
     schedule = str(spec.get("schedule") or "")
     if schedule:

@@ -19,55 +19,11 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "Restore"
 PLURAL = "restores"
 
-# Restore options with no spec field, and why. Every other option of `statusvault restore` is a field
-# (tests/unit/test_restore_crd.py fails on an option that is neither).
-NOT_IN_SPEC = {
-    "--s3-endpoint-url": "the store's connection is the controller's (its own flags)",
-    "--s3-region": "the store's connection is the controller's (its own flags)",
-    "--s3-addressing-style": "the store's connection is the controller's (its own flags)",
-    "--s3-ca-bundle": "the store's connection is the controller's (its own flags)",
-    "--s3-insecure-skip-tls-verify": "the store's connection is the controller's (its own flags)",
-    "--s3-sse": "the store's connection is the controller's (its own flags)",
-    "--s3-kms-key-id": "the store's connection is the controller's (its own flags)",
-    "--s3-checksum": "the store's connection is the controller's (its own flags)",
-    "--s3-profile": "the store's connection is the controller's (its own flags)",
-    "--encryption-key-file": "decryption keys are the controller's (its Secret)",
-    "--kms-key-id": "decryption keys are the controller's (its Secret)",
-    "--state-dir": "journals live in the controller's --state-dir",
-    "--dry-run": "a Restore acts; preview with `statusvault restore --dry-run`",
-    "--restart": "a new Restore resumes the journal; discard it with `statusvault restore --restart`",
-    "--output": "the outcome is the resource's status, Events and annotations",
-    "--metrics-textfile": "the controller's own, not a restore's",
-    "--metrics-pushgateway": "the controller's own, not a restore's",
-    "--qps": "the controller's API client is shared by every restore",
-    "--burst": "the controller's API client is shared by every restore",
-    "--strict": "not honoured by the controller yet",
-    "--at": "not honoured by the controller yet",
-    "--allow-privileged-resources": "a Restore writes no privileged type: whoever may create one would write it "
-    "with the controller's rights (docs/security.md)",
-    "--settle-seconds": "the controller's own (its STATUSVAULT_SETTLE_SECONDS)",
-}
 BACKUP_KIND = "Backup"
 BACKUP_PLURAL = "backups"
-_CONTROLLERS = "the controller's own (its flags and Secrets)"
-NOT_IN_BACKUP_SPEC = {
-    **{f: _CONTROLLERS for f in NOT_IN_SPEC if f.startswith("--s3-")},
-    "--encryption-key-file": "backups are encrypted with the controller's key (its Secret)",
-    "--kms-key-id": "backups are encrypted with the controller's key (its Secret)",
-    "--output": "the outcome is the resource's status and Events",
-    "--metrics-textfile": _CONTROLLERS,
-    "--metrics-pushgateway": _CONTROLLERS,
-    "--lock-mode": "not honoured by the controller yet",
-    "--lock-for": "not honoured by the controller yet",
-    "--legal-hold": "not honoured by the controller yet",
-}
 
 SCHEDULE_KIND = "BackupSchedule"
 SCHEDULE_PLURAL = "backupschedules"
-NOT_IN_SCHEDULE_SPEC = {
-    **NOT_IN_BACKUP_SPEC,
-    "--schedule": "the backups are named (and pruned) after the BackupSchedule itself",
-}
 SCHEDULE_OWN = {  # a BackupSchedule's own fields, as `schedule render` takes them
     "schedule": {"type": "string", "minLength": 1, "description": "Cron schedule, e.g. '0 2 * * *'."},
     "keep-last": {"type": "integer", "minimum": 1, "description": "Keep the N newest complete backups."},

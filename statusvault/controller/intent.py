@@ -17,38 +17,28 @@ from typing import Any
 from statusvault import rfc3339
 from statusvault.errors import ConfigError
 from statusvault.flagtable import flag_value
-from statusvault.restore.options import PARALLEL, FenceMode, RestoreOptions, restore_options
+from statusvault.restore.options import PARALLEL, RESTORE_VALUES, FenceMode, RestoreOptions, restore_options
 from statusvault.storage.base import validate_backup_name
 
 INTENT_LABEL = "statusvault.io/restore-intent"  # value "true" on the intent ConfigMaps the controller reconciles
 STATUS_LABEL = "statusvault.io/restore-status-of"  # on the status ConfigMap, naming its intent
 STATUS_SUFFIX = "-status"
 
-# data keys of an intent: backup, storage, and the restore command's long option names
-RESTORE_KEYS = frozenset(
-    {
-        "namespaces",
-        "include-resources",
-        "exclude-resources",
-        "selector",
-        "name",
-        "namespace-mapping",
-        "status-include-resources",
-        "status-exclude-resources",
-        "no-status",
-        "existing-resource-policy",
-        "include-cluster-resources",
-        "scale-down",
-        "fence",
-        "fence-exclude",
-        "pause",
-        "pause-annotation",
-        "pause-field",
-        "pause-resources",
-        "keep-paused",
-        "order",  # a profile, as the Restore resource's spec.order
-    }
-)
+# The restore options an intent does not take, and why: every other option restore_options reads (RESTORE_VALUES,
+# its own declaration) is an intent key, under the CLI's long name.
+NOT_IN_INTENT = {
+    "dry_run": "an intent restores; preview with `statusvault restore --dry-run`",
+    "allow_privileged_resources": "an intent writes no privileged type: whoever may write the intent would write it "
+    "with the controller's rights (docs/security.md)",
+}
+
+
+def _intent_key(value: str) -> str:
+    """An option's value name as its intent key (the CLI's long option name); `_option` reads it back."""
+    return "name" if value == "names" else value.replace("_", "-")
+
+
+RESTORE_KEYS = frozenset(_intent_key(v) for v in RESTORE_VALUES if v not in NOT_IN_INTENT)
 # request: free text, change it to re-run; modifiers: a ConfigMap in the controller's namespace holding the file
 INTENT_KEYS = RESTORE_KEYS | {
     "backup",
@@ -108,6 +98,9 @@ def parse_intent(cm: Mapping[str, Any]) -> Intent:
     meta = cm.get("metadata") or {}
     data: dict[str, str] = dict(cm.get("data") or {})
     unknown = sorted(set(data) - INTENT_KEYS)
+    refused = [f"{k}: {NOT_IN_INTENT[_option(k)]}" for k in unknown if _option(k) in NOT_IN_INTENT]
+    if refused:
+        raise ConfigError(f"not taken by an intent: {'; '.join(refused)}")
     if unknown:
         raise ConfigError(f"unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(INTENT_KEYS))}")
     backup = data.get("backup", "").strip()

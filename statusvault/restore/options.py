@@ -94,7 +94,7 @@ def restore_options(values: Mapping[str, Any], files: bool = True) -> RestoreOpt
             raise ConfigError(f"{key.replace('_', '-')} must be one of {', '.join(allowed)}, not {raw!r}")
         return kind(raw)
 
-    check_options("restore", {**values, "no_status": flag("no_status"), "restart": flag("restart")})
+    check_options({**values, "no_status": flag("no_status"), "restart": flag("restart")})
     mapping = []
     for entry in csv("namespace_mapping"):
         old, sep, new = entry.partition(":")

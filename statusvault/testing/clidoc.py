@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from statusvault.cli.declared import command_options
 from statusvault.cli.main import cli
 from statusvault.errors import ExitStatus
 from statusvault.flagtable import markdown
@@ -48,7 +49,7 @@ def sections(command: click.Command, path: str) -> list[str]:
 
 
 def render() -> str:
-    return HEADER + "\n" + markdown() + "".join(sections(cli, "statusvault"))
+    return HEADER + "\n" + markdown(command_options()) + "".join(sections(cli, "statusvault"))
 
 
 if __name__ == "__main__":

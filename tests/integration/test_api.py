@@ -59,7 +59,7 @@ def test_the_typed_example_runs_as_written(kube, crds, make, namespace, cluster,
 def test_the_verdict_and_errors_are_the_clis(kube, crds, make, namespace, cluster, tmp_path):
     make(cr("xyz.example.com/v1", "KubernetesCluster", "k-0", status=kc_status(0)), namespace)
     where = {"storage": str(tmp_path / "store"), "cluster": api.Cluster(str(cluster.kubeconfig))}
-    assert api.backup("b", namespace=namespace, **where).objects == 1
+    assert api.backup("b", namespace=namespace, **where).objects == 2, "its CRD too: the command's default"
     dry = api.restore("b", dry_run="client", **where)
     assert dry.succeeded and dry.exit_status == ExitStatus.SUCCESS and dry.report.dry_run == "client"
     with pytest.raises(ConfigError, match="--no-status and --status-include-resources cannot be combined") as e:
@@ -67,9 +67,12 @@ def test_the_verdict_and_errors_are_the_clis(kube, crds, make, namespace, cluste
     assert e.value.exit_status == ExitStatus.USAGE
     with pytest.raises(TypeError, match="unexpected option 'namespaces_typo'"):
         api.restore("b", namespaces_typo="x", **where)
-    with pytest.raises(TypeError, match="unexpected option 'page_size'"):
-        api.backup("c", page_size=10, **where)  # a backup option the API does not offer
-    assert [b.name for b in api.list_backups_in(where["storage"])] == ["b"]
+    with pytest.raises(TypeError, match="does not take 'output'"):
+        api.backup("c", output="json", **where)  # the API returns the result, it prints nothing
+    with pytest.raises(ConfigError, match="page-size|page_size"):
+        api.backup("c", page_size=0, **where)  # refused as the CLI refuses it
+    assert api.backup("c", page_size=1, include_crds=False, namespace=namespace, **where).objects == 1
+    assert [b.name for b in api.list_backups_in(where["storage"])] == ["b", "c"]
 
 
 def test_every_restore_option_is_honoured_or_refused_as_the_cli_does(kube, crds, make, namespace, cluster, tmp_path):

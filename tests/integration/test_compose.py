@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from statusvault.archive import signing
+from statusvault.cli.declared import command_options
 from statusvault.cli.main import main
 from statusvault.errors import ExitStatus
 from statusvault.flagtable import CONFLICTS
@@ -353,7 +354,7 @@ GIVEN = {  # a value for each option a conflict names, as a user would give it
     "--at": ["--at", "latest"],
     "--from-velero": ["--from-velero"],
 }
-CONFLICTING = [(c, command) for c in CONFLICTS for command in c.commands()]
+CONFLICTING = [(c, command) for c in CONFLICTS for command in c.commands(command_options())]
 
 
 @pytest.mark.parametrize(

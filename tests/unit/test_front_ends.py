@@ -11,6 +11,8 @@ import click
 import pytest
 
 from statusvault import api
+from statusvault.cli.backups import BackupArgs
+from statusvault.cli.backups import backup as backup_cmd
 from statusvault.cli.restore import RestoreArgs, restore_cmd
 from statusvault.cli.specfields import restore_fields
 from statusvault.controller.intent import PARALLEL as INTENT_PARALLEL
@@ -82,6 +84,26 @@ def test_the_api_takes_every_restore_option_by_its_long_name_or_refuses_it_in_on
     default = api.command_values(restore_cmd, {}, api.NOT_IN_API, backup_name="b")
     args, plain = RestoreArgs(**values), RestoreArgs(**default)
     assert getattr(args, str(param.name)) != getattr(plain, str(param.name)), f"{key} is read into the run's values"
+
+
+BACKUP_NEEDS = {"lock_mode": {"lock_for": "30d"}, "lock_for": {"lock_mode": "governance"}}
+
+
+@pytest.mark.parametrize(
+    "param", [p for p in backup_cmd.params if isinstance(p, click.Option)], ids=lambda p: p.opts[-1]
+)
+def test_the_api_takes_every_backup_option_by_its_long_name_or_refuses_it_in_one_line(param):
+    key = api_key(param)
+    given = {key: sample(param), **BACKUP_NEEDS.get(key, {})}
+    if key in api.NOT_IN_BACKUP_API:
+        with pytest.raises(TypeError, match=f"does not take '{key}'"):
+            api.command_values(backup_cmd, given, api.NOT_IN_BACKUP_API, name="b")
+        return
+    values = api.command_values(backup_cmd, given, api.NOT_IN_BACKUP_API, name="b")
+    default = api.command_values(backup_cmd, {}, api.NOT_IN_BACKUP_API, name="b")
+    args, plain = BackupArgs(**values), BackupArgs(**default)
+    assert getattr(args, str(param.name)) != getattr(plain, str(param.name)), f"{key} is read into the run's values"
+    assert next(iter(inspect.signature(api.backup).parameters)) == "name", "the backup's name is positional only"
 
 
 def test_the_api_reads_values_with_the_commands_declarations():

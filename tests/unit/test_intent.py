@@ -51,7 +51,7 @@ def test_an_intent_carries_the_restore_options_by_their_long_names():
     [
         ({}, "data.backup is missing"),
         ({"backup": "../etc"}, "invalid backup name"),
-        ({"backup": "b", "dry-run": "client"}, "unknown key.*dry-run"),
+        ({"backup": "b", "dry-run": "client"}, "not taken by an intent: dry-run: an intent restores"),
         ({"backup": "b", "existing-resource-policy": "replace"}, "must be one of none, update"),
         ({"backup": "b", "no-status": "yes"}, "no-status must be true or false"),
         ({"backup": "b", "namespace-mapping": "a"}, "expected OLD:NEW"),

@@ -3,9 +3,12 @@ out for a stated reason, and the option table's conflicts become schema rules.""
 
 from __future__ import annotations
 
+import pytest
+
+from statusvault.cli.backups import backup as backup_cmd
+from statusvault.cli.declared import RESOURCES, Declared, command_options, left_out_of
+from statusvault.cli.restore import restore_cmd
 from statusvault.cli.specfields import crds, restore_fields
-from statusvault.controller.crd import NOT_IN_SPEC
-from statusvault.flagtable import COMMAND_OPTIONS
 
 
 def spec_schema() -> dict:
@@ -14,10 +17,16 @@ def spec_schema() -> dict:
 
 def test_every_restore_option_is_a_spec_field_or_left_out_for_a_reason():
     fields = set(spec_schema()["properties"])
-    for flag in sorted(COMMAND_OPTIONS["restore"]):
-        assert flag.lstrip("-") in fields or NOT_IN_SPEC.get(flag), f"{flag} has no field in the Restore spec"
-    assert set(NOT_IN_SPEC) <= COMMAND_OPTIONS["restore"], "a reason for an option restore no longer has"
-    assert not fields & {f.lstrip("-") for f in NOT_IN_SPEC}
+    left_out = left_out_of(restore_cmd, "Restore")
+    assert left_out, "the connection, keys, journals and output are the controller's"
+    for flag in sorted(command_options()["restore"]):
+        assert (flag.lstrip("-") in fields) != bool(left_out.get(flag)), f"{flag}: a field, or left out with a reason"
+
+
+def test_a_declaration_names_only_resources_that_exist():
+    with pytest.raises(ValueError, match="Restores"):
+        Declared(["--x"], left_out={"Restores": "a typo"})
+    assert all(set(p.left_out) <= set(RESOURCES) for p in restore_cmd.params if isinstance(p, Declared))
 
 
 def test_fields_are_typed_as_the_cli_declares_them():
@@ -45,12 +54,12 @@ def test_conflicts_are_schema_rules():
 
 
 def test_every_backup_option_is_a_spec_field_or_left_out_for_a_reason():
-    from statusvault.controller.crd import NOT_IN_BACKUP_SPEC
-
     schema = crds()[1]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     fields = set(schema["properties"])
-    for flag in sorted(COMMAND_OPTIONS["backup"]):
-        assert flag.lstrip("-") in fields or NOT_IN_BACKUP_SPEC.get(flag), f"{flag} has no field in the Backup spec"
-    assert set(NOT_IN_BACKUP_SPEC) <= COMMAND_OPTIONS["backup"]
+    left_out = left_out_of(backup_cmd, "Backup")
+    for flag in sorted(command_options()["backup"]):
+        assert (flag.lstrip("-") in fields) != bool(left_out.get(flag)), f"{flag}: a field, or left out with a reason"
+    schedule = left_out_of(backup_cmd, "BackupSchedule")
+    assert set(schedule) == {*left_out, "--schedule"}, "a BackupSchedule leaves out a Backup's, and names its own"
     assert "required" not in schema, "the backup's name defaults to the resource's"
     assert schema["properties"]["include-crds"]["type"] == "boolean"
