@@ -74,9 +74,8 @@ def state_dir_option(f: F) -> F:
 
 
 def strict_option(f: F) -> F:
-    return option(
+    return click.option(
         "--strict",
-        left_out={"Restore": NOT_YET},
         is_flag=True,
         help="Exit 3 (partial failure) when the server dropped or changed a field the backup held (a schema that "
         "prunes it, a mutating webhook) or answered a write with a Warning; both are reported either way.",

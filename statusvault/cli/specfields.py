@@ -19,6 +19,8 @@ DESCRIPTIONS = {
     "modifiers": "A ConfigMap in the controller's namespace holding a modifiers file (its one key, or modifiers.yaml).",
     "storage": "Where the backup is (default: the controller's --storage).",
     "processes": "Worker processes for every wave (default: auto, the CPUs the controller may use).",
+    "strict": "A field the server dropped or changed (a schema that prunes it, a mutating webhook), or a write it "
+    "answered with a Warning, makes the run Partial instead of Complete; both are reported either way.",
     "stream": "true: write objects as the archive is read; false: plan first, after checking every member; "
     "unset: an authenticated (encrypted, or signed and verified) backup of more than 20,000 objects streams.",
 }

@@ -82,6 +82,7 @@ class Intent:
     # controller's own --verify-key-file; KMS keys read with its credentials)
     verify_key_files: tuple[str, ...] = ()
     verify_kms_key_ids: tuple[str, ...] = ()
+    strict: bool = False  # spec.strict: a field the server dropped or changed, or a warning, is a shortfall
 
     @property
     def status_name(self) -> str:

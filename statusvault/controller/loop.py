@@ -336,7 +336,7 @@ class Controller:
                     cancel=cancel,  # a lost Lease or a deleted Restore: stop starting objects
                     lineage=lineage,
                 )
-                result = restore_with(request, client=client, discover=self.discover)
+                result = restore_with(request, client=client, discover=self.discover, strict=intent.strict)
             report, judged = result.report, result.verdict
             mark_without_status(client, self.discover, report, target.describe())
             location = save_report(self.store(None) if intent.from_velero else store, report, target, intent.digest)

@@ -26,7 +26,7 @@ RESTORES = ResourceType(crd.GROUP, crd.VERSION, crd.PLURAL, crd.KIND, namespaced
 BACKUPS = ResourceType(crd.GROUP, crd.VERSION, crd.BACKUP_PLURAL, crd.BACKUP_KIND, namespaced=True, has_status=True)
 OWN_FIELDS = ("backup", "storage", "parallel", "processes", "modifiers", crd.SERVICE_ACCOUNT)  # not restore options
 # read into the Intent beside the restore options
-INTENT_FIELDS = ("stream", "from-velero", "verify-key-file", "verify-kms-key-id")
+INTENT_FIELDS = ("stream", "from-velero", "verify-key-file", "verify-kms-key-id", "strict")
 
 
 def spec_digest(obj: KubeObject) -> str:
@@ -71,6 +71,7 @@ def parse_restore(obj: KubeObject) -> Intent:
         spec.get("from-velero") is True,
         tuple(str(v) for v in spec.get("verify-key-file") or ()),
         tuple(str(v) for v in spec.get("verify-kms-key-id") or ()),
+        spec.get("strict") is True,
     )
 
 

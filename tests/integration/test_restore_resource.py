@@ -20,7 +20,7 @@ from statusvault.errors import KubeApiError
 from statusvault.kube.discovery import discover
 from statusvault.kube.transport import APPLY_PATCH, MERGE_PATCH, Request
 from statusvault.rfc3339 import format_micro
-from statusvault.testing.fixtures import ensure_namespace, install_crds
+from statusvault.testing.fixtures import create_with_status, ensure_namespace, install_crds
 from statusvault.vocabulary.kinds import CRDS, EVENTS, LEASES, NAMESPACES
 from tests.builders import cr, crd, kc_status, unique
 from tests.integration.crs.servers import delete_namespace
@@ -185,6 +185,48 @@ def test_a_restore_becomes_ready_when_every_object_has_its_status(
     assert ready == {"Ready": ("True", "Completed"), "Reconciling": ("False", "Completed"),
                      "Stalled": ("False", "Completed")}  # fmt: skip
     assert events_on(kube, ctl_ns, "r1") == {"RestoreStarted": "Normal", "RestoreCompleted": "Normal"}
+
+
+def test_spec_strict_makes_a_restore_whose_fields_the_server_dropped_partial_and_without_it_complete(
+    run, kube, namespace, restores, ctl_ns, controller
+):
+    """spec.strict is --strict: a field the backup held that the server dropped (a schema that prunes it since the
+    backup) makes the Restore Partial (ServerChanged) instead of Complete; the same restore without it completes."""
+    group = f"{unique('strict')}.example.com"
+    open_schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    d = install_crds(kube, [crd(group, "Gadget", schema=open_schema)])
+    for i in range(2):
+        body = cr(f"{group}/v1", "Gadget", f"g{i}", spec={"size": 1, "color": "red"}, status={"phase": "Ready"})
+        create_with_status(kube, d, body, namespace)
+    assert run("backup", "gadgets", "-n", namespace, "--include-resources", f"gadgets.{group}").code == 0
+    pruning = {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {"size": {"type": "integer"}}},
+        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}  # fmt: skip
+    live = kube.get(CRDS, None, f"gadgets.{group}")
+    kube.replace(CRDS, None, f"gadgets.{group}", {**crd(group, "Gadget", schema=pruning), "metadata": live["metadata"]})
+    strict_ns, plain_ns = unique("strict"), unique("plain")
+    for name, target, strict in (("r-strict", strict_ns, True), ("r-plain", plain_ns, False)):
+        spec = {
+            "backup": "gadgets",
+            "namespace-mapping": [f"{namespace}:{target}"],
+            **({"strict": True} if strict else {}),
+        }
+        kube.create(restores, ctl_ns, restore_body(name, **spec))
+    controller(ctl_ns)
+
+    deadline = time.monotonic() + 60
+    while "shortfalls" not in (partial := (kube.get(restores, ctl_ns, "r-strict") or {}).get("status") or {}):
+        assert time.monotonic() < deadline, f"the strict restore never ended partial: {partial}"
+        time.sleep(0.1)
+    plain = wait_for(restores, kube, ctl_ns, "r-plain")["status"]
+    gadgets = d.by_qualified(f"gadgets.{group}")
+    for target in (strict_ns, plain_ns):
+        assert [kube.get(gadgets, target, f"g{i}")["spec"] for i in range(2)] == [{"size": 1}] * 2, "pruned"
+        assert [kube.get(gadgets, target, f"g{i}")["status"] for i in range(2)] == [{"phase": "Ready"}] * 2
+    assert partial["shortfalls"].split(",")[0] == "ServerChanged=2", partial  # 1.36 also warns: ServerWarned
+    ready = {c["type"]: (c["status"], c["reason"]) for c in partial["conditions"]}
+    assert ready["Ready"] == ("False", "PartiallyRestored"), ready
+    assert (plain["phase"], "shortfalls" in plain) == ("Complete", False), plain
 
 
 def test_a_restore_that_loses_a_race_is_partially_restored_names_the_object_and_its_retry_unmarks_it(
