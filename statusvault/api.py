@@ -3,9 +3,9 @@
 Two forms. `backup_with` / `restore_with` run a typed request (BackupRequest, RestoreRequest) on a client the
 caller holds: the CLI, the controller and `move` run every backup and restore through them, so the verdict a
 restore returns is the one all of them act on. The keyword forms take what the matching command takes, by the same
-names (a long option, dashes as underscores). `restore` and `backup` read them with their command's own
+names (a long option, dashes as underscores). `restore`, `backup` and `move` read them with their command's own
 declarations (command_values: type, range, choices, default) and run the command's own run (cli/restore.py:
-judged_restore, cli/backups.py: run_backup), so an option the CLI honours the API honours, and one it does not take
+judged_restore, cli/backups.py: run_backup, cli/move.py: prepared_move, then run_move), so an option the CLI honours the API honours, and one it does not take
 (`output`) is a TypeError. What the CLI refuses with one line raises the same `StatusVaultError` (`.exit_status` is
 the CLI's exit status). Nothing here prints.
 
@@ -33,6 +33,7 @@ from statusvault.backup import BackupRequest, BackupResult, backup_with
 from statusvault.cli.app import App
 from statusvault.cli.backups import BackupArgs, run_backup
 from statusvault.cli.backups import backup as backup_cmd
+from statusvault.cli.move import MoveArgs, move_cmd, prepared_move
 from statusvault.cli.restore import RestoreArgs, judged_restore, restore_cmd
 from statusvault.cli.restore import fence_plan as cli_fence_plan
 from statusvault.errors import BackupExistsError, ConfigError
@@ -41,6 +42,8 @@ from statusvault.kube.client import KubeClient
 from statusvault.kube.discovery import Discovery, discover
 from statusvault.kube.transport import load_transport
 from statusvault.model import Selection, split_csv
+from statusvault.move import AbortReport, MoveReport, run_move
+from statusvault.move import abort_move as abort
 from statusvault.restore.options import FenceMode, RestoreOptions
 from statusvault.restore.quiet.fencing import FencePlan
 from statusvault.restore.runner import RestoreRequest, RestoreResult, restore_with
@@ -61,10 +64,12 @@ __all__ = [
     "RestoreRequest",
     "RestoreResult",
     "Selection",
+    "abort_move",
     "backup",
     "backup_with",
     "fence_plan",
     "list_backups_in",
+    "move",
     "restore",
     "restore_with",
     "verify",
@@ -163,6 +168,48 @@ def fence_plan(backup: str, /, *, cluster: Cluster = Cluster(), **options: Any) 
         return cli_fence_plan(app, RestoreArgs(**values), False, say=log.info)[1]
     finally:
         app.close()
+
+
+# move options the API takes under another form or not at all, and why (a TypeError says so)
+NOT_IN_MOVE_API = {
+    "output": "the API returns the report (MoveReport), it prints nothing",
+    "yes": "delete_source=True is the caller's confirmation: the API asks nothing",
+    "abort": "call abort_move() with the same options: it returns what giving the move up did",
+}
+
+
+def move(**options: Any) -> MoveReport:
+    """`statusvault move`: every option of the command by its long name, dashes as underscores (from_kubeconfig,
+    from_context, to_kubeconfig, to_context, storage, namespace, namespace_mapping, pause, fence, modifiers,
+    backup_name, parallel, delete_source, strict, state_dir, ...), read and checked by the command's own
+    declarations, with its defaults; the clusters are checked to be two before any write. Returns the report: its
+    `.verdict` is the one the CLI's exit status comes from (`.succeeded`: done). Run it again to resume."""
+    args = _move_args(options)
+    if args.fence == "report":
+        raise TypeError("move() does not take fence='report', a plan that writes nothing: `statusvault move "
+                        "--fence report` prints it")  # fmt: skip
+    app = App(None, None, quiet=True)
+    try:
+        return run_move(prepared_move(app, args))
+    finally:
+        app.close()
+
+
+def abort_move(**options: Any) -> AbortReport:
+    """`statusvault move ... --abort`: give the move the same options name up (its paused copies in the target
+    deleted, its record dropped, the source unpaused)."""
+    args = _move_args(options)
+    app = App(None, None, quiet=True)
+    try:
+        return abort(prepared_move(app, dataclasses.replace(args, abort=True)))
+    finally:
+        app.close()
+
+
+def _move_args(options: dict[str, Any]) -> MoveArgs:
+    values = command_values(move_cmd, options, NOT_IN_MOVE_API)
+    values["yes"] = values["delete_source"]  # the call is the confirmation
+    return MoveArgs(**values)
 
 
 def command_values(

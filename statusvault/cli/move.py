@@ -113,11 +113,7 @@ class MoveArgs(StorageArgs, RestoreOptionArgs):
 def move_cmd(app: App, args: MoveArgs) -> None:
     """Move custom resources with their status: pause the source, back it up, restore into the target paused,
     verify, unpause the target; the source stays paused (or --delete-source). Run it again to resume."""
-    source = _cluster(app, args.from_kubeconfig or app.kubeconfig, args.from_context or app.context)
-    target = _cluster(app, args.to_kubeconfig or app.kubeconfig, args.to_context or app.context)
-    request = move_request(app, args, source, target)
-    check_distinct(source.client, target.client, request.options.mapping, request.selection.namespaces)
-    request = dataclasses.replace(request, distinct=True)
+    request = prepared_move(app, args)
     if request.options.fence == FenceMode.REPORT and not args.abort:
         fence = fence_report(request)
         text = "\n".join([f"Fencing the target for move {request_name(request)} would do (nothing written):",
@@ -134,6 +130,16 @@ def move_cmd(app: App, args: MoveArgs) -> None:
     _show(report, args.output)
     left = "; the source stays paused: run the same command again, or with --abort to give the source back"
     check_outcome(report.verdict, f"move {report.name}", signum=stop.signum, then=left)
+
+
+def prepared_move(app: App, args: MoveArgs) -> MoveRequest:
+    """The move the options ask for, between two clusters known to be two (check_distinct: refused before any
+    write when they are one cluster under two names): what the CLI runs and api.move runs."""
+    source = _cluster(app, args.from_kubeconfig or app.kubeconfig, args.from_context or app.context)
+    target = _cluster(app, args.to_kubeconfig or app.kubeconfig, args.to_context or app.context)
+    request = move_request(app, args, source, target)
+    check_distinct(source.client, target.client, request.options.mapping, request.selection.namespaces)
+    return dataclasses.replace(request, distinct=True)
 
 
 def move_request(app: App, args: MoveArgs, source: Side, target: Side) -> MoveRequest:

@@ -439,3 +439,24 @@ def test_a_move_with_name_pauses_only_the_objects_it_moves(run, kube, cluster, t
     assert kube.get(instances, moving, "db-05")["metadata"]["annotations"][PAUSED] == "true", "moved: paused"
     for name in ("db-10", "db-11"):
         assert "annotations" not in kube.get(instances, moving, name)["metadata"], f"{name} was not moved"
+
+
+def test_the_api_moves_as_the_command_does_and_refuses_what_the_command_would(kube, cluster, target, moving, tmp_path):
+    """api.move reads the command's options with its declarations and runs its run: the same verdict, the same
+    refusal of one cluster under two names, and a TypeError for what only a terminal has (output, yes, abort)."""
+    from statusvault import api
+
+    where = {"from_kubeconfig": str(cluster.kubeconfig), "storage": str(tmp_path / "api-store"),
+             "state_dir": str(tmp_path / "api-state"), "namespace": moving}  # fmt: skip
+    for refused in ("output", "yes", "abort"):
+        with pytest.raises(TypeError, match=f"does not take '{refused}'"):
+            api.move(to_kubeconfig=str(target.kubeconfig), **{refused: True}, **where)
+    with pytest.raises(ConfigError, match="are the same cluster"):
+        api.move(to_kubeconfig=str(by_localhost(cluster, tmp_path)), delete_source=True, **where)
+    assert list(LocalStore(tmp_path / "api-store").list("")) == [], "refused before anything was backed up"
+
+    report = api.move(to_kubeconfig=str(target.kubeconfig), parallel=2, **where)
+
+    assert report.succeeded and report.verdict.outcome == "done" and report.source_paused == N, report.verdict
+    target_kube = KubeClient(load_transport(str(target.kubeconfig)))
+    assert_moved(kube, target_kube, moving, {f"db-{i:02d}": saved(i) for i in range(N)})
