@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import shlex
 from pathlib import Path
 from typing import Any
-
-from cryptography import x509
 
 from statusvault import VERSION
 from statusvault.errors import ConfigError
@@ -18,6 +17,18 @@ from statusvault.vocabulary.kinds import CRDS
 LABELS = {"app.kubernetes.io/name": "statusvault", "app.kubernetes.io/component": "scheduled-backup"}
 DEFAULT_IMAGE = f"ghcr.io/statusvault/statusvault:{VERSION}"  # the image of this release
 READ_VERBS = ["get", "list"]
+
+
+CRONJOB_NAME_MAX = 52  # the API server's limit: a CronJob's Jobs add an 11-character suffix within 63
+
+
+def bounded_name(name: str, limit: int) -> str:
+    """`name` itself when it fits in `limit` characters, else its start and a hash of the whole: still unique,
+    and the same on every run."""
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: limit - len(digest) - 1].rstrip('-.')}-{digest}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +68,7 @@ class ScheduleSpec:
 
     @property
     def cronjob_name(self) -> str:
-        return f"statusvault-{self.name}"
+        return bounded_name(f"statusvault-{self.name}", CRONJOB_NAME_MAX)
 
     @property
     def retention(self) -> bool:
@@ -184,6 +195,8 @@ def read_ca_bundle(path: str) -> str:
         raise ConfigError(f"--s3-ca-bundle {path}: cannot read it ({e.strerror or e})") from e
     if len(data) > CONFIGMAP_MAX_BYTES - 1024:  # room for the ConfigMap's metadata
         raise ConfigError(f"--s3-ca-bundle {path}: {len(data)} bytes, more than a ConfigMap holds (1 MiB)")
+    from cryptography import x509  # here: every command imports this module, few read a CA bundle
+
     try:
         pem = data.decode("ascii")
         x509.load_pem_x509_certificates(data)

@@ -107,6 +107,22 @@ def test_a_schedule_becomes_an_owned_cronjob_that_follows_its_spec(run, kube, cr
     eventually(lambda: kube.get(cronjobs, ctl_ns, "statusvault-nightly") is None)
 
 
+def test_a_schedule_with_a_long_name_gets_a_cronjob_the_server_takes(run, kube, crds, schedules, ctl_ns):
+    """A CronJob's name is at most 52 characters (its Jobs get an 11-character suffix within 63); a BackupSchedule's
+    may be 253. A long one gets a shortened, still unique CronJob name, and its backups keep the schedule's name."""
+    names = [f"nightly-{'x' * 50}-{i}" for i in range(2)]  # one prefix: the names differ only past 52 characters
+    for name in names:
+        kube.create(schedules, ctl_ns, schedule_body(name, schedule="0 2 * * *", storage="/backups"))
+    assert run("controller", "run", "-n", ctl_ns, "--once").code == 0
+    cronjobs = served_cronjobs(crds)
+    jobs = [kube.get(schedules, ctl_ns, name)["status"].get("cronJob", "") for name in names]
+    assert all(0 < len(job) <= 52 for job in jobs) and len(set(jobs)) == 2, jobs
+    for name, job in zip(names, jobs, strict=True):
+        command = kube.get(cronjobs, ctl_ns, job)["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+        assert f"backup --schedule {name} " in command[0]["command"][2], "its backups are named after the schedule"
+        kube.delete(schedules, ctl_ns, name)
+
+
 @pytest.mark.parametrize(
     ("spec", "said"),
     [({"schedule": "0 2 * * *", "ttl": "soon"}, "soon"), ({"schedule": "every night"}, "the CronJob was refused")],

@@ -87,3 +87,15 @@ def test_the_status_is_ready_when_scheduled_and_stalled_when_not_and_stable_betw
     stalled = status_of(obj, None, "bad ttl")
     assert {c["type"]: c["status"] for c in stalled["conditions"]}["Stalled"] == "True"
     assert stalled["reason"] == "InvalidSpec" and "cronJob" not in stalled
+
+
+def test_a_name_too_long_for_a_cronjob_is_shortened_uniquely_and_the_same_each_time():
+    from statusvault.schedule import CRONJOB_NAME_MAX, bounded_name
+
+    short = "statusvault-nightly"
+    assert bounded_name(short, CRONJOB_NAME_MAX) == short
+    long = [f"statusvault-nightly-{'x' * 50}-{i}" for i in range(2)]
+    bounded = [bounded_name(n, CRONJOB_NAME_MAX) for n in long]
+    assert all(len(b) == CRONJOB_NAME_MAX and b.startswith("statusvault-nightly-x") for b in bounded)
+    assert len(set(bounded)) == 2 and bounded == [bounded_name(n, CRONJOB_NAME_MAX) for n in long]
+    assert "--" not in bounded_name("statusvault-" + "a" * 30 + "-" + "b" * 20, CRONJOB_NAME_MAX), "one dash"
