@@ -1,13 +1,13 @@
 """The library face (docs/api.md): back up, restore, verify and list from Python, with the CLI's rules and verdict.
 
-Two forms. `backup_with` / `restore_with` run a typed request (BackupRequest, RestoreRequest) on a client the
-caller holds: the CLI, the controller and `move` run every backup and restore through them, so the verdict a
-restore returns is the one all of them act on. The keyword forms take what the matching command takes, by the same
-names (a long option, dashes as underscores). `restore`, `backup` and `move` read them with their command's own
-declarations (command_values: type, range, choices, default) and run the command's own run (cli/restore.py:
-judged_restore, cli/backups.py: run_backup, cli/move.py: prepared_move, then run_move), so an option the CLI honours the API honours, and one it does not take
-(`output`) is a TypeError. What the CLI refuses with one line raises the same `StatusVaultError` (`.exit_status` is
-the CLI's exit status). Nothing here prints.
+Two forms. `backup_with` / `restore_with` run a typed request (BackupRequest, RestoreRequest) on a client the caller
+holds: the CLI, the controller and `move` run every backup and restore through them, so the verdict a restore
+returns is the one all of them act on. The keyword forms take what the matching command takes, by the same names (a
+long option, dashes as underscores). `restore`, `backup` and `move` read them with their command's own declarations
+(command_values: type, range, choices, default) and run the command's own run (cli/restore.py: judged_restore,
+cli/backups.py: run_backup, cli/move.py: prepared_move, then run_move), so an option the CLI honours the API
+honours, and one it does not take (`output`) is a TypeError. What the CLI refuses with one line raises the same
+`StatusVaultError` (`.exit_status` is the CLI's exit status). Nothing here prints.
 
     from statusvault import api
     result = api.backup("nightly", storage="/var/backups", namespace="team-a", with_dependencies=True)

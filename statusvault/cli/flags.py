@@ -20,7 +20,7 @@ from statusvault.archive.crypto import Key
 from statusvault.archive.envelope import FileKek, Kek, Keyring
 from statusvault.archive.signing import FileSigner, PublicKey, Signer
 from statusvault.cli.app import App
-from statusvault.cli.declared import CONNECTION, CONTROLLERS, KEYS, NOT_YET, PRIVILEGED, everywhere, option
+from statusvault.cli.declared import CONNECTION, CONTROLLERS, KEYS, PRIVILEGED, everywhere, option
 from statusvault.cli.output import OutputFormat
 from statusvault.errors import ConfigError
 from statusvault.flagtable import check_options
@@ -29,7 +29,7 @@ from statusvault.runtime.metrics import RunMetrics, recorded
 from statusvault.schedule import DEFAULT_IMAGE, read_ca_bundle
 from statusvault.storage import S3Options
 from statusvault.storage.base import ObjectLock
-from statusvault.store.retention import parse_duration
+from statusvault.store.retention import asked_lock
 
 F = TypeVar("F", bound=Callable[..., Any])
 A = TypeVar("A")
@@ -256,25 +256,22 @@ def lock_options(f: F) -> F:
     return _apply(
         f,
         [
-            option(
+            click.option(
                 "--lock-mode",
-                left_out={"Backup": NOT_YET},
                 type=click.Choice(["governance", "compliance"]),
                 envvar="STATUSVAULT_LOCK_MODE",
                 help="S3 Object Lock retention of the backup's archive and manifest: governance (removable with "
                 "s3:BypassGovernanceRetention) or compliance (by no one, until it ends). Needs a bucket created with "
                 "Object Lock.",
             ),
-            option(
+            click.option(
                 "--lock-for",
-                left_out={"Backup": NOT_YET},
                 metavar="DURATION",
                 envvar="STATUSVAULT_LOCK_FOR",
                 help="How long from the backup's start the lock holds (e.g. 30d, 720h).",
             ),
-            option(
+            click.option(
                 "--legal-hold",
-                left_out={"Backup": NOT_YET},
                 is_flag=True,
                 envvar="STATUSVAULT_LEGAL_HOLD",
                 help="Also put a legal hold on the backup (held until `statusvault hold release`).",
@@ -630,13 +627,7 @@ class LockArgs:
 
     def lock(self, now: dt.datetime) -> ObjectLock | None:
         """The Object Lock a backup starting `now` is written with, or None."""
-        mode, duration = self.lock_mode, self.lock_for
-        until = (now + parse_duration(duration)).replace(microsecond=0) if mode and duration else None
-        if until is not None and until <= now:
-            raise ConfigError("--lock-for must be longer than zero")
-        if until is None and not self.legal_hold:
-            return None
-        return ObjectLock(mode.upper() if mode and until is not None else "", until, self.legal_hold)
+        return asked_lock(self.lock_mode, self.lock_for, self.legal_hold, now)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import threading
 from typing import Any
@@ -16,13 +17,14 @@ from statusvault.controller import crd
 from statusvault.controller.conditions import Reason
 from statusvault.controller.restores import spec_digest
 from statusvault.controller.runs import Run
-from statusvault.errors import BackupStoppedError, ConfigError, StatusVaultError
+from statusvault.errors import BackupExistsError, BackupStoppedError, ConfigError, StatusVaultError
 from statusvault.flagtable import check_options, flag_value, value_key
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject, Selection
 from statusvault.processes import WorkerSpec
-from statusvault.storage.base import ObjectStore, validate_backup_name
+from statusvault.storage.base import ObjectLock, ObjectStore, locking, relock, validate_backup_name
+from statusvault.store.retention import asked_lock
 
 log = logging.getLogger(__name__)
 DEFAULT_LIST_CONCURRENCY = 4
@@ -41,6 +43,13 @@ class BackupIntent:
     service_account: str = ""  # spec.serviceAccountName: whom the controller acts as ("": its default)
     with_dependencies: bool | None = None  # spec.with-dependencies (None: where a project's rules say so)
     allow_plaintext_secrets: bool = False  # spec.allow-plaintext-secrets
+    lock_mode: str = ""  # spec.lock-mode, lock-for, legal-hold: S3 Object Lock on the backup, as --lock-mode ...
+    lock_for: str = ""
+    legal_hold: bool = False
+
+    def lock(self, now: dt.datetime) -> ObjectLock | None:
+        """The Object Lock the backup is written with, from `now` (its start), or None."""
+        return asked_lock(self.lock_mode, self.lock_for, self.legal_hold, now)
 
 
 def parse_backup(obj: KubeObject) -> BackupIntent:
@@ -54,6 +63,9 @@ def parse_backup(obj: KubeObject) -> BackupIntent:
         validate_backup_name(schedule)
     selection = Selection.from_values(values, include_crds=True)
     concurrency = int(spec.get("list-concurrency") or DEFAULT_LIST_CONCURRENCY)
+    lock = (str(spec.get("lock-mode") or ""), str(spec.get("lock-for") or ""))
+    legal_hold = bool(flag_value(spec.get("legal-hold"), "spec.legal-hold"))
+    asked_lock(*lock, legal_hold, dt.datetime.now(dt.UTC))  # a lock-for that is not a duration: refused now
     return BackupIntent(
         backup,
         str(spec.get("storage") or "").strip() or None,
@@ -66,6 +78,8 @@ def parse_backup(obj: KubeObject) -> BackupIntent:
         str(spec.get(crd.SERVICE_ACCOUNT) or "").strip(),
         flag_value(spec.get("with-dependencies"), "spec.with-dependencies"),
         bool(flag_value(spec.get("allow-plaintext-secrets"), "spec.allow-plaintext-secrets")),
+        *lock,
+        legal_hold,
     )
 
 
@@ -80,7 +94,9 @@ def run_backup(
     signer: Signer | None = None,
 ) -> Run:
     """The backup, its outcome whatever happens (an error is recorded, never raised); `cancel` stops it before it
-    lands."""
+    lands. A backup asked to be locked is refused before anything is read when the store cannot lock (a directory,
+    a bucket without Object Lock); one a killed run of it left unlocked has its locks repaired, as the CLI does."""
+    lock = intent.lock(dt.datetime.now(dt.UTC))
     request = BackupRequest(
         store=store,
         name=intent.backup,
@@ -94,9 +110,17 @@ def run_backup(
         with_dependencies=intent.with_dependencies,
         allow_plaintext_secrets=intent.allow_plaintext_secrets,
         cancel=cancel,
+        lock=lock,
     )
     try:
+        if lock is not None:
+            locking(store)
         result = backup_with(request, client=client, discovery=discovery)
+    except BackupExistsError as e:
+        if lock is None or not (relocked := relock(store, intent.backup, lock)):
+            return Run(False, True, f"backup {intent.backup} failed: {e}", Reason.BACKUP_FAILED)
+        message = f"backup {intent.backup}: written by a run that stopped; {len(relocked)} file(s) locked now"
+        return Run(True, False, message, Reason.COMPLETED)
     except BackupStoppedError as e:  # deleted mid-run, or the Lease was lost: nothing landed
         return Run(False, False, str(e), Reason.INTERRUPTED, interrupted=True)
     except StatusVaultError as e:  # a bad selection is this Backup's own problem; anything else may be an outage

@@ -83,6 +83,9 @@ def parse_schedule(obj: KubeObject, namespace: str, job: JobSettings, cronjob_ap
         account_name=BACKUP_ACCOUNT,
         ca_configmap_name=job.ca_configmap,
         backup_tuning=tuple(a for k in BACKUP_TUNING if spec.get(k) for a in (f"--{k}", str(int(spec[k])))),
+        lock_mode=intent.lock_mode,
+        lock_for=intent.lock_for,
+        legal_hold=intent.legal_hold,
     )
 
 

@@ -7,9 +7,21 @@ import datetime as dt
 import re
 
 from statusvault.errors import ConfigError
+from statusvault.storage.base import ObjectLock
 
 _DURATION = re.compile(r"(\d+)([wdhms])")
 _UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def asked_lock(mode: str | None, lock_for: str | None, legal_hold: bool, now: dt.datetime) -> ObjectLock | None:
+    """The S3 Object Lock a backup starting `now` is written with (--lock-mode, --lock-for, --legal-hold, or a
+    Backup's lock-mode, lock-for, legal-hold), or None; ConfigError for a retention that ends before it starts."""
+    until = (now + parse_duration(lock_for)).replace(microsecond=0) if mode and lock_for else None
+    if until is not None and until <= now:
+        raise ConfigError("lock-for must be longer than zero")
+    if until is None and not legal_hold:
+        return None
+    return ObjectLock(mode.upper() if mode and until is not None else "", until, legal_hold)
 
 
 def parse_duration(text: str) -> dt.timedelta:

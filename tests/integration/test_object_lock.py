@@ -266,3 +266,37 @@ def test_a_backup_killed_before_its_manifest_was_locked_is_repaired_by_the_same_
     again = run(*command)
     assert again.code != 0 and "already exists" in again.err
     assert run("verify", "b", *where).code == 0
+
+
+def test_a_backup_resource_is_locked_as_the_cli_locks_and_refused_where_the_store_cannot_lock(
+    run, kube, crds, make, namespace, s3_server, locked_bucket, store, s3
+):
+    """A Backup's lock-mode/lock-for/legal-hold lock its files as the CLI's flags do; on the controller's directory
+    store the Backup fails before anything is read or written, naming why."""
+    from statusvault.cli.specfields import crds as controller_crds
+    from statusvault.testing.fixtures import ensure_namespace, install_crds
+    from tests.builders import cr, kc_status
+    from tests.integration.crs.test_backup import s3_args
+    from tests.integration.crs.test_restore import KC as KC_VERSION
+
+    backups = install_crds(kube, controller_crds()).by_qualified("backups.statusvault.dev")
+    make(cr(KC_VERSION, "KubernetesCluster", "prod", status=kc_status(4)), namespace)
+    spec = {"namespace": [namespace], "include-crds": False, "lock-mode": "governance", "lock-for": "1d",
+            "legal-hold": True}  # fmt: skip
+    on_s3, on_dir = unique("ctl-s3"), unique("ctl-dir")
+    for ctl in (on_s3, on_dir):
+        ensure_namespace(kube, ctl)
+        kube.create(backups, ctl, {"apiVersion": "statusvault.dev/v1alpha1", "kind": "Backup",
+                                   "metadata": {"name": "locked"}, "spec": spec})  # fmt: skip
+
+    storage = ["--storage", f"s3://{locked_bucket}/{PREFIX}", *s3_args(s3_server)]
+    assert run("controller", "run", "-n", on_s3, "--once", *storage).code == 0
+    assert run("controller", "run", "-n", on_dir, "--once").code == 0
+
+    done = kube.get(backups, on_s3, "locked")["status"]
+    assert (done["phase"], done["objects"]) == ("Complete", 1), done
+    held = store.lock_of(manifest_key("locked"))
+    assert (held.mode, held.legal_hold) == ("GOVERNANCE", True) and held.until is not None, held
+    refused = kube.get(backups, on_dir, "locked")["status"]
+    assert refused["phase"] != "Complete" and "cannot lock backups" in refused["message"], refused
+    assert not (run.storage / "backups" / "locked").exists(), "nothing written where it could not be locked"

@@ -99,3 +99,10 @@ def test_a_name_too_long_for_a_cronjob_is_shortened_uniquely_and_the_same_each_t
     assert all(len(b) == CRONJOB_NAME_MAX and b.startswith("statusvault-nightly-x") for b in bounded)
     assert len(set(bounded)) == 2 and bounded == [bounded_name(n, CRONJOB_NAME_MAX) for n in long]
     assert "--" not in bounded_name("statusvault-" + "a" * 30 + "-" + "b" * 20, CRONJOB_NAME_MAX), "one dash"
+
+
+def test_a_schedules_lock_fields_lock_each_backup_its_cronjob_takes():
+    backup = shell(rendered(schedule(**{"lock-mode": "compliance", "lock-for": "30d", "legal-hold": True})))
+    assert "backup --schedule nightly --storage s3://b/p --lock-mode compliance --lock-for 30d --legal-hold" in backup
+    with pytest.raises(ConfigError, match="soon"):
+        parse_schedule(schedule(**{"lock-mode": "governance", "lock-for": "soon"}), "sv", JOB, "batch/v1")
