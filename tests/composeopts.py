@@ -92,6 +92,7 @@ def args_of(name: str, value: Any, ctx: Context) -> list[str]:
         "fence": lambda: fences(ctx)[value],
         "at": lambda: ["--at", "latest"],
         "delete_source": lambda: ["--delete-source", "--yes"],
+        "strict": lambda: ["--strict"],
         "encryption": lambda: [a for k in keys_of(value, ctx) for a in ("--encryption-key-file", k)],
         "signed": lambda: ["--verify-key-file", ctx.verify_key],
     }

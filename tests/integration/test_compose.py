@@ -78,6 +78,7 @@ PARAMS: dict[str, tuple[Any, ...]] = {
     "scale_down": (False, True),
     "fence": (None, "auto", "best-effort", "auto+exclude"),  # the operator may write the world's status (RBAC)
     "processes": (None, 2),
+    "strict": (False, True),
     "dry_run": (None, "client", "server"),
     "at": (False, True),  # a watch, restored --at latest
     "encryption": (False, "key", "keys"),  # "keys": a key that opens nothing first, then the backup's
@@ -261,6 +262,7 @@ def test_a_restore_with_each_pair_of_option_values_leaves_what_the_model_says(ro
         assert len(errors) == 1 and "nothing to restore" in errors[0] and "Traceback" not in result.err, where
         return
     report = json.loads(result.out)
+    assert report["verdict"]["outcome"] == {0: "done", 1: "failed", 3: "partial"}[result.code], where  # as its code
     items = {(i["resource"], i["namespace"], i["name"]): i["result"] for i in report["items"]}
     assert {k: v for k, v in items.items() if k[0] in world.qualified} == expected.results, where
     assert report["withoutSavedStatus"] == len(expected.without_status), where

@@ -1,8 +1,8 @@
-"""Composition of `statusvault move`'s options: every pair of values, from this cluster to a second one, held to
-the reference model's move (tests/refmodel.py): what is paused or deleted in the source, what arrives in the
-target (unpaused, with its status), and the exit code; a move that stops part-way is fixed and run again; --fence
-scales the target's operator down and back (or leaves it, excluded). 17 rows, 15-30 s (the second cluster's start
-aside)."""
+"""Composition of `statusvault move`'s options: every pair of values, from this cluster to a second one, held to the
+reference model's move (tests/refmodel.py): what is paused or deleted in the source, what arrives in the target
+(unpaused, with its status), and the exit code; a move that stops part-way is fixed and run again; --fence scales
+the target's operator down and back (or leaves it, excluded); -o json's verdict says what the exit code says,
+--strict with --delete-source included. 18 rows, 50 s (the second cluster's start aside)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ PARAMS: dict[str, tuple[Any, ...]] = {
     "delete_source": (False, True),
     "fence": (None, "auto", "auto+exclude"),  # the target's operator may write the world's status (its RBAC)
     "target": ("all", "none", "strict"),  # the world's CRDs in the target cluster (tests/compose.py CRD_SETS)
+    "strict": (False, True),  # with delete_source: judged before anything in the source is deleted
 }
 
 
@@ -128,6 +129,7 @@ def test_a_move_with_each_pair_of_option_values_does_what_the_model_says(row, si
     assert moved.served == expected.target.served, where
     assert differences(expected.target.objects, moved.objects) == {}, where
     report = json.loads(result.out)
+    assert report["verdict"]["outcome"] == OUTCOMES[result.code], where  # -o json says what the exit code says
     assert fence_action(report["restore"]["fence"], ctx) == FENCED[row["fence"]], where
     scaled = fenced_by(json.dumps(report["restore"]), ctx)
     assert (deployment(sides.target, ctx) == operator) is not scaled, "scaled down and back only when fenced so"
@@ -149,6 +151,7 @@ def test_a_move_with_each_pair_of_option_values_does_what_the_model_says(row, si
 
 
 FENCED = {None: None, "auto": "fenced", "auto+exclude": "excluded"}
+OUTCOMES = {ExitStatus.SUCCESS: "done", ExitStatus.ERROR: "failed", ExitStatus.PARTIAL_FAILURE: "partial"}
 
 
 def fence_action(lines: list[str], ctx: Context) -> str | None:
