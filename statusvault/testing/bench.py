@@ -219,6 +219,7 @@ def cpu_rounds(
     previous round's Go writer may meet a server still busy with it."""
     rounds = int(os.environ.get("BENCH_CPU_ROUNDS", "3"))
     figures: dict[str, list[float]] = {"default": [], "restore": [], "go": [], "default_rate": [], "go_rate": []}
+    figures["default_processes"] = []  # the worker processes each default run started (0: its own threads only)
     for r in range(rounds):
         first, second = (
             ("the default options", "--processes 1") if r % 2 == 0 else ("--processes 1", "the default options")
@@ -229,6 +230,7 @@ def cpu_rounds(
         one = one or restore_figures(env, n, f"cpu{r}", "--processes", "1")
         figures["default"].append(default["cpu_ms_per_object"])
         figures["default_rate"].append(default["objects_per_s"])
+        figures["default_processes"].append(default["processes"])
         figures["restore"].append(one["cpu_ms_per_object"])
         make_namespaces(http, f"gocpu{r}")
         go_figures = go_write(go, cluster.server, n, f"gocpu{r}", work)

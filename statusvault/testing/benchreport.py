@@ -103,6 +103,9 @@ def _go_rows(r: dict[str, Any]) -> list[Row]:
             ratios = sorted(mine / go for mine, go in zip(rounds[key], rounds["go"], strict=True))
             spread = f"{ratios[0]:.2f}-{ratios[-1]:.2f}x"
             label = f"  restore ({name}) vs Go, median of {len(ratios)} alternated pairs ({spread})"
+            if key == "default" and "default_processes" in rounds:  # 0 in a run: it stayed in its own threads
+                scaled = sum(1 for p in rounds["default_processes"] if p)
+                label += f", {scaled} of {len(ratios)} in worker processes"
             speed = ""
             if key == "default" and rounds.get("default_rate"):
                 rates = zip(rounds["default_rate"], rounds["go_rate"], strict=True)

@@ -53,9 +53,10 @@ def test_the_default_options_get_their_own_ratio_to_go_and_rate():
     from statusvault.testing.benchreport import report
 
     rounds = {"default": [0.8, 0.7, 0.9], "restore": [0.7, 0.7, 0.8], "go": [0.6, 0.6, 0.6],
-              "default_rate": [240.0, 230.0, 220.0], "go_rate": [240.0, 240.0, 240.0]}  # fmt: skip
+              "default_rate": [240.0, 230.0, 220.0], "go_rate": [240.0, 240.0, 240.0],
+              "default_processes": [0, 2, 0]}  # fmt: skip
     row = next(
         line for line in report({"parallel": 16, "cpu_rounds": rounds}).splitlines() if "default options" in line
     )
-    assert "median of 3 alternated pairs (1.17-1.50x)" in row and "<= 1.2x" in row
+    assert "median of 3 alternated pairs (1.17-1.50x), 1 of 3 in worker processes" in row and "<= 1.2x" in row
     assert row.split()[-1] == "1.33x" and " 0.96 " in row, row  # rates 1.0, 0.958, 0.917: the median 0.958

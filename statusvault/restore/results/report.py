@@ -15,10 +15,10 @@ import orjson
 from statusvault.model import DryRun, display
 from statusvault.restore.core.pausemarkers import unmarked_warning
 from statusvault.restore.core.settle import Overwritten
-from statusvault.restore.ordering.gates import NOT_PASSED, GateResult
 from statusvault.transforms import ServerChange
 
 if TYPE_CHECKING:
+    from statusvault.restore.ordering.gates import GateResult
     from statusvault.restore.results.audit import Audit
 
 
@@ -278,6 +278,8 @@ class RestoreReport:
     @property
     def gates_not_passed(self) -> list[GateResult]:
         """Gates that timed out (the run stopped there, or went on as onTimeout continue asked)."""
+        from statusvault.restore.ordering.gates import NOT_PASSED  # here: worker processes import this module
+
         return [g for g in self.gates if g.outcome in NOT_PASSED]
 
     @property
