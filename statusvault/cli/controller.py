@@ -193,6 +193,8 @@ def _store(app: App, args: ControllerRunArgs, s3: S3Options, storage: str | None
 
 def controller_config(app: App, args: ControllerRunArgs) -> ControllerConfig:
     """The controller the options ask for; each intent's restore is built from the intent (controller/loop.py)."""
+    from statusvault.watch.pointintime import moment_of  # a Restore's spec.at; the watch sits above the controller
+
     return ControllerConfig(
         namespace=args.namespace,
         holder=args.holder,
@@ -206,6 +208,7 @@ def controller_config(app: App, args: ControllerRunArgs) -> ControllerConfig:
         signer=args.signer(),
         default_service_account=args.default_service_account,
         require_service_account=args.require_service_account,
+        moments=moment_of,
         job=JobSettings(
             storage=str(args.storage or ""),
             s3=args.s3(),

@@ -15,7 +15,7 @@ import click
 from statusvault.archive.envelope import Keyring
 from statusvault.cli.app import App
 from statusvault.cli.completion import complete_backup
-from statusvault.cli.declared import NOT_YET, SHARED_CLIENT, option
+from statusvault.cli.declared import SHARED_CLIENT, option
 from statusvault.cli.flags import (
     MetricsArgs,
     SelectionArgs,
@@ -231,7 +231,6 @@ class RestoreArgs(StorageArgs, RestoreOptionArgs, TrustedKeysArgs, MetricsArgs):
 )
 @option(
     "--at",
-    left_out={"Restore": NOT_YET},
     metavar="RFC3339|latest",
     help="BACKUP names a watch: restore its state at this moment (e.g. 2026-11-22T10:15:00Z), or the latest.",
 )
@@ -313,12 +312,10 @@ def _source(app: App, args: RestoreArgs, say: Say, run: Run[T]) -> tuple[str, T]
             return name, run(temp, name, f"velero-{name}")  # its journal is keyed by the Velero source
     if not args.at:
         return args.backup_name, run(store, args.backup_name, "")
-    from statusvault.watch.pointintime import parse_at, point_in_time
+    from statusvault.watch.pointintime import moment_of
 
-    moment_wanted = parse_at(args.at)
-    lineage = "" if moment_wanted else f"{args.backup_name}-at-latest"  # the latest moment moves on between runs
-    with point_in_time(store, args.backup_name, moment_wanted, args.keys()) as (moment_store, name, moment):
-        say(f"restoring watch {args.backup_name} as it was at {moment.isoformat()} (as {name})")
+    with moment_of(store, args.backup_name, args.at, args.keys()) as (moment_store, name, lineage):
+        say(f"restoring watch {args.backup_name} at {args.at} (as {name})")
         return name, run(moment_store, name, lineage)
 
 

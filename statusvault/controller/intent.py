@@ -83,6 +83,7 @@ class Intent:
     verify_key_files: tuple[str, ...] = ()
     verify_kms_key_ids: tuple[str, ...] = ()
     strict: bool = False  # spec.strict: a field the server dropped or changed, or a warning, is a shortfall
+    at: str = ""  # spec.at: `backup` is a watch, restored as it was at this moment (`latest` or RFC 3339)
 
     @property
     def status_name(self) -> str:

@@ -97,6 +97,9 @@ class Breaker:
             )
 
 
+Moments = Callable[[ObjectStore, str, str, Keys], contextlib.AbstractContextManager[tuple[ObjectStore, str, str]]]
+
+
 @dataclasses.dataclass(kw_only=True)
 class ControllerConfig:
     """The controller's settings, as `controller run` gives them; each intent brings its own restore options."""
@@ -115,6 +118,9 @@ class ControllerConfig:
     # whom a resource that names no ServiceAccount runs as ("": the controller itself, unless required)
     default_service_account: str = ""
     require_service_account: bool = False  # refuse a resource that names none (and no default is set)
+    # spec.at: a watch's moment as a temporary backup (watch/pointintime.py: moment_of), given by `controller run`
+    # (the watch sits above the controller); None: a Restore naming a moment is refused
+    moments: Moments | None = None
 
 
 class Controller:
@@ -381,8 +387,14 @@ class Controller:
 
     @contextlib.contextmanager
     def _source(self, intent: Intent, store: ObjectStore) -> Iterator[tuple[ObjectStore, str, str]]:
-        """(store, backup, lineage) a restore reads: the backup itself, or a Velero backup of the storage location
-        made a native backup in a temporary directory (its journal keyed by the Velero source, as the CLI's)."""
+        """(store, backup, lineage) a restore reads: the backup itself, a watch's moment (spec.at) or a Velero backup
+        of the storage location, made a native backup in a temporary directory (its journal keyed as the CLI's)."""
+        if intent.at:
+            if self.config.moments is None:
+                raise ConfigError("spec.at names a watch's moment, which this controller cannot read")
+            with self.config.moments(store, intent.backup, intent.at, self._keys_for(intent)) as moment:
+                yield moment
+            return
         if not intent.from_velero:
             yield store, intent.backup, ""
             return

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from statusvault import rfc3339
 from statusvault.errors import ConfigError
 from statusvault.flagtable import check_options, flag_value
 from statusvault.model import DryRun, Selection, split_csv
@@ -137,3 +139,17 @@ def _fence_exclude(entries: tuple[str, ...]) -> tuple[str, ...]:
         if not sep or not ns or not name or "/" in name:
             raise ConfigError(f"invalid --fence-exclude entry {entry!r}: expected NAMESPACE/NAME")
     return entries
+
+
+def parse_at(text: str) -> dt.datetime | None:
+    """`latest` (None) or an RFC 3339 time with its zone, e.g. 2026-11-22T10:15:00Z."""
+    if text.strip().lower() == "latest":
+        return None
+    try:
+        rfc3339.parse(text, naive_as_utc=True)
+    except ValueError:
+        raise ConfigError(f"invalid --at {text!r}: use an RFC 3339 time (2026-11-22T10:15:00Z) or latest") from None
+    try:
+        return rfc3339.parse(text, naive_as_utc=False)
+    except ValueError:
+        raise ConfigError(f"--at {text!r} has no time zone: add Z (UTC) or an offset") from None

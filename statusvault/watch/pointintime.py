@@ -17,8 +17,9 @@ import orjson
 from statusvault import rfc3339
 from statusvault.archive import ArchiveWriter, member_path, parse_member_path
 from statusvault.archive.envelope import Keys
-from statusvault.errors import ArchiveError, ConfigError
+from statusvault.errors import ArchiveError
 from statusvault.model import ObjectKey
+from statusvault.restore.options import parse_at
 from statusvault.restore.runner import open_backup
 from statusvault.storage.base import ObjectStore
 from statusvault.storage.local import LocalStore
@@ -29,20 +30,6 @@ from statusvault.watch.segments import parse_record_time, stamp
 SCHEMA = """
 CREATE TABLE objs (resource TEXT, namespace TEXT, name TEXT, data BLOB, PRIMARY KEY (resource, namespace, name))
 """
-
-
-def parse_at(text: str) -> dt.datetime | None:
-    """`latest` (None) or an RFC 3339 time with its zone, e.g. 2026-11-22T10:15:00Z."""
-    if text.strip().lower() == "latest":
-        return None
-    try:
-        rfc3339.parse(text, naive_as_utc=True)
-    except ValueError:
-        raise ConfigError(f"invalid --at {text!r}: use an RFC 3339 time (2026-11-22T10:15:00Z) or latest") from None
-    try:
-        return rfc3339.parse(text, naive_as_utc=False)
-    except ValueError:
-        raise ConfigError(f"--at {text!r} has no time zone: add Z (UTC) or an offset") from None
 
 
 def point_name(watch: str, at: dt.datetime) -> str:
@@ -145,3 +132,13 @@ def _count(entry: dict[str, Any], obj: dict[str, Any], is_crd: bool) -> None:
     entry["count"] += 1
     entry["withStatus"] += int(bool(obj.get("status")) and not is_crd)
     entry["terminating"] += int("deletionTimestamp" in (obj.get("metadata") or {}))
+
+
+@contextlib.contextmanager
+def moment_of(store: ObjectStore, watch: str, at: str, key: Keys) -> Iterator[tuple[ObjectStore, str, str]]:
+    """`restore --at AT` (or a Restore's spec.at): (a temporary store, the backup name in it, the restore's lineage)
+    for the watch's state at AT (`latest`, or an RFC 3339 time). A restore of `latest` keys its journal by the watch
+    and `latest` (the moment moves on between runs); one of a fixed moment by the moment's own backup."""
+    wanted = parse_at(at)
+    with point_in_time(store, watch, wanted, key) as (moment_store, name, _):
+        yield moment_store, name, "" if wanted else f"{watch}-at-latest"

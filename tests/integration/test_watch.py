@@ -162,6 +162,26 @@ def test_restore_at_a_moment_gives_that_moments_statuses_and_honours_deletions(
     assert run("verify", "w1").out.startswith("Watch w1: OK (1 chain(s), ")
     early = run("restore", "w1", "--at", "2001-01-01T00:00:00Z")
     assert early.code == ExitStatus.ERROR and "cannot restore 2001-01-01" in early.err
+    assert by_restore_resource(run, kube, crds, moment(m1), namespace, target()) == {"a": "v2", "b": "v1"}
+
+
+def by_restore_resource(run, kube, crds, at: str, source: str, target: str) -> dict[str, str]:
+    """A Restore naming the watch and spec.at, reconciled by the controller: the moment's statuses, as --at gives."""
+    from statusvault.cli.specfields import crds as controller_crds
+    from statusvault.testing.fixtures import ensure_namespace, install_crds
+    from tests.builders import unique
+
+    restores = install_crds(kube, controller_crds()).by_qualified("restores.statusvault.dev")
+    ctl = unique("ctl-at")
+    ensure_namespace(kube, ctl)
+    spec = {"backup": "w1", "at": at, "namespace-mapping": [f"{source}:{target}"]}
+    kube.create(restores, ctl, {"apiVersion": "statusvault.dev/v1alpha1", "kind": "Restore",
+                                "metadata": {"name": "at-m1"}, "spec": spec})  # fmt: skip
+    assert run("controller", "run", "-n", ctl, "--once").code == 0
+    status = kube.get(restores, ctl, "at-m1")["status"]
+    assert status["phase"] == "Complete", status
+    items = [o for page in kube.list_pages(crds.resolve(KCS), target) for o in page]
+    return {o["metadata"]["name"]: o["status"]["phase"] for o in items}
 
 
 def test_a_watcher_killed_with_sigkill_and_restarted_loses_no_change(

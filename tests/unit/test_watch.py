@@ -13,13 +13,14 @@ import pytest
 from statusvault.archive.crypto import Key
 from statusvault.errors import ArchiveError, ConfigError, KubeApiError, KubeConnectionError
 from statusvault.model import ResourceType, Selection
+from statusvault.restore.options import parse_at
 from statusvault.runtime.throttle import Backoff
 from statusvault.schedule import ScheduleSpec
 from statusvault.storage.local import LocalStore
 from statusvault.store.retention import RetentionPolicy
 from statusvault.watch.chains import Chain, chain_for
 from statusvault.watch.install import WatchSpec, render
-from statusvault.watch.pointintime import parse_at, point_name
+from statusvault.watch.pointintime import point_name
 from statusvault.watch.prune import decide_chains
 from statusvault.watch.segments import SegmentBuffer, check_segment_manifest, fetched_segment, record, records
 from statusvault.watch.streams import StreamSet
