@@ -33,12 +33,12 @@ NOT_IN_INTENT = {
 }
 
 
-def _intent_key(value: str) -> str:
+def option_key(value: str) -> str:
     """An option's value name as its intent key (the CLI's long option name); `_option` reads it back."""
     return "name" if value == "names" else value.replace("_", "-")
 
 
-RESTORE_KEYS = frozenset(_intent_key(v) for v in RESTORE_VALUES if v not in NOT_IN_INTENT)
+RESTORE_KEYS = frozenset(option_key(v) for v in RESTORE_VALUES if v not in NOT_IN_INTENT)
 # request: free text, change it to re-run; modifiers: a ConfigMap in the controller's namespace holding the file
 INTENT_KEYS = RESTORE_KEYS | {
     "backup",

@@ -15,8 +15,8 @@ from statusvault.cli.backups import BackupArgs
 from statusvault.cli.backups import backup as backup_cmd
 from statusvault.cli.restore import RestoreArgs, restore_cmd
 from statusvault.cli.specfields import restore_fields
+from statusvault.controller.intent import INTENT_KEYS, option_key, parse_intent
 from statusvault.controller.intent import PARALLEL as INTENT_PARALLEL
-from statusvault.controller.intent import parse_intent
 from statusvault.controller.restores import parse_restore
 from statusvault.errors import ConfigError
 from statusvault.move import MoveRequest
@@ -161,6 +161,35 @@ def test_a_restore_resource_honours_every_field_of_its_schema(field):
     given = parse_restore({"metadata": {"name": "r"}, "spec": {"backup": "b", field.name: spec_sample(field), **needs}})
     differs = {f.name for f in dataclasses.fields(given) if getattr(given, f.name) != getattr(plain, f.name)}
     assert differs - {"digest"}, f"spec.{field.name} is read into the Intent"
+
+
+def intent_value(value: object) -> str:
+    """An option's value as an intent's data holds it: a string (lists comma-separated, booleans true/false)."""
+    if isinstance(value, tuple | list):
+        return ",".join(str(v) for v in value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def intent_key(param: click.Option) -> str:
+    return "modifiers" if param.name == "modifiers_file" else option_key(str(param.name))  # a ConfigMap's name
+
+
+@pytest.mark.parametrize("param", options(), ids=lambda p: p.opts[-1])
+def test_an_intent_honours_each_restore_option_it_takes_and_refuses_the_rest_in_one_line(param):
+    """The third front end: a restore intent (a ConfigMap) takes an option under its key and acts on it, or is
+    refused naming the key; it never drops one."""
+    key = intent_key(param)
+    needs = {option_key(k): intent_value(v) for k, v in NEEDS.get(api_key(param), {}).items()}
+    data = {"backup": "b", key: intent_value(sample(param)), **needs}
+    if key not in INTENT_KEYS:
+        with pytest.raises(ConfigError) as refused:
+            parse_intent({"metadata": {"name": "i"}, "data": data})
+        assert key in str(refused.value) and "\n" not in str(refused.value)
+        return
+    plain = parse_intent({"metadata": {"name": "i"}, "data": {"backup": "b"}})
+    given = parse_intent({"metadata": {"name": "i"}, "data": data})
+    differs = {f.name for f in dataclasses.fields(given) if getattr(given, f.name) != getattr(plain, f.name)}
+    assert differs - {"digest"}, f"data.{key} is read into the Intent"
 
 
 def test_fence_report_is_refused_by_the_resource_and_the_intent_never_run():
