@@ -216,6 +216,7 @@ class ServerChange(NamedTuple):
 
     path: str  # "spec.zone", "status.conditions[0].reason", "metadata.labels[app.kubernetes.io/name]"
     how: str  # PRUNED | CHANGED
+    sent: Any = None  # the value sent there: what the read-back looks for later (restore/results/audit.py)
 
     def __str__(self) -> str:
         return f"{self.path} {self.how}"
@@ -256,11 +257,11 @@ def _dict_changes(sent: dict[str, Any], got: dict[str, Any], path: str, out: lis
         if value is None:
             continue
         if key not in got:
-            out.append(ServerChange(_field(path, key), PRUNED))
+            out.append(ServerChange(_field(path, key), PRUNED, value))
         elif isinstance(value, dict | list):
             _value_changes(value, got[key], _field(path, key), out)
         elif not _same(value, got[key]):
-            out.append(ServerChange(_field(path, key), CHANGED))
+            out.append(ServerChange(_field(path, key), CHANGED, value))
 
 
 def _value_changes(sent: Any, got: Any, path: str, out: list[ServerChange]) -> None:
@@ -271,9 +272,9 @@ def _value_changes(sent: Any, got: Any, path: str, out: list[ServerChange]) -> N
             if isinstance(a, dict | list):
                 _value_changes(a, b, f"{path}[{i}]", out)
             elif not _same(a, b):
-                out.append(ServerChange(f"{path}[{i}]", CHANGED))
+                out.append(ServerChange(f"{path}[{i}]", CHANGED, a))
     elif not _same(sent, got):
-        out.append(ServerChange(path, CHANGED))
+        out.append(ServerChange(path, CHANGED, sent))
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -286,6 +287,29 @@ def _field(path: str, key: str) -> str:
     if _NAME.match(key):
         return f"{path}.{key}" if path else key
     return f"{path}[{key}]"
+
+
+_STEP = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_-]*)|\[([^\]]*)\]")
+
+
+def still_changed(obj: KubeObject, change: ServerChange) -> bool:
+    """Whether `obj` still lacks what `change` was sent: the field its path names is missing or holds another value.
+    The path is read as server_changes writes it (`.key`, `[key]`, `[index]`)."""
+    value: Any = obj
+    at = 0
+    while at < len(change.path):
+        step = _STEP.match(change.path, at)
+        if step is None:
+            return True  # a path this reader cannot follow: still counted, never taken as fixed
+        key = step.group(1) if step.group(1) is not None else step.group(2)
+        at = step.end()
+        if isinstance(value, dict) and key in value:
+            value = value[key]
+        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            return True
+    return not _same_json(value, change.sent)
 
 
 def _same_json(a: Any, b: Any) -> bool:

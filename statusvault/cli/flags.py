@@ -78,7 +78,8 @@ def strict_option(f: F) -> F:
         "--strict",
         is_flag=True,
         help="Exit 3 (partial failure) when the server dropped or changed a field the backup held (a schema that "
-        "prunes it, a mutating webhook) or answered a write with a Warning; both are reported either way.",
+        "prunes it, a mutating webhook), read on the cluster so a re-run finds it too, or answered a write with a "
+        "Warning; both are reported either way.",
     )(f)
 
 

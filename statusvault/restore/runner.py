@@ -72,6 +72,9 @@ class RestoreRequest:
     settle: float = dataclasses.field(
         default_factory=default_settle
     )  # restore/core/settle.py: wait, then look; 0: never
+    # --strict: what the server did not keep of what was sent is short, so the state is kept (and the same command
+    # judges it again from the cluster) until the audit finds it kept
+    strict: bool = False
 
 
 @contextmanager
@@ -259,7 +262,12 @@ def _audited(
     report.overwritten = found.overwritten
     if found.left_paused:
         _release_left(client, req, report, found.left_paused, found.short > 0, state.journal.manager)
-    return report.work_complete and not found.short and not report.left_paused
+    return (
+        report.work_complete
+        and not found.short
+        and not report.left_paused
+        and not (req.strict and found.server_changed)
+    )
 
 
 class _Served:
@@ -408,5 +416,6 @@ def restore_with(
     """Run a typed restore request and judge it: the report and its one verdict (`strict`: what the server changed
     or warned about makes the run partial, as `--strict` does). Every front end (the CLI, the API, the controller,
     `move`) runs its restores through this."""
-    report = run_restore(client, discover, request)
+    strict = strict or request.strict
+    report = run_restore(client, discover, dataclasses.replace(request, strict=strict))
     return RestoreResult(report, verdict(report, strict))

@@ -28,3 +28,33 @@ def test_a_plan_and_its_state_lock_are_readable_by_their_owner_alone(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE(made.stat().st_mode) == 0o600
+
+
+def test_what_the_server_did_not_keep_is_journalled_until_the_audit_finds_it_kept_and_survives_a_reopen(tmp_path):
+    import sqlite3
+
+    from statusvault.model import ResourceType
+    from statusvault.restore.core.journal import Journal
+    from statusvault.restore.core.plan import Action, Category, PlanItem, StatusMode
+    from statusvault.transforms import CHANGED, PRUNED, ServerChange
+
+    rt = ResourceType("x.example.com", "v1", "gadgets", "Gadget", namespaced=True, has_status=True)
+    items = [PlanItem(rt, "ns", "ns", f"g{i}", "", Category.NAMESPACED, Action.CREATE, StatusMode.SUBRESOURCE, seq=i)
+             for i in range(2)]  # fmt: skip
+    path = tmp_path / "j.sqlite"
+    journal = Journal.create(path, "manager", "backup")
+    journal.mark_changed(items[0], [ServerChange("spec.color", PRUNED, "red")])
+    journal.mark_changed(items[1], [ServerChange("spec.size", CHANGED, {"n": 1})])
+    journal.close()
+    again = Journal.open(path)
+    assert again.changed() == {0: [ServerChange("spec.color", PRUNED, "red")],
+                               1: [ServerChange("spec.size", CHANGED, {"n": 1})]}  # fmt: skip
+    again.kept_now([1])
+    assert list(again.changed()) == [0]
+    again.close()
+
+    older = tmp_path / "older.sqlite"  # a journal from before the table: opened, and it has none
+    Journal.create(older, "manager", "backup").close()
+    with sqlite3.connect(older) as db:
+        db.execute("DROP TABLE changed")
+    assert Journal.open(older).changed() == {}

@@ -285,3 +285,19 @@ def test_veleros_restore_status_annotation_is_honoured_as_statusvaults_own():
     both = {"statusvault.io/restore-status": "false", "velero.io/restore-status": "true"}
     assert status_annotation(annotated(**both)) is False, "statusvault's own says last"
     assert status_annotation(annotated()) is None
+
+
+def test_a_change_is_still_there_until_the_object_holds_what_was_sent():
+    from statusvault.transforms import server_changes, still_changed
+
+    sent = {"spec": {"size": 1, "color": "red", "items": [1, {"a": 2}], "labels": {"app.kubernetes.io/name": "x"}},
+            "status": {"conditions": [{"reason": "Ok"}], "flag": True}}  # fmt: skip
+    got = {"spec": {"size": 2, "items": [1, {"a": 3}], "labels": {}}, "status": {"conditions": [{"reason": "No"}],
+           "flag": 1}}  # fmt: skip
+    changes = server_changes(sent, got)
+    assert [str(c) for c in changes] == ["spec.size changed", "spec.color pruned", "spec.items[1].a changed",
+                                         "spec.labels[app.kubernetes.io/name] pruned",
+                                         "status.conditions[0].reason changed", "status.flag changed"]  # fmt: skip
+    assert all(still_changed(got, c) for c in changes), "as the server left it"
+    assert not any(still_changed(sent, c) for c in changes), "holding what was sent: kept"
+    assert still_changed({"spec": []}, changes[0]), "a path the object no longer has is still changed"

@@ -175,3 +175,20 @@ def test_a_long_list_names_the_first_objects_and_counts_the_rest():
         report.add(item(f"x-{i}", Outcome.FAILED, StatusOutcome.NOT_WRITTEN))
     line = verdict(report).message("restore of b")
     assert "x-0" in line and "x-4" in line and "x-5" not in line and "and 7 more" in line
+
+
+def test_under_strict_what_the_server_did_not_keep_is_counted_from_the_audit_whichever_run_wrote_it():
+    """A re-run writes nothing, so its own writes met no change; the audit's read of the cluster still finds the
+    fields missing, and that is what --strict judges."""
+    from statusvault.restore.results.audit import Audit
+
+    rerun = report_with()
+    rerun.audit = Audit(checked=1, server_changed=1, server_changed_named=["gadgets.x/ns/g0: spec.color pruned"])
+    judged = verdict(rerun, strict=True)
+    assert judged.shortfalls == (Shortfall.SERVER_CHANGED,) and judged.findings[0].names == (
+        "gadgets.x/ns/g0: spec.color pruned",
+    )
+    assert verdict(rerun).outcome is Verdict.DONE, "not strict: the statuses are there"
+    kept = report_with(server_changed)
+    kept.audit = Audit(checked=1)  # written changed, then fixed on the cluster before the audit read it
+    assert verdict(kept, strict=True).outcome is Verdict.DONE

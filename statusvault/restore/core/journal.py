@@ -9,11 +9,13 @@ import sqlite3
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from statusvault.errors import StatusVaultError
 from statusvault.restore.core.fields import new_manager
 from statusvault.restore.core.plan import PlanItem, private_db, remove_db
+from statusvault.transforms import ServerChange
 
 _SCHEMA = """
 CREATE TABLE done (seq INTEGER PRIMARY KEY);  -- finished by this or an earlier (interrupted) run
@@ -25,11 +27,13 @@ CREATE TABLE IF NOT EXISTS gates (grp INTEGER PRIMARY KEY, outcome TEXT NOT NULL
 CREATE TABLE IF NOT EXISTS scaled (workload TEXT PRIMARY KEY);  -- scaled to 0 by an older release (count on it)
 CREATE TABLE IF NOT EXISTS scale_counts (workload TEXT PRIMARY KEY, replicas INTEGER NOT NULL);  -- scaled to 0
 CREATE TABLE IF NOT EXISTS marks (seq INTEGER PRIMARY KEY, mark TEXT NOT NULL);  -- each status write's answer
+CREATE TABLE IF NOT EXISTS changed (seq INTEGER PRIMARY KEY, fields TEXT NOT NULL);  -- what the server did not keep
 """
 _GATES = "CREATE TABLE IF NOT EXISTS gates (grp INTEGER PRIMARY KEY, outcome TEXT NOT NULL, waited REAL NOT NULL)"
 _SCALED = "CREATE TABLE IF NOT EXISTS scaled (workload TEXT PRIMARY KEY)"
 _COUNTS = "CREATE TABLE IF NOT EXISTS scale_counts (workload TEXT PRIMARY KEY, replicas INTEGER NOT NULL)"
 _MARKS = "CREATE TABLE IF NOT EXISTS marks (seq INTEGER PRIMARY KEY, mark TEXT NOT NULL)"
+_CHANGED = "CREATE TABLE IF NOT EXISTS changed (seq INTEGER PRIMARY KEY, fields TEXT NOT NULL)"
 
 
 DONE_BATCH = 256
@@ -90,6 +94,7 @@ class Journal:
             db.execute(_SCALED)  # a journal from before fencing was journalled
             db.execute(_COUNTS)  # ... and from before the counts were
             db.execute(_MARKS)  # ... and from before the audit: its done objects are read again (audit.py)
+            db.execute(_CHANGED)  # ... and from before the audit read what the server did not keep
             meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
             return cls(path, db, str(meta["manager"]), float(meta["started"]), True, str(meta.get("backup", "")))
         except (sqlite3.DatabaseError, KeyError, TypeError, ValueError) as e:
@@ -170,6 +175,25 @@ class Journal:
             self._db.execute("BEGIN")
             self._db.executemany("DELETE FROM done WHERE seq = ?", [(seq,) for seq in seqs])
             self._db.executemany("DELETE FROM marks WHERE seq = ?", [(seq,) for seq in seqs])
+
+    def mark_changed(self, item: PlanItem, changes: Sequence[ServerChange]) -> None:
+        """The fields of this object's writes the server dropped or changed, with what was sent: the audit reads
+        them on the cluster until the object holds what was sent (a later write kept it, or someone fixed it)."""
+        fields = [[c.path, c.how, c.sent] for c in changes]
+        self._write("INSERT OR REPLACE INTO changed VALUES (?, ?)", (item.seq, json.dumps(fields)))
+
+    def changed(self) -> dict[int, list[ServerChange]]:
+        """Each object whose fields the server did not keep, as far as the audit last read it."""
+        self.flush()
+        with self._db_lock:
+            rows = self._db.execute("SELECT seq, fields FROM changed").fetchall()
+        return {seq: [ServerChange(*field) for field in json.loads(fields)] for seq, fields in rows}
+
+    def kept_now(self, seqs: list[int]) -> None:
+        """The audit found these objects holding what was sent after all."""
+        with self._db_lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany("DELETE FROM changed WHERE seq = ?", [(seq,) for seq in seqs])
 
     def mark_paused(self, item: PlanItem) -> None:
         """Before the create that pauses it: a run killed right after still knows to unpause it."""

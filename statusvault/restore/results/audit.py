@@ -8,7 +8,10 @@ is handed back to its operator: unpaused with its saved status on, its status is
 (quiet/unpause.py), and the audit only checks that it is there. The cost is the settle check's: one
 metadata-only LIST per resource and namespace, then a whole read of only the objects whose resourceVersion moved on
 since the restore's write (restore/core/settle.py). What it finds short is taken out of the journal's done
-objects, so the same command writes it again; the journal is kept until an audit finds nothing short."""
+objects, so the same command writes it again; the journal is kept until an audit finds nothing short.
+
+An object whose fields a run sent and the server dropped or changed (the journal's `changed`) is read whole, and
+counted while any of them is still missing or different: what --strict judges, whichever run wrote it."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from statusvault.restore.core.fields import status_writers_since
 from statusvault.restore.core.journal import HANDED_OVER, Journal
 from statusvault.restore.core.plan import RestorePlan
 from statusvault.restore.core.settle import Overwritten, compare_marks, listed
+from statusvault.transforms import ServerChange, still_changed
 
 log = logging.getLogger(__name__)
 NAMED = 20  # objects the audit names; the rest are counted
@@ -38,6 +42,10 @@ class Audit:
     # objects with their saved status that still carry a statusvault pause this run did not make (a killed earlier
     # run's): the run releases them (runner._audited)
     left_paused: list[tuple[ResourceType, str, str]] = dataclasses.field(default_factory=list)
+    # objects still without a field a run of this restore sent and the server dropped or changed (a pruning schema,
+    # a webhook): short under --strict, whichever run wrote them
+    server_changed: int = 0
+    server_changed_named: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0  # what reading the cluster back took
     cpu_seconds: float = 0.0  # ... of this process's CPU (make bench: its cost per object)
 
@@ -56,6 +64,7 @@ class Audit:
             "withoutSavedStatus": self.lacking,
             "objects": self.lacking_named,
             "statusWrittenSince": self.overwritten.count,
+            "serverChanged": self.server_changed,
             "seconds": round(self.seconds, 3),
             "cpuMsPerObject": round(1000 * self.cpu_seconds / self.checked, 4) if self.checked else 0.0,
         }
@@ -74,6 +83,7 @@ def audit(client: KubeApi, served: Served, plan: RestorePlan, journal: Journal) 
     started, cpu = time.monotonic(), time.process_time()
     out = Audit()
     undo: list[int] = []
+    changed, kept = journal.changed(), []
     for (resource, namespace), rows in itertools.groupby(plan.audited(journal.path), key=lambda r: r[:2]):
         group = list(rows)
         scoped = [r for r in group if r.in_scope]
@@ -98,11 +108,41 @@ def audit(client: KubeApi, served: Served, plan: RestorePlan, journal: Journal) 
         short = gone | set(again) | {r.name for r in scoped if not (r.mark or r.done)}
         paused_before = [r.name for r in group if live.get(r.name, ("", False))[1] and not r.paused]
         out.left_paused += [(rt, namespace, name) for name in paused_before if name not in short]
+        here = [r for r in scoped if r.seq in changed and r.name in live and r.name not in gone]
+        kept += _changed_still(client, rt, namespace, [(r.seq, r.name) for r in here], changed, out)
+    if kept:
+        journal.kept_now(kept)
     if undo:
         journal.undo(undo)
         log.info("the audit found %d object(s) short of what the journal had as done: a re-run writes them", len(undo))
     out.seconds, out.cpu_seconds = time.monotonic() - started, time.process_time() - cpu
     return out
+
+
+def _changed_still(
+    client: KubeApi,
+    rt: ResourceType,
+    namespace: str,
+    objects: list[tuple[int, str]],
+    changed: dict[int, list[ServerChange]],
+    out: Audit,
+) -> list[int]:
+    """Each object a run found the server had not kept in full, read whole: still short while any field it sent is
+    missing or holds another value. Returns those that hold what was sent now (a later write kept it, or someone
+    fixed it)."""
+    kept = []
+    for seq, name in objects:
+        obj = client.get(rt, namespace or None, name)
+        if obj is None:
+            continue  # gone since it was listed: the next audit finds it lacking
+        still = [c for c in changed[seq] if still_changed(obj, c)]
+        if not still:
+            kept.append(seq)
+            continue
+        out.server_changed += 1
+        if len(out.server_changed_named) < NAMED:
+            out.server_changed_named.append(f"{display(rt.qualified, namespace, name)}: {', '.join(map(str, still))}")
+    return kept
 
 
 def _unmarked(

@@ -152,7 +152,12 @@ def verdict(report: RestoreReport, strict: bool = False) -> Verdict:
     ]
     if strict:
         strictly = "the report names each (--strict)"
-        findings.append(_objects(Shortfall.SERVER_CHANGED, [], strictly, count=report.server_changed))
+        changed = report.audit  # read on the cluster: whichever run of this restore wrote them, still not kept
+        if changed is not None:
+            findings.append(_objects(Shortfall.SERVER_CHANGED, changed.server_changed_named, strictly,
+                                     count=changed.server_changed))  # fmt: skip
+        else:  # a dry run, or a run that stopped before the audit: what its own writes met
+            findings.append(_objects(Shortfall.SERVER_CHANGED, [], strictly, count=report.server_changed))
         findings.append(_objects(Shortfall.SERVER_WARNED, [], strictly, count=report.server_warned))
     kept = tuple(f for f in findings if f is not None)
     return Verdict(RunOutcome.PARTIAL if kept else RunOutcome.DONE, kept)

@@ -230,6 +230,8 @@ class _Run:
     def record(self, result: ItemResult, item: PlanItem) -> None:
         if not result.failed and not result.lacks_status and self.opts.dry_run == DryRun.NONE:
             self.journal.mark_done(item, result.status_mark)  # a resumed run leaves it alone
+        if result.server_changes and self.opts.dry_run == DryRun.NONE:
+            self.journal.mark_changed(item, result.server_changes)  # the audit reads them on the cluster
         with self.lock:
             if not self.report.total:
                 self.report.timings["firstResult"] = time.monotonic() - self.engine.settings.origin

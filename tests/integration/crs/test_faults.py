@@ -362,3 +362,41 @@ def test_kill_9_at_any_phase_then_the_plain_rerun_ends_exact(run, kube, cluster,
     kube.delete(NAMESPACES, None, target)
     kube.delete(NAMESPACES, None, ops)
     kube.delete(CRDS, None, f"gadgets.{group}")
+
+
+def test_a_strict_restore_stays_short_while_the_cluster_lacks_what_the_server_dropped(run, kube, namespace):
+    """--strict judges the cluster, not the run's own writes: a field the server pruned (a CRD upgraded since the
+    backup) is still missing when the same command runs again, so it exits 3 again, naming it, where it used to
+    find the objects there and exit 0. Without --strict the same restore is done; once the schema keeps the field
+    again, a rewrite (--existing-resource-policy update) kept in full is done under --strict too."""
+    group = f"{unique('strict')}.example.com"
+    open_schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    d = install_crds(kube, [crd(group, "Gadget", schema=open_schema)])
+    for i in range(3):
+        body = cr(f"{group}/v1", "Gadget", f"g{i}", spec={"size": 1, "color": "red"}, status={"phase": "Ready"})
+        create_with_status(kube, d, body, namespace)
+    taken = ("--include-resources", f"gadgets.{group}")
+    assert run("backup", "gadgets", "-n", namespace, *taken).code == 0
+    delete_namespace(kube, namespace)
+    pruning = {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {"size": {"type": "integer"}}},
+        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}  # fmt: skip
+    set_crd(kube, crd(group, "Gadget", schema=pruning))
+
+    def restored(*extra: str) -> tuple[int, dict[str, Any]]:
+        result = run("restore", "gadgets", *taken, "-o", "json", *extra)
+        return result.code, json.loads(result.out)["verdict"]
+
+    for attempt in range(2):  # the second: the same command again, nothing left to write
+        code, judged = restored("--strict")
+        assert code == ExitStatus.PARTIAL_FAILURE, (attempt, judged)
+        found = {f["reason"]: f for f in judged["reasons"]}["ServerChanged"]
+        assert found["count"] == 3 and all("spec.color pruned" in n for n in found["names"]), (attempt, found)
+    code, judged = restored()
+    assert (code, judged["outcome"]) == (ExitStatus.SUCCESS, "done"), "not strict: the statuses are all there"
+
+    set_crd(kube, crd(group, "Gadget", schema=open_schema))
+    code, judged = restored("--strict", "--existing-resource-policy", "update")
+    assert (code, judged["outcome"]) == (ExitStatus.SUCCESS, "done"), judged
+    rt = discover(kube).by_qualified(f"gadgets.{group}")
+    assert [kube.get(rt, namespace, f"g{i}")["spec"]["color"] for i in range(3)] == ["red"] * 3
