@@ -129,7 +129,7 @@ def test_an_invalid_intent_is_reported_once(run, kube, ctl_ns):
     intent(kube, ctl_ns, "restore-d", backup="nightly", **{"dry-run": "client"})
     assert once(run, ctl_ns) == 0
     status = status_of(kube, ctl_ns, "restore-d")
-    assert status["phase"] == "Invalid" and "unknown key(s) dry-run" in status["message"]
+    assert status["phase"] == "Invalid" and "not taken by an intent: dry-run: an intent restores" in status["message"]
     assert once(run, ctl_ns) == 0
     assert reasons(kube, ctl_ns, "restore-d") == ["InvalidIntent"], "not repeated every pass"
 
