@@ -258,7 +258,7 @@ def _audited(
     kill_point("restore.looking-again")  # every write done and journalled, the state not finished yet
     if req.settle > 0:
         (req.cancel or threading.Event()).wait(req.settle)  # stopped meanwhile: the writes are done, read it now
-    report.audit = found = audit(client, _Served(discover), state.plan, state.journal)
+    report.audit = found = audit(client, _Served(discover), state.plan, state.journal, req.strict)
     report.overwritten = found.overwritten
     if found.left_paused:
         _release_left(client, req, report, found.left_paused, found.short > 0, state.journal.manager)

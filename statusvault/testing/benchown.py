@@ -70,7 +70,7 @@ def main() -> None:
     from statusvault.restore import runner
     from statusvault.restore.results.audit import Audit
 
-    runner.audit = lambda client, served, plan, journal: Audit()  # type: ignore[attr-defined]
+    runner.audit = lambda client, served, plan, journal, strict=False: Audit()  # type: ignore[attr-defined]
     sys.argv = ["statusvault", *sys.argv[1:]]
     runpy.run_module("statusvault", run_name="__main__")  # as `python -m statusvault` runs
 

@@ -159,7 +159,7 @@ def compare_marks(
     changed = [name for name in marks if name in live and live[name][0] != marks[name][_DIGEST:]]
     gone = {name for name in marks if name not in live}
     again: list[str] = []
-    for obj in _read_whole(client, rt, namespace, changed, gone):
+    for obj in read_whole(client, rt, namespace, changed, gone):
         name = obj["metadata"]["name"]
         if status_digest(obj.get("status")) != marks[name][:_DIGEST]:
             again.append(name)
@@ -167,7 +167,7 @@ def compare_marks(
     return gone, again
 
 
-def _read_whole(
+def read_whole(
     client: KubeApi, rt: ResourceType, namespace: str, changed: list[str], gone: set[str]
 ) -> Iterator[KubeObject]:
     """The `changed` objects read whole: a GET each when they are few, else one LIST of the namespace. One deleted

@@ -26,7 +26,7 @@ from statusvault.model import ResourceType, display, writes_status
 from statusvault.restore.core.fields import status_writers_since
 from statusvault.restore.core.journal import HANDED_OVER, Journal
 from statusvault.restore.core.plan import RestorePlan
-from statusvault.restore.core.settle import Overwritten, compare_marks, listed
+from statusvault.restore.core.settle import Overwritten, compare_marks, listed, read_whole
 from statusvault.transforms import ServerChange, still_changed
 
 log = logging.getLogger(__name__)
@@ -74,16 +74,18 @@ class Served(Protocol):
     def by_qualified(self, qualified: str) -> ResourceType | None: ...
 
 
-def audit(client: KubeApi, served: Served, plan: RestorePlan, journal: Journal) -> Audit:
+def audit(client: KubeApi, served: Served, plan: RestorePlan, journal: Journal, strict: bool = False) -> Audit:
     """Every object in the restore's scope read back and compared with what the journal says its status write left;
     what is short is no longer done in the journal (a re-run writes it again). Objects carrying a statusvault pause
     record that this run did not pause itself (an earlier run's, killed, with another state directory) are listed
-    in `left_paused` for the run to release."""
+    in `left_paused` for the run to release. `strict`: the objects whose fields the server did not keep are read
+    whole too (--strict judges them; else they are not looked at)."""
     journal.flush()
     started, cpu = time.monotonic(), time.process_time()
     out = Audit()
     undo: list[int] = []
-    changed, kept = journal.changed(), []
+    changed: dict[int, list[ServerChange]] = journal.changed() if strict else {}
+    kept: list[int] = []
     for (resource, namespace), rows in itertools.groupby(plan.audited(journal.path), key=lambda r: r[:2]):
         group = list(rows)
         scoped = [r for r in group if r.in_scope]
@@ -108,8 +110,9 @@ def audit(client: KubeApi, served: Served, plan: RestorePlan, journal: Journal) 
         short = gone | set(again) | {r.name for r in scoped if not (r.mark or r.done)}
         paused_before = [r.name for r in group if live.get(r.name, ("", False))[1] and not r.paused]
         out.left_paused += [(rt, namespace, name) for name in paused_before if name not in short]
-        here = [r for r in scoped if r.seq in changed and r.name in live and r.name not in gone]
-        kept += _changed_still(client, rt, namespace, [(r.seq, r.name) for r in here], changed, out)
+        here = {r.name: r.seq for r in scoped if r.seq in changed and r.name in live and r.name not in gone}
+        if here:
+            kept += _changed_still(client, rt, namespace, here, changed, out)
     if kept:
         journal.kept_now(kept)
     if undo:
@@ -123,18 +126,17 @@ def _changed_still(
     client: KubeApi,
     rt: ResourceType,
     namespace: str,
-    objects: list[tuple[int, str]],
+    objects: dict[str, int],
     changed: dict[int, list[ServerChange]],
     out: Audit,
 ) -> list[int]:
-    """Each object a run found the server had not kept in full, read whole: still short while any field it sent is
-    missing or holds another value. Returns those that hold what was sent now (a later write kept it, or someone
-    fixed it)."""
+    """Each object (name -> seq) a run found the server had not kept in full, read whole (a GET each when they are
+    few, else one LIST): still short while any field it sent is missing or holds another value. Returns those that
+    hold what was sent now (a later write kept it, or someone fixed it)."""
     kept = []
-    for seq, name in objects:
-        obj = client.get(rt, namespace or None, name)
-        if obj is None:
-            continue  # gone since it was listed: the next audit finds it lacking
+    for obj in read_whole(client, rt, namespace, list(objects), set()):  # gone since it was listed: next time
+        name = obj["metadata"]["name"]
+        seq = objects[name]
         still = [c for c in changed[seq] if still_changed(obj, c)]
         if not still:
             kept.append(seq)

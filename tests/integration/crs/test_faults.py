@@ -364,6 +364,9 @@ def test_kill_9_at_any_phase_then_the_plain_rerun_ends_exact(run, kube, cluster,
     kube.delete(CRDS, None, f"gadgets.{group}")
 
 
+STRICT_N = 22  # more than the audit reads one by one: the LIST path (settle.READ_ONE_BY_ONE)
+
+
 def test_a_strict_restore_stays_short_while_the_cluster_lacks_what_the_server_dropped(run, kube, namespace):
     """--strict judges the cluster, not the run's own writes: a field the server pruned (a CRD upgraded since the
     backup) is still missing when the same command runs again, so it exits 3 again, naming it, where it used to
@@ -372,7 +375,7 @@ def test_a_strict_restore_stays_short_while_the_cluster_lacks_what_the_server_dr
     group = f"{unique('strict')}.example.com"
     open_schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     d = install_crds(kube, [crd(group, "Gadget", schema=open_schema)])
-    for i in range(3):
+    for i in range(STRICT_N):
         body = cr(f"{group}/v1", "Gadget", f"g{i}", spec={"size": 1, "color": "red"}, status={"phase": "Ready"})
         create_with_status(kube, d, body, namespace)
     taken = ("--include-resources", f"gadgets.{group}")
@@ -391,7 +394,7 @@ def test_a_strict_restore_stays_short_while_the_cluster_lacks_what_the_server_dr
         code, judged = restored("--strict")
         assert code == ExitStatus.PARTIAL_FAILURE, (attempt, judged)
         found = {f["reason"]: f for f in judged["reasons"]}["ServerChanged"]
-        assert found["count"] == 3 and all("spec.color pruned" in n for n in found["names"]), (attempt, found)
+        assert found["count"] == STRICT_N and all("spec.color pruned" in n for n in found["names"]), (attempt, found)
     code, judged = restored()
     assert (code, judged["outcome"]) == (ExitStatus.SUCCESS, "done"), "not strict: the statuses are all there"
 
@@ -399,4 +402,4 @@ def test_a_strict_restore_stays_short_while_the_cluster_lacks_what_the_server_dr
     code, judged = restored("--strict", "--existing-resource-policy", "update")
     assert (code, judged["outcome"]) == (ExitStatus.SUCCESS, "done"), judged
     rt = discover(kube).by_qualified(f"gadgets.{group}")
-    assert [kube.get(rt, namespace, f"g{i}")["spec"]["color"] for i in range(3)] == ["red"] * 3
+    assert [kube.get(rt, namespace, f"g{i}")["spec"]["color"] for i in range(STRICT_N)] == ["red"] * STRICT_N
