@@ -30,7 +30,7 @@ from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.kube.transport import Request
 from statusvault.model import KubeObject, ResourceType, Selection, name_matches, object_key, writes_status
-from statusvault.processes import WorkerSpec
+from statusvault.processes import WorkerSettings
 from statusvault.processes.pool import WorkerPool
 from statusvault.runtime.killpoints import kill_point
 from statusvault.runtime.progress import NullProgress, Progress
@@ -146,7 +146,7 @@ class BackupRequest:
     lock: ObjectLock | None = None  # S3 Object Lock on the archive and the manifest (not on the writer lease)
     page_size: int = 500
     list_concurrency: int = 1  # LIST streams at once (types, namespaces)
-    listers: WorkerSpec | None = None  # worker processes that list; None (or one process): this process's threads
+    listers: WorkerSettings | None = None  # worker processes that list; None (or one process): this process's threads
     progress: Progress = dataclasses.field(default_factory=NullProgress)
     compresslevel: int = 3
     # what the selected objects need comes with them (backup/closure.py); None: where a project's rules say so

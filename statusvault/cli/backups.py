@@ -41,7 +41,7 @@ from statusvault.cli.output import OutputFormat, emit, human_size, table
 from statusvault.cli.watchviews import is_watch, verify_watch
 from statusvault.dependencies import Reference
 from statusvault.errors import ArchiveError, BackupExistsError
-from statusvault.processes import WorkerSpec
+from statusvault.processes import WorkerSettings
 from statusvault.storage.base import (
     ObjectLock,
     ObjectStore,
@@ -242,7 +242,7 @@ def backup_request(app: App, args: BackupArgs, name: str, store: ObjectStore) ->
         list_concurrency=args.list_concurrency,
         with_dependencies=args.with_dependencies,
         allow_plaintext_secrets=args.allow_plaintext_secrets,
-        listers=WorkerSpec(
+        listers=WorkerSettings(
             kubeconfig=app.kubeconfig,
             context=app.worker_context(),
             processes=args.processes or default_list_processes(args.list_concurrency),

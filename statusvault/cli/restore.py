@@ -39,7 +39,7 @@ from statusvault.cli.restoreview import render
 from statusvault.errors import ExitStatus, Interrupted, PartialFailure, StatusVaultError
 from statusvault.kube.client import KubeClient
 from statusvault.model import DryRun
-from statusvault.processes import WorkerSpec
+from statusvault.processes import WorkerSettings
 from statusvault.restore.configfile import read_config
 from statusvault.restore.core.settle import SETTLE_ENV, SETTLE_SECONDS
 from statusvault.restore.modifiers import Modifiers, load_modifiers
@@ -406,11 +406,11 @@ def check_outcome(judged: Verdict, what: str, dry_run: DryRun = DryRun.NONE, sig
         raise PartialFailure(judged.message(what) + then)
 
 
-def worker_spec(app: App, args: RestoreArgs) -> WorkerSpec:
+def worker_spec(app: App, args: RestoreArgs) -> WorkerSettings:
     """Worker processes reach the cluster as this process does; the QPS budget is shared by all of them."""
     explicit = args.processes is not None  # then every wave goes to the processes, small ones too
     processes = args.processes or default_processes()
-    return WorkerSpec(
+    return WorkerSettings(
         kubeconfig=app.kubeconfig,
         context=app.worker_context(),
         processes=processes,

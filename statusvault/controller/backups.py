@@ -22,7 +22,7 @@ from statusvault.flagtable import check_options, flag_value, value_key
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject, Selection
-from statusvault.processes import WorkerSpec
+from statusvault.processes import WorkerSettings
 from statusvault.storage.base import ObjectLock, ObjectStore, locking, relock, validate_backup_name
 from statusvault.store.retention import asked_lock
 
@@ -89,7 +89,7 @@ def run_backup(
     store: ObjectStore,
     key: Keys,
     intent: BackupIntent,
-    workers: WorkerSpec,
+    workers: WorkerSettings,
     cancel: threading.Event | None = None,
     signer: Signer | None = None,
 ) -> Run:

@@ -52,7 +52,7 @@ from statusvault.errors import (
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import KubeObject, ResourceType
-from statusvault.processes import WorkerSpec
+from statusvault.processes import WorkerSettings
 from statusvault.restore.modifiers import Modifiers, load_modifiers
 from statusvault.restore.options import RestoreOptions
 from statusvault.restore.results.report import RestoreReport
@@ -445,11 +445,11 @@ class Controller:
             chosen += [KmsKek(k).public_key() for k in intent.verify_kms_key_ids]
         return dataclasses.replace(ring, verifiers=tuple(chosen))
 
-    def _workers(self, processes: int, parallel: int, user: str = "") -> WorkerSpec:
+    def _workers(self, processes: int, parallel: int, user: str = "") -> WorkerSettings:
         """Large waves across processes, as `statusvault restore` does: auto (0) uses the CPUs the pod may use;
         each worker acts as `user` when the parent impersonates one."""
         explicit = processes > 0  # then every wave goes to the processes, small ones too
-        return WorkerSpec(
+        return WorkerSettings(
             impersonate=user,
             kubeconfig=self.config.kubeconfig,
             context=self.config.context,

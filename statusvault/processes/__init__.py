@@ -30,7 +30,7 @@ Done = Callable[[Any, BaseException | None], None]  # (result, None) or (None, e
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class WorkerSpec:
+class WorkerSettings:
     """How worker processes reach the API server, and how many there are."""
 
     kubeconfig: str | None = None

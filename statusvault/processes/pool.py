@@ -16,7 +16,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from statusvault.errors import StatusVaultError
-from statusvault.processes import BATCH, Done, Emit, Job, WorkerLost, WorkerSpec
+from statusvault.processes import BATCH, Done, Emit, Job, WorkerLost, WorkerSettings
 from statusvault.processes.worker import worker_main
 from statusvault.runtime.throttle import SharedTokenBucket
 
@@ -64,7 +64,7 @@ class WorkerPool:
     all) or one cannot set itself up, the pool breaks: every open task ends with that error, every wait
     raises it. Tasks are sent to a worker only once it is ready, after the value `share`d last."""
 
-    def __init__(self, spec: WorkerSpec, job: Job, *, role: str, depth: int = 1, resend: int = 0, grace: float = 0):
+    def __init__(self, spec: WorkerSettings, job: Job, *, role: str, depth: int = 1, resend: int = 0, grace: float = 0):
         self.ctx = multiprocessing.get_context("spawn")  # the parent runs threads: never fork it
         self.spec, self.job, self.role = spec, job, role
         self.capacity = max(1, spec.parallel) * max(1, depth)

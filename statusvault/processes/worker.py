@@ -15,7 +15,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from statusvault.errors import StatusVaultError
-from statusvault.processes import BATCH, RESULT_DELAY, Job, WorkerSpec, crossable
+from statusvault.processes import BATCH, RESULT_DELAY, Job, WorkerSettings, crossable
 from statusvault.processes.threads import WriterThreads
 from statusvault.runtime.throttle import SharedTokenBucket
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from statusvault.kube.transport import KubeTransport
 
 
-def worker_main(conn: Connection, spec: WorkerSpec, job: Job, bucket: SharedTokenBucket, parent: int) -> None:
+def worker_main(conn: Connection, spec: WorkerSettings, job: Job, bucket: SharedTokenBucket, parent: int) -> None:
     """A worker process: its own connection to the API server and `job`'s state, then tasks from the pipe on
     `spec.parallel` threads until told to stop, or until the parent is gone (what it holds is finished first)."""
     _init(spec.log_format, spec.debug)
@@ -61,7 +61,7 @@ def _init(log_format: str, debug: bool) -> None:
         setup_logging(log_format, debug)
 
 
-def _setup(spec: WorkerSpec, job: Job, bucket: SharedTokenBucket) -> tuple[KubeTransport, Any]:
+def _setup(spec: WorkerSettings, job: Job, bucket: SharedTokenBucket) -> tuple[KubeTransport, Any]:
     """The worker's own connection to the API server (one QPS budget with the others), then the job's state."""
     from statusvault.kube.client import KubeClient
     from statusvault.kube.transport import load_transport

@@ -17,7 +17,7 @@ from statusvault.errors import ArchiveError, ConfigError, ExitStatus
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
 from statusvault.model import DryRun, ResourceType
-from statusvault.processes import WorkerSpec
+from statusvault.processes import WorkerSettings
 from statusvault.restore.core.plan import RestorePlan
 from statusvault.restore.core.servedtypes import ServedTypes
 from statusvault.restore.core.settle import default_settle
@@ -62,7 +62,7 @@ class RestoreRequest:
     stream: bool | None = None
     key: Keys = None  # key files and KMS keys, to decrypt an encrypted backup; verification keys, for a signed one
     parallel: int = PARALLEL  # threads (per process)
-    workers: WorkerSpec | None = None  # worker processes for large waves
+    workers: WorkerSettings | None = None  # worker processes for large waves
     progress: Progress = dataclasses.field(default_factory=NullProgress)
     cancel: threading.Event | None = None  # set from outside (a lost Lease): stop starting objects
     unpause: bool = False  # statusvault unpause: finish an earlier restore and release what it kept paused

@@ -10,7 +10,7 @@ from typing import Any
 import boto3
 import pytest
 
-from statusvault.processes import WorkerSpec
+from statusvault.processes import WorkerSettings
 from statusvault.storage import LocalStore, ObjectStore
 from statusvault.storage.base import S3Options
 from statusvault.storage.s3 import S3Store
@@ -75,7 +75,7 @@ def _store(request, tmp_path) -> ObjectStore:
 
 
 @pytest.fixture
-def worker_spec(tmp_path: Path) -> WorkerSpec:
+def worker_spec(tmp_path: Path) -> WorkerSettings:
     """Two worker processes with a kubeconfig of their own, never connected to (the tests' jobs send nothing)."""
     config = tmp_path / "kubeconfig"
     config.write_text(
@@ -83,4 +83,4 @@ def worker_spec(tmp_path: Path) -> WorkerSpec:
         "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
         "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n"
     )
-    return WorkerSpec(kubeconfig=str(config), processes=2)
+    return WorkerSettings(kubeconfig=str(config), processes=2)

@@ -17,7 +17,7 @@ import pytest
 from statusvault.backup.listers import ListJob, list_in_worker
 from statusvault.backup.spools import InOrder, Record
 from statusvault.errors import KubeApiError, StatusVaultError
-from statusvault.processes import WorkerSpec
+from statusvault.processes import WorkerSettings
 from statusvault.processes.pool import WorkerPool
 
 
@@ -61,11 +61,11 @@ def fake_lister(client, stream: FakeStream, page_size: int) -> Iterator[list[Rec
 
 
 @pytest.fixture
-def spec(worker_spec: WorkerSpec) -> WorkerSpec:
+def spec(worker_spec: WorkerSettings) -> WorkerSettings:
     return worker_spec  # never connected to: the fake lister makes no request
 
 
-def listers(spec: WorkerSpec) -> WorkerPool:
+def listers(spec: WorkerSettings) -> WorkerPool:
     return WorkerPool(spec, ListJob(fake_lister), role="list")
 
 

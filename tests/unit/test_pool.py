@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from statusvault.errors import ConfigError, KubeApiError, StatusVaultError
-from statusvault.processes import Emit, Job, WorkerLost, WorkerSpec
+from statusvault.processes import Emit, Job, WorkerLost, WorkerSettings
 from statusvault.processes import pool as poolmodule
 from statusvault.processes.pool import WorkerPool
 
@@ -77,7 +77,7 @@ def call(pool: WorkerPool, *task: Any, emitted: list[Any] | None = None) -> Any:
 
 
 @pytest.fixture
-def one(worker_spec: WorkerSpec) -> WorkerSpec:
+def one(worker_spec: WorkerSettings) -> WorkerSettings:
     return dataclasses.replace(worker_spec, processes=1)
 
 

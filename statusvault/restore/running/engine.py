@@ -17,7 +17,7 @@ from statusvault.errors import ArchiveError, ConfigError, Interrupted, StatusVau
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import established
 from statusvault.model import DryRun
-from statusvault.processes import WorkerSpec
+from statusvault.processes import WorkerSettings
 from statusvault.restore.core.journal import Journal
 from statusvault.restore.core.plan import Action, Category, PlanItem, RestorePlan
 from statusvault.restore.core.servedtypes import ServedTypes
@@ -43,7 +43,7 @@ class EngineSettings:
     progress: Progress = dataclasses.field(default_factory=NullProgress)
     cancel: threading.Event | None = None  # set from outside (a lost Lease): no new object is started
     release_kept: bool = False  # unpause what --keep-paused left paused too (statusvault unpause)
-    workers: WorkerSpec | None = None  # worker processes for large waves (None or 1 process: threads only)
+    workers: WorkerSettings | None = None  # worker processes for large waves (None or 1 process: threads only)
     origin: float = dataclasses.field(default_factory=time.monotonic)  # when the restore began (timings)
 
 

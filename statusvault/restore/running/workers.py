@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from statusvault.errors import StatusVaultError
 from statusvault.kube.discovery import Discovery
-from statusvault.processes import Emit, Job, WorkerLost, WorkerSpec, available_cpus
+from statusvault.processes import Emit, Job, WorkerLost, WorkerSettings, available_cpus
 from statusvault.processes.pool import WorkerPool
 from statusvault.restore.core.plan import PlanItem
 from statusvault.restore.results.report import ItemResult, Outcome, StatusOutcome
@@ -46,7 +46,7 @@ class WaveWorkers:
     (from the pool's reader thread). A parent that dies closes the pipes: its workers finish what they hold
     and exit."""
 
-    def __init__(self, spec: WorkerSpec, journal: Path, opts: Any, record: Record):
+    def __init__(self, spec: WorkerSettings, journal: Path, opts: Any, record: Record):
         self.record = record
         job = WriteJob(journal, opts)
         self.pool = WorkerPool(spec, job, role="restore", depth=DEPTH, resend=LOST_TRIES, grace=STOP_GRACE)
