@@ -314,9 +314,9 @@ def _source(app: App, args: RestoreArgs, say: Say, run: Run[T]) -> tuple[str, T]
         return args.backup_name, run(store, args.backup_name, "")
     from statusvault.watch.pointintime import moment_of
 
-    with moment_of(store, args.backup_name, args.at, args.keys()) as (moment_store, name, lineage):
-        say(f"restoring watch {args.backup_name} at {args.at} (as {name})")
-        return name, run(moment_store, name, lineage)
+    with moment_of(store, args.backup_name, args.at, args.keys()) as moment:
+        say(f"restoring watch {args.backup_name} as it was at {moment.at.isoformat()} (as {moment.name})")
+        return moment.name, run(moment.store, moment.name, moment.lineage)
 
 
 def _restored(

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from statusvault import rfc3339
 from statusvault.archive.envelope import Keyring, Keys
@@ -97,7 +97,18 @@ class Breaker:
             )
 
 
-Moments = Callable[[ObjectStore, str, str, Keys], contextlib.AbstractContextManager[tuple[ObjectStore, str, str]]]
+class MomentBackup(Protocol):
+    """A watch's moment as a temporary backup (watch/pointintime.py: Moment)."""
+
+    @property
+    def store(self) -> ObjectStore: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def lineage(self) -> str: ...
+
+
+Moments = Callable[[ObjectStore, str, str, Keys], contextlib.AbstractContextManager[MomentBackup]]
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -393,7 +404,7 @@ class Controller:
             if self.config.moments is None:
                 raise ConfigError("spec.at names a watch's moment, which this controller cannot read")
             with self.config.moments(store, intent.backup, intent.at, self._keys_for(intent)) as moment:
-                yield moment
+                yield moment.store, moment.name, moment.lineage
             return
         if not intent.from_velero:
             yield store, intent.backup, ""

@@ -10,7 +10,7 @@ import sqlite3
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -134,11 +134,21 @@ def _count(entry: dict[str, Any], obj: dict[str, Any], is_crd: bool) -> None:
     entry["terminating"] += int("deletionTimestamp" in (obj.get("metadata") or {}))
 
 
+class Moment(NamedTuple):
+    """A watch's moment as a backup: the temporary store holding it, its name there, the lineage a restore of it
+    keys its journal by, and the moment itself (`latest` resolved)."""
+
+    store: ObjectStore
+    name: str
+    lineage: str
+    at: dt.datetime
+
+
 @contextlib.contextmanager
-def moment_of(store: ObjectStore, watch: str, at: str, key: Keys) -> Iterator[tuple[ObjectStore, str, str]]:
-    """`restore --at AT` (or a Restore's spec.at): (a temporary store, the backup name in it, the restore's lineage)
-    for the watch's state at AT (`latest`, or an RFC 3339 time). A restore of `latest` keys its journal by the watch
-    and `latest` (the moment moves on between runs); one of a fixed moment by the moment's own backup."""
+def moment_of(store: ObjectStore, watch: str, at: str, key: Keys) -> Iterator[Moment]:
+    """`restore --at AT` (or a Restore's spec.at): the watch's state at AT (`latest`, or an RFC 3339 time) as a
+    temporary backup. A restore of `latest` keys its journal by the watch and `latest` (the moment moves on between
+    runs); one of a fixed moment by the moment's own backup."""
     wanted = parse_at(at)
-    with point_in_time(store, watch, wanted, key) as (moment_store, name, _):
-        yield moment_store, name, "" if wanted else f"{watch}-at-latest"
+    with point_in_time(store, watch, wanted, key) as (moment_store, name, moment):
+        yield Moment(moment_store, name, "" if wanted else f"{watch}-at-latest", moment)
