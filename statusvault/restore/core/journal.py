@@ -65,6 +65,7 @@ class Journal:
         self._db_lock = threading.Lock()
         self._done: list[tuple[int]] = []  # finished objects not yet committed (one commit per batch)
         self._marks: list[tuple[int, str]] = []  # their status writes' marks (restore/core/settle.write_mark)
+        self._changed: list[tuple[int, str]] = []  # what the server did not keep of writes (mark_changed)
         self._created: set[int] = set()  # created objects not yet committed (same batches)
         self._flushed = time.monotonic()
         self.resumed = self._count("done")  # objects finished by earlier runs
@@ -123,6 +124,16 @@ class Journal:
         if due:
             self._commit_unless_busy()
 
+    def mark_changed(self, item: PlanItem, changes: Sequence[ServerChange]) -> None:
+        """Batched with the done marks: the fields of this object's writes the server dropped or changed, with what
+        was sent, which the audit reads on the cluster until the object holds what was sent (a later write kept it,
+        or someone fixed it)."""
+        with self._lock:
+            self._changed.append((item.seq, json.dumps([[c.path, c.how, c.sent] for c in changes])))
+            due = self._due()
+        if due:
+            self._commit_unless_busy()
+
     def mark_created(self, item: PlanItem) -> None:
         """Batched with the done marks. A re-run that lost this mark to a kill -9 still knows the object as its
         own by its field manager (writes.ObjectWriter.wrote); the mark covers an object whose managedFields
@@ -135,7 +146,7 @@ class Journal:
 
     def _due(self) -> bool:
         """Whether the batched marks are due for a commit (called holding the lock)."""
-        pending = len(self._done) + len(self._created)
+        pending = len(self._done) + len(self._created) + len(self._changed)
         return pending >= DONE_BATCH or time.monotonic() - self._flushed >= DONE_EVERY
 
     def flush(self) -> None:
@@ -157,13 +168,15 @@ class Journal:
         with self._lock:
             done, self._done, self._flushed = self._done, [], time.monotonic()
             marks, self._marks = self._marks, []
+            changed, self._changed = self._changed, []
             created = set(self._created)
-        if done or created:
+        if done or created or changed:
             with self._db:
                 self._db.execute("BEGIN")
                 self._db.executemany("INSERT OR IGNORE INTO created VALUES (?)", [(seq,) for seq in created])
                 self._db.executemany("INSERT OR IGNORE INTO done VALUES (?)", done)
                 self._db.executemany("INSERT OR REPLACE INTO marks VALUES (?, ?)", marks)
+                self._db.executemany("INSERT OR REPLACE INTO changed VALUES (?, ?)", changed)
         with self._lock:
             self._created -= created
 
@@ -175,12 +188,6 @@ class Journal:
             self._db.execute("BEGIN")
             self._db.executemany("DELETE FROM done WHERE seq = ?", [(seq,) for seq in seqs])
             self._db.executemany("DELETE FROM marks WHERE seq = ?", [(seq,) for seq in seqs])
-
-    def mark_changed(self, item: PlanItem, changes: Sequence[ServerChange]) -> None:
-        """The fields of this object's writes the server dropped or changed, with what was sent: the audit reads
-        them on the cluster until the object holds what was sent (a later write kept it, or someone fixed it)."""
-        fields = [[c.path, c.how, c.sent] for c in changes]
-        self._write("INSERT OR REPLACE INTO changed VALUES (?, ?)", (item.seq, json.dumps(fields)))
 
     def changed(self) -> dict[int, list[ServerChange]]:
         """Each object whose fields the server did not keep, as far as the audit last read it."""
