@@ -13,6 +13,7 @@ import pytest
 from statusvault import api
 from statusvault.cli.backups import BackupArgs
 from statusvault.cli.backups import backup as backup_cmd
+from statusvault.cli.declared import long_flag
 from statusvault.cli.restore import RestoreArgs, restore_cmd
 from statusvault.cli.specfields import restore_fields
 from statusvault.controller.intent import INTENT_KEYS, option_key, parse_intent
@@ -49,7 +50,7 @@ def options() -> list[click.Option]:
 
 def sample(param: click.Option) -> object:
     name = str(param.name)
-    key = next(o for o in param.opts if o.startswith("--"))[2:].replace("-", "_")
+    key = api_key(param)
     if key in SAMPLES or name in SAMPLES:
         return SAMPLES.get(key, SAMPLES.get(name))
     kind = param.type
@@ -69,21 +70,26 @@ def sample(param: click.Option) -> object:
 
 
 def api_key(param: click.Option) -> str:
-    return next(o for o in param.opts if o.startswith("--"))[2:].replace("-", "_")
+    return long_flag(param)[2:].replace("-", "_")
+
+
+def read_by_the_api(command, args_type, refused, needs, param, **fixed) -> None:
+    """The API takes `param` by its long name and reads it into the command's values, or refuses it in one line."""
+    key = api_key(param)
+    given = {key: sample(param), **needs.get(key, {})}
+    if key in refused:
+        with pytest.raises(TypeError, match=f"does not take '{key}'"):
+            api.command_values(command, given, refused, **fixed)
+        return
+    values = api.command_values(command, given, refused, **fixed)
+    default = api.command_values(command, {}, refused, **fixed)
+    args, plain = args_type(**values), args_type(**default)
+    assert getattr(args, str(param.name)) != getattr(plain, str(param.name)), f"{key} is read into the run's values"
 
 
 @pytest.mark.parametrize("param", options(), ids=lambda p: p.opts[-1])
 def test_the_api_takes_every_restore_option_by_its_long_name_or_refuses_it_in_one_line(param):
-    key = api_key(param)
-    given = {key: sample(param), **NEEDS.get(key, {})}
-    if key in api.NOT_IN_API:
-        with pytest.raises(TypeError, match=f"does not take '{key}'"):
-            api.command_values(restore_cmd, given, api.NOT_IN_API, backup_name="b")
-        return
-    values = api.command_values(restore_cmd, given, api.NOT_IN_API, backup_name="b")
-    default = api.command_values(restore_cmd, {}, api.NOT_IN_API, backup_name="b")
-    args, plain = RestoreArgs(**values), RestoreArgs(**default)
-    assert getattr(args, str(param.name)) != getattr(plain, str(param.name)), f"{key} is read into the run's values"
+    read_by_the_api(restore_cmd, RestoreArgs, api.NOT_IN_API, NEEDS, param, backup_name="b")
 
 
 BACKUP_NEEDS = {"lock_mode": {"lock_for": "30d"}, "lock_for": {"lock_mode": "governance"}}
@@ -93,16 +99,7 @@ BACKUP_NEEDS = {"lock_mode": {"lock_for": "30d"}, "lock_for": {"lock_mode": "gov
     "param", [p for p in backup_cmd.params if isinstance(p, click.Option)], ids=lambda p: p.opts[-1]
 )
 def test_the_api_takes_every_backup_option_by_its_long_name_or_refuses_it_in_one_line(param):
-    key = api_key(param)
-    given = {key: sample(param), **BACKUP_NEEDS.get(key, {})}
-    if key in api.NOT_IN_BACKUP_API:
-        with pytest.raises(TypeError, match=f"does not take '{key}'"):
-            api.command_values(backup_cmd, given, api.NOT_IN_BACKUP_API, name="b")
-        return
-    values = api.command_values(backup_cmd, given, api.NOT_IN_BACKUP_API, name="b")
-    default = api.command_values(backup_cmd, {}, api.NOT_IN_BACKUP_API, name="b")
-    args, plain = BackupArgs(**values), BackupArgs(**default)
-    assert getattr(args, str(param.name)) != getattr(plain, str(param.name)), f"{key} is read into the run's values"
+    read_by_the_api(backup_cmd, BackupArgs, api.NOT_IN_BACKUP_API, BACKUP_NEEDS, param, name="b")
     assert next(iter(inspect.signature(api.backup).parameters)) == "name", "the backup's name is positional only"
 
 
