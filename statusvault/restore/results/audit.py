@@ -110,9 +110,9 @@ def audit(client: KubeApi, served: Served, plan: RestorePlan, journal: Journal, 
         short = gone | set(again) | {r.name for r in scoped if not (r.mark or r.done)}
         paused_before = [r.name for r in group if live.get(r.name, ("", False))[1] and not r.paused]
         out.left_paused += [(rt, namespace, name) for name in paused_before if name not in short]
-        here = {r.name: r.seq for r in scoped if r.seq in changed and r.name in live and r.name not in gone}
-        if here:
-            kept += _changed_still(client, rt, namespace, here, changed, out)
+        if changed:  # --strict, and some write was not kept: else no pass over the rows for it
+            here = {r.name: r.seq for r in scoped if r.seq in changed and r.name in live and r.name not in gone}
+            kept += _changed_still(client, rt, namespace, here, changed, out) if here else []
     if kept:
         journal.kept_now(kept)
     if undo:
