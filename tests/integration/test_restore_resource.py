@@ -739,3 +739,21 @@ def test_a_restore_cannot_make_the_controller_read_a_file_by_naming_it_as_its_or
     seen = json.dumps(kube.get(restores, ctl_ns, "r-peek")) + json.dumps(events_on(kube, ctl_ns, "r-peek"))
     assert "hunter2" not in seen and "hunter2" not in refused["message"]
     assert kube.list_names(crds.resolve("kc"), namespace) == set(), "nothing restored"
+
+
+def test_a_restore_cannot_make_the_controller_read_a_file_by_naming_it_as_its_moment(
+    run, kube, crds, make, namespace, restores, ctl_ns, controller, tmp_path
+):
+    """spec.at is a moment (RFC 3339 or latest) of a watch in an allowed store, never a path: a tenant's Restore
+    naming a file there is refused before anything is read or written, the file's content nowhere."""
+    secret = tmp_path / "db-password.yaml"
+    secret.write_text("db-password=hunter2-very-secret\n")
+    backed_up(run, kube, make, namespace, 1)
+    kube.create(restores, ctl_ns, restore_body("r-at", backup="nightly", at=str(secret)))
+    controller(ctl_ns)
+
+    refused = wait_phase(restores, kube, ctl_ns, "r-at", "Invalid")
+    assert "invalid --at" in refused["message"] and "RFC 3339" in refused["message"], refused
+    seen = json.dumps(kube.get(restores, ctl_ns, "r-at")) + json.dumps(events_on(kube, ctl_ns, "r-at"))
+    assert "hunter2" not in seen
+    assert kube.list_names(crds.resolve("kc"), namespace) == set(), "nothing restored"
