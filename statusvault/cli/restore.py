@@ -268,7 +268,7 @@ def _restore(app: App, args: RestoreArgs, unpause: bool) -> None:
     report, judged = result.report, result.verdict
     try:
         header = {**report.header(), "verdict": judged.to_dict()}
-        emit_items(header, report.results(), args.output, lambda: render(report))
+        emit_items(header, report.result_lines(), args.output, lambda: render(report))
     finally:
         report.close()
     _check_outcome(judged, name, args.dry_run, stop.signum)

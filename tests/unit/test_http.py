@@ -156,6 +156,41 @@ def test_an_idle_connection_the_server_closed_is_dropped_before_it_is_used(serve
     assert server.connections == 2
 
 
+def test_a_put_on_a_connection_closed_just_now_goes_again_on_a_new_one(serve):
+    """Within FRESH seconds of its last answer, an idempotent request takes the connection without asking whether
+    the server closed it: found closed as the request goes out, the request is sent again, once."""
+    server = serve([ok(b"{}"), None, ok(b"[]")])
+    pool = server.pool()
+    pool.request("GET", "/a", {}, None)
+    deadline = time.monotonic() + 5
+    while not pool._idle[0].dropped():  # the server's FIN arrives
+        assert time.monotonic() < deadline, "the closed connection never looked closed"
+        time.sleep(0.01)
+    pool._idle[0].idle_since = time.monotonic()  # as fresh as a restore's connections, whatever this machine's speed
+    assert pool.request("PUT", "/b", {}, b"{}").data == b"[]"
+    assert server.connections == 2
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"Content-Type: application/json\r\nContent-Length: 12\r\n\r\n",  # the API server's
+        b"content-length:12\r\nconnection: Close\r\n\r\n",  # lower-case, no blank after the colon
+        b"Transfer-Encoding:  chunked \t\r\nX-A: b\r\n\r\n",  # blanks around the value
+        b"Content-Length: 1\r\nContent-Length: 2\r\n\r\n",  # repeated: the last
+        b"Content-Length: 3\nConnection: close\n\n",  # bare LF line ends
+        b"Content-Length : 3\r\n\r\n",  # a blank before the colon: not the header
+        b"Connection-Id: 7\r\nX-Content-Length: 5\r\n\r\n",  # names that only start or end like one
+        b"Content-Length: 1\r2\r\n\r\n",  # a CR inside the value
+        b"X-B: c\r\n\r\n",  # none of them
+    ],
+)
+def test_framing_headers_are_read_as_the_header_grammar_reads_them(head):
+    """The C-level search gives what the line-by-line regex gives, for every kind of header block."""
+    by_regex = {name.lower(): value.lower() for name, value in http._FRAMING.findall(head)}
+    assert http._framing(head) == by_regex
+
+
 @pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
 def test_an_idempotent_request_the_server_closed_on_is_sent_once_more_on_a_new_connection(serve, method):
     server = serve([ok(b"{}"), HANG_UP, ok(b"[]")])  # the connection looks open, and closes on the request

@@ -225,10 +225,14 @@ class RestoreReport:
 
     def results(self) -> Iterator[dict[str, Any]]:
         """Every per-object result, in the order they finished."""
+        return (orjson.loads(line) for line in self.result_lines())
+
+    def result_lines(self) -> Iterator[bytes]:
+        """Every per-object result as compact JSON (without its line end), in the order they finished."""
         self._spool.flush()
         self._spool.seek(0)
         for line in self._spool:
-            yield orjson.loads(line)
+            yield line.rstrip(b"\n")
         self._spool.seek(0, 2)
 
     @property
