@@ -34,6 +34,7 @@ from statusvault.cli.flags import (
 )
 from statusvault.cli.schedule import print_or_apply
 from statusvault.cli.specfields import crds
+from statusvault.controller.backups import LockLimits, lock_modes
 from statusvault.controller.install import ControllerSpec, render
 from statusvault.controller.intent import check_storage
 from statusvault.controller.loop import Controller, ControllerConfig
@@ -46,7 +47,18 @@ SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ControllerRunArgs(StorageArgs, EncryptionArgs, SigningArgs, VerifyKeysArgs):
+class LockLimitArgs:
+    """--lock-modes and --max-lock-for (lock_limit_options)."""
+
+    lock_modes: str
+    max_lock_for: str
+
+    def locks(self) -> LockLimits:
+        return LockLimits(lock_modes(self.lock_modes), self.max_lock_for.strip())
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ControllerRunArgs(StorageArgs, EncryptionArgs, SigningArgs, VerifyKeysArgs, LockLimitArgs):
     namespace: str
     allowed_storage: tuple[str, ...]
     default_service_account: str
@@ -63,7 +75,7 @@ class ControllerRunArgs(StorageArgs, EncryptionArgs, SigningArgs, VerifyKeysArgs
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ControllerRenderArgs(StorageArgs, ManifestArgs):
+class ControllerRenderArgs(StorageArgs, ManifestArgs, LockLimitArgs):
     namespace: str
     replicas: int
     interval: float
@@ -77,6 +89,36 @@ def default_namespace() -> str:
         return SA_NAMESPACE.read_text().strip() or "statusvault"
     except OSError:
         return "statusvault"
+
+
+def lock_limit_options(f: Callable[..., None]) -> Callable[..., None]:
+    """--lock-modes and --max-lock-for: what `controller run` lets a Backup or BackupSchedule lock (`controller
+    render` and `install` pass them to it)."""
+    for option in reversed(
+        [
+            click.option(
+                "--lock-modes",
+                default="governance",
+                show_default=True,
+                envvar="STATUSVAULT_LOCK_MODES",
+                metavar="MODE,...",
+                help="The S3 Object Lock modes a Backup or BackupSchedule may ask for (spec.lock-mode), "
+                "comma-separated from governance and compliance; none (or empty) refuses every mode. Compliance must "
+                "be listed to be allowed: nobody, not even the bucket's owner, can delete its files before their date.",
+            ),
+            click.option(
+                "--max-lock-for",
+                default="",
+                show_default="no maximum",
+                envvar="STATUSVAULT_MAX_LOCK_FOR",
+                metavar="DURATION",
+                help="The longest spec.lock-for a Backup or BackupSchedule may ask for (e.g. 30d, 720h). A legal "
+                "hold (spec.legal-hold) is always allowed: whoever may s3:PutObjectLegalHold lifts it.",
+            ),
+        ]
+    ):
+        f = option(f)
+    return f
 
 
 @click.group("controller")
@@ -145,6 +187,7 @@ def controller() -> None:
     help="A ConfigMap (in --namespace) whose ca.crt is the S3 CA bundle: each BackupSchedule's CronJob mounts it "
     "(`controller install --s3-ca-bundle` makes it and passes it, with --s3-ca-bundle the file it is mounted as).",
 )
+@lock_limit_options
 @state_dir_option
 @encryption_option
 @signing_options
@@ -208,6 +251,7 @@ def controller_config(app: App, args: ControllerRunArgs) -> ControllerConfig:
         signer=args.signer(),
         default_service_account=args.default_service_account,
         require_service_account=args.require_service_account,
+        locks=args.locks(),
         moments=moment_of,
         job=JobSettings(
             storage=str(args.storage or ""),
@@ -228,7 +272,7 @@ def _terminate(controller: Controller, signum: int, frame: object) -> None:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ControllerInstallArgs(StorageArgs):
+class ControllerInstallArgs(StorageArgs, LockLimitArgs):
     namespace: str
     replicas: int
     interval: float
@@ -242,6 +286,7 @@ class ControllerInstallArgs(StorageArgs):
 
 def controller_options(f: Callable[..., None]) -> Callable[..., None]:
     """What `controller render` and `controller install` share."""
+    f = lock_limit_options(f)
     for option in reversed(
         [
             click.option(
@@ -302,6 +347,7 @@ def _render(app: App, args: ControllerRenderArgs) -> None:
         interval=args.interval,
         encryption_secret=args.encryption_key_secret,
         require_service_account=args.require_service_account,
+        locks=args.locks(),
         ca_pem=args.ca_pem(),
     )
     discovery = app.discovery()

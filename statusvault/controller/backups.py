@@ -21,13 +21,51 @@ from statusvault.errors import BackupExistsError, BackupStoppedError, ConfigErro
 from statusvault.flagtable import check_options, flag_value, value_key
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
-from statusvault.model import KubeObject, Selection
+from statusvault.model import KubeObject, Selection, split_csv
 from statusvault.processes import WorkerSettings
 from statusvault.storage.base import ObjectLock, ObjectStore, locking, relock, validate_backup_name
-from statusvault.store.retention import asked_lock
+from statusvault.store.retention import asked_lock, parse_duration
 
 log = logging.getLogger(__name__)
 DEFAULT_LIST_CONCURRENCY = 4
+LOCK_MODES = ("governance", "compliance")
+
+
+@dataclasses.dataclass(frozen=True)
+class LockLimits:
+    """The Object Lock a Backup or BackupSchedule may ask for (`controller run --lock-modes`, `--max-lock-for`).
+    A legal hold is always allowed: whoever may s3:PutObjectLegalHold lifts it."""
+
+    modes: tuple[str, ...] = ("governance",)  # compliance, which nobody can undo, is allowed on purpose only
+    max_for: str = ""  # the longest lock-for, as the administrator wrote it ("": no maximum)
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.modes if m not in LOCK_MODES]
+        if unknown:
+            raise ConfigError(
+                f"--lock-modes: {unknown[0][:50]!r} is not a lock mode (give {', '.join(LOCK_MODES)} or none)"
+            )
+        if self.max_for:
+            try:
+                parse_duration(self.max_for)
+            except ConfigError as e:
+                raise ConfigError(f"--max-lock-for: {e}") from e
+
+    def check(self, mode: str, lock_for: str) -> None:
+        """Refuse a spec's lock-mode or lock-for beyond these limits: ConfigError naming the field, what it asks and
+        what this controller allows."""
+        if mode and mode.lower() not in self.modes:
+            allowed = ", ".join(self.modes) or "none"
+            raise ConfigError(f"spec.lock-mode {mode} is not allowed by this controller (allowed: {allowed})")
+        if lock_for and self.max_for and parse_duration(lock_for) > parse_duration(self.max_for):
+            raise ConfigError(
+                f"spec.lock-for {lock_for} is longer than this controller allows (at most {self.max_for})"
+            )
+
+
+def lock_modes(text: str) -> tuple[str, ...]:
+    """--lock-modes' value: comma-separated modes; "" or "none" allows none."""
+    return () if text.strip().lower() == "none" else tuple(dict.fromkeys(split_csv(text.lower())))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +90,8 @@ class BackupIntent:
         return asked_lock(self.lock_mode, self.lock_for, self.legal_hold, now)
 
 
-def parse_backup(obj: KubeObject) -> BackupIntent:
-    """The backup a Backup's spec asks for; ConfigError names what is wrong."""
+def parse_backup(obj: KubeObject, locks: LockLimits) -> BackupIntent:
+    """The backup a Backup's spec asks for, its lock within `locks`; ConfigError names what is wrong."""
     spec: dict[str, Any] = obj.get("spec") or {}
     values: dict[str, Any] = {value_key(f"--{k}"): tuple(v) if isinstance(v, list) else v for k, v in spec.items()}
     check_options(values)
@@ -66,6 +104,7 @@ def parse_backup(obj: KubeObject) -> BackupIntent:
     lock = (str(spec.get("lock-mode") or ""), str(spec.get("lock-for") or ""))
     legal_hold = bool(flag_value(spec.get("legal-hold"), "spec.legal-hold"))
     asked_lock(*lock, legal_hold, dt.datetime.now(dt.UTC))  # a lock-for that is not a duration: refused now
+    locks.check(*lock)
     return BackupIntent(
         backup,
         str(spec.get("storage") or "").strip() or None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from statusvault.controller.backups import LockLimits
 from statusvault.controller.crd import BACKUP_PLURAL, PLURAL, SCHEDULE_PLURAL
 from statusvault.controller.crd import GROUP as OWN_GROUP
 from statusvault.controller.schedules import BACKUP_ACCOUNT
@@ -43,6 +44,8 @@ class ControllerSpec:
     interval: float = 10.0
     encryption_secret: str = ""  # a Secret whose "key" is the base64 encryption key
     require_service_account: bool = False  # lockdown: no ClusterRole; it acts only as each resource's ServiceAccount
+    # the Object Lock a Backup or BackupSchedule may ask for (controller run --lock-modes, --max-lock-for)
+    locks: LockLimits = dataclasses.field(default_factory=LockLimits)
     ca_pem: str = ""  # the S3 CA bundle's content, carried into the namespace as the ConfigMap CA_CONFIGMAP
 
 
@@ -138,6 +141,7 @@ def deployment(spec: ControllerSpec) -> KubeObject:
         args += ["--credentials-secret", spec.credentials_secret]
     if spec.require_service_account:
         args += ["--require-service-account"]
+    args += lock_limit_args(spec.locks)
     container = secure_container("controller", spec.image, args, spec.credentials_secret)
     container["env"].append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
     container["volumeMounts"].append({"name": "state", "mountPath": STATE_DIR})
@@ -156,6 +160,12 @@ def deployment(spec: ControllerSpec) -> KubeObject:
             "template": pod,
         },
     }
+
+
+def lock_limit_args(locks: LockLimits) -> list[str]:
+    """`controller run`'s --lock-modes and --max-lock-for, each only when not its default."""
+    args = [] if locks.modes == LockLimits().modes else ["--lock-modes", ",".join(locks.modes) or "none"]
+    return args + (["--max-lock-for", locks.max_for] if locks.max_for else [])
 
 
 def render(spec: ControllerSpec, types: list[ResourceType], crds: list[KubeObject]) -> list[KubeObject]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import threading
 import time
@@ -22,7 +23,7 @@ from typing import Any, Protocol
 from statusvault import rfc3339
 from statusvault.archive.envelope import Keyring, Keys
 from statusvault.archive.signing import Signer, file_key_name
-from statusvault.controller.backups import BackupIntent, parse_backup, run_backup
+from statusvault.controller.backups import BackupIntent, LockLimits, parse_backup, run_backup
 from statusvault.controller.conditions import PENDING, Reason
 from statusvault.controller.intent import (
     INTENT_LABEL,
@@ -129,6 +130,7 @@ class ControllerConfig:
     # whom a resource that names no ServiceAccount runs as ("": the controller itself, unless required)
     default_service_account: str = ""
     require_service_account: bool = False  # refuse a resource that names none (and no default is set)
+    locks: LockLimits = dataclasses.field(default_factory=LockLimits)  # the Object Lock a Backup may ask for
     # spec.at: a watch's moment as a temporary backup (watch/pointintime.py: moment_of), given by `controller run`
     # (the watch sits above the controller); None: a Restore naming a moment is refused
     moments: Moments | None = None
@@ -223,11 +225,13 @@ class Controller:
     def reconcile_backup(self, obj: KubeObject) -> bool:
         """A Backup resource."""
         target = ResourceTarget(self.client, self.config.holder, obj, BACKUPS)
-        return self._reconcile(target, lambda: parse_backup(obj), spec_digest(obj), Reason.INVALID_SPEC, self._backup)
+        parse = functools.partial(parse_backup, obj, self.config.locks)
+        return self._reconcile(target, parse, spec_digest(obj), Reason.INVALID_SPEC, self._backup)
 
     def reconcile_schedule(self, obj: KubeObject) -> bool:
         """A BackupSchedule: its CronJob, which runs the backups (nothing runs here)."""
-        reconcile_schedule(self.client, self.discover(False), obj, self.config.namespace, self.config.job)
+        c = self.config
+        reconcile_schedule(self.client, self.discover(False), obj, c.namespace, c.job, c.locks)
         return False
 
     def _reconcile(

@@ -15,7 +15,7 @@ import orjson
 from statusvault import rfc3339
 from statusvault.backup.selection import select_resources
 from statusvault.controller import crd
-from statusvault.controller.backups import parse_backup
+from statusvault.controller.backups import LockLimits, parse_backup
 from statusvault.controller.conditions import conditions
 from statusvault.controller.intent import Phase, digest_of
 from statusvault.errors import ConfigError, Conflict, Invalid, NotFound
@@ -50,11 +50,14 @@ class JobSettings:
     ca_configmap: str = ""  # in the controller's namespace, its "ca.crt" the bundle (`controller install` makes it)
 
 
-def parse_schedule(obj: KubeObject, namespace: str, job: JobSettings, cronjob_api: str) -> ScheduleSpec:
-    """The scheduled backup a BackupSchedule's spec asks for; ConfigError names what is wrong."""
+def parse_schedule(
+    obj: KubeObject, namespace: str, job: JobSettings, cronjob_api: str, locks: LockLimits
+) -> ScheduleSpec:
+    """The scheduled backup a BackupSchedule's spec asks for, its lock within `locks`; ConfigError names what is
+    wrong."""
     spec: dict[str, Any] = obj.get("spec") or {}
     backup_spec = {k: v for k, v in spec.items() if k not in OWN_FIELDS}
-    intent = parse_backup({**obj, "spec": backup_spec})
+    intent = parse_backup({**obj, "spec": backup_spec}, locks)
     if spec.get("ttl"):
         parse_duration(str(spec["ttl"]))
     storage = intent.storage or job.storage
@@ -139,16 +142,17 @@ def served_cronjobs(discovery: Discovery) -> ResourceType | None:
 
 
 def reconcile_schedule(
-    client: KubeApi, discovery: Discovery, obj: KubeObject, namespace: str, job: JobSettings
+    client: KubeApi, discovery: Discovery, obj: KubeObject, namespace: str, job: JobSettings, locks: LockLimits
 ) -> None:
-    """Bring `obj`'s CronJob in line with its spec and record the outcome on its /status (only when it changed)."""
+    """Bring `obj`'s CronJob in line with its spec and record the outcome on its /status (only when it changed); a
+    spec asking for a lock beyond `locks` gets no CronJob."""
     cronjobs = served_cronjobs(discovery)
     live: KubeObject | None = None
     error = ""
     try:
         if cronjobs is None:
             raise ConfigError("this cluster serves no CronJob (batch/v1 or batch/v1beta1)")
-        spec = parse_schedule(obj, namespace, job, f"batch/{cronjobs.version}")
+        spec = parse_schedule(obj, namespace, job, f"batch/{cronjobs.version}", locks)
         live = ensure_cronjob(client, cronjobs, desired(obj, spec, select_resources(discovery, spec.selection)))
     except ConfigError as e:
         error = str(e)

@@ -144,6 +144,11 @@ S3_ARGS = (
 CASES = {
     "default": ({}, ()),
     "lockdown": ({"requireServiceAccount": True}, ("--require-service-account",)),
+    "lock-limits": (
+        {"lockModes": ["governance", "compliance"], "maxLockFor": "90d"},
+        ("--lock-modes", "governance,compliance", "--max-lock-for", "90d"),
+    ),
+    "no-lock-mode": ({"lockModes": []}, ("--lock-modes", "none")),
     "secrets-and-s3": (
         {"credentialsSecret": "s3-creds", "encryptionKeySecret": "backup-key", "s3": S3},
         ("--credentials-secret", "s3-creds", "--encryption-key-secret", "backup-key", *S3_ARGS),

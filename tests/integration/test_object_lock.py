@@ -300,3 +300,62 @@ def test_a_backup_resource_is_locked_as_the_cli_locks_and_refused_where_the_stor
     refused = kube.get(backups, on_dir, "locked")["status"]
     assert refused["phase"] != "Complete" and "cannot lock backups" in refused["message"], refused
     assert not (run.storage / "backups" / "locked").exists(), "nothing written where it could not be locked"
+
+
+def test_a_tenants_backup_asking_for_a_lock_the_controller_does_not_allow_is_refused_before_anything_is_written(
+    run, kube, crds, make, namespace, s3_server, locked_bucket, store, s3
+):
+    """The administrator decides what a tenant may lock. With `controller run`'s defaults (governance only), a Backup
+    asking for compliance, which nobody could lift before its date, is Invalid with an InvalidSpec Event and writes
+    nothing, and a BackupSchedule asking for it gets no CronJob; under --max-lock-for, a governance Backup within it
+    is locked as before and one beyond it refused."""
+    from statusvault.cli.specfields import crds as controller_crds
+    from statusvault.kube.discovery import discover
+    from statusvault.testing.fixtures import ensure_namespace, install_crds
+    from tests.builders import cr, kc_status
+    from tests.integration.crs.test_backup import s3_args
+    from tests.integration.crs.test_restore import KC as KC_VERSION
+    from tests.integration.test_restore_resource import events_on
+
+    served = install_crds(kube, controller_crds())
+    backups, schedules = (served.by_qualified(f"{r}.statusvault.dev") for r in ("backups", "backupschedules"))
+    make(cr(KC_VERSION, "KubernetesCluster", "prod", status=kc_status(4)), namespace)
+    by_default, with_max = unique("ctl-lock"), unique("ctl-max")
+
+    def create(rt, ctl: str, kind: str, name: str, **spec: object) -> None:
+        body = {"namespace": [namespace], "include-crds": False, **spec}
+        kube.create(rt, ctl, {"apiVersion": "statusvault.dev/v1alpha1", "kind": kind, "metadata": {"name": name},
+                              "spec": body})  # fmt: skip
+
+    ensure_namespace(kube, by_default)
+    create(backups, by_default, "Backup", "comply", **{"lock-mode": "compliance", "lock-for": "1d"})
+    create(schedules, by_default, "BackupSchedule", "nightly", schedule="0 2 * * *", **{"lock-mode": "compliance",
+           "lock-for": "1d"})  # fmt: skip
+    ensure_namespace(kube, with_max)
+    create(backups, with_max, "Backup", "within", **{"lock-mode": "governance", "lock-for": "1d"})
+    create(backups, with_max, "Backup", "beyond", **{"lock-mode": "governance", "lock-for": "30d"})
+
+    storage = ["--storage", f"s3://{locked_bucket}/{PREFIX}", *s3_args(s3_server)]
+    assert run("controller", "run", "-n", by_default, "--once", *storage).code == 0
+    assert run("controller", "run", "-n", with_max, "--once", "--max-lock-for", "7d", *storage).code == 0
+
+    refusals = {
+        (by_default, "comply"): "spec.lock-mode compliance is not allowed by this controller (allowed: governance)",
+        (with_max, "beyond"): "spec.lock-for 30d is longer than this controller allows (at most 7d)",
+    }
+    for (ctl, name), refusal in refusals.items():
+        status = kube.get(backups, ctl, name)["status"]
+        stalled = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+        assert (status["phase"], status["message"]) == ("Invalid", refusal), status
+        assert stalled["Ready"] == ("False", "InvalidSpec") and stalled["Stalled"] == ("True", "InvalidSpec")
+        assert events_on(kube, ctl, name, "Backup") == {"InvalidSpec": "Warning"}
+    schedule = kube.get(schedules, by_default, "nightly")["status"]
+    assert (schedule["reason"], schedule["message"]) == ("InvalidSpec", refusals[(by_default, "comply")]), schedule
+    cronjobs = discover(kube).find("batch", "v1", "CronJob")
+    assert kube.get(cronjobs, by_default, "statusvault-nightly") is None, "no CronJob to lock a backup every night"
+
+    assert kube.get(backups, with_max, "within")["status"]["phase"] == "Complete"
+    held = store.lock_of(manifest_key("within"))
+    assert held.mode == "GOVERNANCE" and held.until is not None, held
+    written = {v["Key"] for v in s3.list_object_versions(Bucket=locked_bucket).get("Versions") or []}
+    assert written and all(k.startswith(f"{PREFIX}/backups/within/") for k in written), sorted(written)

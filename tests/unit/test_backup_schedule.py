@@ -6,14 +6,25 @@ from typing import Any
 
 import pytest
 
-from statusvault.controller.schedules import DIGEST, JobSettings, desired, ensure_cronjob, parse_schedule
+from statusvault.controller.backups import LOCK_MODES, LockLimits
+from statusvault.controller.schedules import (
+    DIGEST,
+    SCHEDULES,
+    JobSettings,
+    desired,
+    ensure_cronjob,
+    parse_schedule,
+    reconcile_schedule,
+)
 from statusvault.controller.schedules import schedule_status as status_of
 from statusvault.errors import ConfigError
+from statusvault.kube.discovery import Discovery
 from statusvault.model import ResourceType
 from tests.fake.server import FakeKube
 
 CRONJOBS = ResourceType("batch", "v1", "cronjobs", "CronJob", namespaced=True, has_status=True)
 JOB = JobSettings(storage="s3://b/p", image="img:1", credentials_secret="s3")
+DEFAULT_LOCKS = LockLimits()
 
 
 def schedule(uid: str = "u1", **spec: Any) -> dict[str, Any]:
@@ -21,8 +32,8 @@ def schedule(uid: str = "u1", **spec: Any) -> dict[str, Any]:
     return {"metadata": {"name": "nightly", "namespace": "sv", "uid": uid, "generation": 1}, "spec": spec}
 
 
-def rendered(obj: dict[str, Any]) -> dict[str, Any]:
-    return desired(obj, parse_schedule(obj, "sv", JOB, "batch/v1"), [])
+def rendered(obj: dict[str, Any], locks: LockLimits = DEFAULT_LOCKS) -> dict[str, Any]:
+    return desired(obj, parse_schedule(obj, "sv", JOB, "batch/v1", locks), [])
 
 
 def shell(job: dict[str, Any]) -> str:
@@ -53,7 +64,7 @@ def test_the_cronjob_is_owned_suspended_as_asked_and_tuned_in_its_backup_step():
 )
 def test_what_the_schema_cannot_check_is_refused_by_the_controller(spec, error):
     with pytest.raises(ConfigError, match=error):
-        parse_schedule(schedule(**spec), "sv", JOB, "batch/v1")
+        parse_schedule(schedule(**spec), "sv", JOB, "batch/v1", DEFAULT_LOCKS)
 
 
 def test_the_cronjob_is_rewritten_only_when_what_is_rendered_changes():
@@ -102,7 +113,24 @@ def test_a_name_too_long_for_a_cronjob_is_shortened_uniquely_and_the_same_each_t
 
 
 def test_a_schedules_lock_fields_lock_each_backup_its_cronjob_takes():
-    backup = shell(rendered(schedule(**{"lock-mode": "compliance", "lock-for": "30d", "legal-hold": True})))
+    asked = schedule(**{"lock-mode": "compliance", "lock-for": "30d", "legal-hold": True})
+    backup = shell(rendered(asked, LockLimits(LOCK_MODES)))
     assert "backup --schedule nightly --storage s3://b/p --lock-mode compliance --lock-for 30d --legal-hold" in backup
     with pytest.raises(ConfigError, match="soon"):
-        parse_schedule(schedule(**{"lock-mode": "governance", "lock-for": "soon"}), "sv", JOB, "batch/v1")
+        parse_schedule(
+            schedule(**{"lock-mode": "governance", "lock-for": "soon"}), "sv", JOB, "batch/v1", DEFAULT_LOCKS
+        )
+
+
+def test_a_schedule_asking_for_a_lock_the_controller_does_not_allow_stalls_and_gets_no_cronjob():
+    """The CronJob would lock every backup it takes: the administrator's limits refuse the schedule instead."""
+    kube = FakeKube()
+    kube.put(SCHEDULES, schedule(**{"lock-mode": "compliance", "lock-for": "1d"}))
+    served = Discovery([CRONJOBS, SCHEDULES], [CRONJOBS, SCHEDULES])
+
+    reconcile_schedule(kube, served, kube.get(SCHEDULES, "sv", "nightly"), "sv", JOB, DEFAULT_LOCKS)
+
+    assert kube.get(CRONJOBS, "sv", "statusvault-nightly") is None
+    status = kube.get(SCHEDULES, "sv", "nightly")["status"]
+    assert status["reason"] == "InvalidSpec" and "cronJob" not in status
+    assert status["message"] == "spec.lock-mode compliance is not allowed by this controller (allowed: governance)"

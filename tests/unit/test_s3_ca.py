@@ -12,6 +12,7 @@ import pytest
 
 from statusvault.cli.main import main
 from statusvault.controller import install as controller
+from statusvault.controller.backups import LockLimits
 from statusvault.controller.schedules import JobSettings, parse_schedule
 from statusvault.errors import ConfigError, ExitStatus
 from statusvault.model import KubeObject, Selection
@@ -95,7 +96,7 @@ def test_the_controller_carries_its_bundle_and_passes_it_on_to_its_cronjobs(pem)
 def test_the_controllers_cronjobs_mount_its_configmap_and_make_none():
     job = JobSettings(storage="s3://b/p", s3=S3Options(ca_bundle=CA_FILE), ca_configmap="statusvault-s3-ca")
     obj = {"metadata": {"name": "nightly"}, "spec": {"schedule": "@daily", "keep-last": 2}}
-    spec = parse_schedule(obj, "sv", job, "batch/v1")
+    spec = parse_schedule(obj, "sv", job, "batch/v1", LockLimits())
     assert spec.ca_pem == ""
     assert_mounts(cronjob(spec, [KC]), "statusvault-s3-ca")
 
@@ -103,7 +104,7 @@ def test_the_controllers_cronjobs_mount_its_configmap_and_make_none():
 def test_a_controller_with_a_bundle_file_and_no_configmap_stalls_its_schedules():
     job = JobSettings(storage="s3://b/p", s3=S3Options(ca_bundle="/etc/ssl/ca.pem"))
     with pytest.raises(ConfigError, match="give it --s3-ca-configmap"):
-        parse_schedule({"metadata": {"name": "n"}, "spec": {"schedule": "@daily"}}, "sv", job, "batch/v1")
+        parse_schedule({"metadata": {"name": "n"}, "spec": {"schedule": "@daily"}}, "sv", job, "batch/v1", LockLimits())
 
 
 def test_a_watch_carries_its_bundle_in_its_own_configmap(pem):
