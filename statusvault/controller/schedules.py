@@ -136,6 +136,32 @@ def schedule_status(obj: KubeObject, job: KubeObject | None, error: str) -> dict
     return status
 
 
+def suspend_refused(client: KubeApi, rt: ResourceType, obj: KubeObject, namespace: str) -> KubeObject | None:
+    """Suspend the CronJob an earlier spec of `obj` made (its status names it), now that the controller refuses the
+    spec: it would go on taking backups as the refused spec no longer may (a lock the administrator has since
+    forbidden). Its digest goes too, so that it is rendered again once the spec is fixed. Returns it (suspended), or
+    None when there is none of `obj`'s."""
+    name = str((obj.get("status") or {}).get("cronJob") or "")
+    live = client.get(rt, namespace, name) if name else None
+    owners = {o.get("uid") for o in live["metadata"].get("ownerReferences") or []} if live is not None else set()
+    if live is None or obj["metadata"]["uid"] not in owners:
+        return None
+    annotations = live["metadata"].get("annotations") or {}
+    if (live.get("spec") or {}).get("suspend") and DIGEST not in annotations:
+        return live  # suspended by an earlier pass
+    meta = {**live["metadata"], "annotations": {k: v for k, v in annotations.items() if k != DIGEST}}
+    try:
+        suspended = client.replace(
+            rt, namespace, name, {**live, "metadata": meta, "spec": {**live["spec"], "suspend": True}}
+        )
+    except (Conflict, NotFound):  # changed or deleted meanwhile: the next pass looks again
+        return None
+    log.warning(
+        "BackupSchedule %s/%s is refused: its CronJob %s is suspended", namespace, obj["metadata"]["name"], name
+    )
+    return suspended
+
+
 def served_cronjobs(discovery: Discovery) -> ResourceType | None:
     """CronJob at batch/v1 from Kubernetes 1.21; only batch/v1beta1 before (not batch's preferred version)."""
     return discovery.find("batch", "v1", "CronJob") or discovery.find("batch", "v1beta1", "CronJob")
@@ -145,7 +171,8 @@ def reconcile_schedule(
     client: KubeApi, discovery: Discovery, obj: KubeObject, namespace: str, job: JobSettings, locks: LockLimits
 ) -> None:
     """Bring `obj`'s CronJob in line with its spec and record the outcome on its /status (only when it changed); a
-    spec asking for a lock beyond `locks` gets no CronJob."""
+    spec asking for a lock beyond `locks` gets no CronJob, and one the controller refuses stops the CronJob an
+    earlier spec made (suspend_refused)."""
     cronjobs = served_cronjobs(discovery)
     live: KubeObject | None = None
     error = ""
@@ -158,6 +185,8 @@ def reconcile_schedule(
         error = str(e)
     except Invalid as e:  # the server refused the CronJob (a bad cron expression): the spec's fault
         error = f"the CronJob was refused: {e}"
+    if error and cronjobs is not None and (live := suspend_refused(client, cronjobs, obj, namespace)) is not None:
+        error += f" (its CronJob {live['metadata']['name']} is suspended until the spec is fixed)"
     status = schedule_status(obj, live, error)
     if status == obj.get("status"):
         return

@@ -134,3 +134,48 @@ def test_a_schedule_asking_for_a_lock_the_controller_does_not_allow_stalls_and_g
     status = kube.get(SCHEDULES, "sv", "nightly")["status"]
     assert status["reason"] == "InvalidSpec" and "cronJob" not in status
     assert status["message"] == "spec.lock-mode compliance is not allowed by this controller (allowed: governance)"
+
+
+def test_a_schedule_refused_after_its_cronjob_was_made_has_that_cronjob_suspended_until_it_is_fixed():
+    """The CronJob of an earlier, allowed spec would go on locking backups as the refused spec asks: it is
+    suspended (and said so), stays so pass after pass, and is rendered again once the spec is allowed."""
+    kube = FakeKube()
+    served = Discovery([CRONJOBS, SCHEDULES], [CRONJOBS, SCHEDULES])
+    kube.put(SCHEDULES, schedule(**{"lock-mode": "compliance", "lock-for": "1d"}))
+    everything = LockLimits(LOCK_MODES)
+    reconcile_schedule(kube, served, kube.get(SCHEDULES, "sv", "nightly"), "sv", JOB, everything)
+    assert kube.get(CRONJOBS, "sv", "statusvault-nightly")["spec"]["suspend"] is False
+
+    versions = []
+    for _ in range(2):  # the administrator allows governance only: refused, and stable from the first pass on
+        reconcile_schedule(kube, served, kube.get(SCHEDULES, "sv", "nightly"), "sv", JOB, DEFAULT_LOCKS)
+        versions.append(kube.get(SCHEDULES, "sv", "nightly")["metadata"]["resourceVersion"])
+    assert versions[0] == versions[1], "the second pass wrote the status again"
+    job = kube.get(CRONJOBS, "sv", "statusvault-nightly")
+    assert job["spec"]["suspend"] is True and DIGEST not in job["metadata"]["annotations"]
+    status = kube.get(SCHEDULES, "sv", "nightly")["status"]
+    assert status["reason"] == "InvalidSpec" and status["cronJob"] == "statusvault-nightly"
+    assert status["message"].endswith("(its CronJob statusvault-nightly is suspended until the spec is fixed)")
+
+    fixed = kube.get(SCHEDULES, "sv", "nightly")
+    fixed["spec"]["lock-mode"] = "governance"
+    kube.replace(SCHEDULES, "sv", "nightly", fixed)
+    reconcile_schedule(kube, served, kube.get(SCHEDULES, "sv", "nightly"), "sv", JOB, DEFAULT_LOCKS)
+    job = kube.get(CRONJOBS, "sv", "statusvault-nightly")
+    assert job["spec"]["suspend"] is False and "--lock-mode governance" in shell(job)
+    assert kube.get(SCHEDULES, "sv", "nightly")["status"]["reason"] == "Scheduled"
+
+
+def test_a_refused_schedule_leaves_a_cronjob_it_does_not_own_alone():
+    kube = FakeKube()
+    served = Discovery([CRONJOBS, SCHEDULES], [CRONJOBS, SCHEDULES])
+    other = rendered(schedule(uid="someone-else"))
+    kube.put(CRONJOBS, other)
+    refused = {
+        **schedule(**{"lock-mode": "compliance", "lock-for": "1d"}),
+        "status": {"cronJob": "statusvault-nightly"},
+    }
+    kube.put(SCHEDULES, refused)
+    reconcile_schedule(kube, served, kube.get(SCHEDULES, "sv", "nightly"), "sv", JOB, DEFAULT_LOCKS)
+    assert kube.get(CRONJOBS, "sv", "statusvault-nightly")["spec"]["suspend"] is False
+    assert kube.get(SCHEDULES, "sv", "nightly")["status"]["message"].endswith("(allowed: governance)")
