@@ -359,3 +359,44 @@ def test_a_tenants_backup_asking_for_a_lock_the_controller_does_not_allow_is_ref
     assert held.mode == "GOVERNANCE" and held.until is not None, held
     written = {v["Key"] for v in s3.list_object_versions(Bucket=locked_bucket).get("Versions") or []}
     assert written and all(k.startswith(f"{PREFIX}/backups/within/") for k in written), sorted(written)
+
+
+def test_a_schedules_cronjob_made_before_the_limits_is_suspended_once_they_refuse_it(
+    run, kube, crds, namespace, s3_server, locked_bucket
+):
+    """A BackupSchedule whose compliance CronJob a controller allowing compliance made: run with the default limits,
+    the controller suspends that CronJob (it would go on locking a backup every night) and says so, pass after pass;
+    allowed again, the CronJob runs again."""
+    from statusvault.cli.specfields import crds as controller_crds
+    from statusvault.controller.schedules import served_cronjobs
+    from statusvault.kube.discovery import discover
+    from statusvault.testing.fixtures import ensure_namespace, install_crds
+    from tests.integration.crs.test_backup import s3_args
+
+    schedules = install_crds(kube, controller_crds()).by_qualified("backupschedules.statusvault.dev")
+    ctl = unique("ctl-was")
+    ensure_namespace(kube, ctl)
+    spec = {"namespace": [namespace], "schedule": "0 2 * * *", "lock-mode": "compliance", "lock-for": "1d"}
+    kube.create(schedules, ctl, {"apiVersion": "statusvault.dev/v1alpha1", "kind": "BackupSchedule",
+                                 "metadata": {"name": "nightly"}, "spec": spec})  # fmt: skip
+    cronjobs = served_cronjobs(discover(kube))
+    assert cronjobs is not None
+    controller = ("controller", "run", "-n", ctl, "--once", "--storage", f"s3://{locked_bucket}/{PREFIX}",
+                  *s3_args(s3_server))  # fmt: skip
+
+    assert run(*controller, "--lock-modes", "governance,compliance").code == 0
+    assert kube.get(cronjobs, ctl, "statusvault-nightly")["spec"]["suspend"] is False
+
+    for _ in range(2):  # the administrator's default limits: refused, suspended, and the same on the next pass
+        assert run(*controller).code == 0
+    status = kube.get(schedules, ctl, "nightly")["status"]
+    assert status["reason"] == "InvalidSpec", status
+    assert status["message"] == (
+        "spec.lock-mode compliance is not allowed by this controller (allowed: governance) "
+        "(its CronJob statusvault-nightly is suspended until the spec is fixed)"
+    )
+    assert kube.get(cronjobs, ctl, "statusvault-nightly")["spec"]["suspend"] is True
+
+    assert run(*controller, "--lock-modes", "governance,compliance").code == 0
+    assert kube.get(cronjobs, ctl, "statusvault-nightly")["spec"]["suspend"] is False
+    assert kube.get(schedules, ctl, "nightly")["status"]["reason"] == "Scheduled"
