@@ -231,7 +231,7 @@ class Controller:
     def reconcile_schedule(self, obj: KubeObject) -> bool:
         """A BackupSchedule: its CronJob, which runs the backups (nothing runs here)."""
         c = self.config
-        reconcile_schedule(self.client, self.discover(False), obj, c.namespace, c.job, c.locks)
+        reconcile_schedule(self.client, self.discover(False), obj, c.namespace, c.job, c.locks, c.holder)
         return False
 
     def _reconcile(

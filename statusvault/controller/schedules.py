@@ -18,6 +18,7 @@ from statusvault.controller import crd
 from statusvault.controller.backups import LockLimits, parse_backup
 from statusvault.controller.conditions import conditions
 from statusvault.controller.intent import Phase, digest_of
+from statusvault.controller.targets import record_event
 from statusvault.errors import ConfigError, Conflict, Invalid, NotFound
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
@@ -168,11 +169,18 @@ def served_cronjobs(discovery: Discovery) -> ResourceType | None:
 
 
 def reconcile_schedule(
-    client: KubeApi, discovery: Discovery, obj: KubeObject, namespace: str, job: JobSettings, locks: LockLimits
+    client: KubeApi,
+    discovery: Discovery,
+    obj: KubeObject,
+    namespace: str,
+    job: JobSettings,
+    locks: LockLimits,
+    holder: str = "",
 ) -> None:
     """Bring `obj`'s CronJob in line with its spec and record the outcome on its /status (only when it changed); a
     spec asking for a lock beyond `locks` gets no CronJob, and one the controller refuses stops the CronJob an
-    earlier spec made (suspend_refused)."""
+    earlier spec made (suspend_refused). A refusal is also a Warning Event (InvalidSpec) on `obj`, once per
+    message, as a Backup's is; `holder` is the replica that says so."""
     cronjobs = served_cronjobs(discovery)
     live: KubeObject | None = None
     error = ""
@@ -190,7 +198,12 @@ def reconcile_schedule(
     status = schedule_status(obj, live, error)
     if status == obj.get("status"):
         return
-    if error:
-        log.error("BackupSchedule %s/%s: %s", namespace, obj["metadata"]["name"], error)
+    old = obj.get("status") or {}
+    if error and (old.get("reason"), old.get("message")) != ("InvalidSpec", error):  # said once per message
+        meta = obj["metadata"]
+        log.error("BackupSchedule %s/%s: %s", namespace, meta["name"], error)
+        involved = {"apiVersion": crd.API_VERSION, "kind": crd.SCHEDULE_KIND, "name": meta["name"],
+                    "namespace": namespace, "uid": meta.get("uid", "")}  # fmt: skip
+        record_event(client, namespace, holder, involved, "Warning", "InvalidSpec", error)
     with contextlib.suppress(NotFound, Conflict):  # changed or deleted: the next pass sees what is there
         client.replace(SCHEDULES, namespace, obj["metadata"]["name"], {**obj, "status": status}, sub="status")

@@ -372,6 +372,7 @@ def test_a_schedules_cronjob_made_before_the_limits_is_suspended_once_they_refus
     from statusvault.kube.discovery import discover
     from statusvault.testing.fixtures import ensure_namespace, install_crds
     from tests.integration.crs.test_backup import s3_args
+    from tests.integration.test_restore_resource import events_on
 
     schedules = install_crds(kube, controller_crds()).by_qualified("backupschedules.statusvault.dev")
     ctl = unique("ctl-was")
@@ -396,6 +397,7 @@ def test_a_schedules_cronjob_made_before_the_limits_is_suspended_once_they_refus
         "(its CronJob statusvault-nightly is suspended until the spec is fixed)"
     )
     assert kube.get(cronjobs, ctl, "statusvault-nightly")["spec"]["suspend"] is True
+    assert events_on(kube, ctl, "nightly", "BackupSchedule") == {"InvalidSpec": "Warning"}
 
     assert run(*controller, "--lock-modes", "governance,compliance").code == 0
     assert kube.get(cronjobs, ctl, "statusvault-nightly")["spec"]["suspend"] is False

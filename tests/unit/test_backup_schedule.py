@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -20,11 +21,16 @@ from statusvault.controller.schedules import schedule_status as status_of
 from statusvault.errors import ConfigError
 from statusvault.kube.discovery import Discovery
 from statusvault.model import ResourceType
+from statusvault.vocabulary.kinds import EVENTS
 from tests.fake.server import FakeKube
 
 CRONJOBS = ResourceType("batch", "v1", "cronjobs", "CronJob", namespaced=True, has_status=True)
 JOB = JobSettings(storage="s3://b/p", image="img:1", credentials_secret="s3")
 DEFAULT_LOCKS = LockLimits()
+
+
+def events(kube: FakeKube) -> list[dict[str, Any]]:
+    return list(itertools.chain.from_iterable(kube.list_pages(EVENTS, "sv")))
 
 
 def schedule(uid: str = "u1", **spec: Any) -> dict[str, Any]:
@@ -134,6 +140,9 @@ def test_a_schedule_asking_for_a_lock_the_controller_does_not_allow_stalls_and_g
     status = kube.get(SCHEDULES, "sv", "nightly")["status"]
     assert status["reason"] == "InvalidSpec" and "cronJob" not in status
     assert status["message"] == "spec.lock-mode compliance is not allowed by this controller (allowed: governance)"
+    assert [(e["type"], e["reason"], e["involvedObject"]["kind"]) for e in events(kube)] == [
+        ("Warning", "InvalidSpec", "BackupSchedule")
+    ]
 
 
 def test_a_schedule_refused_after_its_cronjob_was_made_has_that_cronjob_suspended_until_it_is_fixed():
@@ -151,6 +160,8 @@ def test_a_schedule_refused_after_its_cronjob_was_made_has_that_cronjob_suspende
         reconcile_schedule(kube, served, kube.get(SCHEDULES, "sv", "nightly"), "sv", JOB, DEFAULT_LOCKS)
         versions.append(kube.get(SCHEDULES, "sv", "nightly")["metadata"]["resourceVersion"])
     assert versions[0] == versions[1], "the second pass wrote the status again"
+    said = kube.get(SCHEDULES, "sv", "nightly")["status"]["message"]
+    assert [e["message"] for e in events(kube)] == [said], "one Event per refusal, not one per pass"
     job = kube.get(CRONJOBS, "sv", "statusvault-nightly")
     assert job["spec"]["suspend"] is True and DIGEST not in job["metadata"]["annotations"]
     status = kube.get(SCHEDULES, "sv", "nightly")["status"]
