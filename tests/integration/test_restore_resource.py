@@ -723,37 +723,34 @@ def test_a_restore_naming_a_verification_key_never_restores_a_backup_it_did_not_
     assert kube.get(crds.resolve("kc"), namespace, "k-0")["status"] == kc_status(0)
 
 
-def test_a_restore_cannot_make_the_controller_read_a_file_by_naming_it_as_its_order(
-    run, kube, crds, make, namespace, restores, ctl_ns, controller, tmp_path
-):
-    """A tenant's Restore names a file on the controller's disk as spec.order: refused as an unknown profile, the
-    file never read, its content in no status and no Event."""
+def refused_as_a_file(run, kube, crds, make, namespace, restores, ctl_ns, controller, tmp_path, field: str) -> str:
+    """A tenant's Restore naming a secret file on the controller's disk as `field`: Invalid, nothing restored, the
+    file's content in no status and no Event. Returns the refusal's message."""
     secret = tmp_path / "db-password.yaml"
     secret.write_text("db-password=hunter2-very-secret\n")
     backed_up(run, kube, make, namespace, 1)
-    kube.create(restores, ctl_ns, restore_body("r-peek", backup="nightly", order=str(secret)))
+    kube.create(restores, ctl_ns, restore_body("r-peek", backup="nightly", **{field: str(secret)}))
     controller(ctl_ns)
 
     refused = wait_phase(restores, kube, ctl_ns, "r-peek", "Invalid")
-    assert "names a profile, never a file" in refused["message"]
     seen = json.dumps(kube.get(restores, ctl_ns, "r-peek")) + json.dumps(events_on(kube, ctl_ns, "r-peek"))
     assert "hunter2" not in seen and "hunter2" not in refused["message"]
     assert kube.list_names(crds.resolve("kc"), namespace) == set(), "nothing restored"
+    return str(refused["message"])
+
+
+def test_a_restore_cannot_make_the_controller_read_a_file_by_naming_it_as_its_order(
+    run, kube, crds, make, namespace, restores, ctl_ns, controller, tmp_path
+):
+    """spec.order is a profile's name, never a file: refused as an unknown profile, the file never read."""
+    message = refused_as_a_file(run, kube, crds, make, namespace, restores, ctl_ns, controller, tmp_path, "order")
+    assert "names a profile, never a file" in message
 
 
 def test_a_restore_cannot_make_the_controller_read_a_file_by_naming_it_as_its_moment(
     run, kube, crds, make, namespace, restores, ctl_ns, controller, tmp_path
 ):
-    """spec.at is a moment (RFC 3339 or latest) of a watch in an allowed store, never a path: a tenant's Restore
-    naming a file there is refused before anything is read or written, the file's content nowhere."""
-    secret = tmp_path / "db-password.yaml"
-    secret.write_text("db-password=hunter2-very-secret\n")
-    backed_up(run, kube, make, namespace, 1)
-    kube.create(restores, ctl_ns, restore_body("r-at", backup="nightly", at=str(secret)))
-    controller(ctl_ns)
-
-    refused = wait_phase(restores, kube, ctl_ns, "r-at", "Invalid")
-    assert "invalid --at" in refused["message"] and "RFC 3339" in refused["message"], refused
-    seen = json.dumps(kube.get(restores, ctl_ns, "r-at")) + json.dumps(events_on(kube, ctl_ns, "r-at"))
-    assert "hunter2" not in seen
-    assert kube.list_names(crds.resolve("kc"), namespace) == set(), "nothing restored"
+    """spec.at is a moment (RFC 3339 or latest) of a watch in an allowed store, never a path: refused before
+    anything is read or written."""
+    message = refused_as_a_file(run, kube, crds, make, namespace, restores, ctl_ns, controller, tmp_path, "at")
+    assert "invalid --at" in message and "RFC 3339" in message, message

@@ -144,7 +144,9 @@ def test_a_connection_closed_before_answering_or_mid_body_is_an_error_and_not_re
     assert server.connections == 3
 
 
-def test_an_idle_connection_the_server_closed_is_dropped_before_it_is_used(serve):
+def closed_while_idle(serve) -> tuple[RawServer, HttpPool]:
+    """A pool whose one idle connection the server has closed after answering (its FIN arrived), and the server,
+    which answers the next request on a new connection."""
     server = serve([ok(b"{}"), None, ok(b"[]")])  # the server closes the connection once it has answered
     pool = server.pool()
     pool.request("GET", "/a", {}, None)
@@ -152,6 +154,11 @@ def test_an_idle_connection_the_server_closed_is_dropped_before_it_is_used(serve
     while not pool._idle[0].dropped():  # the server's FIN arrives
         assert time.monotonic() < deadline, "the closed connection never looked closed"
         time.sleep(0.01)
+    return server, pool
+
+
+def test_an_idle_connection_the_server_closed_is_dropped_before_it_is_used(serve):
+    server, pool = closed_while_idle(serve)
     assert pool.request("POST", "/b", {}, b"{}").data == b"[]", "even a POST: it never went out on the dead one"
     assert server.connections == 2
 
@@ -159,13 +166,7 @@ def test_an_idle_connection_the_server_closed_is_dropped_before_it_is_used(serve
 def test_a_put_on_a_connection_closed_just_now_goes_again_on_a_new_one(serve):
     """Within FRESH seconds of its last answer, an idempotent request takes the connection without asking whether
     the server closed it: found closed as the request goes out, the request is sent again, once."""
-    server = serve([ok(b"{}"), None, ok(b"[]")])
-    pool = server.pool()
-    pool.request("GET", "/a", {}, None)
-    deadline = time.monotonic() + 5
-    while not pool._idle[0].dropped():  # the server's FIN arrives
-        assert time.monotonic() < deadline, "the closed connection never looked closed"
-        time.sleep(0.01)
+    server, pool = closed_while_idle(serve)
     pool._idle[0].idle_since = time.monotonic()  # as fresh as a restore's connections, whatever this machine's speed
     assert pool.request("PUT", "/b", {}, b"{}").data == b"[]"
     assert server.connections == 2
