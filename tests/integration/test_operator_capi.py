@@ -55,6 +55,7 @@ CAPI_TYPES = (
 )  # fmt: skip
 PAUSED = "cluster.x-k8s.io/paused"
 OBSERVED = 15  # seconds the workload cluster must stay steady, Cluster API running on, before the count
+SETTLE = 480  # seconds it may take to get there: about 40 on an idle machine, more than 300 once under a loaded CI
 
 
 def listed(kube: KubeClient, qualified: str) -> list[dict[str, Any]]:
@@ -65,32 +66,57 @@ def listed(kube: KubeClient, qualified: str) -> list[dict[str, Any]]:
 
 def steady(kube: KubeClient) -> bool:
     """Every Machine Running with a provider ID and a node, the control plane and the workers ready."""
+    return not unsteady(kube)
+
+
+def unsteady(kube: KubeClient) -> list[str]:
+    """What keeps the workload cluster from being steady, one line each (none when it is steady): for `steady`
+    and for a failure's message."""
+    out = []
     machines = listed(kube, "machines.cluster.x-k8s.io")
-    running = [
-        m for m in machines
-        if (m.get("status") or {}).get("phase") == "Running" and (m.get("spec") or {}).get("providerID")
-        and (m.get("status") or {}).get("nodeRef") and not m["metadata"].get("deletionTimestamp")
-    ]  # fmt: skip
+    for m in machines:
+        status, spec, meta = m.get("status") or {}, m.get("spec") or {}, m["metadata"]
+        if (
+            status.get("phase") != "Running"
+            or not (spec.get("providerID") and status.get("nodeRef"))
+            or (meta.get("deletionTimestamp"))
+        ):
+            node, deleting = bool(status.get("nodeRef")), bool(meta.get("deletionTimestamp"))
+            out.append(f"Machine {meta['name']}: phase {status.get('phase')}, providerID {spec.get('providerID')!r}, "
+                       f"nodeRef {node}, deleting {deleting}")  # fmt: skip
+    if len(machines) != CONTROL_PLANE + WORKERS:
+        out.append(f"{len(machines)} Machines, not {CONTROL_PLANE + WORKERS}")
     kcps = listed(kube, "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io")
     mds = listed(kube, "machinedeployments.cluster.x-k8s.io")
-    return (
-        len(machines) == len(running) == CONTROL_PLANE + WORKERS
-        and all((k.get("status") or {}).get("readyReplicas") == CONTROL_PLANE for k in kcps)
-        and all((condition(k, "Available") or {}).get("status") == "True" for k in kcps)
-        and all((d.get("status") or {}).get("readyReplicas") == WORKERS for d in mds)
-        and bool(kcps and mds)
-    )
+    if not (kcps and mds):
+        out.append(f"{len(kcps)} KubeadmControlPlanes, {len(mds)} MachineDeployments")
+    for k in kcps:
+        ready, available = (k.get("status") or {}).get("readyReplicas"), condition(k, "Available") or {}
+        if ready != CONTROL_PLANE or available.get("status") != "True":
+            why = f"{available.get('status')} ({available.get('reason')}: {available.get('message')})"
+            out.append(f"KubeadmControlPlane {k['metadata']['name']}: readyReplicas {ready}, Available {why}")
+    for d in mds:
+        if (ready := (d.get("status") or {}).get("readyReplicas")) != WORKERS:
+            out.append(f"MachineDeployment {d['metadata']['name']}: readyReplicas {ready}")
+    return out
 
 
 def reconciled(kube: KubeClient) -> bool:
     """Cluster API has reconciled every object of the restore since it got it back: each status that records an
     observedGeneration records the object's own (a restored status carries the old object's, a higher one)."""
+    return not unreconciled(kube)
+
+
+def unreconciled(kube: KubeClient) -> list[str]:
+    """Each object whose status records another generation than its own, one line each."""
+    out = []
     for qualified in CAPI_TYPES:
         for o in listed(kube, qualified):
             seen = (o.get("status") or {}).get("observedGeneration")
             if seen is not None and seen != o["metadata"].get("generation"):
-                return False
-    return True
+                out.append(f"{qualified} {o['metadata']['name']}: observedGeneration {seen}, generation "
+                           f"{o['metadata'].get('generation')}")  # fmt: skip
+    return out
 
 
 def machines(kube: KubeClient) -> dict[str, str]:
@@ -132,27 +158,28 @@ def capi_backup(tmp_path_factory) -> Iterator[dict[str, Any]]:
     yield {"store": store, "key": key, "before": before}
 
 
-def settle(kube: KubeClient, origin: float, timeout: float, capi: ClusterAPI) -> float | None:
+def settle(kube: KubeClient, origin: float, timeout: float, capi: ClusterAPI) -> tuple[float | None, list[str]]:
     """Seconds from `origin` until Cluster API has reconciled every object and the workload cluster is steady, and
     stays so for OBSERVED seconds: a dip (the infrastructure provider rebuilding its machines after it starts)
-    starts the wait again. None when that does not happen within `timeout` (the managers' last lines printed)."""
+    starts the wait again. When that does not happen within `timeout`: None, and what is not steady (the managers'
+    last lines printed)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             wait_for(lambda: reconciled(kube) and steady(kube), deadline - time.monotonic(), "steady", capi.log_tail, 2)
         except TimeoutError as e:
             print(f"not steady: {e}")
-            return None
+            return None, [*unreconciled(kube), *unsteady(kube)]
         since = time.monotonic()
         while time.monotonic() - since < OBSERVED and steady(kube):
             time.sleep(2)
         if time.monotonic() - since >= OBSERVED:
-            return since - origin
+            return since - origin, []
 
 
 def disaster_restore(capi_backup: dict[str, Any], options: list[str]) -> dict[str, Any]:
     """A fresh control plane with Cluster API running (a bootstrap-first rebuild), the paused restore with
-    `options`, then up to 5 minutes for Cluster API to have reconciled every object and the workload cluster to be
+    `options`, then up to SETTLE seconds for Cluster API to have reconciled every object and the workload cluster to be
     steady again and stay so for 15 seconds (settle): what Cluster API did."""
     from statusvault.cli import main
 
@@ -166,7 +193,7 @@ def disaster_restore(capi_backup: dict[str, Any], options: list[str]) -> dict[st
                          "--include-resources", ",".join([*CAPI_TYPES, "secrets"]),
                          "--allow-privileged-resources", "secrets", "-o", "json", *options])  # fmt: skip
             restored = time.monotonic() - started
-            settled = settle(kube, started, 300, capi)
+            settled, unsettled = settle(kube, started, SETTLE, capi)
             after = machines(kube)
             left_paused = paused(kube)
     before = capi_backup["before"]
@@ -179,6 +206,7 @@ def disaster_restore(capi_backup: dict[str, Any], options: list[str]) -> dict[st
         "leftPaused": left_paused,
         "restoreSeconds": round(restored, 1),
         "steadyAfterSeconds": round(settled, 1) if settled is not None else None,
+        **({"notSteady": unsettled} if unsettled else {}),
     }
 
 
@@ -186,7 +214,7 @@ def moved(mover: Callable[[Path, Path, ClusterAPI, Path], int], work: Path) -> d
     """The workload cluster steady in a source management cluster, a target with Cluster API running (its
     infrastructure provider lent by the source's), `mover(source kubeconfig, target kubeconfig, target, work)`
     timed, the Machines that have their node in the target when it returns (their status moved with them), the
-    infrastructure provider handed over, then up to 5 minutes for the target to have reconciled everything and the
+    infrastructure provider handed over, then up to SETTLE seconds for the target to have reconciled everything and the
     cluster to be steady there and stay so for 15 seconds (settle): what Cluster API did in the target."""
     with LocalCluster.start(version="1.36") as source_plane, LocalCluster.start(version="1.36") as target_plane:
         source_kube = KubeClient(load_transport(str(source_plane.kubeconfig)))
@@ -203,7 +231,7 @@ def moved(mover: Callable[[Path, Path, ClusterAPI, Path], int], work: Path) -> d
                     1 for m in listed(target_kube, "machines.cluster.x-k8s.io") if m.get("status", {}).get("nodeRef")
                 )
                 target.take_infrastructure()
-                settled = settle(target_kube, started + took, 300, target)
+                settled, unsettled = settle(target_kube, started + took, SETTLE, target)
                 after = machines(target_kube)
                 left_paused = paused(target_kube)
                 left_in_source = sum(len(listed(source_kube, qualified)) for qualified in CAPI_TYPES)
@@ -218,6 +246,7 @@ def moved(mover: Callable[[Path, Path, ClusterAPI, Path], int], work: Path) -> d
         "machinesWithTheirNodeAtOnce": with_nodes,
         "moveSeconds": round(took, 1),
         "steadyAfterSeconds": round(settled, 1) if settled is not None else None,
+        **({"notSteady": unsettled} if unsettled else {}),
     }
 
 
@@ -247,7 +276,7 @@ def test_a_paused_restore_gives_cluster_api_its_machines_and_it_recreates_none(c
     counts = disaster_restore(capi_backup, [])
     record(request, "statusvault-paused", counts)
     assert counts["exitCode"] == ExitStatus.SUCCESS
-    assert counts["steadyAfterSeconds"] is not None, "the workload cluster is steady again"
+    assert counts["steadyAfterSeconds"] is not None, f"the workload cluster is steady again: {counts.get('notSteady')}"
     assert (counts["recreated"], counts["deleted"], counts["providerIDsChanged"], counts["leftPaused"]) == (0, 0, 0, 0)
 
 
@@ -266,7 +295,9 @@ def test_statusvault_move_hands_cluster_api_its_machines_and_it_recreates_none(r
     counts = moved(statusvault_move, tmp_path)
     record(request, "statusvault-move", counts)
     assert counts["exitCode"] == ExitStatus.SUCCESS
-    assert counts["steadyAfterSeconds"] is not None, "the workload cluster is steady in the target"
+    assert counts["steadyAfterSeconds"] is not None, (
+        f"the workload cluster is steady in the target: {counts.get('notSteady')}"
+    )
     assert (counts["recreated"], counts["deleted"], counts["providerIDsChanged"]) == (0, 0, 0)
     assert (counts["leftPaused"], counts["leftInSource"]) == (0, 0)
     assert counts["machinesWithTheirNodeAtOnce"] == CONTROL_PLANE + WORKERS, "each Machine arrives with its status"
