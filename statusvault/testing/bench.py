@@ -213,11 +213,11 @@ def cpu_rounds(
     http: Http, cluster: LocalCluster, env: dict[str, str], n: int, work: Path, go: Path
 ) -> dict[str, list[float]]:
     """The restore's CPU per object against the Go writer's, with the default options (what users run) and with
-    --processes 1, in BENCH_CPU_ROUNDS (default 3) alternated rounds: on a shared VM one row can differ by 20 % from
+    --processes 1, in BENCH_CPU_ROUNDS (default 5) alternated rounds: on a shared VM one row can differ by 20 % from
     the next, and the server's state drifts as it fills, so ratios from rows taken side by side, and their spread,
     say more than one row against another. Which restore goes first alternates by round: the one right after the
     previous round's Go writer may meet a server still busy with it."""
-    rounds = int(os.environ.get("BENCH_CPU_ROUNDS", "3"))
+    rounds = int(os.environ.get("BENCH_CPU_ROUNDS", "5"))
     figures: dict[str, list[float]] = {"default": [], "restore": [], "go": [], "default_rate": [], "go_rate": []}
     figures["default_processes"] = []  # the worker processes each default run started (0: its own threads only)
     for r in range(rounds):

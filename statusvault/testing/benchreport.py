@@ -111,7 +111,24 @@ def _go_rows(r: dict[str, Any]) -> list[Row]:
                 rates = zip(rounds["default_rate"], rounds["go_rate"], strict=True)
                 speed = f"{statistics.median(d / g for d, g in rates):.2f}"  # its rate: >= 0.95 of Go's
             rows.append((label, "", speed, target, f"{statistics.median(ratios):.2f}x", ""))
+            if key == "default" and rounds.get("default_rate"):
+                rows += _rate_matched_row(rounds, target)
     return rows
+
+
+SAME_RATE = 0.10  # two runs of a pair whose server rates differ by less are compared as at the same rate
+
+
+def _rate_matched_row(rounds: dict[str, list[float]], target: str) -> list[tuple[str, ...]]:
+    """The default options' ratio over only the pairs whose two runs met the server at about the same rate: CPU per
+    object follows the rate (each answer wakes the thread it is for), so a pair at unequal rates says partly how
+    busy the server was. No row without such a pair."""
+    pairs = zip(rounds["default"], rounds["go"], rounds["default_rate"], rounds["go_rate"], strict=True)
+    matched = [mine / go for mine, go, rate, go_rate in pairs if abs(rate - go_rate) <= SAME_RATE * max(rate, go_rate)]
+    if not matched:
+        return []
+    label = f"    the {len(matched)} of {len(rounds['go'])} pairs at rates within {SAME_RATE:.0%} of each other"
+    return [(label, "", "", target, f"{statistics.median(matched):.2f}x", "")]
 
 
 def report(r: dict[str, Any]) -> str:

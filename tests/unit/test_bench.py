@@ -60,3 +60,19 @@ def test_the_default_options_get_their_own_ratio_to_go_and_rate():
     )
     assert "median of 3 alternated pairs (1.17-1.50x), 1 of 3 in worker processes" in row and "<= 1.2x" in row
     assert row.split()[-1] == "1.33x" and " 0.96 " in row, row  # rates 1.0, 0.958, 0.917: the median 0.958
+
+
+def test_the_default_options_ratio_is_also_given_over_the_pairs_at_about_the_same_rate():
+    from statusvault.testing.benchreport import report
+
+    rounds = {"default": [0.8, 0.66, 0.9, 0.6], "restore": [0.7] * 4, "go": [0.5, 0.6, 0.6, 0.6],
+              "default_rate": [180.0, 250.0, 200.0, 300.0], "go_rate": [250.0, 240.0, 205.0, 240.0],
+              "default_processes": [0] * 4}  # fmt: skip
+    lines = report({"parallel": 16, "cpu_rounds": rounds}).splitlines()
+    row = next(line for line in lines if "pairs at rates within" in line)
+    assert "the 2 of 4 pairs at rates within 10% of each other" in row and "<= 1.2x" in row
+    assert row.split()[-1] == "1.30x", row  # 250 vs 240 (1.1x) and 200 vs 205 (1.5x); 180/250 and 300/240 left out
+    rounds["default_rate"] = [100.0, 100.0, 100.0, 100.0]
+    assert not any(
+        "pairs at rates within" in line for line in report({"parallel": 16, "cpu_rounds": rounds}).splitlines()
+    )
