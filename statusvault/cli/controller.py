@@ -22,6 +22,7 @@ from statusvault.cli.flags import (
     SigningArgs,
     StorageArgs,
     VerifyKeysArgs,
+    apply_options,
     dry_run_option,
     encryption_option,
     manifest_options,
@@ -94,7 +95,8 @@ def default_namespace() -> str:
 def lock_limit_options(f: Callable[..., None]) -> Callable[..., None]:
     """--lock-modes and --max-lock-for: what `controller run` lets a Backup or BackupSchedule lock (`controller
     render` and `install` pass them to it)."""
-    for option in reversed(
+    return apply_options(
+        f,
         [
             click.option(
                 "--lock-modes",
@@ -115,10 +117,8 @@ def lock_limit_options(f: Callable[..., None]) -> Callable[..., None]:
                 help="The longest spec.lock-for a Backup or BackupSchedule may ask for (e.g. 30d, 720h). A legal "
                 "hold (spec.legal-hold) is always allowed: whoever may s3:PutObjectLegalHold lifts it.",
             ),
-        ]
-    ):
-        f = option(f)
-    return f
+        ],
+    )
 
 
 @click.group("controller")
@@ -287,7 +287,8 @@ class ControllerInstallArgs(StorageArgs, LockLimitArgs):
 def controller_options(f: Callable[..., None]) -> Callable[..., None]:
     """What `controller render` and `controller install` share."""
     f = lock_limit_options(f)
-    for option in reversed(
+    return apply_options(
+        f,
         [
             click.option(
                 "--namespace", "-n", default="statusvault", show_default=True, help="The controller's namespace."
@@ -314,10 +315,8 @@ def controller_options(f: Callable[..., None]) -> Callable[..., None]:
                 help="Lockdown: no cluster-wide ClusterRole for the controller; it acts only as the ServiceAccount "
                 "each Restore or Backup names (spec.serviceAccountName), which it may impersonate in its namespace.",
             ),
-        ]
-    ):
-        f = option(f)
-    return f
+        ],
+    )
 
 
 @controller.command("render")

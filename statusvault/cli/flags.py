@@ -51,7 +51,8 @@ def pass_args(cls: type[A], check: bool = False) -> Callable[[Callable[[App, A],
     return decorate
 
 
-def _apply(f: F, decorators: list[Callable[[F], F]]) -> F:
+def apply_options(f: F, decorators: list[Callable[[F], F]]) -> F:
+    """`f` with `decorators` applied as if stacked above it in this order (click options show in it)."""
     for d in reversed(decorators):
         f = d(f)
     return f
@@ -85,7 +86,7 @@ def strict_option(f: F) -> F:
 
 def pod_options(f: F) -> F:
     """The pod's image and Secrets (manifest_options without --apply, for `controller install`)."""
-    return _apply(
+    return apply_options(
         f,
         [
             click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="statusvault container image."),
@@ -102,7 +103,7 @@ def pod_options(f: F) -> F:
 def manifest_options(f: F) -> F:
     """What `schedule render` and `controller render` share: the pod's image and Secrets, and --apply."""
     return pod_options(
-        _apply(
+        apply_options(
             f,
             [
                 click.option(
@@ -175,7 +176,7 @@ def encryption_option(f: F) -> F:
 
 def keys_options(f: F) -> F:
     """Keys that wrap (backup) or may unwrap (restore, verify) each backup's data key: key files and KMS keys."""
-    return _apply(
+    return apply_options(
         f,
         [
             option(
@@ -201,7 +202,7 @@ def keys_options(f: F) -> F:
 
 def signing_options(f: F) -> F:
     """The key a backup (or a watch's segments) is signed with."""
-    return _apply(
+    return apply_options(
         f,
         [
             click.option(
@@ -222,7 +223,7 @@ def signing_options(f: F) -> F:
 
 def verify_options(f: F) -> F:
     """The public keys a signed backup must be signed by (restore, verify, controller run)."""
-    return _apply(
+    return apply_options(
         f,
         [
             click.option(
@@ -254,7 +255,7 @@ def kek_of(text: str) -> Kek:
 
 
 def lock_options(f: F) -> F:
-    return _apply(
+    return apply_options(
         f,
         [
             click.option(
@@ -282,7 +283,7 @@ def lock_options(f: F) -> F:
 
 
 def dependency_options(f: F) -> F:
-    return _apply(
+    return apply_options(
         f,
         [
             click.option(
@@ -324,7 +325,7 @@ def output_option(f: F) -> F:
 
 
 def storage_options(f: F) -> F:
-    return _apply(
+    return apply_options(
         f,
         [
             click.option(
@@ -402,7 +403,7 @@ def storage_options(f: F) -> F:
 
 
 def selection_options(f: F) -> F:
-    return _apply(
+    return apply_options(
         f,
         [
             click.option(
@@ -440,7 +441,7 @@ def selection_options(f: F) -> F:
 
 
 def metrics_options(f: F) -> F:
-    return _apply(
+    return apply_options(
         f,
         [
             option(

@@ -18,6 +18,7 @@ from statusvault.cli.flags import (
     MetricsArgs,
     SelectionArgs,
     StorageArgs,
+    apply_options,
     cluster_resources_option,
     dry_run_option,
     lock_options,
@@ -76,7 +77,8 @@ class PruneArgs(StorageArgs, RetentionArgs, MetricsArgs):
 
 
 def retention_options(f: Any) -> Any:
-    for option in reversed(
+    return apply_options(
+        f,
         [
             click.option("--keep-last", type=click.IntRange(1), help="Keep the N newest complete backups."),
             click.option("--ttl", help="Keep backups younger than this (e.g. 720h, 30d); delete older ones."),
@@ -86,10 +88,8 @@ def retention_options(f: Any) -> Any:
             click.option(
                 "--keep-weekly", type=click.IntRange(1), help="Keep the newest backup of each of the last W weeks."
             ),
-        ]
-    ):
-        f = option(f)
-    return f
+        ],
+    )
 
 
 @click.group()
