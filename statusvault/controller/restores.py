@@ -13,7 +13,7 @@ from statusvault import rfc3339
 from statusvault.controller import crd
 from statusvault.controller.conditions import conditions, retrying
 from statusvault.controller.intent import Intent, digest_of
-from statusvault.controller.targets import record_event
+from statusvault.controller.targets import involved_object, record_event
 from statusvault.errors import ConfigError, Conflict, NotFound
 from statusvault.flagtable import value_key
 from statusvault.kube.api import KubeApi
@@ -132,10 +132,8 @@ class ResourceTarget:
         return True
 
     def event(self, kind: str, reason: str, message: str) -> None:
-        meta = self.obj["metadata"]
-        involved = {"apiVersion": crd.API_VERSION, "kind": self.rt.kind, "name": self.name, "namespace": self.namespace}
-        record_event(self.client, self.namespace, self.holder, {**involved, "uid": meta.get("uid", "")}, kind, reason,
-                     message)  # fmt: skip
+        involved = involved_object(self.obj, crd.API_VERSION, self.rt.kind, self.namespace)
+        record_event(self.client, self.namespace, self.holder, involved, kind, reason, message)
 
     def gone(self) -> bool:
         live = self.client.get(self.rt, self.namespace, self.name)

@@ -18,7 +18,7 @@ from statusvault.controller import crd
 from statusvault.controller.backups import LockLimits, parse_backup
 from statusvault.controller.conditions import conditions
 from statusvault.controller.intent import Phase, digest_of
-from statusvault.controller.targets import record_event
+from statusvault.controller.targets import involved_object, record_event
 from statusvault.errors import ConfigError, Conflict, Invalid, NotFound
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
@@ -200,10 +200,8 @@ def reconcile_schedule(
         return
     old = obj.get("status") or {}
     if error and (old.get("reason"), old.get("message")) != ("InvalidSpec", error):  # said once per message
-        meta = obj["metadata"]
-        log.error("BackupSchedule %s/%s: %s", namespace, meta["name"], error)
-        involved = {"apiVersion": crd.API_VERSION, "kind": crd.SCHEDULE_KIND, "name": meta["name"],
-                    "namespace": namespace, "uid": meta.get("uid", "")}  # fmt: skip
+        log.error("BackupSchedule %s/%s: %s", namespace, obj["metadata"]["name"], error)
+        involved = involved_object(obj, crd.API_VERSION, crd.SCHEDULE_KIND, namespace)
         record_event(client, namespace, holder, involved, "Warning", "InvalidSpec", error)
     with contextlib.suppress(NotFound, Conflict):  # changed or deleted: the next pass sees what is there
         client.replace(SCHEDULES, namespace, obj["metadata"]["name"], {**obj, "status": status}, sub="status")

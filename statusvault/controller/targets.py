@@ -40,6 +40,13 @@ class Target(Protocol):
         ...
 
 
+def involved_object(obj: KubeObject, api_version: str, kind: str, namespace: str) -> dict[str, str]:
+    """What an Event on `obj` names it by (record_event's `involved`)."""
+    meta = obj["metadata"]
+    return {"apiVersion": api_version, "kind": kind, "name": meta["name"], "namespace": namespace,
+            "uid": meta.get("uid", "")}  # fmt: skip
+
+
 def record_event(
     client: KubeApi, namespace: str, holder: str, involved: dict[str, str], kind: str, reason: str, message: str
 ) -> None:
@@ -110,10 +117,8 @@ class ConfigMapTarget:
         }
 
     def event(self, kind: str, reason: str, message: str) -> None:
-        meta = self.intent["metadata"]
-        involved = {"apiVersion": "v1", "kind": "ConfigMap", "name": self.name, "namespace": self.namespace}
-        record_event(self.client, self.namespace, self.holder, {**involved, "uid": meta.get("uid", "")}, kind, reason,
-                     message)  # fmt: skip
+        involved = involved_object(self.intent, "v1", "ConfigMap", self.namespace)
+        record_event(self.client, self.namespace, self.holder, involved, kind, reason, message)
 
     def gone(self) -> bool:
         live = self.client.get(CONFIGMAPS, self.namespace, self.name)
