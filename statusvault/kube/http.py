@@ -55,14 +55,19 @@ def _framing(head: bytes) -> dict[bytes, bytes]:
         at = block.rfind(b"\n" + name + b":")
         if at < 0:
             if block.find(b"\n" + name) >= 0:  # a longer name, or blanks before the colon: the regex decides
-                return {n.lower(): v.lower() for n, v in _FRAMING.findall(head)}
+                return _framing_by_regex(head)
             continue
         start = at + len(name) + 2
         end = block.find(b"\r\n", start)
         if end < 0 or b"\n" in block[start:end] or b"\r" in block[start:end]:
-            return {n.lower(): v.lower() for n, v in _FRAMING.findall(head)}
+            return _framing_by_regex(head)
         out[name] = block[start:end].strip(b" \t")
     return out
+
+
+def _framing_by_regex(head: bytes) -> dict[bytes, bytes]:
+    """_framing by the header grammar's regex, line by line: any header block."""
+    return {n.lower(): v.lower() for n, v in _FRAMING.findall(head)}
 
 
 class ProtocolError(OSError):

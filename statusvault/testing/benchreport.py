@@ -119,7 +119,7 @@ def _go_rows(r: dict[str, Any]) -> list[Row]:
 SAME_RATE = 0.10  # two runs of a pair whose server rates differ by less are compared as at the same rate
 
 
-def _rate_matched_row(rounds: dict[str, list[float]], target: str) -> list[tuple[str, str, str, str, str, str]]:
+def _rate_matched_row(rounds: dict[str, list[float]], target: str) -> list[Row]:
     """The default options' ratio over only the pairs whose two runs met the server at about the same rate: CPU per
     object follows the rate (each answer wakes the thread it is for), so a pair at unequal rates says partly how
     busy the server was. No row without such a pair."""
