@@ -106,13 +106,13 @@ def _go_rows(r: dict[str, Any]) -> list[Row]:
             if key == "default" and "default_processes" in rounds:  # 0 in a run: it stayed in its own threads
                 scaled = sum(1 for p in rounds["default_processes"] if p)
                 label += f", {scaled} of {len(ratios)} in worker processes"
-            speed = ""
+            speed, matched = "", []
             if key == "default" and rounds.get("default_rate"):
                 rates = zip(rounds["default_rate"], rounds["go_rate"], strict=True)
                 speed = f"{statistics.median(d / g for d, g in rates):.2f}"  # its rate: >= 0.95 of Go's
+                matched = _rate_matched_row(rounds, target)
             rows.append((label, "", speed, target, f"{statistics.median(ratios):.2f}x", ""))
-            if key == "default" and rounds.get("default_rate"):
-                rows += _rate_matched_row(rounds, target)
+            rows += matched
     return rows
 
 
