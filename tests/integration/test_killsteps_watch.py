@@ -10,12 +10,15 @@ import json
 import signal
 import time
 
+import orjson
 import pytest
 
 from statusvault.errors import ExitStatus
+from statusvault.restore.runner import open_backup
 from statusvault.storage.local import LocalStore
 from statusvault.vocabulary.kinds import NAMESPACES
 from statusvault.watch.chains import chains, read_head
+from statusvault.watch.pointintime import point_in_time
 from statusvault.watch.segments import parse_record_time
 from tests.builders import unique
 from tests.integration.crs.test_faults import assert_exact, snapshot
@@ -71,25 +74,42 @@ def watch_args(cluster, ns: str) -> list[str]:
 
 
 class Changes:
-    """Status changes to db-03, one per call, as its operator would make them."""
+    """Status changes to db-03, one per call, as its operator would make them; `last` is the latest status."""
 
     def __init__(self, kube, rt, ns: str):
         self.kube, self.rt, self.ns, self.n = kube, rt, ns, itertools.count(1)
+        self.last = saved(3)
 
     def __call__(self) -> None:
         live = self.kube.get(self.rt, self.ns, "db-03")
-        live["status"] = {**saved(3), "generation": next(self.n)}
+        live["status"] = self.last = {**saved(3), "generation": next(self.n)}
         self.kube.replace(self.rt, self.ns, "db-03", live, sub="status")
 
 
-def flushed_past(run, moment: dt.datetime, proc, timeout: float = 60) -> None:
-    """Wait until the watcher's record reaches past `moment` (its head says so)."""
+def flushed_past(run, moment: dt.datetime, proc, timeout: float = 60, holds: Changes | None = None) -> None:
+    """Wait until the watcher's record reaches past `moment` (its head says so) and, given `holds`, its latest
+    state has db-03's latest status: a change is recorded when the watch delivers it, which a loaded server may
+    do after a flush stamped later than the change (docs/continuous.md)."""
     deadline = time.monotonic() + timeout
-    while not ((head := read_head(LocalStore(run.storage), "w1")) and parse_record_time(head["until"]) > moment):
+    while not (
+        (head := read_head(LocalStore(run.storage), "w1"))
+        and parse_record_time(head["until"]) > moment
+        and (holds is None or latest_status(run, "db-03") == holds.last)
+    ):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise AssertionError(f"not flushed past {moment}: {proc.communicate()[1].decode()[-3000:]}")
         time.sleep(0.2)
+
+
+def latest_status(run, name: str) -> object:
+    """The status of `name` in the watch's latest state, as `restore --at latest` would restore it."""
+    with (
+        point_in_time(LocalStore(run.storage), "w1", None, None) as (store, backup, _),
+        open_backup(store, backup) as reader,
+    ):
+        found = [orjson.loads(data) for path, data in reader.objects() if path.endswith(f"/{name}.json")]
+    return found[0].get("status") if len(found) == 1 else found
 
 
 def assert_chains_verify(run) -> None:
@@ -119,7 +139,7 @@ def test_watch_killed_at_each_step_then_the_same_command_loses_nothing(
     again = spawn(args, env_of(run))
     try:
         change()
-        flushed_past(run, dt.datetime.now(dt.UTC), again)
+        flushed_past(run, dt.datetime.now(dt.UTC), again, holds=change)
     finally:
         again.send_signal(signal.SIGTERM)
         _, err = again.communicate(timeout=60)
@@ -151,8 +171,9 @@ def test_restore_at_a_moment_killed_at_each_step_then_the_same_command_ends_exac
     """A point-in-time restore writes a temporary backup each run: the re-run must find the killed run's journal."""
     watcher = spawn(watch_args(cluster, namespace), env_of(run))
     try:
-        Changes(kube, instances, namespace)()
-        flushed_past(run, dt.datetime.now(dt.UTC), watcher)
+        change = Changes(kube, instances, namespace)
+        change()
+        flushed_past(run, dt.datetime.now(dt.UTC), watcher, holds=change)
     finally:
         watcher.send_signal(signal.SIGTERM)
         watcher.communicate(timeout=60)
@@ -209,10 +230,10 @@ def test_restore_at_latest_killed_while_the_watch_goes_on_then_the_same_command_
     args = ["--kubeconfig", str(kubeconfig), "restore", "w1", "--at", "latest", "--namespace-mapping"]
     args += [f"{namespace}:{target}", "--parallel", "2", "--pause", "auto"]
     try:
-        flushed_past(run, dt.datetime.now(dt.UTC), watcher)
+        flushed_past(run, dt.datetime.now(dt.UTC), watcher, holds=change)
         kill_at(AT_STEPS["between-create-and-status"], args, env_of(run), {"source": proxy}, tmp_path)
         change()
-        flushed_past(run, dt.datetime.now(dt.UTC), watcher)
+        flushed_past(run, dt.datetime.now(dt.UTC), watcher, holds=change)
 
         again = run(*args[2:], "-o", "json", kubeconfig=kubeconfig)
 
