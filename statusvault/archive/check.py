@@ -64,6 +64,8 @@ class FirstRead:
     head: dict[str, Any] = dataclasses.field(default_factory=dict)  # the manifest without `files`
     files: FileList | None = None
     problem: str = ""  # why a restore refuses the archive, "" when it does not
+    # (path, bytes) of every object member in archive order, when the read was asked to keep them and they fit
+    members: list[tuple[str, bytes]] | None = None
 
     def checked(self) -> FileList:
         """The file list of an archive that passed every check; ArchiveError naming the first problem."""
@@ -82,15 +84,17 @@ class _Sizes:
 Visit = Callable[[str, ObjectKey, dict[str, Any]], None]  # (member path, its key, the parsed object)
 
 
-def first_read(path: Path, budget: int, visit: Visit | None = None) -> FirstRead:
+def first_read(path: Path, budget: int, visit: Visit | None = None, keep: int = 0) -> FirstRead:
     """Read the archive once; any problem ends up in the report (and, as one line, in `problem`).
 
     visit(path, key, object) gets each object member once its own checks passed, while the read goes on (a restore
-    plans in the same pass); what it saw may be used only if the whole read then shows no problem."""
+    plans in the same pass); what it saw may be used only if the whole read then shows no problem. keep: the
+    object members are kept in `members` when their bytes come to at most this (a restore's waves then need
+    not read the archive again)."""
     result = FirstRead(VerifyReport())
     try:
         with tempfile.TemporaryFile() as seen:  # a line per member, in order (`_fields`)
-            spool, sizes = _scan(path, budget, seen, result, visit)
+            spool, sizes = _scan(path, budget, seen, result, visit, [] if keep else None, keep)
             try:
                 result.head, files = load(spool, path.name)
                 check_manifest(result.head)
@@ -106,8 +110,17 @@ def first_read(path: Path, budget: int, visit: Visit | None = None) -> FirstRead
     return result
 
 
-def _scan(path: Path, budget: int, seen: IO[bytes], result: FirstRead, visit: Visit | None) -> tuple[IO[bytes], _Sizes]:
-    """Pass over every member; return manifest.json spooled to a temp file."""
+def _scan(
+    path: Path,
+    budget: int,
+    seen: IO[bytes],
+    result: FirstRead,
+    visit: Visit | None,
+    kept: list[tuple[str, bytes]] | None,
+    keep: int,
+) -> tuple[IO[bytes], _Sizes]:
+    """Pass over every member; return manifest.json spooled to a temp file. kept: where the object members go
+    while their bytes come to at most `keep` (then none are kept)."""
     sizes, names = _Sizes(), array.array("q")
     manifest: IO[bytes] | None = None
     try:
@@ -119,11 +132,16 @@ def _scan(path: Path, budget: int, seen: IO[bytes], result: FirstRead, visit: Vi
                 if member.name == MANIFEST_MEMBER:
                     manifest = _spool(tar, member)
                 else:
-                    key, obj = _record(tar, member, sizes, seen)
+                    key, obj, data = _record(tar, member, sizes, seen)
                     names.append(hash(member.name))
+                    if kept is not None:
+                        kept = kept if sizes.data <= keep else None
+                        if kept is not None:
+                            kept.append((member.name, data))
                     if visit is not None:
                         visit(member.name, key, obj)
             result.inflated = tar.inflated
+        result.members = kept
         if manifest is None:
             raise ArchiveError(f"archive {path.name} has no manifest.json: the backup is incomplete")
         _check_unique(names, seen)
@@ -134,8 +152,10 @@ def _scan(path: Path, budget: int, seen: IO[bytes], result: FirstRead, visit: Vi
     return manifest, sizes
 
 
-def _record(tar: TarStream, member: Member, sizes: _Sizes, seen: IO[bytes]) -> tuple[ObjectKey, dict[str, Any]]:
-    """One object member checked and its line written for the comparison with the manifest; its object."""
+def _record(
+    tar: TarStream, member: Member, sizes: _Sizes, seen: IO[bytes]
+) -> tuple[ObjectKey, dict[str, Any], bytes]:
+    """One object member checked and its line written for the comparison with the manifest; its object and bytes."""
     key = parse_member_path(member.name)
     if member.size > MAX_OBJECT_BYTES:
         raise ArchiveError(
@@ -152,7 +172,7 @@ def _record(tar: TarStream, member: Member, sizes: _Sizes, seen: IO[bytes]) -> t
     obj = checked_object(member.name, key, data)
     fields = (member.name, hashlib.sha256(data).hexdigest(), kind_digest(obj["kind"]), key.qualified, key.namespace)
     seen.write("\t".join(fields).encode() + b"\n")  # a checked path holds no control character
-    return key, obj
+    return key, obj, data
 
 
 def _check_unique(names: array.array[int], seen: IO[bytes]) -> None:

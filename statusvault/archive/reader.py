@@ -49,14 +49,15 @@ class ArchiveReader:
         """Whether the first (checking) read has yet to happen."""
         return self._first is None
 
-    def walk_first(self, visit: Visit) -> bool:
+    def walk_first(self, visit: Visit, keep: int = 0) -> bool:
         """Hand each object to `visit` during the first read, which checks it, so a caller that must see every
         object anyway (planning) needs no second pass. False when the first read has happened already (walk
         objects() then). The archive's problems raise once the read ends: what `visit` saw counts only if
-        this returns."""
+        this returns. keep: when the object files come to at most this many bytes, objects() then yields them
+        from memory, as checked, instead of reading the archive again."""
         if self._first is not None:
             return False
-        self._first = first_read(self.path, self._budget, visit)
+        self._first = first_read(self.path, self._budget, visit, keep)
         self.inflated += self._first.inflated
         self._first.checked()
         return True
@@ -81,6 +82,9 @@ class ArchiveReader:
         Members `want` declines are skipped unread."""
         first = self._read_once()
         entries = first.checked().entries()
+        if first.members is not None:  # checked by the first read, against the manifest's list too
+            yield from (m for m in first.members if want is None or want(m[0]))
+            return
         with TarStream(self.path, first.inflated) as tar:  # the same file inflates to the same size
             try:
                 yield from _objects(tar, entries, want)

@@ -1,6 +1,7 @@
 """How often a whole restore reads its archive, counted rather than assumed (docs/development/architecture.md,
-*How often a restore reads the archive*): the first, checking read plans as it goes; then each wave that has objects to
-send walks the archive from its start, up to the wave's last object."""
+*How often a restore reads the archive*): the first, checking read plans as it goes and keeps the objects of a small
+archive for the waves; of a larger one, each wave that has objects to send walks the archive from its start, up to the
+wave's last object."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from statusvault.archive import check as archivecheck
 from statusvault.archive import reader as archivereader
 from statusvault.archive.stream import TarStream
 from statusvault.kube.discovery import Discovery
+from statusvault.restore.planning import build
 from statusvault.restore.runner import RestoreRequest, run_restore
 from statusvault.storage.local import LocalStore
 from statusvault.vocabulary.kinds import NAMESPACES
@@ -64,7 +66,19 @@ def restore(fake: FakeKube, store: LocalStore, stream: bool = False) -> None:
     report.close()
 
 
-def test_a_restore_reads_the_archive_once_to_check_and_plan_then_once_per_wave(passes, store):
+def test_a_restore_of_a_small_archive_reads_it_once_and_hands_the_waves_what_that_read_kept(passes, store):
+    fake = FakeKube()
+    restore(fake, store)
+    assert len(passes) == 1
+    assert (
+        fake.get(KC, NS, "dev")["metadata"]["ownerReferences"][0]["uid"] == fake.get(KC, NS, "prod")["metadata"]["uid"]
+    )
+    assert len(fake.get(KC, NS, "dev")["spec"]["blob"]) == 1_000_000, "the kept bytes are the object's, whole"
+
+
+def test_a_restore_reads_the_archive_once_to_check_and_plan_then_once_per_wave(passes, store, monkeypatch):
+    """Above what planning keeps (here less than dev's 1 MB, after the smaller objects before it fit)."""
+    monkeypatch.setattr(build, "KEPT_FOR_THE_WAVES", 100_000)
     fake = FakeKube()
     restore(fake, store)
     assert (
@@ -77,8 +91,10 @@ def test_a_restore_reads_the_archive_once_to_check_and_plan_then_once_per_wave(p
     assert first / 2 < waves[3] <= first
 
 
-def test_waves_with_nothing_to_send_do_not_read_the_archive(passes, store):
-    """Everything exists already (policy none): the first read plans, and no wave reads again."""
+def test_waves_with_nothing_to_send_do_not_read_the_archive(passes, store, monkeypatch):
+    """Everything exists already (policy none): the first read plans, and no wave reads again (even where the
+    first read keeps nothing)."""
+    monkeypatch.setattr(build, "KEPT_FOR_THE_WAVES", 0)
     fake = FakeKube()
     restore(fake, store)
     passes.clear()
