@@ -152,9 +152,7 @@ def _scan(
     return manifest, sizes
 
 
-def _record(
-    tar: TarStream, member: Member, sizes: _Sizes, seen: IO[bytes]
-) -> tuple[ObjectKey, dict[str, Any], bytes]:
+def _record(tar: TarStream, member: Member, sizes: _Sizes, seen: IO[bytes]) -> tuple[ObjectKey, dict[str, Any], bytes]:
     """One object member checked and its line written for the comparison with the manifest; its object and bytes."""
     key = parse_member_path(member.name)
     if member.size > MAX_OBJECT_BYTES:
