@@ -37,10 +37,13 @@ class ArchiveReader:
         # every byte is the writer's, once the opener checked the file's SHA-256: the backup was encrypted and opened
         # by a key given, or its signed manifest (naming that SHA-256) verified with a key given
         self.authenticated = False
+        # bytes of object files the first read keeps, as it checked them, for objects() to hand on without reading
+        # the archive again (a restore's waves); 0: none, and an archive holding more keeps none either
+        self.keep = 0
 
     def _read_once(self) -> FirstRead:
         if self._first is None:
-            self._first = first_read(self.path, self._budget)
+            self._first = first_read(self.path, self._budget, keep=self.keep)
             self.inflated += self._first.inflated
         return self._first
 
@@ -49,15 +52,14 @@ class ArchiveReader:
         """Whether the first (checking) read has yet to happen."""
         return self._first is None
 
-    def walk_first(self, visit: Visit, keep: int = 0) -> bool:
+    def walk_first(self, visit: Visit) -> bool:
         """Hand each object to `visit` during the first read, which checks it, so a caller that must see every
         object anyway (planning) needs no second pass. False when the first read has happened already (walk
         objects() then). The archive's problems raise once the read ends: what `visit` saw counts only if
-        this returns. keep: when the object files come to at most this many bytes, objects() then yields them
-        from memory, as checked, instead of reading the archive again."""
+        this returns."""
         if self._first is not None:
             return False
-        self._first = first_read(self.path, self._budget, visit, keep)
+        self._first = first_read(self.path, self._budget, visit, self.keep)
         self.inflated += self._first.inflated
         self._first.checked()
         return True

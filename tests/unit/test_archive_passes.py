@@ -15,7 +15,7 @@ from statusvault.archive import check as archivecheck
 from statusvault.archive import reader as archivereader
 from statusvault.archive.stream import TarStream
 from statusvault.kube.discovery import Discovery
-from statusvault.restore.planning import build
+from statusvault.restore import runner
 from statusvault.restore.runner import RestoreRequest, run_restore
 from statusvault.storage.local import LocalStore
 from statusvault.vocabulary.kinds import NAMESPACES
@@ -59,10 +59,12 @@ def store(tmp_path) -> LocalStore:
     return LocalStore(tmp_path)
 
 
-def restore(fake: FakeKube, store: LocalStore, stream: bool = False) -> None:
-    request = RestoreRequest(store=store, backup="b", parallel=2, stream=stream)
+def restore(
+    fake: FakeKube, store: LocalStore, stream: bool = False, state: Path | None = None, ok: bool = True
+) -> None:
+    request = RestoreRequest(store=store, backup="b", parallel=2, stream=stream, state_dir=state)
     report = run_restore(fake, lambda refresh: Discovery(TYPES, TYPES), request)
-    assert report.work_complete, [r.to_dict() for r in report.attention]
+    assert report.work_complete == ok, [r.to_dict() for r in report.attention]
     report.close()
 
 
@@ -78,7 +80,7 @@ def test_a_restore_of_a_small_archive_reads_it_once_and_hands_the_waves_what_tha
 
 def test_a_restore_reads_the_archive_once_to_check_and_plan_then_once_per_wave(passes, store, monkeypatch):
     """Above what planning keeps (here less than dev's 1 MB, after the smaller objects before it fit)."""
-    monkeypatch.setattr(build, "KEPT_FOR_THE_WAVES", 100_000)
+    monkeypatch.setattr(runner, "KEPT_FOR_THE_WAVES", 100_000)
     fake = FakeKube()
     restore(fake, store)
     assert (
@@ -91,10 +93,22 @@ def test_a_restore_reads_the_archive_once_to_check_and_plan_then_once_per_wave(p
     assert first / 2 < waves[3] <= first
 
 
+def test_a_resumed_restore_of_a_small_archive_reads_it_once_too(passes, store, tmp_path):
+    """A resumed run does not plan: its first wave's checking read keeps the objects for the later waves."""
+    fake = FakeKube()
+    fake.fail("create", KC, 403, times=1, name="dev")
+    restore(fake, store, state=tmp_path / "state", ok=False)
+    assert fake.get(KC, NS, "dev") is None
+    passes.clear()
+    restore(fake, store, state=tmp_path / "state")
+    assert len(passes) == 1, "the checking read only"
+    assert len(fake.get(KC, NS, "dev")["spec"]["blob"]) == 1_000_000
+
+
 def test_waves_with_nothing_to_send_do_not_read_the_archive(passes, store, monkeypatch):
     """Everything exists already (policy none): the first read plans, and no wave reads again (even where the
     first read keeps nothing)."""
-    monkeypatch.setattr(build, "KEPT_FOR_THE_WAVES", 0)
+    monkeypatch.setattr(runner, "KEPT_FOR_THE_WAVES", 0)
     fake = FakeKube()
     restore(fake, store)
     passes.clear()

@@ -27,9 +27,6 @@ from statusvault.vocabulary.kinds import CRD_QUALIFIED, NAMESPACES
 from statusvault.vocabulary.labels import parse_selector
 
 STATUS_ALL = "*"
-# the object files' bytes planning keeps for the waves, which then hand them on without reading the archive again
-# (10,000 objects of 1.7 KB: 17 MB; about 10 us an object less); a larger archive is read again, wave by wave
-KEPT_FOR_THE_WAVES = 32 << 20
 BARE_SEQ = 1 << 40  # a streamed plan numbers the namespaces it adds from here: the objects' numbers never move
 
 HELD_STEP = "restore.stream-held"  # kill point (statusvault/runtime/killpoints.py): held items handed on (a selection's
@@ -311,7 +308,7 @@ def build_plan(
     planner.deps = dependency_index(head)
     planner.authenticated = bool(getattr(reader, "authenticated", False))
     try:
-        if not reader.walk_first(planner.add, 0 if sink is not None else KEPT_FOR_THE_WAVES):
+        if not reader.walk_first(planner.add):
             for member, data in reader.objects():  # checks every hash, and that nothing is missing or extra
                 key = parse_member_path(member)
                 planner.add(member, key, checked_object(member, key, data))
