@@ -12,7 +12,7 @@ from pathlib import Path
 
 from statusvault.archive import ArchiveReader, file_sha256, signing
 from statusvault.archive.envelope import WRAPPINGS, Keyring, Keys
-from statusvault.archive.format import summary_objects
+from statusvault.archive.format import summary_objects, uncompressed_bound
 from statusvault.errors import ArchiveError, ConfigError, ExitStatus
 from statusvault.kube.api import KubeApi
 from statusvault.kube.discovery import Discovery
@@ -52,6 +52,14 @@ log = logging.getLogger(__name__)
 # archive again, once per wave (10,000 objects of 1.7 KB: 17 MB; about 30 us an object less); a larger archive is read
 # again, wave by wave (docs/development/architecture.md, *How often a restore reads the archive*)
 KEPT_FOR_THE_WAVES = 32 << 20
+
+
+def _kept_for_the_waves(reader: ArchiveReader, stream: bool) -> int:
+    """What the first read may keep: nothing for a streamed restore, nor when the summary manifest says the object
+    files hold more (a large archive is never kept in part, then dropped: planning a million objects stays flat);
+    a summary without the figure leaves it to the read, which stops keeping at the bound."""
+    held = uncompressed_bound(reader.summary or {})
+    return 0 if stream or (held is not None and held > KEPT_FOR_THE_WAVES) else KEPT_FOR_THE_WAVES
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -122,7 +130,7 @@ def run_restore(client: KubeApi, discover: Callable[[bool], Discovery], req: Res
         planner = _planner(client, discover(False), reader, req)
         keep = opts.dry_run == DryRun.NONE
         stream = streamable(req, reader)
-        reader.keep = 0 if stream else KEPT_FOR_THE_WAVES  # a resumed run's first wave keeps them too
+        reader.keep = _kept_for_the_waves(reader, stream)  # a resumed run's first wave keeps them too
         with restore_state(
             req.state_dir, req.backup, state_id, planner, keep, req.restart, req.unpause, stream
         ) as state:

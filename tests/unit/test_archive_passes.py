@@ -136,3 +136,30 @@ def test_a_streamed_restore_writes_during_the_first_read_then_reads_once_for_the
     first = passes[0].inflated
     assert 0 < read_when_created["prod"] < first / 2, "prod was written before the first read reached dev (1 MB)"
     assert read_when_created["dev"] == -1, "dev was written in the wave after the first read"
+
+
+def test_the_first_read_keeps_the_objects_only_while_they_fit(store):
+    """All of them in archive order when they fit; none (not a part) when they do not, found part-way (a summary
+    manifest without uncompressedBytes leaves the bound to the read)."""
+    path = store.root / "backups" / "b" / "archive.tar.gz"
+    whole = archivecheck.first_read(path, 1 << 30, keep=1 << 30)
+    assert whole.members is not None
+    assert [p for p, _ in whole.members] == [p for p, _ in whole.checked().entries()]
+    assert sum(len(d) for _, d in whole.members) > 1_000_000
+    assert archivecheck.first_read(path, 1 << 30, keep=100_000).members is None
+    assert archivecheck.first_read(path, 1 << 30).members is None
+    reader = archivereader.ArchiveReader(path)
+    reader.keep = 100_000
+    assert [p for p, _ in reader.objects()] == [p for p, _ in whole.members], "read from the archive, the same"
+
+
+def test_a_restore_keeps_nothing_when_the_summary_says_the_objects_hold_more(store):
+    reader = archivereader.ArchiveReader(
+        Path(), summary={"totals": {"uncompressedBytes": runner.KEPT_FOR_THE_WAVES + 1}}
+    )
+    assert runner._kept_for_the_waves(reader, stream=False) == 0
+    reader.summary = {"totals": {"uncompressedBytes": 5}}
+    assert runner._kept_for_the_waves(reader, stream=False) == runner.KEPT_FOR_THE_WAVES
+    assert runner._kept_for_the_waves(reader, stream=True) == 0
+    reader.summary = {}
+    assert runner._kept_for_the_waves(reader, stream=False) == runner.KEPT_FOR_THE_WAVES
