@@ -134,10 +134,10 @@ def _scan(
                 else:
                     key, obj, data = _record(tar, member, sizes, seen)
                     names.append(hash(member.name))
+                    if kept is not None and sizes.data > keep:
+                        kept = None  # more than may be kept: none is
                     if kept is not None:
-                        kept = kept if sizes.data <= keep else None
-                        if kept is not None:
-                            kept.append((member.name, data))
+                        kept.append((member.name, data))
                     if visit is not None:
                         visit(member.name, key, obj)
             result.inflated = tar.inflated
