@@ -204,11 +204,16 @@ class Flux(Processes):
             (KUSTOMIZE, ["--watch-all-namespaces"], ports[2:]),
         ):
             kubeconfig = own_kubeconfig(self.admin, self.NAMESPACE, controller.name, self.workdir)
+            # a /tmp of its own, as its pod would have: kustomize-controller removes every kustomization-* directory
+            # in its temp dir when it starts, which would pull the build out from under another Flux's reconcile
+            # (two tests' Flux at once: "evalsymlink failure ... lstat /tmp/kustomization-...", retried in 10 min)
+            tmp = self.workdir / f"tmp-{controller.name}"
+            tmp.mkdir(exist_ok=True)
             argv = [
                 str(self.root / "bin" / controller.name), *extra, "--enable-leader-election=false",
                 f"--metrics-addr=127.0.0.1:{metrics}", f"--health-addr=127.0.0.1:{health}", "--log-encoding=json",
             ]  # fmt: skip
-            env = {**os.environ, "KUBECONFIG": str(kubeconfig), "RUNTIME_NAMESPACE": self.NAMESPACE}
+            env = {**os.environ, "KUBECONFIG": str(kubeconfig), "RUNTIME_NAMESPACE": self.NAMESPACE, "TMPDIR": str(tmp)}
             self.spawn(controller.name, argv, env)
             self._wait_healthy(controller.name, health)
 
