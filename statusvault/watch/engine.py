@@ -148,6 +148,13 @@ class _Loop:
         self.next_flush = time.monotonic() + engine.config.flush_interval
         self.next_base = time.monotonic() + engine.config.base_interval
         self.last_base: dt.datetime | None = None
+        engine.metrics.buffering(self.buffered)
+
+    def buffered(self) -> int:
+        """Changes taken and not yet stored (a base being made holds the same ones from its cut on)."""
+        current, pending = self.current, self.pending
+        writers = [w for w in (current, pending.writer if pending else None) if w is not None]
+        return max((w.buffer.records for w in writers), default=0)
 
     def run(self, positions: dict[str, str], discovery: Discovery) -> None:
         self.discovery = discovery

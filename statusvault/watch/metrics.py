@@ -1,5 +1,6 @@
-"""The watcher's Prometheus metrics: lag (now minus the moment up to which every change is flushed), segments,
-bytes, records and bases written. Served over HTTP and/or written to a textfile at each flush."""
+"""The watcher's Prometheus metrics: lag (now minus the moment up to which every change is flushed), the changes
+held unstored, segments, bytes, records and bases written. Served over HTTP and/or written to a textfile at each
+flush."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server, write_to_textfile
@@ -29,6 +31,11 @@ class WatchMetrics:
                     "flushed to the store (the recovery point); NaN on a standby.", labels,
                     registry=self.registry)  # fmt: skip
         lag.labels(watch).set_function(lambda: time.time() - self._until if self._leading else math.nan)
+        self._buffered: Callable[[], int] = lambda: 0
+        buffered = Gauge("statusvault_watch_buffered_records", "Changes taken but not yet stored: a kill -9 leaves "
+                         "them to the next writer, which takes them again from the last stored position; NaN on a "
+                         "standby.", labels, registry=self.registry)  # fmt: skip
+        buffered.labels(watch).set_function(lambda: float(self._buffered()) if self._leading else math.nan)
         leader = Gauge("statusvault_watch_leader", "1 while this replica holds the Lease and writes.", labels,
                        registry=self.registry)  # fmt: skip
         leader.labels(watch).set_function(lambda: float(self._leading))
@@ -49,6 +56,10 @@ class WatchMetrics:
         """This replica writes from now on; the record reaches `until` (None: nothing is stored yet)."""
         self._until = until.timestamp() if until is not None else time.time()
         self._leading = True
+
+    def buffering(self, count: Callable[[], int]) -> None:
+        """`count()` says how many changes the writer holds unstored (read at each scrape)."""
+        self._buffered = count
 
     def standing_by(self) -> None:
         self._leading = False

@@ -135,13 +135,15 @@ def test_a_stopped_writer_flushes_what_it_held_and_hands_over_without_waiting_fo
     wait 30 s for the Lease to expire) takes over at its next try."""
     make(cr(KC, "KubernetesCluster", "a", status={**kc_status(), "phase": "v1"}), namespace)
     storage, slow = str(run.storage), ("--lease-seconds", "30")
-    first, second = (Replica(cluster, namespace, storage, tmp_path, f"replica-{i}", *slow) for i in (1, 2))
+    port = free_port()
+    first = Replica(cluster, namespace, storage, tmp_path, "replica-1", *slow, "--metrics-port", str(port))
+    second = Replica(cluster, namespace, storage, tmp_path, "replica-2", *slow)
     first.flush = second.flush = "30"  # the change is still buffered at the stop; the standby's head comes later
     replicas.append(first.start())
     first.flushed_after(now(), timeout=90)
     replicas.append(second.start())
     set_phase(kube, crds, namespace, "a", "held")
-    time.sleep(1)  # for the watch stream to deliver it (nothing outside the process shows the buffer)
+    wait_for("the change held by the writer", lambda: scrape(port)["statusvault_watch_buffered_records"] >= 1)
     assert phases(first.store(), "a") == [], "not flushed before the stop"
     first.stop()
     stopped = time.monotonic()
@@ -198,6 +200,7 @@ def test_the_metrics_endpoint_follows_segments_bytes_and_lag_and_a_standby_repor
     (chain,) = chains(writer.store(), "w1")
     assert after["statusvault_watch_bytes_total"] == chain.stored_bytes, "the bytes of every segment it wrote"
     assert idle["statusvault_watch_leader"] == 0 and math.isnan(idle["statusvault_watch_lag_seconds"])
+    assert math.isnan(idle["statusvault_watch_buffered_records"]) and after["statusvault_watch_buffered_records"] >= 0
     assert idle["statusvault_watch_segments_total"] == 0
     writer.stop()
     assert "statusvault_watch_segments_total" in textfile.read_text()

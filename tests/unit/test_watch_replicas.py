@@ -93,6 +93,22 @@ def test_only_the_writer_reports_lag_and_a_new_writer_counts_from_the_head_it_fo
     assert math.isnan(lag(metrics) or 0.0)
 
 
+def test_the_writer_reports_the_changes_it_holds_unstored_and_a_standby_none():
+    metrics, held = WatchMetrics("w"), [3]
+    metrics.buffering(lambda: held[0])
+
+    def buffered() -> float | None:
+        return metrics.registry.get_sample_value("statusvault_watch_buffered_records", {"watch": "w"})
+
+    assert math.isnan(buffered() or 0.0), "a standby holds nothing of its own"
+    metrics.leading(None)
+    assert buffered() == 3
+    held[0] = 0
+    assert buffered() == 0, "read at each scrape"
+    metrics.standing_by()
+    assert math.isnan(buffered() or 0.0)
+
+
 @pytest.mark.parametrize(
     ("stored_key", "given_key", "message"),
     [
