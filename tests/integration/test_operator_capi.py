@@ -95,9 +95,29 @@ def unsteady(kube: KubeClient) -> list[str]:
         if ready != CONTROL_PLANE or available.get("status") != "True":
             why = f"{available.get('status')} ({available.get('reason')}: {available.get('message')})"
             out.append(f"KubeadmControlPlane {k['metadata']['name']}: readyReplicas {ready}, Available {why}")
+            out += _control_plane_health(kube, machines)
     for d in mds:
         if (ready := (d.get("status") or {}).get("readyReplicas")) != WORKERS:
             out.append(f"MachineDeployment {d['metadata']['name']}: readyReplicas {ready}")
+    return out
+
+
+def _control_plane_health(kube: KubeClient, machines: list[dict[str, Any]]) -> list[str]:
+    """Why the control plane is not available, as its own objects say it: each control-plane Machine's health
+    conditions that are not True (what the KubeadmControlPlane found when it asked the workload cluster), and each
+    DevMachine's provisioning conditions that are not True (what the infrastructure provider rebuilt)."""
+    out = []
+    for m in machines:
+        if "cluster.x-k8s.io/control-plane" not in (m["metadata"].get("labels") or {}):
+            continue
+        for c in (m.get("status") or {}).get("conditions") or []:
+            if c.get("type", "").endswith("Healthy") and c.get("status") != "True":
+                out.append(f"Machine {m['metadata']['name']}: {c['type']} {c.get('status')} ({c.get('reason')}: "
+                           f"{c.get('message')})")  # fmt: skip
+    for d in listed(kube, "devmachines.infrastructure.cluster.x-k8s.io"):
+        for c in (d.get("status") or {}).get("conditions") or []:
+            if c.get("type", "").endswith("Provisioned") and c.get("status") != "True":
+                out.append(f"DevMachine {d['metadata']['name']}: {c['type']} {c.get('status')} ({c.get('reason')})")
     return out
 
 
