@@ -94,7 +94,7 @@ def first_read(path: Path, budget: int, visit: Visit | None = None, keep: int = 
     result = FirstRead(VerifyReport())
     try:
         with tempfile.TemporaryFile() as seen:  # a line per member, in order (`_fields`)
-            spool, sizes = _scan(path, budget, seen, result, visit, [] if keep else None, keep)
+            spool, sizes = _scan(path, budget, seen, result, visit, keep)
             try:
                 result.head, files = load(spool, path.name)
                 check_manifest(result.head)
@@ -116,12 +116,12 @@ def _scan(
     seen: IO[bytes],
     result: FirstRead,
     visit: Visit | None,
-    kept: list[tuple[str, bytes]] | None,
     keep: int,
 ) -> tuple[IO[bytes], _Sizes]:
-    """Pass over every member; return manifest.json spooled to a temp file. kept: where the object members go
-    while their bytes come to at most `keep` (then none are kept)."""
+    """Pass over every member; return manifest.json spooled to a temp file. The object members go to
+    `result.members` while their bytes come to at most `keep` (then none do)."""
     sizes, names = _Sizes(), array.array("q")
+    kept: list[tuple[str, bytes]] | None = [] if keep else None
     manifest: IO[bytes] | None = None
     try:
         with TarStream(path, budget) as tar:
