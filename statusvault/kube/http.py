@@ -20,6 +20,7 @@ import base64
 import contextlib
 import dataclasses
 import functools
+import io
 import ipaddress
 import math
 import os
@@ -202,6 +203,18 @@ class Stream:
         self.conn.close()
 
 
+class _Received(io.RawIOBase):
+    """What a blocking connection's read buffer reads from: the socket's own recv_into (a TLS socket's reads
+    and decrypts), where socket.makefile's SocketIO adds a Python call to every read for the non-blocking and
+    timed-out cases a blocking socket never meets."""
+
+    def __init__(self, sock: socket.socket):
+        self.readinto = sock.recv_into  # type: ignore[method-assign]
+
+    def readable(self) -> bool:
+        return True
+
+
 class Connection:
     """One keep-alive connection, through a proxy's tunnel when given. Not thread-safe: the pool hands it to one
     thread at a time."""
@@ -225,7 +238,10 @@ class Connection:
                 raise
         self.sock: socket.socket = context.wrap_socket(raw, server_hostname=sni or host) if context else raw
         self.sock.settimeout(timeout)  # None: blocking, its requests timed by Deadlines
-        self.reader: IO[bytes] = self.sock.makefile("rb")
+        blocking = timeout is None
+        self.reader: IO[bytes] = io.BufferedReader(_Received(self.sock)) if blocking else self.sock.makefile("rb")
+        # a blocking TLS socket's send writes all of it (OpenSSL without partial writes): no sendall loop above it
+        self._send = self.sock.send if isinstance(self.sock, ssl.SSLSocket) else self.sock.sendall
         self.reusable = True
         self.expired = False  # shut down by Deadlines: its answer did not come in time
         self.idle_since = 0.0  # when its last answer was read (time.monotonic)
@@ -248,7 +264,7 @@ class Connection:
             return True
 
     def request(self, head: bytes, body: bytes | None) -> Response:
-        self.sock.sendall(head + body if body else head)
+        self._send_all(head + body if body else head)
         version, status, rest, framing = self._answer_head()
         data = b"" if status in (204, 304) or 100 <= status < 200 else self._body(framing)
         if framing.get(b"connection") == b"close" or version == b"HTTP/1.0":
@@ -287,11 +303,16 @@ class Connection:
                 return b"".join(lines)
         raise ProtocolError("too many header lines")
 
+    def _send_all(self, data: bytes) -> None:
+        sent = self._send(data)
+        if sent is not None and sent < len(data):  # not expected of a blocking socket; sent on all the same
+            self.sock.sendall(memoryview(data)[sent:])
+
     def stream(self, head: bytes) -> tuple[int, bytes, Iterator[bytes]]:
         """Send a request whose answer is read as it comes (a WATCH): the status, the header lines, and the body's
         non-empty lines. The connection is not reused afterwards."""
         self.reusable = False
-        self.sock.sendall(head)
+        self._send_all(head)
         _, status, rest, framing = self._answer_head()
         return status, rest, self._lines(framing)
 
@@ -425,14 +446,17 @@ class Deadlines:
 
     def reset(self) -> None:
         """Nothing watched and no thread: as made, and as a forked child must start (register_at_fork below)."""
-        self._cond = threading.Condition(threading.Lock())
+        # every request takes the lock itself (a C-level `with`, where the Condition's is two Python calls); the
+        # Condition over the same lock only wakes the thread
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._due: dict[Connection, float] = {}
         self._wake = math.inf  # when the thread next looks
         self._started = False
 
     def watch(self, conn: Connection, seconds: float) -> None:
         due = time.monotonic() + seconds
-        with self._cond:
+        with self._lock:
             self._due[conn] = due
             if not self._started:
                 self._started = True
@@ -443,7 +467,7 @@ class Deadlines:
 
     def clear(self, conn: Connection) -> None:
         """The request on `conn` is over: once this returns, `conn` is not expired by this thread."""
-        with self._cond:
+        with self._lock:
             self._due.pop(conn, None)
 
     def _run(self) -> None:
@@ -535,11 +559,9 @@ class HttpPool:
         return Connection(self.host, self.port, self.context, self.sni, timeout, self.proxy)
 
     def _head(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> bytes:
-        lines = [f"{method} {self.base_path}{target} HTTP/1.1", f"Host: {self.host_header.decode()}"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        if body is not None or method in ("POST", "PUT", "PATCH"):
-            lines.append(f"Content-Length: {len(body or b'')}")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        fields = _header_lines(self.host_header, tuple(headers.items()))
+        length = f"Content-Length: {len(body or b'')}\r\n" if body is not None or method in _WITH_BODY else ""
+        return f"{method} {self.base_path}{target} HTTP/1.1\r\n{fields}{length}\r\n".encode("latin-1")
 
     def _take(self, resendable: bool) -> tuple[Connection, bool]:
         """An idle connection the server has not closed (and True), or a new one (and False). For a `resendable`
@@ -568,6 +590,16 @@ class HttpPool:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+
+_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+
+
+@functools.lru_cache(maxsize=64)
+def _header_lines(host: bytes, headers: tuple[tuple[str, str], ...]) -> str:
+    """The Host line and the header lines, each ended: the same few for every request of a run (its credential,
+    what it sends and accepts), so rendered once each."""
+    return f"Host: {host.decode()}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
 
 
 def _context(verify: bool, ca_file: str | None, cert: tuple[str | None, str | None]) -> ssl.SSLContext:

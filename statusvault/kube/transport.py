@@ -177,8 +177,8 @@ class KubeTransport:
                         self._came_back(time.monotonic() - failed_at)
                     if refreshed:
                         log.info("renewed the credentials from %s after a 401", self.config.credentials.description)
-                    if warnings is not None:
-                        warnings += warning_texts(resp.warning_headers())
+                    if warnings is not None and (values := resp.warning_headers()):
+                        warnings += warning_texts(values)
                     return bytes(resp.data)
                 error = api_error(req, resp.status, resp.data, resp.headers.get("retry-after"))
                 retry_after = error.retry_after
