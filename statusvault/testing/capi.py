@@ -19,7 +19,8 @@ target's `ClusterAPI.start(..., infrastructure_from=source)` runs the other thre
 webhook configurations at the source's CAPD (admission webhooks only check what they are sent). Once the move is
 done, `take_infrastructure()` hands CAPD over: the source's stops, the target's starts and serves its webhooks.
 The in-memory provider rebuilds its simulated machines from its objects, as a real provider finds its machines in
-the cloud that both management clusters share.
+the cloud that both management clusters share; the target's other managers then start again, so that none keeps a
+connection to the simulated workload clusters of the stopped process (`_reconnect`).
 
 Each manager runs as its own ServiceAccount (a TokenRequest token), with its release's ClusterRole
 (config/rbac/role.yaml) bound as the release binds it: where the release aggregates it (core, kubeadm control
@@ -186,6 +187,20 @@ class ClusterAPI(Processes):
         apply_docs(self.admin, discover(self.admin), self._webhooks(infra))
         self._spawn(infra)
         wait_for(lambda: self._ready(infra), timeout, f"{infra.name} ready", self.log_tail)
+        self._reconnect(timeout)
+
+    def _reconnect(self, timeout: float) -> None:
+        """The other managers start again: the simulated workload clusters were rebuilt by the new CAPD process at
+        the same addresses, with a new history of resourceVersions, which no real workload cluster does. A manager
+        that connected to the old one (a move unpauses the Cluster before the handover) resumes its watches there
+        "not older than" a resourceVersion the new one has not reached, and its caches never sync again (seen:
+        the KubeadmControlPlane's health checks "failed waiting for *v1.Node Informer to sync" for minutes).
+        Started again, they connect afresh, as to a real workload cluster that never went away."""
+        others = [m for m in MANAGERS if not m.infrastructure]
+        for m in others:
+            self.end(m.name)
+            self._spawn(m)
+        wait_for(lambda: all(self._ready(m) for m in others), timeout, "Cluster API's managers ready", self.log_tail)
 
     def clusterctl(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run clusterctl (its version check off, its config in this set-up's directory)."""
