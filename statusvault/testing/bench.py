@@ -357,6 +357,13 @@ def main() -> int:
         from statusvault.kube.transport import load_transport
 
         install_crds(KubeClient(load_transport(str(cluster.kubeconfig))), [CRD])
+        if os.environ.get("BENCH_ONLY") == "writers":  # the writer models alone (benchwriters.py)
+            from statusvault.testing import benchwriters
+
+            rounds = int(os.environ.get("BENCH_CPU_ROUNDS", "5"))
+            writers = benchwriters.measure_writers(cluster, n, rounds)
+            print(benchwriters.table(writers))
+            return _save(out, f"writers-{n}", {**writers, "machine": machine(), "table": benchwriters.table(writers)})
         if os.environ.get("BENCH_ONLY") == "watch":  # the continuous-backup section alone
             from statusvault.testing import benchwatch
 
