@@ -2,12 +2,13 @@
 an object, decode the answer, PUT its status, decode the answer; PARALLEL in flight) done two ways in Python, each
 in a process of its own, alternated:
 
-- threads: PARALLEL threads, each blocking on its own connection of statusvault's HttpPool (kube/http.py), as the
-  restore's writer threads do;
+- threads: PARALLEL threads, each blocking on a TLS socket of its own, as the restore's writer threads do;
 - loop: one thread waiting on PARALLEL non-blocking TLS sockets at once (epoll), each answer handled as it comes.
 
-The restore's own work (planning, the journal, the report, the audit) is in neither: the difference is what waking a
-thread per answer costs against one thread woken for whatever is ready (docs/development/benchmarks.md).
+Both build their requests and read their answers with the same few lines (`_Link`), and neither does any of the
+restore's own work (planning, the journal, the report, the audit), nor goes through statusvault's transport: the
+difference is only what waking a thread per answer costs against one thread woken for whatever is ready
+(docs/development/benchmarks.md).
 
 python -m statusvault.testing.benchwriters threads|loop SERVER N PREFIX   # one run; prints {"objects": N}
 """
@@ -28,7 +29,6 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from statusvault.kube.http import HttpPool
 from statusvault.testing.benchcore import (
     GROUP,
     PARALLEL,
@@ -53,30 +53,26 @@ def _paths(obj: dict[str, Any]) -> tuple[str, str]:
 
 
 def write_threads(server: str, objs: Iterator[dict[str, Any]]) -> int:
-    pool = HttpPool(server, verify=False, maxsize=PARALLEL)
-    headers = {
-        "Accept": "application/json",
-        "Content-Type": "application/json",
-        "Authorization": f"Bearer {ADMIN_TOKEN}",
-    }
+    """PARALLEL threads, each on a blocking TLS socket of its own, with the loop's request and answer code."""
+    host, port, context = _target(server)
     lock, done = threading.Lock(), itertools.count()
 
     def work() -> None:
+        raw = socket.create_connection((host, port))
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        link = _Link(context.wrap_socket(raw), blocking=True)
+        chunk = bytearray(65536)
         while True:
             with lock:
                 obj = next(objs, None)
             if obj is None:
                 return
-            collection, status = _paths(obj)
-            answer = pool.request("POST", collection, headers, orjson.dumps(obj))
-            if answer.status != 201:
-                raise RuntimeError(f"POST {collection}: {answer.status} {answer.data[:200]!r}")
-            live = orjson.loads(answer.data)
+            link.obj = obj
+            link.send("POST", _paths(obj)[0], orjson.dumps(obj), f"{host}:{port}")
+            live = orjson.loads(_answered(link, chunk, 201))
             live["status"] = obj["status"]
-            answer = pool.request("PUT", status, headers, orjson.dumps(live))
-            if answer.status != 200:
-                raise RuntimeError(f"PUT {status}: {answer.status} {answer.data[:200]!r}")
-            orjson.loads(answer.data)
+            link.send("PUT", _paths(obj)[1], orjson.dumps(live), f"{host}:{port}")
+            orjson.loads(_answered(link, chunk, 200))
             next(done)
 
     threads = [threading.Thread(target=work) for _ in range(PARALLEL)]
@@ -87,12 +83,33 @@ def write_threads(server: str, objs: Iterator[dict[str, Any]]) -> int:
     return next(done)
 
 
+def _answered(link: _Link, chunk: bytearray, expected: int) -> bytes:
+    """Read from a blocking socket until the whole answer came; its body (the status checked)."""
+    while (answer := link.answer()) is None:
+        got = link.sock.recv_into(chunk)
+        if not got:
+            raise RuntimeError("the API server closed a connection")
+        link.received += memoryview(chunk)[:got]
+    status, body = answer
+    if status != expected:
+        raise RuntimeError(f"{status} {body[:200]!r}")
+    return body
+
+
+def _target(server: str) -> tuple[str, int, ssl.SSLContext]:
+    parts = urlsplit(server)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    return parts.hostname or "127.0.0.1", parts.port or 443, context
+
+
 class _Link:
     """One non-blocking TLS connection of the loop: the object it writes, which of its two requests is out, and
     the answer's bytes as they come."""
 
-    def __init__(self, sock: ssl.SSLSocket):
+    def __init__(self, sock: ssl.SSLSocket, blocking: bool = False):
         self.sock = sock
+        self.blocking = blocking
         self.obj: dict[str, Any] = {}
         self.putting = False
         self.received = bytearray()
@@ -103,6 +120,9 @@ class _Link:
             f"Content-Type: application/json\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
         )
+        if self.blocking:
+            self.sock.sendall(head.encode() + body)
+            return
         self.sock.setblocking(True)  # a request of a few KB: sent whole, the socket's buffer takes it
         self.sock.sendall(head.encode() + body)
         self.sock.setblocking(False)
@@ -137,10 +157,7 @@ class _Link:
 
 
 def write_loop(server: str, objs: Iterator[dict[str, Any]]) -> int:
-    parts = urlsplit(server)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 443
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    host, port, context = _target(server)
     poller, links, done = select.epoll(), {}, 0
     netloc = f"{host}:{port}"
 
