@@ -240,8 +240,6 @@ class Connection:
         self.sock.settimeout(timeout)  # None: blocking, its requests timed by Deadlines
         blocking = timeout is None
         self.reader: IO[bytes] = io.BufferedReader(_Received(self.sock)) if blocking else self.sock.makefile("rb")
-        # a blocking TLS socket's send writes all of it (OpenSSL without partial writes): no sendall loop above it
-        self._send = self.sock.send if isinstance(self.sock, ssl.SSLSocket) else self.sock.sendall
         self.reusable = True
         self.expired = False  # shut down by Deadlines: its answer did not come in time
         self.idle_since = 0.0  # when its last answer was read (time.monotonic)
@@ -304,8 +302,10 @@ class Connection:
         raise ProtocolError("too many header lines")
 
     def _send_all(self, data: bytes) -> None:
-        sent = self._send(data)
-        if sent is not None and sent < len(data):  # not expected of a blocking socket; sent on all the same
+        """One send: a blocking TLS socket's writes all of it (OpenSSL without partial writes), with no sendall loop
+        above it; what a plain socket leaves goes with sendall."""
+        sent = self.sock.send(data)
+        if sent < len(data):
             self.sock.sendall(memoryview(data)[sent:])
 
     def stream(self, head: bytes) -> tuple[int, bytes, Iterator[bytes]]:

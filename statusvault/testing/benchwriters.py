@@ -55,23 +55,22 @@ def _paths(obj: dict[str, Any]) -> tuple[str, str]:
 def write_threads(server: str, objs: Iterator[dict[str, Any]]) -> int:
     """PARALLEL threads, each on a blocking TLS socket of its own, with the loop's request and answer code."""
     host, port, context = _target(server)
+    netloc = f"{host}:{port}"
     lock, done = threading.Lock(), itertools.count()
 
     def work() -> None:
-        raw = socket.create_connection((host, port))
-        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        link = _Link(context.wrap_socket(raw), blocking=True)
+        link = _Link.connect(host, port, context, blocking=True)
         chunk = bytearray(65536)
         while True:
             with lock:
                 obj = next(objs, None)
             if obj is None:
                 return
-            link.obj = obj
-            link.send("POST", _paths(obj)[0], orjson.dumps(obj), f"{host}:{port}")
+            collection, status = _paths(obj)
+            link.send("POST", collection, orjson.dumps(obj), netloc)
             live = orjson.loads(_answered(link, chunk, 201))
             live["status"] = obj["status"]
-            link.send("PUT", _paths(obj)[1], orjson.dumps(live), f"{host}:{port}")
+            link.send("PUT", status, orjson.dumps(live), netloc)
             orjson.loads(_answered(link, chunk, 200))
             next(done)
 
@@ -104,8 +103,8 @@ def _target(server: str) -> tuple[str, int, ssl.SSLContext]:
 
 
 class _Link:
-    """One non-blocking TLS connection of the loop: the object it writes, which of its two requests is out, and
-    the answer's bytes as they come."""
+    """One TLS connection of a writer: the answer's bytes as they come and, in the loop (non-blocking), the object it
+    writes and which of its two requests is out."""
 
     def __init__(self, sock: ssl.SSLSocket, blocking: bool = False):
         self.sock = sock
@@ -114,18 +113,25 @@ class _Link:
         self.putting = False
         self.received = bytearray()
 
+    @classmethod
+    def connect(cls, host: str, port: int, context: ssl.SSLContext, blocking: bool) -> _Link:
+        raw = socket.create_connection((host, port))
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        link = cls(context.wrap_socket(raw), blocking)
+        link.sock.setblocking(blocking)
+        return link
+
     def send(self, method: str, path: str, body: bytes, host: str) -> None:
         head = (
             f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\n"
             f"Content-Type: application/json\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
         )
-        if self.blocking:
-            self.sock.sendall(head.encode() + body)
-            return
-        self.sock.setblocking(True)  # a request of a few KB: sent whole, the socket's buffer takes it
+        if not self.blocking:
+            self.sock.setblocking(True)  # a request of a few KB: sent whole, the socket's buffer takes it
         self.sock.sendall(head.encode() + body)
-        self.sock.setblocking(False)
+        if not self.blocking:
+            self.sock.setblocking(False)
 
     def answer(self) -> tuple[int, bytes] | None:
         """The answer's status and body once all of it came (Content-Length or chunked), else None."""
@@ -171,9 +177,7 @@ def write_loop(server: str, objs: Iterator[dict[str, Any]]) -> int:
 
     busy = 0
     for _ in range(PARALLEL):
-        raw = socket.create_connection((host, port))
-        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        link = _Link(context.wrap_socket(raw))
+        link = _Link.connect(host, port, context, blocking=False)
         links[link.sock.fileno()] = link
         poller.register(link.sock.fileno(), select.EPOLLIN)
         busy += start(link)
