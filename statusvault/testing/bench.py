@@ -94,7 +94,7 @@ def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
     }
     env = with_bytecode(env)
     results: dict[str, Any] = {"n": n, "parallel": PARALLEL, "list_concurrency": LIST_CONCURRENCY}
-    if only("backup") or only("restore") or only("firstwrite"):
+    if only("backup") or only("restore") or only("firstwrite") or only("cpu"):
         log(f"seeding {n} objects over {NAMESPACES} namespaces")
         make_namespaces(http, "bench")
         _, seconds = timed(lambda: write_all(http, objects(n, "bench"), PARALLEL))
@@ -105,6 +105,12 @@ def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
         measure_restore(http, cluster, env, n, work, results)
     elif only("firstwrite"):  # the first writes of measure_restore alone (the seeded objects at 100k: minutes)
         results.update(first_writes(http, env, work))
+    elif only("cpu"):  # the CPU rounds against Go of measure_restore alone (about a minute a round at 10,000)
+        go = goref_binary()
+        if go is None:
+            raise SystemExit("BENCH_ONLY=cpu measures against the Go reference: it needs Go on PATH")
+        bench_backup(env, work)
+        results["cpu_rounds"] = cpu_rounds(http, cluster, env, n, work, go)
     if only("planning"):
         results["planning"] = measure_planning(env, int(os.environ.get("BENCH_PLAN_N", "100000")), work)
     if only("scale"):
@@ -117,8 +123,8 @@ def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
 
 
 def only(section: str) -> bool:
-    """BENCH_ONLY=backup,restore,planning,scale,firstwrite,dependencies,velero runs just those sections (all by
-    default; firstwrite is part of restore)."""
+    """BENCH_ONLY=backup,restore,planning,scale,firstwrite,cpu,dependencies,velero runs just those sections (all by
+    default; firstwrite and cpu are parts of restore)."""
     chosen = os.environ.get("BENCH_ONLY", "")
     return not chosen or section in chosen.split(",")
 
@@ -149,8 +155,7 @@ def measure_backup(http: Http, env: dict[str, str], n: int, work: Path, results:
 def measure_restore(
     http: Http, cluster: LocalCluster, env: dict[str, str], n: int, work: Path, results: dict[str, Any]
 ) -> None:
-    if not (work / "store" / "backups" / "bench-dir-1").exists():
-        run_cli(["backup", "bench-dir-1", "--include-resources", f"{PLURAL}.{GROUP}", "--no-include-crds"], env)
+    bench_backup(env, work)
     log(f"bare HTTP create + PUT status, {PARALLEL} threads")
     make_namespaces(http, "bare")
     results["write_bare"] = timed_cpu(lambda: write_all(http, objects(n, "bare"), PARALLEL))
@@ -190,6 +195,12 @@ def measure_restore(
         results["cpu_rounds"] = cpu_rounds(http, cluster, env, n, work, go)
 
 
+def bench_backup(env: dict[str, str], work: Path) -> None:
+    """bench-dir-1, the backup of the seeded objects every restore row restores (made once a run)."""
+    if not (work / "store" / "backups" / "bench-dir-1").exists():
+        run_cli(["backup", "bench-dir-1", "--include-resources", f"{PLURAL}.{GROUP}", "--no-include-crds"], env)
+
+
 def first_writes(http: Http, env: dict[str, str], work: Path) -> dict[str, Any]:
     """The seeded objects backed up from the server encrypted and signed, each restored with the default options
     and its key: the time from the restore's start to its first object on the server."""
@@ -214,29 +225,48 @@ def cpu_rounds(
 ) -> dict[str, list[float]]:
     """The restore's CPU per object against the Go writer's, with the default options (what users run) and with
     --processes 1, in BENCH_CPU_ROUNDS (default 5) alternated rounds: on a shared VM one row can differ by 20 % from
-    the next, and the server's state drifts as it fills, so ratios from rows taken side by side, and their spread,
-    say more than one row against another. Which restore goes first alternates by round: the one right after the
-    previous round's Go writer may meet a server still busy with it."""
+    the next, so ratios from rows taken side by side, and their spread, say more than one row against another.
+
+    The three runs take turns at going first (the one right after a busy run may meet a server still busy with it),
+    and each round's objects are deleted before the next: a server's rate falls as its etcd fills, CPU per object
+    follows the rate, and every round should meet the server as the first did (the seeded objects and nothing
+    more) instead of drifting slower round by round."""
     rounds = int(os.environ.get("BENCH_CPU_ROUNDS", "5"))
     figures: dict[str, list[float]] = {"default": [], "restore": [], "go": [], "default_rate": [], "go_rate": []}
     figures["default_processes"] = []  # the worker processes each default run started (0: its own threads only)
     for r in range(rounds):
-        first, second = (
-            ("the default options", "--processes 1") if r % 2 == 0 else ("--processes 1", "the default options")
-        )
-        log(f"CPU round {r + 1}/{rounds}: statusvault restore with {first}, then {second}, then the Go writer")
-        one = restore_figures(env, n, f"cpu{r}", "--processes", "1") if r % 2 else None
-        default = restore_figures(env, n, f"cpud{r}")  # what users run: no --processes
-        one = one or restore_figures(env, n, f"cpu{r}", "--processes", "1")
-        figures["default"].append(default["cpu_ms_per_object"])
-        figures["default_rate"].append(default["objects_per_s"])
-        figures["default_processes"].append(default["processes"])
-        figures["restore"].append(one["cpu_ms_per_object"])
+        order = CPU_RUNS[r % 3 :] + CPU_RUNS[: r % 3]
+        log(f"CPU round {r + 1}/{rounds}: " + ", then ".join(CPU_RUN_NAMES[k] for k in order))
         make_namespaces(http, f"gocpu{r}")
-        go_figures = go_write(go, cluster.server, n, f"gocpu{r}", work)
-        figures["go"].append(go_figures["cpu_ms_per_object"])
-        figures["go_rate"].append(go_figures["objects_per_s"])
+        measured = {}
+        for key in order:
+            if key == "go":
+                measured[key] = go_write(go, cluster.server, n, f"gocpu{r}", work)
+            else:  # "default" (no --processes: what users run) or "one" (--processes 1)
+                measured[key] = restore_figures(env, n, f"cpu{key}{r}", *(("--processes", "1") if key == "one" else ()))
+        figures["default"].append(measured["default"]["cpu_ms_per_object"])
+        figures["default_rate"].append(measured["default"]["objects_per_s"])
+        figures["default_processes"].append(measured["default"]["processes"])
+        figures["restore"].append(measured["one"]["cpu_ms_per_object"])
+        figures["go"].append(measured["go"]["cpu_ms_per_object"])
+        figures["go_rate"].append(measured["go"]["objects_per_s"])
+        for prefix in (f"cpudefault{r}", f"cpuone{r}", f"gocpu{r}"):
+            delete_objects(http, prefix)
     return figures
+
+
+CPU_RUNS = ("default", "one", "go")
+CPU_RUN_NAMES = {
+    "default": "statusvault restore with the default options",
+    "one": "statusvault restore --processes 1",
+    "go": "the Go writer",
+}
+
+
+def delete_objects(http: Http, prefix: str) -> None:
+    """Every benchmark object in the namespaces PREFIX-k, one DELETE of the collection per namespace."""
+    for k in range(NAMESPACES):
+        http.call("DELETE", f"/apis/{GROUP}/v1/namespaces/{prefix}-{k}/{PLURAL}")
 
 
 PROCESSES = (1, 2, 4)
