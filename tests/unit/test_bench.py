@@ -76,3 +76,36 @@ def test_the_default_options_ratio_is_also_given_over_the_pairs_at_about_the_sam
     assert not any(
         "pairs at rates within" in line for line in report({"parallel": 16, "cpu_rounds": rounds}).splitlines()
     )
+
+
+def test_each_cpu_round_takes_its_turn_at_going_first_and_clears_its_objects_before_the_next(monkeypatch, tmp_path):
+    """A run right after a busy one may meet a server still busy with it, and a server slows as its etcd fills:
+    the three runs rotate, and a round's objects are gone before the next round writes."""
+    from statusvault.testing import bench
+
+    events: list[tuple[str, str]] = []
+
+    def restore(env, n, prefix, *extra):
+        events.append(("write", prefix))
+        return {"cpu_ms_per_object": 0.5, "objects_per_s": 300.0, "processes": 0}
+
+    def go(binary, server, n, prefix, work):
+        events.append(("write", prefix))
+        return {"cpu_ms_per_object": 0.4, "objects_per_s": 310.0}
+
+    monkeypatch.setattr(bench, "restore_figures", restore)
+    monkeypatch.setattr(bench, "go_write", go)
+    monkeypatch.setattr(bench, "make_namespaces", lambda http, prefix: None)
+    monkeypatch.setattr(bench, "delete_objects", lambda http, prefix: events.append(("delete", prefix)))
+    monkeypatch.setenv("BENCH_CPU_ROUNDS", "3")
+    cluster = type("Cluster", (), {"server": "https://127.0.0.1:1"})()
+    figures = bench.cpu_rounds(None, cluster, {}, 10, tmp_path, tmp_path / "goref")  # type: ignore[arg-type]
+
+    writes = [prefix for how, prefix in events if how == "write"]
+    assert writes == ["cpudefault0", "cpuone0", "gocpu0", "cpuone1", "gocpu1", "cpudefault1",
+                      "gocpu2", "cpudefault2", "cpuone2"]  # fmt: skip
+    for r in range(2):  # every object of round r deleted before round r + 1's first write
+        next_round = events.index(("write", writes[3 * (r + 1)]))
+        deleted = {prefix for how, prefix in events[:next_round] if how == "delete"}
+        assert {f"cpudefault{r}", f"cpuone{r}", f"gocpu{r}"} <= deleted
+    assert figures["default"] == [0.5] * 3 and figures["go"] == [0.4] * 3 and figures["go_rate"] == [310.0] * 3
