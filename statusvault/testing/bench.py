@@ -19,6 +19,7 @@ import tempfile
 import time
 import types
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -250,8 +251,7 @@ def cpu_rounds(
         figures["restore"].append(measured["one"]["cpu_ms_per_object"])
         figures["go"].append(measured["go"]["cpu_ms_per_object"])
         figures["go_rate"].append(measured["go"]["objects_per_s"])
-        for prefix in (f"cpudefault{r}", f"cpuone{r}", f"gocpu{r}"):
-            delete_objects(http, prefix)
+        delete_objects(http, (f"cpudefault{r}", f"cpuone{r}", f"gocpu{r}"))
     return figures
 
 
@@ -263,10 +263,14 @@ CPU_RUN_NAMES = {
 }
 
 
-def delete_objects(http: Http, prefix: str) -> None:
-    """Every benchmark object in the namespaces PREFIX-k, one DELETE of the collection per namespace."""
-    for k in range(NAMESPACES):
-        http.call("DELETE", f"/apis/{GROUP}/v1/namespaces/{prefix}-{k}/{PLURAL}")
+def delete_objects(http: Http, prefixes: tuple[str, ...]) -> None:
+    """Every benchmark object in the namespaces PREFIX-k, one DELETE of the collection per namespace, four at once
+    (the server deletes a collection one object at a time: 1,000 objects take about 2.5 s)."""
+    collections = [
+        f"/apis/{GROUP}/v1/namespaces/{prefix}-{k}/{PLURAL}" for prefix in prefixes for k in range(NAMESPACES)
+    ]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda path: http.call("DELETE", path), collections))
 
 
 PROCESSES = (1, 2, 4)

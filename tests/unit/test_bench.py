@@ -96,7 +96,7 @@ def test_each_cpu_round_takes_its_turn_at_going_first_and_clears_its_objects_bef
     monkeypatch.setattr(bench, "restore_figures", restore)
     monkeypatch.setattr(bench, "go_write", go)
     monkeypatch.setattr(bench, "make_namespaces", lambda http, prefix: None)
-    monkeypatch.setattr(bench, "delete_objects", lambda http, prefix: events.append(("delete", prefix)))
+    monkeypatch.setattr(bench, "delete_objects", lambda http, prefixes: events.extend(("delete", p) for p in prefixes))
     monkeypatch.setenv("BENCH_CPU_ROUNDS", "3")
     cluster = type("Cluster", (), {"server": "https://127.0.0.1:1"})()
     figures = bench.cpu_rounds(None, cluster, {}, 10, tmp_path, tmp_path / "goref")  # type: ignore[arg-type]
