@@ -106,7 +106,7 @@ def measure(cluster: LocalCluster, n: int, work: Path) -> dict[str, Any]:
         measure_restore(http, cluster, env, n, work, results)
     elif only("firstwrite"):  # the first writes of measure_restore alone (the seeded objects at 100k: minutes)
         results.update(first_writes(http, env, work))
-    elif only("cpu"):  # the CPU rounds against Go of measure_restore alone (about a minute a round at 10,000)
+    elif only("cpu"):  # the CPU rounds against Go of measure_restore alone (about 2 minutes a round at 10,000)
         go = goref_binary()
         if go is None:
             raise SystemExit("BENCH_ONLY=cpu measures against the Go reference: it needs Go on PATH")
@@ -264,8 +264,8 @@ CPU_RUN_NAMES = {
 
 
 def delete_objects(http: Http, prefixes: tuple[str, ...]) -> None:
-    """Every benchmark object in the namespaces PREFIX-k, one DELETE of the collection per namespace, four at once
-    (the server deletes a collection one object at a time: 1,000 objects take about 2.5 s)."""
+    """Every benchmark object in the namespaces PREFIX-k of each prefix, one DELETE of the collection per namespace,
+    four at once (the server deletes a collection one object at a time: 1,000 objects take about 2.5 s)."""
     collections = [
         f"/apis/{GROUP}/v1/namespaces/{prefix}-{k}/{PLURAL}" for prefix in prefixes for k in range(NAMESPACES)
     ]
