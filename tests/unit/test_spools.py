@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -117,10 +118,21 @@ def test_dropping_a_reader_mid_way_never_waits_for_its_producers():
     list(next(streams))
     cycle: list[object] = [ordered, streams]
     cycle.append(cycle)
+    dropped = weakref.ref(ordered)
     del ordered, streams, cycle
-    collector = threading.Thread(target=gc.collect)
+
+    def collect() -> None:
+        # gc.collect() returns at once, collecting nothing, while another thread's collection is under way (an
+        # automatic one, in a process of many threads): collect until the reader is gone, as the collector will
+        deadline = time.monotonic() + 4  # within the 5 s below: a finalizer that waits for the producer fails
+        while dropped() is not None and time.monotonic() < deadline:
+            gc.collect()
+            time.sleep(0.01)
+
+    collector = threading.Thread(target=collect)
     collector.start()
     collector.join(5)
     release.set()
     assert not collector.is_alive(), "collecting the dropped reader waited for a producer"
+    assert dropped() is None, "the dropped reader was never collected"
     assert stopped.wait(5), "the producer was told to stop at its next record"
