@@ -235,9 +235,10 @@ def cpu_rounds(
     rounds = int(os.environ.get("BENCH_CPU_ROUNDS", "5"))
     figures: dict[str, list[float]] = {"default": [], "restore": [], "go": [], "default_rate": [], "go_rate": []}
     figures["default_processes"] = []  # the worker processes each default run started (0: its own threads only)
+    runs = list(CPU_RUNS)
     for r in range(rounds):
-        order = CPU_RUNS[r % 3 :] + CPU_RUNS[: r % 3]
-        log(f"CPU round {r + 1}/{rounds}: " + ", then ".join(CPU_RUN_NAMES[k] for k in order))
+        order = runs[r % len(runs) :] + runs[: r % len(runs)]
+        log(f"CPU round {r + 1}/{rounds}: " + ", then ".join(CPU_RUNS[k] for k in order))
         make_namespaces(http, f"gocpu{r}")
         measured = {}
         for key in order:
@@ -255,8 +256,7 @@ def cpu_rounds(
     return figures
 
 
-CPU_RUNS = ("default", "one", "go")
-CPU_RUN_NAMES = {
+CPU_RUNS = {  # a round's runs, in the first round's order
     "default": "statusvault restore with the default options",
     "one": "statusvault restore --processes 1",
     "go": "the Go writer",
